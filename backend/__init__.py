@@ -1,0 +1,1 @@
+"""The Bubblescope service: FastAPI app, database, analysis. Needs ``bubblescope[server]``."""

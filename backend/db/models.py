@@ -1,0 +1,112 @@
+"""SQLAlchemy 2 typed models. The schema itself is created only by the Alembic migrations."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, MetaData, String
+from sqlalchemy import UniqueConstraint, func
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {int: BigInteger, dict[str, Any]: JSON}
+
+
+class Run(Base):
+    """One execution of a training job, keyed by the collector's run key."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(128), unique=True)
+    name: Mapped[str] = mapped_column(String(128))
+    world_size: Mapped[int]
+    config: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    ranks: Mapped[list[RankInfo]] = relationship(back_populates="run", order_by="RankInfo.rank")
+
+
+class RankInfo(Base):
+    """A process of the run: where it ran and how its clock relates to rank 0's."""
+
+    __tablename__ = "ranks"
+    __table_args__ = (UniqueConstraint("run_id", "rank"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    rank: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int]
+    stage: Mapped[int | None] = mapped_column(Integer)
+    clock_offset_ns: Mapped[int]
+    clock_uncertainty_ns: Mapped[int]
+    dropped_spans: Mapped[int] = mapped_column(server_default="0")
+
+    run: Mapped[Run] = relationship(back_populates="ranks")
+
+
+class StepAggregate(Base):
+    """Per-rank, per-step totals computed in the job; always shipped, even for unsampled steps."""
+
+    __tablename__ = "steps"
+    __table_args__ = (UniqueConstraint("run_id", "rank", "step"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    rank: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int]
+    start_ns: Mapped[int]
+    end_ns: Mapped[int]
+    compute_ns: Mapped[int]
+    comm_ns: Mapped[int]
+    exposed_comm_ns: Mapped[int]
+    idle_ns: Mapped[int]
+    span_count: Mapped[int] = mapped_column(Integer)
+
+
+class Span(Base):
+    """One timed interval on one rank. Times are epoch ns on that rank's own clock."""
+
+    __tablename__ = "spans"
+    __table_args__ = (Index("ix_spans_run_step", "run_id", "step"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    rank: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int]
+    kind: Mapped[str] = mapped_column(String(32))
+    start_ns: Mapped[int]
+    end_ns: Mapped[int]
+    stage: Mapped[int | None] = mapped_column(Integer)
+    microbatch: Mapped[int | None] = mapped_column(Integer)
+    peer: Mapped[int | None] = mapped_column(Integer)
+    bytes: Mapped[int | None]
+    group: Mapped[str | None] = mapped_column(String(32))
+    name: Mapped[str | None] = mapped_column(String(64))
+
+
+class IngestedBatch(Base):
+    """Which (run, rank, seq) batches are stored: makes a retried batch a no-op."""
+
+    __tablename__ = "ingested_batches"
+
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(primary_key=True)
+    span_count: Mapped[int] = mapped_column(Integer)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -1,0 +1,152 @@
+"""The in-job collector: ``from bubblescope import collector``.
+
+::
+
+    collector.init(run="llama-pp4")        # url, token, run also from BUBBLESCOPE_* env vars
+    collector.instrument(schedule)         # a torch.distributed.pipelining schedule
+    for batch in data:
+        with collector.step():
+            schedule.step(...)
+    collector.shutdown()
+
+Rules: nothing here raises into the training loop, blocks a step, or imports torch unless
+the job already has; with ``BUBBLESCOPE_DISABLED=1`` (or before ``init``) every call is a no-op.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from bubblescope import wire
+from bubblescope.collector.config import CollectorConfig, default_spool_dir
+from bubblescope.collector.session import CollectorSession
+from bubblescope.collector.upload import UploadResult, upload_spool
+
+__all__ = [
+    "init",
+    "instrument",
+    "step",
+    "span",
+    "shutdown",
+    "is_enabled",
+    "run_key",
+    "upload_spool",
+    "UploadResult",
+]
+
+log = logging.getLogger("bubblescope.collector")
+_NOOP = contextlib.nullcontext()
+_session: CollectorSession | None = None
+_warned_kinds: set[str] = set()
+
+
+def init(
+    run: str | None = None,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    run_key: str | None = None,
+    config: dict[str, Any] | None = None,
+    spool_dir: str | os.PathLike[str] | None = None,
+    full_spans_every: int | None = None,
+) -> None:
+    """Start collecting in this process. Safe to call on every rank; a second call is ignored.
+
+    ``run`` names the run, ``run_key`` identifies this execution of it (all ranks must agree;
+    derived from torchrun's run id or agreed over the process group when not given), ``config``
+    is stored with the run (model size, batch, anything useful to read later).
+    """
+    global _session
+    if _session is not None:
+        return
+    try:
+        resolved = CollectorConfig.resolve(
+            run=run,
+            url=url,
+            token=token,
+            run_key=run_key,
+            spool_dir=spool_dir,
+            full_spans_every=full_spans_every,
+        )
+        if resolved.disabled:
+            return
+        _session = CollectorSession(resolved, config)
+        atexit.register(shutdown)
+    except Exception as error:  # noqa: BLE001 - a broken collector must not stop training
+        log.warning("bubblescope: collector disabled, init failed: %r", error)
+        _session = None
+
+
+def is_enabled() -> bool:
+    return _session is not None
+
+
+def run_key() -> str | None:
+    """The key this process reports under (None when disabled)."""
+    return _session.run_key if _session is not None else None
+
+
+def instrument(schedule: Any) -> Any:
+    """Record every forward/backward action and P2P wait of a pipelining schedule; returns it."""
+    if _session is None:
+        return schedule
+    try:
+        from bubblescope.collector import pipelining
+
+        pipelining.instrument_schedule(schedule, _session.recorder)
+        _session.align_clock()
+        described = pipelining.describe(schedule)
+        stage_indices = described.pop("stage_indices")
+        _session.register_run(**described)
+        _session.register_rank(stage=stage_indices[0], stages=stage_indices)
+    except Exception as error:  # noqa: BLE001
+        log.warning("bubblescope: could not instrument %s: %r", type(schedule).__name__, error)
+    return schedule
+
+
+def step() -> contextlib.AbstractContextManager[Any]:
+    """Context manager around one training step: marks the step window on this rank."""
+    if _session is None:
+        return _NOOP
+    return _session.recorder.step()
+
+
+def span(kind: str, **fields: Any) -> contextlib.AbstractContextManager[Any]:
+    """Time a block as one span: ``with collector.span("forward", microbatch=i, stage=s):``.
+
+    ``kind`` is one of ``wire.SPAN_KINDS``; optional fields: stage, microbatch, peer, bytes,
+    group, name. An unknown kind is reported once and not recorded.
+    """
+    if _session is None:
+        return _NOOP
+    if kind not in wire.SPAN_KINDS:
+        if kind not in _warned_kinds:
+            _warned_kinds.add(kind)
+            log.warning("bubblescope: unknown span kind %r ignored; use one of %s",
+                        kind, sorted(wire.SPAN_KINDS))
+        return _NOOP
+    return _session.recorder.span(kind, **fields)
+
+
+def shutdown() -> None:
+    """Flush what is buffered (bounded wait); what cannot be delivered stays in the spool."""
+    global _session
+    session, _session = _session, None
+    if session is None:
+        return
+    try:
+        from bubblescope.collector import pipelining
+
+        pipelining.detach()
+        session.close()
+    except Exception as error:  # noqa: BLE001
+        log.warning("bubblescope: shutdown error ignored: %r", error)
+
+
+def spool_directory() -> Path:
+    return default_spool_dir()

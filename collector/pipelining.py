@@ -1,0 +1,171 @@
+"""Integration with ``torch.distributed.pipelining`` schedules.
+
+torch offers no hooks for pipeline actions, so ``instrument`` wraps, on the given schedule
+only, each stage's ``forward_one_chunk`` / ``backward_one_chunk`` / ``backward_weight_one_chunk``
+(compute spans with stage and micro-batch ids) and ``get_{fwd,bwd}_{send,recv}_ops`` (which tag
+each P2P op with its micro-batch). Every schedule in torch posts and waits P2P ops through the
+module functions ``_batch_p2p`` and ``_wait_batch_p2p``; those are wrapped once per process to
+record a ``send`` span when a tagged send is posted and a ``recv`` span for the wait on a tagged
+recv. The wrappers pass straight through when no recorder is active or an op is not tagged.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from bubblescope import wire
+from bubblescope.collector.clock import now_ns
+from bubblescope.collector.recorder import Recorder
+
+_TAG = "_bubblescope_tag"
+_state: dict[str, Any] = {"recorder": None, "patched": False, "pending": {}}
+
+
+def _tensor_bytes(tensor: Any) -> int:
+    try:
+        return int(tensor.numel() * tensor.element_size())
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def _patch_p2p_once() -> None:
+    if _state["patched"]:
+        return
+    import torch.distributed as dist
+    from torch.distributed.pipelining import schedules
+
+    original_batch = schedules._batch_p2p
+    original_wait = schedules._wait_batch_p2p
+    pending: dict[int, tuple[Any, list[tuple[Any, ...]]]] = _state["pending"]
+
+    @functools.wraps(original_batch)
+    def batch_p2p(p2p_ops: list[Any], desc: str | None = None) -> Any:
+        recorder: Recorder | None = _state["recorder"]
+        if recorder is None:
+            return original_batch(p2p_ops, desc=desc)
+        posted = now_ns()
+        works = original_batch(p2p_ops, desc=desc)
+        done = now_ns()
+        recvs: dict[tuple[Any, ...], int] = {}
+        for op in p2p_ops:
+            tag = getattr(op, _TAG, None)
+            if tag is None:
+                continue
+            name, stage, microbatch = tag
+            if op.op is dist.isend:
+                recorder.add("send", posted, done, stage, microbatch, op.peer,
+                             _tensor_bytes(op.tensor), "pp", name)
+            else:
+                key = (stage, microbatch, op.peer, name)
+                recvs[key] = recvs.get(key, 0) + _tensor_bytes(op.tensor)
+        if recvs:
+            pending[id(works)] = (works, [key + (size,) for key, size in recvs.items()])
+        return works
+
+    @functools.wraps(original_wait)
+    def wait_batch_p2p(work: Any) -> Any:
+        entry = pending.pop(id(work), None)
+        recorder: Recorder | None = _state["recorder"]
+        started = now_ns()
+        result = original_wait(work)
+        if entry is not None and recorder is not None:
+            finished = now_ns()
+            for stage, microbatch, peer, name, size in entry[1]:
+                recorder.add("recv", started, finished, stage, microbatch, peer, size, "pp", name)
+        return result
+
+    schedules._batch_p2p = batch_p2p
+    schedules._wait_batch_p2p = wait_batch_p2p
+    _state["patched"] = True
+
+
+def _tagging(method: Any, name: str, stage_index: int) -> Any:
+    @functools.wraps(method)
+    def get_ops(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+        ops = method(chunk_id, *args, **kwargs)
+        for op in ops:
+            try:
+                setattr(op, _TAG, (name, stage_index, chunk_id))
+            except AttributeError:
+                pass
+        return ops
+
+    return get_ops
+
+
+def _timed(method: Any, recorder: Recorder, stage_index: int, kind_of: Any) -> Any:
+    @functools.wraps(method)
+    def run_chunk(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+        start = now_ns()
+        try:
+            return method(chunk_id, *args, **kwargs)
+        finally:
+            recorder.add(kind_of(kwargs), start, now_ns(), stage_index, chunk_id)
+
+    return run_chunk
+
+
+def _backward_kind(kwargs: dict[str, Any]) -> str:
+    return "backward" if kwargs.get("full_backward", True) else "backward_input"
+
+
+def schedule_stages(schedule: Any) -> list[Any]:
+    """The pipeline stages this rank runs under the schedule (one, or several when looped)."""
+    stages = getattr(schedule, "_stages", None)
+    if stages is None:
+        stages = [schedule._stage]
+    return list(stages)
+
+
+def describe(schedule: Any) -> dict[str, Any]:
+    """Run configuration learned from the schedule: class, stages and micro-batches."""
+    stages = schedule_stages(schedule)
+    return {
+        "schedule": type(schedule).__name__,
+        "num_stages": int(getattr(schedule, "_num_stages", stages[0].num_stages)),
+        "num_microbatches": int(schedule._n_microbatches),
+        "stage_indices": [int(stage.stage_index) for stage in stages],
+    }
+
+
+def instrument_schedule(schedule: Any, recorder: Recorder) -> None:
+    """Record every compute action and P2P wait of ``schedule`` into ``recorder``."""
+    _patch_p2p_once()
+    _state["recorder"] = recorder
+    for stage in schedule_stages(schedule):
+        if getattr(stage, _TAG, False):
+            continue
+        index = int(stage.stage_index)
+        stage.forward_one_chunk = _timed(
+            stage.forward_one_chunk, recorder, index, lambda _kwargs: "forward"
+        )
+        stage.backward_one_chunk = _timed(stage.backward_one_chunk, recorder, index, _backward_kind)
+        if hasattr(stage, "backward_weight_one_chunk"):
+            stage.backward_weight_one_chunk = _timed(
+                stage.backward_weight_one_chunk, recorder, index, lambda _kwargs: "backward_weight"
+            )
+        stage.get_fwd_recv_ops = _tagging(stage.get_fwd_recv_ops, wire.P2P_FORWARD, index)
+        stage.get_fwd_send_ops = _tagging(stage.get_fwd_send_ops, wire.P2P_FORWARD, index)
+        stage.get_bwd_recv_ops = _tagging(stage.get_bwd_recv_ops, wire.P2P_BACKWARD, index)
+        stage.get_bwd_send_ops = _tagging(stage.get_bwd_send_ops, wire.P2P_BACKWARD, index)
+        setattr(stage, _TAG, True)
+    compute_loss = schedule._maybe_compute_loss
+
+    @functools.wraps(compute_loss)
+    def maybe_compute_loss(
+        stage: Any, output: Any, target_mbs: Any, mb_index: int, *args: Any, **kwargs: Any
+    ) -> Any:
+        try:
+            return compute_loss(stage, output, target_mbs, mb_index, *args, **kwargs)
+        finally:  # the loss is part of the last stage's forward of this micro-batch
+            if getattr(stage, "is_last", False):
+                recorder.extend_last("forward", mb_index, now_ns())
+
+    schedule._maybe_compute_loss = maybe_compute_loss
+
+
+def detach() -> None:
+    """Stop recording (used by shutdown); wrappers become pass-throughs."""
+    _state["recorder"] = None
+    _state["pending"].clear()

@@ -1,0 +1,147 @@
+"""The in-job recorder: spans into a per-step buffer, handed to the shipper at step end.
+
+Everything on the training thread is an append to a list; aggregation, encoding and I/O
+happen on the shipper's thread. A span is a tuple in ``wire.SPAN_FIELDS`` order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from bubblescope.collector.clock import now_ns
+
+SpanRow = tuple[Any, ...]
+StepSink = Callable[["StepRecord"], None]
+DropCounter = Callable[[int], None]
+
+
+class StepRecord:
+    """One finished step of one rank: its window and its spans."""
+
+    __slots__ = ("step", "start_ns", "end_ns", "spans")
+
+    def __init__(self, step: int, start_ns: int, end_ns: int, spans: list[SpanRow]) -> None:
+        self.step = step
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        self.spans = spans
+
+
+class SpanTimer:
+    """Context manager returned by ``collector.span``: times its block as one span."""
+
+    __slots__ = ("_recorder", "_kind", "_fields", "_start")
+
+    def __init__(self, recorder: Recorder, kind: str, fields: tuple[Any, ...]) -> None:
+        self._recorder = recorder
+        self._kind = kind
+        self._fields = fields
+        self._start = 0
+
+    def __enter__(self) -> SpanTimer:
+        self._start = now_ns()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._recorder.add(self._kind, self._start, now_ns(), *self._fields)
+
+
+class StepTimer:
+    """Context manager returned by ``collector.step``: marks the step window."""
+
+    __slots__ = ("_recorder",)
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._recorder = recorder
+
+    def __enter__(self) -> StepTimer:
+        self._recorder.begin_step()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._recorder.end_step()
+
+
+class Recorder:
+    """Buffers the spans of the current step; bounded, never raises."""
+
+    def __init__(self, sink: StepSink, count_dropped: DropCounter, max_buffered_spans: int) -> None:
+        self._sink = sink
+        self._count_dropped = count_dropped
+        self._max_buffered = max_buffered_spans
+        self._spans: list[SpanRow] = []
+        self._step = 0
+        self._step_start: int | None = None
+
+    @property
+    def current_step(self) -> int:
+        return self._step
+
+    def add(
+        self,
+        kind: str,
+        start_ns: int,
+        end_ns: int,
+        stage: int | None = None,
+        microbatch: int | None = None,
+        peer: int | None = None,
+        nbytes: int | None = None,
+        group: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        if len(self._spans) >= self._max_buffered:
+            self._count_dropped(1)
+            return
+        self._spans.append(
+            (self._step, kind, start_ns, end_ns, stage, microbatch, peer, nbytes, group, name)
+        )
+
+    def extend_last(self, kind: str, microbatch: int | None, end_ns: int) -> None:
+        """Stretch the newest span of this kind and micro-batch to ``end_ns`` (e.g. loss after forward)."""
+        for index in range(len(self._spans) - 1, -1, -1):
+            row = self._spans[index]
+            if row[1] == kind and row[5] == microbatch:
+                self._spans[index] = row[:3] + (max(row[3], end_ns),) + row[4:]
+                return
+
+    def span(self, kind: str, **fields: Any) -> SpanTimer:
+        return SpanTimer(
+            self,
+            kind,
+            (
+                fields.get("stage"),
+                fields.get("microbatch"),
+                fields.get("peer"),
+                fields.get("bytes"),
+                fields.get("group"),
+                fields.get("name"),
+            ),
+        )
+
+    def step(self) -> StepTimer:
+        return StepTimer(self)
+
+    def begin_step(self) -> None:
+        self._step_start = now_ns()
+
+    def end_step(self) -> None:
+        end = now_ns()
+        spans, self._spans = self._spans, []
+        start = self._step_start
+        if start is None:  # no explicit begin: the window is first span start to end
+            start = min((row[2] for row in spans), default=end)
+        self._sink(StepRecord(self._step, start, end, spans))
+        self._step += 1
+        self._step_start = None

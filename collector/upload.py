@@ -1,0 +1,42 @@
+"""Re-send spooled messages to a service later (``bubblescope upload-spool``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from bubblescope.collector.spool import Spool
+from bubblescope.collector.transport import Verdict, send
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    delivered: int
+    rejected: int
+    remaining: int
+
+
+def upload_spool(
+    spool_dir: str | os.PathLike[str],
+    url: str,
+    token: str | None = None,
+    timeout_s: float = 30.0,
+) -> UploadResult:
+    """Send every spooled message oldest first; stop at the first the service cannot take now.
+
+    Delivered and rejected (4xx other than 408/429) messages are removed; a retried batch the
+    service already has is answered as delivered, so an upload can be repeated safely.
+    """
+    spool = Spool(Path(spool_dir), max_bytes=1 << 62)
+    delivered = rejected = 0
+    for path, message in spool.pending():
+        response = send(url, message, token, timeout_s)
+        if response.verdict is Verdict.RETRY:
+            break
+        if response.verdict is Verdict.DELIVERED:
+            delivered += 1
+        else:
+            rejected += 1
+        spool.remove(path)
+    return UploadResult(delivered, rejected, len(spool.files()))
