@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import sys
 import uuid
@@ -39,7 +40,11 @@ def rank_and_world() -> tuple[int, int]:
 
 
 def _resolve_run_key(config: CollectorConfig) -> str:
-    """A key every rank of the job agrees on without talking, where possible."""
+    """A key every rank agrees on: given, torchrun's run id, or rank 0's broadcast; URL-safe."""
+    return re.sub(r"[^A-Za-z0-9._:-]+", "-", _raw_run_key(config))[:128]
+
+
+def _raw_run_key(config: CollectorConfig) -> str:
     if config.run_key:
         return config.run_key
     elastic = os.environ.get("TORCHELASTIC_RUN_ID", "")

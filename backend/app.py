@@ -1,0 +1,38 @@
+"""The FastAPI app factory."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.middleware.gzip import GZipMiddleware
+
+from bubblescope import __version__
+from bubblescope.backend.db.engine import build_engine, build_session_factory
+from bubblescope.backend.db.migrate import require_current
+from bubblescope.backend.errors import install_error_handlers
+from bubblescope.backend.ingest.router import router as ingest_router
+from bubblescope.backend.runs.router import router as runs_router
+from bubblescope.backend.web.routes import mount_frontend
+
+
+def create_app(db_url: str) -> FastAPI:
+    """Build the service on ``db_url``; refuses a database whose schema is not at head."""
+    engine = build_engine(db_url)
+    require_current(engine, db_url)
+    app = FastAPI(
+        title="Bubblescope",
+        version=__version__,
+        description="Where every GPU's time goes in distributed PyTorch training, and what to change.",
+    )
+    app.state.engine = engine
+    app.state.session_factory = build_session_factory(engine)
+    install_error_handlers(app)
+    app.add_middleware(GZipMiddleware, minimum_size=4096)
+    app.include_router(ingest_router)
+    app.include_router(runs_router)
+
+    @app.get("/api/v1/health", tags=["meta"])
+    def health() -> dict[str, str]:
+        return {"status": "ok", "version": __version__}
+
+    mount_frontend(app)
+    return app

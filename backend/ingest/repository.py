@@ -1,0 +1,48 @@
+"""Queries that write an ingest batch."""
+
+from __future__ import annotations
+
+from itertools import repeat
+from typing import Any
+
+from sqlalchemy import insert, update
+from sqlalchemy.orm import Session
+
+from bubblescope.backend.db.models import IngestedBatch, RankInfo, Span, StepAggregate
+from bubblescope.backend.db.upsert import insert_on_conflict
+from bubblescope.backend.ingest.schemas import SpanColumns, StepAggregateIn
+
+_SPAN_COLUMNS = ("step", "kind", "start_ns", "end_ns", "stage", "microbatch", "peer", "bytes", "group", "name")
+_STEP_UPDATE = ("start_ns", "end_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns", "span_count")
+
+
+def claim_batch(session: Session, run_id: int, rank: int, seq: int, span_count: int) -> bool:
+    """Record (run, rank, seq); False when it was already stored (a retry)."""
+    row = {"run_id": run_id, "rank": rank, "seq": seq, "span_count": span_count}
+    return insert_on_conflict(session, IngestedBatch.__table__, [row], ("run_id", "rank", "seq")) == 1
+
+
+def insert_spans(session: Session, run_id: int, rank: int, spans: SpanColumns) -> int:
+    count = len(spans.step)
+    if count == 0:
+        return 0
+    nothing = repeat(None, count)
+    columns = [getattr(spans, name) or nothing for name in _SPAN_COLUMNS]
+    keys = ("run_id", "rank", *_SPAN_COLUMNS)
+    rows: list[dict[str, Any]] = [dict(zip(keys, (run_id, rank, *values))) for values in zip(*columns)]
+    session.execute(insert(Span.__table__), rows)
+    return count
+
+
+def upsert_steps(session: Session, run_id: int, rank: int, steps: list[StepAggregateIn]) -> int:
+    rows = [{"run_id": run_id, "rank": rank, **step.model_dump()} for step in steps]
+    insert_on_conflict(session, StepAggregate.__table__, rows, ("run_id", "rank", "step"), _STEP_UPDATE)
+    return len(rows)
+
+
+def record_dropped(session: Session, run_id: int, rank: int, dropped: int) -> None:
+    session.execute(
+        update(RankInfo)
+        .where(RankInfo.run_id == run_id, RankInfo.rank == rank, RankInfo.dropped_spans < dropped)
+        .values(dropped_spans=dropped)
+    )

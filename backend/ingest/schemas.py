@@ -1,0 +1,62 @@
+"""The ingest batch as the service validates it (the wire format is in ``bubblescope.wire``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict
+
+from bubblescope import wire
+
+Nanos = Annotated[int, Strict(), Field(ge=0, le=2**63 - 1)]
+Count = Annotated[int, Strict(), Field(ge=0, le=2**62)]
+SmallIndex = Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)]
+SpanKind = Literal[tuple(sorted(wire.SPAN_KINDS))]  # type: ignore[valid-type]
+Label = Annotated[str, Field(max_length=64)]
+
+
+class SpanColumns(BaseModel):
+    """Spans column-wise: every list has one entry per span. Optional columns may be omitted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: list[Count]
+    kind: list[SpanKind]
+    start_ns: list[Nanos]
+    end_ns: list[Nanos]
+    stage: list[SmallIndex | None] | None = None
+    microbatch: list[SmallIndex | None] | None = None
+    peer: list[SmallIndex | None] | None = None
+    bytes: list[Count | None] | None = None
+    group: list[Annotated[str, Field(max_length=32)] | None] | None = None
+    name: list[Label | None] | None = None
+
+
+class StepAggregateIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    step: Count
+    start_ns: Nanos
+    end_ns: Nanos
+    compute_ns: Nanos
+    comm_ns: Nanos
+    exposed_comm_ns: Nanos
+    idle_ns: Nanos
+    span_count: Count
+
+
+class IngestBatchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_key: Annotated[str, Field(min_length=1, max_length=128)]
+    rank: SmallIndex
+    seq: Count
+    dropped_spans: Count = 0
+    steps: list[StepAggregateIn] = Field(default_factory=list, max_length=100_000)
+    spans: SpanColumns
+
+
+class IngestResult(BaseModel):
+    stored_spans: int
+    stored_steps: int
+    duplicate: bool = Field(description="True when this (run, rank, seq) was already stored")

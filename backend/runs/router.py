@@ -1,0 +1,63 @@
+"""Run endpoints: registration by the collector, and the read views for people and machines."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+from starlette.concurrency import run_in_threadpool
+
+from bubblescope.backend.body import parse_document, read_json
+from bubblescope.backend.db.session import DbSession
+from bubblescope.backend.runs import service
+from bubblescope.backend.runs.schemas import (
+    RankOut,
+    RankRegistration,
+    RunDetail,
+    RunRegistration,
+    RunSummary,
+    StepDetail,
+)
+
+router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
+
+RunKey = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+RankIndex = Annotated[int, Path(ge=0, le=2**31 - 1)]
+
+
+def _body_doc(model: type) -> dict[str, object]:
+    return {"requestBody": {"content": {"application/json": {"schema": model.model_json_schema()}}}}  # type: ignore[attr-defined]
+
+
+@router.put("/{run_key}", response_model=RunSummary, openapi_extra=_body_doc(RunRegistration),
+            summary="Create or update a run (every rank may call it; config keys merge)")
+async def put_run(run_key: RunKey, request: Request, session: DbSession) -> RunSummary:
+    registration = parse_document(RunRegistration, await read_json(request))
+    return await run_in_threadpool(service.register_run, session, run_key, registration)
+
+
+@router.put("/{run_key}/ranks/{rank}", response_model=RankOut, openapi_extra=_body_doc(RankRegistration),
+            summary="Create or update one rank: host, pid, stage, clock offset to rank 0")
+async def put_rank(run_key: RunKey, rank: RankIndex, request: Request, session: DbSession) -> RankOut:
+    registration = parse_document(RankRegistration, await read_json(request))
+    return await run_in_threadpool(service.register_rank, session, run_key, rank, registration)
+
+
+@router.get("", response_model=list[RunSummary], summary="Runs, most recently active first")
+def get_runs(
+    session: DbSession,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[RunSummary]:
+    return service.list_runs(session, limit, offset)
+
+
+@router.get("/{run_key}", response_model=RunDetail, summary="A run: config, ranks and per-step summary")
+def get_run(run_key: RunKey, session: DbSession) -> RunDetail:
+    return service.run_detail(session, run_key)
+
+
+@router.get("/{run_key}/steps/{step}", response_model=StepDetail,
+            summary="One step: aligned spans, per-rank breakdown, measured vs theoretical bubble")
+def get_step(run_key: RunKey, step: Annotated[int, Path(ge=0)], session: DbSession) -> StepDetail:
+    return service.step_detail(session, run_key, step)

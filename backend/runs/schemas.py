@@ -1,0 +1,86 @@
+"""API shapes for runs, ranks and steps."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, Strict
+
+from bubblescope.backend.analysis.model import RankBreakdown, StepBubble
+
+
+class RunRegistration(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=128)]
+    world_size: Annotated[int, Strict(), Field(ge=1, le=1_000_000)]
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class RankRegistration(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: Annotated[str, Field(min_length=1, max_length=255)]
+    pid: Annotated[int, Strict(), Field(ge=0)]
+    stage: Annotated[int, Strict(), Field(ge=0)] | None = None
+    stages: list[Annotated[int, Strict(), Field(ge=0)]] | None = None
+    clock_offset_ns: Annotated[int, Strict()] = 0
+    clock_uncertainty_ns: Annotated[int, Strict(), Field(ge=0)] = 0
+
+
+class RankOut(BaseModel):
+    rank: int
+    host: str
+    pid: int
+    stage: int | None
+    clock_offset_ns: int
+    clock_uncertainty_ns: int
+    dropped_spans: int
+
+
+class RunSummary(BaseModel):
+    key: str
+    name: str
+    world_size: int
+    config: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    step_count: int
+
+
+class StepSummary(BaseModel):
+    step: int
+    ranks_reported: int
+    wall_ns: int = Field(description="aligned first start to last end over the ranks")
+    mean_compute_ns: int
+    mean_comm_ns: int
+    mean_idle_ns: int
+    has_spans: bool
+
+
+class RunDetail(RunSummary):
+    ranks: list[RankOut]
+    steps: list[StepSummary]
+
+
+class SpanOut(BaseModel):
+    rank: int
+    kind: str
+    start_ns: int = Field(description="aligned to rank 0's clock, relative to the step's start")
+    end_ns: int
+    stage: int | None
+    microbatch: int | None
+    peer: int | None
+    bytes: int | None
+    group: str | None
+    name: str | None
+
+
+class StepDetail(BaseModel):
+    run_key: str
+    step: int
+    origin_ns: int = Field(description="aligned epoch ns that span times are relative to")
+    spans: list[SpanOut]
+    breakdown: list[RankBreakdown]
+    bubble: StepBubble

@@ -1,0 +1,149 @@
+"""Run registration and the read views: run list, run detail, one step's timeline."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from sqlalchemy.orm import Session
+
+from bubblescope.backend.analysis.breakdown import step_breakdown, step_bubble
+from bubblescope.backend.analysis.model import TimedSpan
+from bubblescope.backend.db.models import RankInfo, Run, StepAggregate
+from bubblescope.backend.errors import ApiError
+from bubblescope.backend.runs import repository
+from bubblescope.backend.runs.schemas import (
+    RankOut,
+    RankRegistration,
+    RunDetail,
+    RunRegistration,
+    RunSummary,
+    SpanOut,
+    StepDetail,
+    StepSummary,
+)
+
+
+def require_run(session: Session, key: str) -> Run:
+    run = repository.find_run(session, key)
+    if run is None:
+        raise ApiError(404, ["path", "run_key"], f"no run with key {key!r}")
+    return run
+
+
+def register_run(session: Session, key: str, registration: RunRegistration) -> RunSummary:
+    run = repository.register_run(
+        session, key, registration.name, registration.world_size, registration.config
+    )
+    return _summary(run, step_count=0)
+
+
+def register_rank(session: Session, key: str, rank: int, registration: RankRegistration) -> RankOut:
+    run = require_run(session, key)
+    if rank >= run.world_size:
+        raise ApiError(422, ["path", "rank"], f"rank {rank} is not below the run's world_size {run.world_size}")
+    values = registration.model_dump(exclude={"stages"}, exclude_none=True)
+    repository.register_rank(session, run.id, rank, values)
+    info = next(r for r in repository.ranks_of(session, run.id) if r.rank == rank)
+    return _rank_out(info)
+
+
+def list_runs(session: Session, limit: int, offset: int) -> list[RunSummary]:
+    return [_summary(run, count) for run, count in repository.list_runs(session, limit, offset)]
+
+
+def run_detail(session: Session, key: str) -> RunDetail:
+    run = require_run(session, key)
+    ranks = repository.ranks_of(session, run.id)
+    offsets = {info.rank: info.clock_offset_ns for info in ranks}
+    with_spans = repository.steps_with_spans(session, run.id)
+    by_step: dict[int, list[StepAggregate]] = defaultdict(list)
+    for aggregate in repository.step_aggregates(session, run.id):
+        by_step[aggregate.step].append(aggregate)
+    steps = [_step_summary(step, rows, offsets, step in with_spans) for step, rows in sorted(by_step.items())]
+    return RunDetail(
+        **_summary(run, len(steps)).model_dump(),
+        ranks=[_rank_out(info) for info in ranks],
+        steps=steps,
+    )
+
+
+def step_detail(session: Session, key: str, step: int) -> StepDetail:
+    """Spans of one step on an aligned time axis, each rank's breakdown, and the step's bubble."""
+    run = require_run(session, key)
+    ranks = repository.ranks_of(session, run.id)
+    offsets = {info.rank: info.clock_offset_ns for info in ranks}
+    stages = {info.rank: info.stage for info in ranks}
+    aggregates = repository.step_aggregates(session, run.id, step)
+    rows = repository.spans_of_step(session, run.id, step)
+    if not aggregates and not rows:
+        raise ApiError(404, ["path", "step"], f"run {key!r} has no data for step {step}")
+    spans = [
+        TimedSpan(r.rank, r.kind, r.start_ns - offsets.get(r.rank, 0), r.end_ns - offsets.get(r.rank, 0),
+                  r.stage, r.microbatch, r.peer, r.name)
+        for r in rows
+    ]
+    windows = {a.rank: (a.start_ns - offsets.get(a.rank, 0), a.end_ns - offsets.get(a.rank, 0)) for a in aggregates}
+    reported = set(windows)
+    for span in spans:  # a rank with spans but no aggregate: first span start to last span end
+        if span.rank not in reported:
+            lo, hi = windows.get(span.rank, (span.start_ns, span.end_ns))
+            windows[span.rank] = (min(lo, span.start_ns), max(hi, span.end_ns))
+    breakdowns = step_breakdown(spans, windows, stages)
+    config = run.config or {}
+    bubble = step_bubble(
+        breakdowns,
+        windows,
+        config.get("schedule"),
+        config.get("num_stages"),
+        config.get("num_microbatches"),
+        int(config.get("virtual_stages", 1) or 1),
+    )
+    origin = min(lo for lo, _ in windows.values())
+    return StepDetail(
+        run_key=key,
+        step=step,
+        origin_ns=origin,
+        spans=[
+            SpanOut(
+                rank=row.rank, kind=row.kind, start_ns=span.start_ns - origin,
+                end_ns=span.end_ns - origin, stage=row.stage, microbatch=row.microbatch,
+                peer=row.peer, bytes=row.bytes, group=row.group, name=row.name,
+            )
+            for row, span in zip(rows, spans)
+        ],
+        breakdown=breakdowns,
+        bubble=bubble,
+    )
+
+
+def _summary(run: Run, step_count: int) -> RunSummary:
+    return RunSummary(
+        key=run.key, name=run.name, world_size=run.world_size, config=run.config or {},
+        created_at=run.created_at, updated_at=run.updated_at, step_count=step_count,
+    )
+
+
+def _rank_out(info: RankInfo) -> RankOut:
+    return RankOut(
+        rank=info.rank, host=info.host, pid=info.pid, stage=info.stage,
+        clock_offset_ns=info.clock_offset_ns, clock_uncertainty_ns=info.clock_uncertainty_ns,
+        dropped_spans=info.dropped_spans,
+    )
+
+
+def _step_summary(
+    step: int, rows: Sequence[StepAggregate], offsets: dict[int, int], has_spans: bool
+) -> StepSummary:
+    starts = [row.start_ns - offsets.get(row.rank, 0) for row in rows]
+    ends = [row.end_ns - offsets.get(row.rank, 0) for row in rows]
+    count = len(rows)
+    return StepSummary(
+        step=step,
+        ranks_reported=count,
+        wall_ns=max(ends) - min(starts),
+        mean_compute_ns=sum(row.compute_ns for row in rows) // count,
+        mean_comm_ns=sum(row.comm_ns for row in rows) // count,
+        mean_idle_ns=sum(row.idle_ns for row in rows) // count,
+        has_spans=has_spans,
+    )

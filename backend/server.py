@@ -1,0 +1,44 @@
+"""Running the service: resolve the database, migrate an embedded SQLite file, start uvicorn."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import uvicorn
+from platformdirs import user_data_dir
+
+from bubblescope.backend.app import create_app
+from bubblescope.backend.db import migrate
+from bubblescope.backend.db.engine import is_sqlite, normalise_url
+
+
+def default_db_url() -> str:
+    return normalise_url(str(Path(user_data_dir("bubblescope")) / "bubblescope.db"))
+
+
+def prepare_database(db: str | None) -> str:
+    """The normalised URL; an SQLite file is created or upgraded here, a server database is not."""
+    url = normalise_url(db) if db else default_db_url()
+    if is_sqlite(url):
+        migrate.upgrade(url)
+    return url
+
+
+def build_server(url: str, host: str, port: int) -> uvicorn.Server:
+    config = uvicorn.Config(create_app(url), host=host, port=port, log_level="warning", access_log=False)
+    return uvicorn.Server(config)
+
+
+def start_in_thread(server: uvicorn.Server, timeout_s: float = 20.0) -> threading.Thread:
+    """Run the server on a daemon thread and wait until it accepts connections."""
+    thread = threading.Thread(target=server.run, name="bubblescope-server", daemon=True)
+    thread.start()
+    deadline = threading.Event()
+    waited = 0.0
+    while not server.started and waited < timeout_s and thread.is_alive():
+        deadline.wait(0.05)
+        waited += 0.05
+    if not server.started:
+        raise RuntimeError("the bubblescope service did not start")
+    return thread

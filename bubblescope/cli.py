@@ -1,0 +1,103 @@
+"""The ``bubblescope`` command: serve, demo, db upgrade|current, upload-spool."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from bubblescope.backend.db.migrate import SchemaOutOfDate
+    from bubblescope.backend.server import build_server, prepare_database
+
+    url = prepare_database(args.db)
+    try:
+        server = build_server(url, args.host, args.port)
+    except SchemaOutOfDate as error:
+        print(f"bubblescope serve: {error}", file=sys.stderr)
+        return 2
+    print(f"bubblescope service on http://{args.host}:{args.port} (database {url})", flush=True)
+    server.run()
+    return 0
+
+
+def _db(args: argparse.Namespace) -> int:
+    from bubblescope.backend.db import migrate
+    from bubblescope.backend.db.engine import build_engine
+    from bubblescope.backend.server import default_db_url
+
+    url = args.db or default_db_url()
+    if args.db_command == "upgrade":
+        migrate.upgrade(url)
+    engine = build_engine(url)
+    print(f"schema revision {migrate.current_revision(engine)} (head {migrate.head_revision(url)})")
+    return 0
+
+
+def _upload(args: argparse.Namespace) -> int:
+    from bubblescope.collector import upload_spool
+    from bubblescope.collector.config import default_spool_dir
+
+    result = upload_spool(args.spool_dir or default_spool_dir(), args.url, args.token)
+    print(f"delivered {result.delivered}, rejected {result.rejected}, still spooled {result.remaining}")
+    return 0 if result.remaining == 0 else 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from bubblescope.demo import main
+
+    return main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bubblescope", description="Pipeline-bubble diagnostics for PyTorch training")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the service")
+    serve.add_argument("--db", help="SQLAlchemy URL or SQLite file path (default: user data dir)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8765)
+    serve.set_defaults(handler=_serve)
+
+    demo = commands.add_parser("demo", help="service + a real CPU pipeline-parallel job streaming into it")
+    demo.add_argument("--schedule", choices=["gpipe", "1f1b"], default="1f1b")
+    demo.add_argument("--stages", type=int, default=4, help="pipeline stages = processes")
+    demo.add_argument("--microbatches", type=int, default=8)
+    demo.add_argument("--steps", type=int, default=20)
+    demo.add_argument("--hidden", type=int, default=512)
+    demo.add_argument("--layers-per-stage", type=int, default=2)
+    demo.add_argument("--microbatch-size", type=int, default=32)
+    demo.add_argument("--url", help="with --no-serve: the running service to stream into")
+    demo.add_argument("--no-serve", action="store_true", help="only run the job, against --url")
+    demo.add_argument("--db", help="database for the embedded service (default: user data dir)")
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--port", type=int, default=0, help="service port (default: a free one)")
+    demo.add_argument("--exit-after-job", action="store_true", help="stop serving when the job ends")
+    demo.set_defaults(handler=_demo)
+
+    db = commands.add_parser("db", help="database schema (Alembic migrations)")
+    db.add_argument("db_command", choices=["upgrade", "current"])
+    db.add_argument("--db", help="SQLAlchemy URL or SQLite file path")
+    db.set_defaults(handler=_db)
+
+    upload = commands.add_parser("upload-spool", help="send spooled batches to a service")
+    upload.add_argument("--url", required=True)
+    upload.add_argument("--token")
+    upload.add_argument("--spool-dir")
+    upload.set_defaults(handler=_upload)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except ModuleNotFoundError as error:
+        print(f"bubblescope {args.command}: missing {error.name!r}; install bubblescope[server] "
+              f"(and torch for the demo)", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

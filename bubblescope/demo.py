@@ -1,0 +1,80 @@
+"""``bubblescope demo``: a local service plus a real CPU pipeline-parallel job streaming into it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def job_command(args: argparse.Namespace) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc-per-node={args.stages}", "-m", "bubblescope.demo_job",
+        f"--schedule={args.schedule}", f"--microbatches={args.microbatches}",
+        f"--steps={args.steps}", f"--hidden={args.hidden}",
+        f"--layers-per-stage={args.layers_per_stage}", f"--microbatch-size={args.microbatch_size}",
+    ]
+
+
+def run_job(args: argparse.Namespace, url: str, run_key: str) -> int:
+    env = {
+        **os.environ,
+        "BUBBLESCOPE_URL": url,
+        "BUBBLESCOPE_RUN_ID": run_key,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    print(f"training: {args.stages} stages, {args.schedule}, {args.microbatches} micro-batches, "
+          f"{args.steps} steps", flush=True)
+    return subprocess.call(job_command(args), env=env)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.stages < 2:
+        print("bubblescope demo: --stages must be at least 2 (one pipeline stage per process)", file=sys.stderr)
+        return 2
+    if args.schedule == "1f1b" and args.microbatches < args.stages:
+        print("bubblescope demo: 1f1b needs --microbatches >= --stages", file=sys.stderr)
+        return 2
+    run_key = f"demo-{args.schedule}-p{args.stages}m{args.microbatches}-{uuid.uuid4().hex[:8]}"
+    if args.no_serve:
+        if not args.url:
+            print("bubblescope demo: --no-serve needs --url of a running service", file=sys.stderr)
+            return 2
+        code = run_job(args, args.url, run_key)
+        print(f"run page: {args.url.rstrip('/')}/runs/{run_key}")
+        return code
+
+    from bubblescope.backend.server import build_server, prepare_database, start_in_thread
+
+    url_db = prepare_database(args.db)
+    port = args.port or free_port(args.host)
+    server = build_server(url_db, args.host, port)
+    start_in_thread(server)
+    base = f"http://{args.host}:{port}"
+    print(f"bubblescope service on {base} (database {url_db})", flush=True)
+    print(f"dashboard: {base}/runs/{run_key}", flush=True)
+    code = run_job(args, base, run_key)
+    print(f"training job finished with exit code {code}", flush=True)
+    print(f"open the dashboard: {base}/runs/{run_key}", flush=True)
+    if args.exit_after_job:
+        server.should_exit = True
+        return code
+    print("serving until Ctrl-C", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.should_exit = True
+    return code

@@ -1,0 +1,109 @@
+"""The demo's training job: a multi-layer MLP pipelined over every rank with torch.distributed.pipelining.
+
+Run under torchrun (gloo, CPU), one pipeline stage per rank::
+
+    torchrun --standalone --nproc-per-node 4 -m bubblescope.demo_job --schedule 1f1b --microbatches 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+from bubblescope import collector
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--schedule", choices=sorted(SCHEDULES), default="1f1b")
+    parser.add_argument("--microbatches", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--layers-per-stage", type=int, default=2)
+    parser.add_argument("--microbatch-size", type=int, default=32)
+    parser.add_argument("--run", default=None, help="run name (default demo-<schedule>)")
+    parser.add_argument("--no-collector", action="store_true", help="train without bubblescope")
+    return parser.parse_args(argv)
+
+
+def build_stage_module(hidden: int, layers: int, seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    blocks: list[nn.Module] = []
+    for _ in range(layers):
+        blocks += [nn.Linear(hidden, hidden), nn.GELU()]
+    return nn.Sequential(*blocks)
+
+
+def train(args: argparse.Namespace) -> list[float]:
+    """Train ``args.steps`` steps; returns each step's wall time in seconds (rank-local)."""
+    import time
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    stage = PipelineStage(
+        build_stage_module(args.hidden, args.layers_per_stage, seed=rank),
+        stage_index=rank,
+        num_stages=world,
+        device=torch.device("cpu"),
+    )
+    schedule = SCHEDULES[args.schedule](
+        stage, n_microbatches=args.microbatches, loss_fn=nn.functional.mse_loss
+    )
+    collector.instrument(schedule)
+    optimizer = torch.optim.SGD(stage.submod.parameters(), lr=1e-3)
+    batch_size = args.microbatches * args.microbatch_size
+    generator = torch.Generator().manual_seed(1234)
+    step_times: list[float] = []
+    for _ in range(args.steps):
+        started = time.perf_counter()
+        with collector.step():
+            with collector.span("data_loading"):
+                inputs = torch.randn(batch_size, args.hidden, generator=generator)
+                targets = torch.randn(batch_size, args.hidden, generator=generator)
+            optimizer.zero_grad(set_to_none=True)
+            if stage.is_first:
+                schedule.step(inputs)
+            elif stage.is_last:
+                schedule.step(target=targets)
+            else:
+                schedule.step()
+            with collector.span("optimizer"):
+                optimizer.step()
+        step_times.append(time.perf_counter() - started)
+    return step_times
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(int(os.environ.get("BUBBLESCOPE_DEMO_THREADS", "1")))
+    dist.init_process_group("gloo")
+    if not args.no_collector:
+        collector.init(
+            run=args.run or f"demo-{args.schedule}",
+            config={
+                "model": "mlp",
+                "hidden": args.hidden,
+                "layers_per_stage": args.layers_per_stage,
+                "microbatch_size": args.microbatch_size,
+                "global_batch": args.microbatches * args.microbatch_size,
+            },
+        )
+    step_times = train(args)
+    collector.shutdown()
+    if dist.get_rank() == 0:
+        out = os.environ.get("BUBBLESCOPE_DEMO_TIMES")
+        if out:
+            with open(out, "w") as handle:
+                handle.write("\n".join(f"{t:.6f}" for t in step_times))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
