@@ -1,0 +1,25 @@
+"use strict";
+// Small helpers shared by the pages.
+const bs = {
+  async getJson(path) {
+    const response = await fetch(path, { headers: { Accept: "application/json" } });
+    if (!response.ok) {
+      let message = `${response.status} ${response.statusText}`;
+      try { const body = await response.json(); message = body.detail.map((d) => d.msg).join("; "); } catch (_) { /* keep status */ }
+      throw new Error(message);
+    }
+    return response.json();
+  },
+  ms(ns) { return (ns / 1e6).toFixed(1); },
+  pct(part, whole) { return whole ? `${((100 * part) / whole).toFixed(1)}%` : "—"; },
+  el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+    for (const child of children) node.append(child);
+    return node;
+  },
+  cell(text, cls) { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; return td; },
+  fact(label, value, small) {
+    return bs.el("div", { class: "fact" }, bs.el("div", { class: "label" }, label), bs.el("div", { class: small ? "value small" : "value" }, value));
+  },
+};
