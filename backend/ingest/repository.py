@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from itertools import repeat
 from typing import Any
 
 from sqlalchemy import insert, update
 from sqlalchemy.orm import Session
 
 from bubblescope.backend.db.models import IngestedBatch, RankInfo, Span, StepAggregate
-from bubblescope.backend.db.upsert import insert_on_conflict
+from bubblescope.backend.db.upsert import conflict_insert, insert_on_conflict
 from bubblescope.backend.ingest.schemas import SpanColumns, StepAggregateIn
 
 _SPAN_COLUMNS = ("step", "kind", "start_ns", "end_ns", "stage", "microbatch", "peer", "bytes", "group", "name")
@@ -19,14 +18,15 @@ _STEP_UPDATE = ("start_ns", "end_ns", "compute_ns", "comm_ns", "exposed_comm_ns"
 def claim_batch(session: Session, run_id: int, rank: int, seq: int, span_count: int) -> bool:
     """Record (run, rank, seq); False when it was already stored (a retry)."""
     row = {"run_id": run_id, "rank": rank, "seq": seq, "span_count": span_count}
-    return insert_on_conflict(session, IngestedBatch.__table__, [row], ("run_id", "rank", "seq")) == 1
+    statement = conflict_insert(session, IngestedBatch.__table__, ("run_id", "rank", "seq"))
+    return session.execute(statement.values(row).returning(IngestedBatch.seq)).first() is not None
 
 
 def insert_spans(session: Session, run_id: int, rank: int, spans: SpanColumns) -> int:
     count = len(spans.step)
     if count == 0:
         return 0
-    nothing = repeat(None, count)
+    nothing: list[None] = [None] * count
     columns = [getattr(spans, name) or nothing for name in _SPAN_COLUMNS]
     keys = ("run_id", "rank", *_SPAN_COLUMNS)
     rows: list[dict[str, Any]] = [dict(zip(keys, (run_id, rank, *values))) for values in zip(*columns)]

@@ -13,7 +13,11 @@ def check_batch(batch: IngestBatchIn, world_size: int) -> None:
     if batch.rank >= world_size:
         raise ApiError(422, ["body", "rank"], f"rank {batch.rank} is not below the run's world_size {world_size}")
     _check_spans(batch.spans)
+    seen: set[int] = set()
     for index, step in enumerate(batch.steps):
+        if step.step in seen:
+            raise ApiError(422, ["body", "steps", index, "step"], f"step {step.step} appears more than once in the batch")
+        seen.add(step.step)
         if step.end_ns < step.start_ns:
             raise ApiError(
                 422,

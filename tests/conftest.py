@@ -1,0 +1,68 @@
+"""Fixtures shared by every test package."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bubblescope.backend.db import migrate
+from tests.support import (
+    REPO,
+    LiveServer,
+    create_postgres_database,
+    drop_postgres_database,
+    postgres_unreachable_reason,
+    start_server,
+)
+
+BACKENDS = ["sqlite", "postgres"]
+
+
+@pytest.fixture(scope="session")
+def output_dir() -> Path:
+    """Screenshots and logs a person may want to look at after the run."""
+    path = REPO / "test-output"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def _database(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'bubblescope.db'}"
+        migrate.upgrade(url)
+        yield url
+        return
+    reason = postgres_unreachable_reason()
+    if reason:
+        pytest.skip(reason)
+    url, name = create_postgres_database()
+    try:
+        migrate.upgrade(url)
+        yield url
+    finally:
+        drop_postgres_database(name)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database built by running the migrations: SQLite always, PostgreSQL when reachable."""
+    yield from _database(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def server(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A real ``bubblescope serve`` (uvicorn) process on a free loopback port."""
+    live = start_server(db_url, tmp_path_factory.mktemp("server"))
+    yield live
+    live.stop()
+
+
+@pytest.fixture(scope="module")
+def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'bubblescope.db'}"
+    migrate.upgrade(url)
+    live = start_server(url, tmp_path_factory.mktemp("server"))
+    yield live
+    live.stop()

@@ -1,0 +1,157 @@
+"""Test helpers: databases built by the migrations, a real uvicorn server, real torchrun jobs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+PG_ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3"
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
+
+
+def postgres_unreachable_reason() -> str | None:
+    try:
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN_DSN):
+            return None
+    except Exception as error:  # noqa: BLE001
+        return f"PostgreSQL at 127.0.0.1:5432 unreachable: {error}"
+
+
+def create_postgres_database() -> tuple[str, str]:
+    """A fresh empty database; returns (url, name)."""
+    import psycopg
+
+    name = f"bubblescope_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    return PG_URL.format(database=name), name
+
+
+def drop_postgres_database(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class LiveServer:
+    url: str
+    db_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def start_server(db_url: str, log_dir: Path) -> LiveServer:
+    port = free_port()
+    log_path = log_dir / f"server-{port}.log"
+    handle = open(log_path, "wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bubblescope.cli", "serve", "--db", db_url, "--port", str(port)],
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited early: {log_path.read_text()}")
+        try:
+            if httpx.get(f"{url}/api/v1/health", timeout=1).status_code == 200:
+                return LiveServer(url, db_url, process, log_path)
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"server did not start: {log_path.read_text()}")
+
+
+def gzip_json(document: Any) -> bytes:
+    return gzip.compress(json.dumps(document).encode())
+
+
+@dataclass(frozen=True)
+class JobResult:
+    run_key: str
+    returncode: int
+    output: str
+    wall_s: float
+
+
+def run_pipeline_job(
+    url: str,
+    *,
+    stages: int,
+    schedule: str,
+    microbatches: int,
+    steps: int = 4,
+    hidden: int = 256,
+    microbatch_size: int = 16,
+    spool_dir: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+    timeout_s: float = 300,
+) -> JobResult:
+    """A real torchrun job (gloo, CPU) of the demo pipeline, instrumented by the collector."""
+    run_key = f"test-{schedule}-p{stages}m{microbatches}-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "BUBBLESCOPE_URL": url,
+        "BUBBLESCOPE_RUN_ID": run_key,
+        "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.2",
+        "OMP_NUM_THREADS": "1",
+        **(extra_env or {}),
+    }
+    if spool_dir is not None:
+        env["BUBBLESCOPE_SPOOL_DIR"] = str(spool_dir)
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={stages}",
+        "-m", "bubblescope.demo_job", f"--schedule={schedule}", f"--microbatches={microbatches}",
+        f"--steps={steps}", f"--hidden={hidden}", f"--microbatch-size={microbatch_size}",
+    ]
+    started = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+    return JobResult(run_key, done.returncode, done.stdout + done.stderr, time.monotonic() - started)
+
+
+def wait_for_steps(client: httpx.Client, run_key: str, ranks: int, steps: int, timeout_s: float = 30) -> dict[str, Any]:
+    """Run detail once every rank reported every step (the collector ships asynchronously)."""
+    deadline = time.monotonic() + timeout_s
+    detail: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        response = client.get(f"/api/v1/runs/{run_key}")
+        if response.status_code == 200:
+            detail = response.json()
+            complete = [s for s in detail["steps"] if s["ranks_reported"] == ranks and s["has_spans"]]
+            if len(complete) >= steps:
+                return detail
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_key} incomplete after {timeout_s}s: {detail}")
