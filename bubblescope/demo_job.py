@@ -41,6 +41,25 @@ def build_stage_module(hidden: int, layers: int, seed: int) -> nn.Module:
     return nn.Sequential(*blocks)
 
 
+def clip_grad_norm_across_stages(parameters: list[torch.nn.Parameter], max_norm: float) -> float:
+    """Global gradient-norm clipping over every pipeline stage, as real trainers do.
+
+    The all-reduce of the squared norm also ends every rank's step together, as in training.
+    """
+    squared = torch.zeros(1)
+    for parameter in parameters:
+        if parameter.grad is not None:
+            squared += parameter.grad.detach().pow(2).sum()
+    with collector.span("all_reduce", group="pp", name="grad_norm", bytes=squared.element_size()):
+        dist.all_reduce(squared)
+    norm = float(squared.sqrt())
+    if norm > max_norm:
+        for parameter in parameters:
+            if parameter.grad is not None:
+                parameter.grad.mul_(max_norm / (norm + 1e-6))
+    return norm
+
+
 def train(args: argparse.Namespace) -> list[float]:
     """Train ``args.steps`` steps; returns each step's wall time in seconds (rank-local)."""
     import time
@@ -56,7 +75,8 @@ def train(args: argparse.Namespace) -> list[float]:
         stage, n_microbatches=args.microbatches, loss_fn=nn.functional.mse_loss
     )
     collector.instrument(schedule)
-    optimizer = torch.optim.SGD(stage.submod.parameters(), lr=1e-3)
+    parameters = list(stage.submod.parameters())
+    optimizer = torch.optim.SGD(parameters, lr=1e-3)
     batch_size = args.microbatches * args.microbatch_size
     generator = torch.Generator().manual_seed(1234)
     step_times: list[float] = []
@@ -73,6 +93,7 @@ def train(args: argparse.Namespace) -> list[float]:
                 schedule.step(target=targets)
             else:
                 schedule.step()
+            clip_grad_norm_across_stages(parameters, max_norm=1.0)
             with collector.span("optimizer"):
                 optimizer.step()
         step_times.append(time.perf_counter() - started)

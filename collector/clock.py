@@ -16,8 +16,25 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-_ANCHOR_NS = time.time_ns() - time.perf_counter_ns()
 _perf_counter_ns = time.perf_counter_ns
+
+
+def _read_anchor(reads: int = 25) -> int:
+    """Epoch minus performance-counter time, from the read pair bracketed most tightly.
+
+    A process descheduled between the two reads would otherwise carry a millisecond error.
+    """
+    best_gap, best_anchor = None, 0
+    for _ in range(reads):
+        before = _perf_counter_ns()
+        wall = time.time_ns()
+        after = _perf_counter_ns()
+        if best_gap is None or after - before < best_gap:
+            best_gap, best_anchor = after - before, wall - (before + after) // 2
+    return best_anchor
+
+
+_ANCHOR_NS = _read_anchor()
 
 
 def now_ns() -> int:
@@ -33,7 +50,7 @@ class ClockOffset:
     uncertainty_ns: int
 
 
-def estimate_offset_to_rank0(dist: Any, rounds: int = 8) -> ClockOffset:
+def estimate_offset_to_rank0(dist: Any, rounds: int = 16) -> ClockOffset:
     """Ping-pong with rank 0 over the default process group; every rank must call this.
 
     Rank 0 answers each rank in turn: the rank sends t1, rank 0 stamps t2 on receipt and

@@ -1,0 +1,116 @@
+"""Real torchrun pipeline jobs (gloo, CPU) stream into a real server; the timings must make sense."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support import LiveServer, run_pipeline_job, wait_for_steps
+
+pytestmark = pytest.mark.slow
+STEPS = 4
+# (stages, schedule, micro-batch counts): 2- and 4-rank jobs, GPipe and 1F1B, two m each.
+MATRIX = [(2, "gpipe", (2, 8)), (4, "1f1b", (4, 8)), (4, "gpipe", (4, 8))]
+
+
+def step_details(client: httpx.Client, run_key: str, stages: int) -> list[dict[str, Any]]:
+    """Each step's detail, with the run's clock uncertainty per rank added as ``uncertainty``."""
+    detail = wait_for_steps(client, run_key, ranks=stages, steps=STEPS)
+    assert detail["world_size"] == stages
+    uncertainty = {r["rank"]: r["clock_uncertainty_ns"] for r in detail["ranks"]}
+    steps = [client.get(f"/api/v1/runs/{run_key}/steps/{s['step']}").json() for s in detail["steps"]]
+    return [{**step, "uncertainty": uncertainty} for step in steps]
+
+
+@pytest.fixture(scope="module")
+def jobs(sqlite_server: LiveServer) -> dict[tuple[int, str, int], list[dict[str, Any]]]:
+    """Every job of MATRIX run once; per job, each step's detail from the API."""
+    results: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
+    with sqlite_server.client() as client:
+        for stages, schedule, counts in MATRIX:
+            for m in counts:
+                job = run_pipeline_job(sqlite_server.url, stages=stages, schedule=schedule, microbatches=m, steps=STEPS)
+                assert job.returncode == 0, job.output[-3000:]
+                results[(stages, schedule, m)] = step_details(client, job.run_key, stages)
+    return results
+
+
+def cases() -> list[tuple[int, str, int]]:
+    return [(stages, schedule, m) for stages, schedule, counts in MATRIX for m in counts]
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda c: f"p{c[0]}-{c[1]}-m{c[2]}")
+def test_every_rank_has_m_forwards_and_backwards_with_stage_and_microbatch(jobs: dict, case: tuple) -> None:
+    stages, _schedule, m = case
+    for detail in jobs[case]:
+        for rank in range(stages):
+            spans = [s for s in detail["spans"] if s["rank"] == rank]
+            for kind in ("forward", "backward"):
+                of_kind = [s for s in spans if s["kind"] == kind]
+                assert sorted(s["microbatch"] for s in of_kind) == list(range(m)), (rank, kind, detail["step"])
+                assert {s["stage"] for s in of_kind} == {rank}
+            received = Counter((s["name"], s["peer"]) for s in spans if s["kind"] == "recv")
+            expected_recv = Counter()
+            if rank > 0:
+                expected_recv[("fwd", rank - 1)] = m
+            if rank < stages - 1:
+                expected_recv[("bwd", rank + 1)] = m
+            assert received == expected_recv, (rank, detail["step"])
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda c: f"p{c[0]}-{c[1]}-m{c[2]}")
+def test_dependency_order_holds_on_the_aligned_timeline(jobs: dict, case: tuple) -> None:
+    stages, _schedule, m = case
+    for detail in jobs[case]:
+        # Within the clock tolerance: the two ranks' offset uncertainties, plus 50 µs of timer slack.
+        tolerance = lambda a, b: detail["uncertainty"][a] + detail["uncertainty"][b] + 50_000  # noqa: E731
+        forward_end = {(s["stage"], s["microbatch"]): s["end_ns"] for s in detail["spans"] if s["kind"] == "forward"}
+        forward_start = {(s["stage"], s["microbatch"]): s["start_ns"] for s in detail["spans"] if s["kind"] == "forward"}
+        backward_end = {(s["stage"], s["microbatch"]): s["end_ns"] for s in detail["spans"] if s["kind"] == "backward"}
+        backward_start = {(s["stage"], s["microbatch"]): s["start_ns"] for s in detail["spans"] if s["kind"] == "backward"}
+        for stage in range(stages - 1):
+            for j in range(m):
+                slack = tolerance(stage, stage + 1)
+                assert forward_start[(stage + 1, j)] >= forward_end[(stage, j)] - slack, (
+                    "forward", stage, j, forward_end[(stage, j)] - forward_start[(stage + 1, j)], slack)
+                assert backward_start[(stage, j)] >= backward_end[(stage + 1, j)] - slack, (
+                    "backward", stage, j, backward_end[(stage + 1, j)] - backward_start[(stage, j)], slack)
+
+
+def median_over_steps(details: list[dict[str, Any]], pick: Any) -> float:
+    return statistics.median(pick(detail) for detail in details[1:])  # step 0 includes warm-up
+
+
+@pytest.mark.parametrize("stages", [2, 4])
+def test_gpipe_first_stage_waits_more_than_last(jobs: dict, stages: int) -> None:
+    for m in dict((s, c) for s, sch, c in MATRIX if sch == "gpipe")[stages]:
+        details = jobs[(stages, "gpipe", m)]
+
+        def bubble_of(rank: int) -> Any:
+            return lambda d: next(b["bubble_ns"] for b in d["breakdown"] if b["rank"] == rank)
+
+        first, last = median_over_steps(details, bubble_of(0)), median_over_steps(details, bubble_of(stages - 1))
+        assert first > last, (stages, m, first, last)
+
+
+@pytest.mark.parametrize("stages,schedule", [(s, sch) for s, sch, _ in MATRIX])
+def test_measured_bubble_falls_as_microbatches_grow(jobs: dict, stages: int, schedule: str) -> None:
+    few, many = dict(((s, sch), c) for s, sch, c in MATRIX)[(stages, schedule)]
+    measured = lambda d: d["bubble"]["measured_fraction"]  # noqa: E731
+    bubble_few = median_over_steps(jobs[(stages, schedule, few)], measured)
+    bubble_many = median_over_steps(jobs[(stages, schedule, many)], measured)
+    assert bubble_many < bubble_few, (bubble_few, bubble_many)
+    theory = jobs[(stages, schedule, many)][-1]["bubble"]
+    assert theory["theoretical_fraction"] == pytest.approx((stages - 1) / (many + stages - 1))
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda c: f"p{c[0]}-{c[1]}-m{c[2]}")
+def test_breakdown_parts_add_up_to_the_window(jobs: dict, case: tuple) -> None:
+    for detail in jobs[case]:
+        for b in detail["breakdown"]:
+            assert b["compute_ns"] + b["transfer_ns"] + b["dependency_wait_ns"] + b["idle_ns"] == b["window_ns"]
+            assert b["compute_ns"] > 0 and 0 <= b["bubble_fraction"] < 1
