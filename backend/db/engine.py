@@ -35,12 +35,17 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def ensure_sqlite_directory(url: str) -> None:
+    """SQLite creates the file but not its folder."""
+    database = make_url(url).database
+    if is_sqlite(url) and database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+
+
 def build_engine(url: str) -> Engine:
     url = normalise_url(url)
     if is_sqlite(url):
-        database = make_url(url).database
-        if database and database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        ensure_sqlite_directory(url)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 import bubblescope.migrations as migrations_package
 
-from bubblescope.backend.db.engine import normalise_url
+from bubblescope.backend.db.engine import ensure_sqlite_directory, normalise_url
 
 
 def alembic_config(url: str) -> Config:
@@ -23,6 +23,7 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
+    ensure_sqlite_directory(normalise_url(url))
     command.upgrade(alembic_config(url), revision)
 
 

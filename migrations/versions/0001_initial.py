@@ -34,7 +34,7 @@ def upgrade() -> None:
     op.create_table(
         "ranks",
         sa.Column("id", _ID, primary_key=True),
-        sa.Column("run_id", sa.BigInteger(), nullable=False),
+        sa.Column("run_id", _ID, nullable=False),
         sa.Column("rank", sa.Integer(), nullable=False),
         sa.Column("host", sa.String(255), nullable=False),
         sa.Column("pid", sa.BigInteger(), nullable=False),
@@ -49,7 +49,7 @@ def upgrade() -> None:
     op.create_table(
         "steps",
         sa.Column("id", _ID, primary_key=True),
-        sa.Column("run_id", sa.BigInteger(), nullable=False),
+        sa.Column("run_id", _ID, nullable=False),
         sa.Column("rank", sa.Integer(), nullable=False),
         sa.Column("step", sa.BigInteger(), nullable=False),
         sa.Column("start_ns", sa.BigInteger(), nullable=False),
@@ -66,7 +66,7 @@ def upgrade() -> None:
     op.create_table(
         "spans",
         sa.Column("id", _ID, primary_key=True),
-        sa.Column("run_id", sa.BigInteger(), nullable=False),
+        sa.Column("run_id", _ID, nullable=False),
         sa.Column("rank", sa.Integer(), nullable=False),
         sa.Column("step", sa.BigInteger(), nullable=False),
         sa.Column("kind", sa.String(32), nullable=False),
@@ -84,7 +84,7 @@ def upgrade() -> None:
     op.create_index("ix_spans_run_step", "spans", ["run_id", "step"])
     op.create_table(
         "ingested_batches",
-        sa.Column("run_id", sa.BigInteger(), nullable=False),
+        sa.Column("run_id", _ID, nullable=False),
         sa.Column("rank", sa.Integer(), nullable=False),
         sa.Column("seq", sa.BigInteger(), nullable=False),
         sa.Column("span_count", sa.Integer(), nullable=False),

@@ -1,0 +1,64 @@
+"""The collector never hurts the job: server down for the whole job, then a later upload."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from bubblescope.collector import upload_spool
+from tests.support import LiveServer, free_port, run_pipeline_job
+
+pytestmark = pytest.mark.slow
+
+
+def span_count(db_url: str, run_key: str) -> int:
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as connection:
+            query = text("SELECT count(*) FROM spans s JOIN runs r ON r.id = s.run_id WHERE r.key = :key")
+            return int(connection.execute(query, {"key": run_key}).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def test_server_down_for_whole_job_then_upload_delivers_everything_once(
+    sqlite_server: LiveServer, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    dead_url = f"http://127.0.0.1:{free_port()}"  # nothing listens here
+    steps, m, stages = 3, 4, 2
+    job = run_pipeline_job(dead_url, stages=stages, schedule="gpipe", microbatches=m, steps=steps, spool_dir=spool)
+    assert job.returncode == 0, job.output[-3000:]
+    files = sorted(spool.rglob("*.msg"))
+    assert files, "nothing was spooled"
+    assert {p.parent.name for p in files} == {"rank0", "rank1"}
+    backup = tmp_path / "backup"
+    shutil.copytree(spool, backup)
+
+    result = upload_spool(spool, sqlite_server.url)
+    assert result.remaining == 0 and result.rejected == 0 and result.delivered == len(files)
+    # per rank per step: m forward + m backward + m send + m recv + data, all_reduce, optimizer
+    expected = stages * steps * (4 * m + 3)
+    assert span_count(sqlite_server.db_url, job.run_key) == expected
+    with sqlite_server.client() as client:
+        detail = client.get(f"/api/v1/runs/{job.run_key}").json()
+    assert [s["ranks_reported"] for s in detail["steps"]] == [stages] * steps
+
+    again = upload_spool(backup, sqlite_server.url)  # the same batches a second time
+    assert again.delivered == len(files) and again.remaining == 0
+    assert span_count(sqlite_server.db_url, job.run_key) == expected
+
+
+def test_disabled_collector_is_a_no_op(sqlite_server: LiveServer, tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    job = run_pipeline_job(
+        sqlite_server.url, stages=2, schedule="1f1b", microbatches=2, steps=2, spool_dir=spool,
+        extra_env={"BUBBLESCOPE_DISABLED": "1"},
+    )
+    assert job.returncode == 0, job.output[-3000:]
+    with sqlite_server.client() as client:
+        assert client.get(f"/api/v1/runs/{job.run_key}").status_code == 404
+    assert not spool.exists()

@@ -1,0 +1,69 @@
+"""Real headless Chromium (Debian's) opens the pages of a run streamed by a real job."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import LiveServer, run_pipeline_job, wait_for_steps
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not shutil.which(CHROMIUM):
+        pytest.skip(f"Debian chromium not installed at {CHROMIUM} (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield instance
+        instance.close()
+
+
+def test_run_page_shows_one_timeline_row_per_rank(
+    browser: Any, sqlite_server: LiveServer, output_dir: Path
+) -> None:
+    stages = 3
+    job = run_pipeline_job(sqlite_server.url, stages=stages, schedule="gpipe", microbatches=4, steps=3)
+    assert job.returncode == 0, job.output[-3000:]
+    with sqlite_server.client() as client:
+        wait_for_steps(client, job.run_key, ranks=stages, steps=3)
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    requests_outside: list[str] = []
+    page.on("request", lambda r: requests_outside.append(r.url) if "127.0.0.1" not in r.url else None)
+
+    page.goto(f"{sqlite_server.url}/")
+    page.wait_for_selector(f"a[href='/runs/{job.run_key}']", timeout=15_000)
+    page.click(f"a[href='/runs/{job.run_key}']")
+    page.wait_for_selector("body[data-rendered-step]", timeout=20_000)
+    rows = page.evaluate(
+        "() => [...new Set(document.getElementById('timeline').data.flatMap((t) => t.y))]"
+    )
+    assert sorted(rows) == sorted(f"rank {r} · stage {r}" for r in range(stages))
+    bars = page.locator("#timeline .barlayer .point").count()
+    assert bars >= stages * 2 * 4  # at least m forward and m backward bars per rank
+    assert page.locator("#breakdown tbody tr").count() == stages
+    measured = page.locator("#bubble-facts .fact").first.inner_text()
+    assert "MEASURED BUBBLE" in measured.upper() and "%" in measured
+    theory = page.locator("#bubble-facts").inner_text()
+    assert f"{100 * (stages - 1) / (4 + stages - 1):.1f}%" in theory
+    page.screenshot(path=str(output_dir / "run-page.png"), full_page=True)
+
+    options = page.locator("#step-select option").all_inner_texts()
+    assert len(options) == 3
+    page.select_option("#step-select", "1")
+    page.wait_for_selector("body[data-rendered-step='1']", timeout=10_000)
+    assert errors == [] and requests_outside == []
+    page.close()
