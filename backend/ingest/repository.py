@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from itertools import repeat
 
-from sqlalchemy import insert, update
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from bubblescope.backend.db.models import IngestedBatch, RankInfo, Span, StepAggregate
+from bubblescope.backend.db.bulk import insert_rows
+from bubblescope.backend.db.models import IngestedBatch, RankInfo, StepAggregate
 from bubblescope.backend.db.upsert import conflict_insert, insert_on_conflict
 from bubblescope.backend.ingest.schemas import SpanColumns, StepAggregateIn
 
@@ -28,9 +29,8 @@ def insert_spans(session: Session, run_id: int, rank: int, spans: SpanColumns) -
         return 0
     nothing: list[None] = [None] * count
     columns = [getattr(spans, name) or nothing for name in _SPAN_COLUMNS]
-    keys = ("run_id", "rank", *_SPAN_COLUMNS)
-    rows: list[dict[str, Any]] = [dict(zip(keys, (run_id, rank, *values))) for values in zip(*columns)]
-    session.execute(insert(Span.__table__), rows)
+    rows = zip(repeat(run_id, count), repeat(rank, count), *columns)
+    insert_rows(session, "spans", ("run_id", "rank", *_SPAN_COLUMNS), rows)
     return count
 
 
