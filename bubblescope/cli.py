@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-serve", action="store_true", help="only run the job, against --url")
     demo.add_argument("--db", help="database for the embedded service (default: user data dir)")
     demo.add_argument("--host", default="127.0.0.1")
-    demo.add_argument("--port", type=int, default=0, help="service port (default: a free one)")
+    demo.add_argument("--port", type=int, default=0, help="service port (default: 8765, or a free one if taken)")
     demo.add_argument("--exit-after-job", action="store_true", help="stop serving when the job ends")
     demo.set_defaults(handler=_demo)
 

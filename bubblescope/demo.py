@@ -11,10 +11,19 @@ import time
 import uuid
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+DEFAULT_PORT = 8765
+
+
+def free_port(host: str = "127.0.0.1", preferred: int = 0) -> int:
+    """``preferred`` when it is free, else any free port."""
+    for candidate in (preferred, 0) if preferred else (0,):
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, candidate))
+            except OSError:
+                continue
+            return int(probe.getsockname()[1])
+    raise OSError("no free port")
 
 
 def job_command(args: argparse.Namespace) -> list[str]:
@@ -59,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
     from bubblescope.backend.server import build_server, prepare_database, start_in_thread
 
     url_db = prepare_database(args.db)
-    port = args.port or free_port(args.host)
+    port = args.port or free_port(args.host, preferred=DEFAULT_PORT)
     server = build_server(url_db, args.host, port)
     start_in_thread(server)
     base = f"http://{args.host}:{port}"
