@@ -22,12 +22,15 @@ PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
 
 
 def postgres_unreachable_reason() -> str | None:
+    """Why PostgreSQL tests must skip, or None. With BUBBLESCOPE_REQUIRE_POSTGRES=1 (CI) it raises."""
     try:
         import psycopg
 
         with psycopg.connect(PG_ADMIN_DSN):
             return None
     except Exception as error:  # noqa: BLE001
+        if os.environ.get("BUBBLESCOPE_REQUIRE_POSTGRES") == "1":
+            raise RuntimeError(f"PostgreSQL required (BUBBLESCOPE_REQUIRE_POSTGRES=1) but unreachable: {error}") from error
         return f"PostgreSQL at 127.0.0.1:5432 unreachable: {error}"
 
 
