@@ -159,3 +159,12 @@ def test_run_config_merges_across_registrations(server: LiveServer) -> None:
         config = client.get(f"/api/v1/runs/{key}").json()["config"]
     assert config == {"schedule": "ScheduleGPipe", "num_stages": 2}
     assert json.dumps(config)
+
+
+def test_openapi_docs_describe_the_api(server: LiveServer) -> None:
+    with server.client() as client:
+        assert client.get("/docs").status_code == 200
+        spec = client.get("/openapi.json").json()
+    assert {"/api/v1/ingest", "/api/v1/runs", "/api/v1/runs/{run_key}/steps/{step}"} <= set(spec["paths"])
+    body = spec["paths"]["/api/v1/ingest"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert "spans" in body["properties"]

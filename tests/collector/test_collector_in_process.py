@@ -60,6 +60,6 @@ def test_unreachable_server_neither_raises_nor_stalls(tmp_path: Path) -> None:
     code, output, wall = run_script(dead, tmp_path / "spool", "offline-1")
     assert code == 0, output
     worst = float(output.split("worst-step-s")[1].split()[0])
-    assert worst < 0.05, output  # steps are microseconds of work; no network wait leaks in
+    assert worst < 0.02, output  # a step is ~0.5 ms of work; no network wait or retry leaks in
     assert wall < 30
     assert list((tmp_path / "spool").rglob("*.msg"))
