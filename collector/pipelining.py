@@ -4,9 +4,11 @@ torch offers no hooks for pipeline actions, so ``instrument`` wraps, on the give
 only, each stage's ``forward_one_chunk`` / ``backward_one_chunk`` / ``backward_weight_one_chunk``
 (compute spans with stage and micro-batch ids) and ``get_{fwd,bwd}_{send,recv}_ops`` (which tag
 each P2P op with its micro-batch). Every schedule in torch posts and waits P2P ops through the
-module functions ``_batch_p2p`` and ``_wait_batch_p2p``; those are wrapped once per process to
-record a ``send`` span when a tagged send is posted and a ``recv`` span for the wait on a tagged
-recv. The wrappers pass straight through when no recorder is active or an op is not tagged.
+module functions ``_batch_p2p`` and ``_wait_batch_p2p``; those are wrapped once per process.
+A tagged send becomes a ``send`` span from its posting until its wait returns (with gloo a large
+send completes only when the peer receives, so that wait is communication, not idle); a tagged
+recv becomes a ``recv`` span covering the wait on it. The wrappers pass straight through when no
+recorder is active or an op is not tagged.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ def _patch_p2p_once() -> None:
 
     original_batch = schedules._batch_p2p
     original_wait = schedules._wait_batch_p2p
-    pending: dict[int, tuple[Any, list[tuple[Any, ...]]]] = _state["pending"]
+    # id(works) -> (works kept alive, recvs (stage, microbatch, peer, name, bytes), sends (step, index))
+    pending: dict[int, tuple[Any, list[tuple[Any, ...]], list[tuple[int, int]]]] = _state["pending"]
 
     @functools.wraps(original_batch)
     def batch_p2p(p2p_ops: list[Any], desc: str | None = None) -> Any:
@@ -48,19 +51,21 @@ def _patch_p2p_once() -> None:
         works = original_batch(p2p_ops, desc=desc)
         done = now_ns()
         recvs: dict[tuple[Any, ...], int] = {}
+        sends: list[tuple[int, int]] = []
         for op in p2p_ops:
             tag = getattr(op, _TAG, None)
             if tag is None:
                 continue
             name, stage, microbatch = tag
             if op.op is dist.isend:
-                recorder.add("send", posted, done, stage, microbatch, op.peer,
-                             _tensor_bytes(op.tensor), "pp", name)
+                index = recorder.add("send", posted, done, stage, microbatch, op.peer,
+                                     _tensor_bytes(op.tensor), "pp", name)
+                sends.append((recorder.current_step, index))
             else:
                 key = (stage, microbatch, op.peer, name)
                 recvs[key] = recvs.get(key, 0) + _tensor_bytes(op.tensor)
-        if recvs:
-            pending[id(works)] = (works, [key + (size,) for key, size in recvs.items()])
+        if recvs or sends:
+            pending[id(works)] = (works, [key + (size,) for key, size in recvs.items()], sends)
         return works
 
     @functools.wraps(original_wait)
@@ -73,6 +78,8 @@ def _patch_p2p_once() -> None:
             finished = now_ns()
             for stage, microbatch, peer, name, size in entry[1]:
                 recorder.add("recv", started, finished, stage, microbatch, peer, size, "pp", name)
+            for step, index in entry[2]:
+                recorder.extend_at(index, step, finished)
         return result
 
     schedules._batch_p2p = batch_p2p

@@ -100,13 +100,21 @@ class Recorder:
         nbytes: int | None = None,
         group: str | None = None,
         name: str | None = None,
-    ) -> None:
+    ) -> int:
+        """Buffer one span; returns its index in this step's buffer (-1 when dropped)."""
         if len(self._spans) >= self._max_buffered:
             self._count_dropped(1)
-            return
+            return -1
         self._spans.append(
             (self._step, kind, start_ns, end_ns, stage, microbatch, peer, nbytes, group, name)
         )
+        return len(self._spans) - 1
+
+    def extend_at(self, index: int, step: int, end_ns: int) -> None:
+        """Stretch span ``index`` of ``step`` to ``end_ns``; ignored once that step was shipped."""
+        if step == self._step and 0 <= index < len(self._spans):
+            row = self._spans[index]
+            self._spans[index] = row[:3] + (max(row[3], end_ns),) + row[4:]
 
     def extend_last(self, kind: str, microbatch: int | None, end_ns: int) -> None:
         """Stretch the newest span of this kind and micro-batch to ``end_ns`` (e.g. loss after forward)."""
