@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import uvicorn
@@ -34,11 +35,9 @@ def start_in_thread(server: uvicorn.Server, timeout_s: float = 20.0) -> threadin
     """Run the server on a daemon thread and wait until it accepts connections."""
     thread = threading.Thread(target=server.run, name="bubblescope-server", daemon=True)
     thread.start()
-    deadline = threading.Event()
-    waited = 0.0
-    while not server.started and waited < timeout_s and thread.is_alive():
-        deadline.wait(0.05)
-        waited += 0.05
+    deadline = time.monotonic() + timeout_s
+    while not server.started and time.monotonic() < deadline and thread.is_alive():
+        time.sleep(0.05)
     if not server.started:
         raise RuntimeError("the bubblescope service did not start")
     return thread

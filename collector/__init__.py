@@ -19,11 +19,10 @@ import atexit
 import contextlib
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
 from bubblescope import wire
-from bubblescope.collector.config import CollectorConfig, default_spool_dir
+from bubblescope.collector.config import CollectorConfig
 from bubblescope.collector.session import CollectorSession
 from bubblescope.collector.upload import UploadResult, upload_spool
 
@@ -103,7 +102,7 @@ def instrument(schedule: Any) -> Any:
         described = pipelining.describe(schedule)
         stage_indices = described.pop("stage_indices")
         _session.register_run(**described)
-        _session.register_rank(stage=stage_indices[0], stages=stage_indices)
+        _session.register_rank(stage=stage_indices[0])
     except Exception as error:  # noqa: BLE001
         log.warning("bubblescope: could not instrument %s: %r", type(schedule).__name__, error)
     return schedule
@@ -146,7 +145,3 @@ def shutdown() -> None:
         session.close()
     except Exception as error:  # noqa: BLE001
         log.warning("bubblescope: shutdown error ignored: %r", error)
-
-
-def spool_directory() -> Path:
-    return default_spool_dir()

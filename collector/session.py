@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -66,9 +67,7 @@ class CollectorSession:
         self.run_config: dict[str, Any] = dict(run_config or {})
         self.clock: ClockOffset | None = None
         spool = Spool(config.spool_dir / self.run_key / f"rank{self.rank}", config.spool_max_bytes)
-        self.shipper = Shipper(
-            CollectorConfig(**{**config.__dict__, "run_key": self.run_key}), self.rank, spool
-        )
+        self.shipper = Shipper(dataclasses.replace(config, run_key=self.run_key), self.rank, spool)
         self.recorder = Recorder(
             self.shipper.submit, self.shipper.count_dropped, config.max_buffered_spans
         )

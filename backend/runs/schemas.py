@@ -24,7 +24,6 @@ class RankRegistration(BaseModel):
     host: Annotated[str, Field(min_length=1, max_length=255)]
     pid: Annotated[int, Strict(), Field(ge=0)]
     stage: Annotated[int, Strict(), Field(ge=0)] | None = None
-    stages: list[Annotated[int, Strict(), Field(ge=0)]] | None = None
     clock_offset_ns: Annotated[int, Strict()] = 0
     clock_uncertainty_ns: Annotated[int, Strict(), Field(ge=0)] = 0
 

@@ -42,7 +42,7 @@ def register_rank(session: Session, key: str, rank: int, registration: RankRegis
     run = require_run(session, key)
     if rank >= run.world_size:
         raise ApiError(422, ["path", "rank"], f"rank {rank} is not below the run's world_size {run.world_size}")
-    values = registration.model_dump(exclude={"stages"}, exclude_none=True)
+    values = registration.model_dump(exclude_none=True)
     repository.register_rank(session, run.id, rank, values)
     info = next(r for r in repository.ranks_of(session, run.id) if r.rank == rank)
     return _rank_out(info)
