@@ -70,6 +70,7 @@ class Shipper:
     def stop(self, timeout_s: float) -> None:
         """Flush what is queued within ``timeout_s``; what cannot be sent by then is spooled."""
         self._deadline = time.monotonic() + timeout_s
+        self._down_until = 0.0  # one last try: the service may be back (failures re-arm the backoff)
         try:
             self._queue.put(_STOP, timeout=timeout_s)
         except queue.Full:

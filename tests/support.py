@@ -75,8 +75,8 @@ class LiveServer:
             self.process.kill()
 
 
-def start_server(db_url: str, log_dir: Path) -> LiveServer:
-    port = free_port()
+def start_server(db_url: str, log_dir: Path, port: int | None = None) -> LiveServer:
+    port = port or free_port()
     log_path = log_dir / f"server-{port}.log"
     handle = open(log_path, "wb")
     process = subprocess.Popen(

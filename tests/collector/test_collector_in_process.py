@@ -63,3 +63,45 @@ def test_unreachable_server_neither_raises_nor_stalls(tmp_path: Path) -> None:
     assert worst < 0.02, output  # a step is ~0.5 ms of work; no network wait or retry leaks in
     assert wall < 30
     assert list((tmp_path / "spool").rglob("*.msg"))
+
+
+RESUME_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from bubblescope import collector
+    collector.init(run="resume", url=sys.argv[1], spool_dir=sys.argv[2], run_key="resume-1")
+    for step in range(60):
+        with collector.step():
+            with collector.span("forward", microbatch=0, stage=0):
+                time.sleep(0.05)
+        if step == 10:
+            Path(sys.argv[3]).write_text("server may start")
+    collector.shutdown()
+    """
+)
+
+
+def test_spooled_steps_are_sent_once_the_server_is_back_during_the_job(tmp_path: Path) -> None:
+    from bubblescope.backend.db import migrate
+    from tests.support import start_server
+
+    port = free_port()
+    signal = tmp_path / "signal"
+    job = subprocess.Popen([sys.executable, "-c", RESUME_SCRIPT, f"http://127.0.0.1:{port}",
+                            str(tmp_path / "spool"), str(signal)])
+    deadline = time.monotonic() + 60
+    while not signal.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list((tmp_path / "spool").rglob("*.msg")), "the first steps should have been spooled"
+    db_url = f"sqlite:///{tmp_path / 'late.db'}"
+    migrate.upgrade(db_url)
+    server = start_server(db_url, tmp_path, port=port)
+    try:
+        assert job.wait(120) == 0
+        with server.client() as client:
+            steps = client.get("/api/v1/runs/resume-1").json()["steps"]
+        assert [s["step"] for s in steps] == list(range(60))
+        assert not list((tmp_path / "spool").rglob("*.msg")), "the spool should be drained"
+    finally:
+        server.stop()
