@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -89,9 +90,12 @@ def test_spooled_steps_are_sent_once_the_server_is_back_during_the_job(tmp_path:
     port = free_port()
     signal = tmp_path / "signal"
     job = subprocess.Popen([sys.executable, "-c", RESUME_SCRIPT, f"http://127.0.0.1:{port}",
-                            str(tmp_path / "spool"), str(signal)])
+                            str(tmp_path / "spool"), str(signal)],
+                           env={**os.environ, "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.1"})
     deadline = time.monotonic() + 60
     while not signal.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    while not list((tmp_path / "spool").rglob("*.msg")) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert list((tmp_path / "spool").rglob("*.msg")), "the first steps should have been spooled"
     db_url = f"sqlite:///{tmp_path / 'late.db'}"

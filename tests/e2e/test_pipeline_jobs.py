@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections import Counter
 from typing import Any
@@ -14,7 +15,7 @@ from tests.support import LiveServer, run_pipeline_job, wait_for_steps
 pytestmark = pytest.mark.slow
 STEPS = 8
 # (stages, schedule, micro-batch counts): 2- and 4-rank jobs, GPipe and 1F1B, two m each.
-MATRIX = [(2, "gpipe", (2, 8)), (4, "1f1b", (4, 16)), (4, "gpipe", (4, 16))]
+MATRIX = [(2, "gpipe", (2, 8)), (2, "1f1b", (2, 8)), (4, "1f1b", (4, 8)), (4, "gpipe", (4, 8))]
 # Width per stage count. With p=2 the first/last-stage bubble gap is one backward time, so the
 # 2-rank jobs use wider layers to keep it well above scheduler noise on a 2-core machine.
 HIDDEN = {2: 1024, 4: 512}
@@ -116,6 +117,12 @@ def test_gpipe_first_stage_waits_at_the_turnaround_and_the_last_does_not(jobs: d
 
 @pytest.mark.parametrize("stages,schedule", [(s, sch) for s, sch, _ in MATRIX])
 def test_measured_bubble_falls_as_microbatches_grow(jobs: dict, stages: int, schedule: str) -> None:
+    cores = os.cpu_count() or 1
+    if cores < stages:
+        # Measured here: 4 ranks on 2 cores, 1F1B, m=4 -> 0.346 and m=16 -> 0.349 (theory 0.43, 0.16).
+        # With fewer cores than stages, at most `cores` stages run at once, so about half of the
+        # pipeline waits whatever m is: the bubble then measures the CPU, not the schedule.
+        pytest.skip(f"{stages} single-threaded ranks on {cores} cores: the bubble is CPU-bound, not schedule-bound")
     few, many = dict(((s, sch), c) for s, sch, c in MATRIX)[(stages, schedule)]
     measured = lambda d: d["bubble"]["measured_fraction"]  # noqa: E731
     bubble_few = median_over_steps(jobs[(stages, schedule, few)], measured)
