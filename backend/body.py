@@ -17,6 +17,11 @@ MAX_WIRE_BYTES = 32 * 1024 * 1024
 MAX_JSON_BYTES = 256 * 1024 * 1024
 
 
+def json_body_doc(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` documenting a body that the endpoint reads itself (gzip allowed)."""
+    return {"requestBody": {"content": {"application/json": {"schema": model.model_json_schema()}}}}
+
+
 async def read_json(request: Request) -> Any:
     """The request's JSON document; 413 past the size limits, 400 for bad gzip or JSON."""
     declared = request.headers.get("content-length")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -62,8 +63,6 @@ def clip_grad_norm_across_stages(parameters: list[torch.nn.Parameter], max_norm:
 
 def train(args: argparse.Namespace) -> list[float]:
     """Train ``args.steps`` steps; returns each step's wall time in seconds (rank-local)."""
-    import time
-
     rank, world = dist.get_rank(), dist.get_world_size()
     stage = PipelineStage(
         build_stage_module(args.hidden, args.layers_per_stage, seed=rank),

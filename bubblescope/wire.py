@@ -66,8 +66,3 @@ def encode_batch(batch: dict[str, Any]) -> bytes:
     """JSON-encode and gzip a batch for the wire."""
     body = json.dumps(batch, separators=(",", ":")).encode()
     return gzip.compress(body, compresslevel=GZIP_LEVEL)
-
-
-def decode_batch(payload: bytes) -> dict[str, Any]:
-    """Inverse of :func:`encode_batch` (used by spool re-upload and tests)."""
-    return json.loads(gzip.decompress(payload))

@@ -113,15 +113,18 @@ class Recorder:
     def extend_at(self, index: int, step: int, end_ns: int) -> None:
         """Stretch span ``index`` of ``step`` to ``end_ns``; ignored once that step was shipped."""
         if step == self._step and 0 <= index < len(self._spans):
-            row = self._spans[index]
-            self._spans[index] = row[:3] + (max(row[3], end_ns),) + row[4:]
+            self._stretch(index, end_ns)
+
+    def _stretch(self, index: int, end_ns: int) -> None:
+        row = self._spans[index]
+        self._spans[index] = row[:3] + (max(row[3], end_ns),) + row[4:]
 
     def extend_last(self, kind: str, microbatch: int | None, end_ns: int) -> None:
         """Stretch the newest span of this kind and micro-batch to ``end_ns`` (e.g. loss after forward)."""
         for index in range(len(self._spans) - 1, -1, -1):
             row = self._spans[index]
             if row[1] == kind and row[5] == microbatch:
-                self._spans[index] = row[:3] + (max(row[3], end_ns),) + row[4:]
+                self._stretch(index, end_ns)
                 return
 
     def span(self, kind: str, **fields: Any) -> SpanTimer:

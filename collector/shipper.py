@@ -42,8 +42,6 @@ class Shipper:
         self._down_backoff_s = 1.0
         self._deadline: float | None = None
         self.dropped_spans = 0
-        self.delivered_batches = 0
-        self.spooled_messages = 0
         self._warned: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="bubblescope-shipper", daemon=True)
 
@@ -150,7 +148,6 @@ class Shipper:
             response = send(self.config.url, message, self.config.token, self.config.request_timeout_s)
             if response.verdict is Verdict.DELIVERED:
                 self._down_backoff_s = 1.0
-                self.delivered_batches += 1
                 return True
             if response.verdict is Verdict.REJECTED:
                 self._warn_once(
@@ -167,9 +164,7 @@ class Shipper:
         return False
 
     def _to_spool(self, message: Message) -> None:
-        if self.spool.write(message):
-            self.spooled_messages += 1
-        else:
+        if not self.spool.write(message):
             self._warn_once("spool-full", "bubblescope: spool full or unwritable; dropping data")
 
     def _warn_once(self, key: str, text: str) -> None:

@@ -5,10 +5,10 @@ Algorithm:
    with the ``send`` on rank q for the same j and n to peer r. The part of the recv before the
    send started is waiting for the peer to *produce* (bubble); the rest is transfer.
    An unmatched recv (peer's spans missing) counts wholly as transfer.
-2. Per rank, over its window: compute C = union of compute spans, communication M = union of
-   communication spans, dependency wait D = union of the waits from 1.
-   overlapped = |M ∩ C|; exposed = |M| - overlapped; dependency_wait = |D| - |D ∩ C|;
-   transfer = exposed - dependency_wait; idle = window - |C ∪ M|; bubble = idle + dependency_wait.
+2. Per rank, over its window: compute C, communication M, overlapped, exposed and idle from
+   ``bubblescope.timesplit`` (the same split the collector computes in the job); dependency
+   wait D = union of the waits from 1; dependency_wait = |D| - |D ∩ C|;
+   transfer = exposed - dependency_wait; bubble = idle + dependency_wait.
 3. Step bubble (fraction of wall time, comparable with the closed forms): the step's wall
    window runs from the first rank's start to the last rank's end; each rank's bubble there is
    wall - (time computing or transferring); the step's figure is the mean over ranks.
@@ -19,9 +19,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from bubblescope import intervals, wire
+from bubblescope import intervals
 from bubblescope.backend.analysis.model import RankBreakdown, StepBubble, TimedSpan
 from bubblescope.backend.analysis.schedules import closed_form_bubble
+from bubblescope.timesplit import split_window
 
 Window = tuple[int, int]
 
@@ -52,35 +53,26 @@ def rank_breakdown(
     waits: list[intervals.Interval],
 ) -> RankBreakdown:
     lo, hi = window
-    own = [span for span in spans if span.rank == rank]
-    compute = intervals.merge(
-        intervals.clip(((s.start_ns, s.end_ns) for s in own if s.kind in wire.COMPUTE_KINDS), lo, hi)
-    )
-    communication = intervals.merge(
-        intervals.clip(((s.start_ns, s.end_ns) for s in own if s.kind in wire.COMMUNICATION_KINDS), lo, hi)
-    )
+    split = split_window(((s.kind, s.start_ns, s.end_ns) for s in spans if s.rank == rank), lo, hi)
     dependency = intervals.merge(intervals.clip(waits, lo, hi))
-    compute_ns = intervals.total_length(compute)
-    comm_ns = intervals.total_length(communication)
-    overlapped = intervals.intersect_length(compute, communication)
-    exposed = comm_ns - overlapped
-    dependency_ns = min(exposed, intervals.total_length(dependency) - intervals.intersect_length(dependency, compute))
-    window_ns = max(0, hi - lo)
-    idle = max(0, window_ns - (compute_ns + exposed))
-    bubble = idle + dependency_ns
+    exposed = split.exposed_comm_ns
+    dependency_ns = min(
+        exposed, intervals.total_length(dependency) - intervals.intersect_length(dependency, split.compute)
+    )
+    bubble = split.idle_ns + dependency_ns
     return RankBreakdown(
         rank=rank,
         stage=stage,
-        window_ns=window_ns,
-        compute_ns=compute_ns,
-        comm_ns=comm_ns,
-        overlapped_comm_ns=overlapped,
+        window_ns=split.window_ns,
+        compute_ns=split.compute_ns,
+        comm_ns=split.comm_ns,
+        overlapped_comm_ns=split.overlapped_comm_ns,
         exposed_comm_ns=exposed,
         dependency_wait_ns=dependency_ns,
         transfer_ns=exposed - dependency_ns,
-        idle_ns=idle,
+        idle_ns=split.idle_ns,
         bubble_ns=bubble,
-        bubble_fraction=bubble / window_ns if window_ns else 0.0,
+        bubble_fraction=bubble / split.window_ns if split.window_ns else 0.0,
     )
 
 

@@ -5,21 +5,19 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from bubblescope.backend.body import parse_document, read_json
+from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.ingest.schemas import IngestBatchIn, IngestResult
 from bubblescope.backend.ingest.service import ingest
 
 router = APIRouter(prefix="/api/v1", tags=["ingest"])
 
-_BATCH_DOC = {"content": {"application/json": {"schema": IngestBatchIn.model_json_schema()}}}
-
 
 @router.post(
     "/ingest",
     response_model=IngestResult,
     status_code=202,
-    openapi_extra={"requestBody": _BATCH_DOC},
+    openapi_extra=json_body_doc(IngestBatchIn),
     summary="Store a batch (gzip allowed); a retried (run_key, rank, seq) is stored once",
 )
 async def ingest_batch(request: Request, session: DbSession) -> IngestResult:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from bubblescope.backend.body import parse_document, read_json
+from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.runs import service
 from bubblescope.backend.runs.schemas import (
@@ -25,18 +25,14 @@ RunKey = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9
 RankIndex = Annotated[int, Path(ge=0, le=2**31 - 1)]
 
 
-def _body_doc(model: type) -> dict[str, object]:
-    return {"requestBody": {"content": {"application/json": {"schema": model.model_json_schema()}}}}  # type: ignore[attr-defined]
-
-
-@router.put("/{run_key}", response_model=RunSummary, openapi_extra=_body_doc(RunRegistration),
+@router.put("/{run_key}", response_model=RunSummary, openapi_extra=json_body_doc(RunRegistration),
             summary="Create or update a run (every rank may call it; config keys merge)")
 async def put_run(run_key: RunKey, request: Request, session: DbSession) -> RunSummary:
     registration = parse_document(RunRegistration, await read_json(request))
     return await run_in_threadpool(service.register_run, session, run_key, registration)
 
 
-@router.put("/{run_key}/ranks/{rank}", response_model=RankOut, openapi_extra=_body_doc(RankRegistration),
+@router.put("/{run_key}/ranks/{rank}", response_model=RankOut, openapi_extra=json_body_doc(RankRegistration),
             summary="Create or update one rank: host, pid, stage, clock offset to rank 0")
 async def put_rank(run_key: RunKey, rank: RankIndex, request: Request, session: DbSession) -> RankOut:
     registration = parse_document(RankRegistration, await read_json(request))
