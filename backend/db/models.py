@@ -51,6 +51,8 @@ class RankInfo(Base):
     host: Mapped[str] = mapped_column(String(255))
     pid: Mapped[int]
     stage: Mapped[int | None] = mapped_column(Integer)
+    stages: Mapped[list[int] | None] = mapped_column(JSON)
+    coords: Mapped[dict[str, int] | None] = mapped_column(JSON)
     clock_offset_ns: Mapped[int]
     clock_uncertainty_ns: Mapped[int]
     dropped_spans: Mapped[int] = mapped_column(server_default="0")
@@ -75,6 +77,8 @@ class StepAggregate(Base):
     exposed_comm_ns: Mapped[int]
     idle_ns: Mapped[int]
     span_count: Mapped[int] = mapped_column(Integer)
+    clock_offset_ns: Mapped[int | None]
+    clock_uncertainty_ns: Mapped[int | None]
 
 
 class Span(Base):
