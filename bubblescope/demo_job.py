@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_collector:
         collector.init(
             run=args.run or f"demo-{args.schedule}",
+            # A short demo: full spans of every step unless BUBBLESCOPE_FULL_SPANS_EVERY says otherwise.
+            full_spans_every=None if os.environ.get("BUBBLESCOPE_FULL_SPANS_EVERY") else 1,
             config={
                 "model": "mlp",
                 "hidden": args.hidden,

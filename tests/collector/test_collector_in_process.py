@@ -50,7 +50,9 @@ def test_hand_written_spans_arrive_with_names_and_unknown_kinds_are_dropped(
     with sqlite_server.client() as client:
         detail = client.get("/api/v1/runs/hand-written-1").json()
         assert detail["name"] == "hand written" and len(detail["steps"]) == 20
-        step = client.get("/api/v1/runs/hand-written-1/steps/7").json()
+        # The default sampling: aggregates of every step, full spans of every 10th.
+        assert [s["step"] for s in detail["steps"] if s["has_spans"]] == [0, 10]
+        step = client.get("/api/v1/runs/hand-written-1/steps/10").json()
     kinds = sorted(s["kind"] for s in step["spans"])
     assert kinds == ["backward"] * 4 + ["forward"] * 4
     assert sorted(s["microbatch"] for s in step["spans"] if s["kind"] == "forward") == [0, 1, 2, 3]
