@@ -130,6 +130,7 @@ def run_pipeline_job(
         "BUBBLESCOPE_URL": url,
         "BUBBLESCOPE_RUN_ID": run_key,
         "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.2",
+        "BUBBLESCOPE_FULL_SPANS_EVERY": "1",  # these tests read every step's spans
         "OMP_NUM_THREADS": "1",
         **(extra_env or {}),
     }
@@ -158,3 +159,25 @@ def wait_for_steps(client: httpx.Client, run_key: str, ranks: int, steps: int, t
                 return detail
         time.sleep(0.2)
     raise AssertionError(f"run {run_key} incomplete after {timeout_s}s: {detail}")
+
+
+def count_rows(db_url: str, table: str, run_key: str) -> int:
+    """Rows of ``table`` (spans, steps, ingested_batches, ...) stored for one run, read from the DB."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as connection:
+            query = text(f"SELECT count(*) FROM {table} t JOIN runs r ON r.id = t.run_id WHERE r.key = :key")
+            return int(connection.execute(query, {"key": run_key}).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def wait_until(condition: Any, timeout_s: float, what: str, interval_s: float = 0.02) -> None:
+    """Poll ``condition()`` until it is true; AssertionError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval_s)

@@ -113,4 +113,17 @@ class IngestedBatch(Base):
     rank: Mapped[int] = mapped_column(Integer, primary_key=True)
     seq: Mapped[int] = mapped_column(primary_key=True)
     span_count: Mapped[int] = mapped_column(Integer)
+    step_count: Mapped[int] = mapped_column(Integer, server_default="0")  # steps per batch: cadence
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class CaptureRequest(Base):
+    """A request that every rank ship the full spans of steps [from_step, from_step + steps)."""
+
+    __tablename__ = "capture_requests"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    from_step: Mapped[int]
+    steps: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

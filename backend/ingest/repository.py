@@ -16,9 +16,9 @@ _SPAN_COLUMNS = ("step", "kind", "start_ns", "end_ns", "stage", "microbatch", "p
 _STEP_UPDATE = ("start_ns", "end_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns", "span_count")
 
 
-def claim_batch(session: Session, run_id: int, rank: int, seq: int, span_count: int) -> bool:
+def claim_batch(session: Session, run_id: int, rank: int, seq: int, span_count: int, step_count: int) -> bool:
     """Record (run, rank, seq); False when it was already stored (a retry)."""
-    row = {"run_id": run_id, "rank": rank, "seq": seq, "span_count": span_count}
+    row = {"run_id": run_id, "rank": rank, "seq": seq, "span_count": span_count, "step_count": step_count}
     statement = conflict_insert(session, IngestedBatch.__table__, ("run_id", "rank", "seq"))
     return session.execute(statement.values(row).returning(IngestedBatch.seq)).first() is not None
 

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from bubblescope import wire
+from bubblescope.backend.runs.schemas import CaptureOut
 
 Nanos = Annotated[int, Strict(), Field(ge=0, le=2**63 - 1)]
 Count = Annotated[int, Strict(), Field(ge=0, le=2**62)]
@@ -60,3 +61,8 @@ class IngestResult(BaseModel):
     stored_spans: int
     stored_steps: int
     duplicate: bool = Field(description="True when this (run, rank, seq) was already stored")
+    captures: list[CaptureOut] = Field(
+        default_factory=list,
+        description="capture requests this rank has not shipped past yet (by the batch's newest step): "
+        "ship full spans of steps [from_step, from_step + steps)",
+    )

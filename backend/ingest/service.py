@@ -8,6 +8,8 @@ from bubblescope.backend.errors import ApiError
 from bubblescope.backend.ingest import repository
 from bubblescope.backend.ingest.schemas import IngestBatchIn, IngestResult
 from bubblescope.backend.ingest.validation import check_batch
+from bubblescope.backend.runs.schemas import CaptureOut
+from bubblescope.backend.runs.capture import pending_captures
 from bubblescope.backend.runs.repository import find_run, touch_run
 
 
@@ -25,11 +27,19 @@ def ingest(session: Session, batch: IngestBatchIn) -> IngestResult:
         )
     check_batch(batch, run.world_size)
     span_count = len(batch.spans.step)
-    if not repository.claim_batch(session, run.id, batch.rank, batch.seq, span_count):
-        return IngestResult(stored_spans=0, stored_steps=0, duplicate=True)
+    captures = _captures_for(session, run.id, batch)
+    if not repository.claim_batch(session, run.id, batch.rank, batch.seq, span_count, len(batch.steps)):
+        return IngestResult(stored_spans=0, stored_steps=0, duplicate=True, captures=captures)
     stored_steps = repository.upsert_steps(session, run.id, batch.rank, batch.steps)
     stored_spans = repository.insert_spans(session, run.id, batch.rank, batch.spans)
     if batch.dropped_spans:
         repository.record_dropped(session, run.id, batch.rank, batch.dropped_spans)
     touch_run(session, run.id)
-    return IngestResult(stored_spans=stored_spans, stored_steps=stored_steps, duplicate=False)
+    return IngestResult(stored_spans=stored_spans, stored_steps=stored_steps, duplicate=False, captures=captures)
+
+
+def _captures_for(session: Session, run_id: int, batch: IngestBatchIn) -> list[CaptureOut]:
+    """Pending capture requests the sending rank has not shipped past (none for a step-less batch)."""
+    if not batch.steps:
+        return []
+    return pending_captures(session, run_id, max(step.step for step in batch.steps))

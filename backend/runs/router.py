@@ -9,8 +9,10 @@ from starlette.concurrency import run_in_threadpool
 
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
-from bubblescope.backend.runs import service
+from bubblescope.backend.runs import capture, service
 from bubblescope.backend.runs.schemas import (
+    CaptureOut,
+    CaptureRequestIn,
     RankOut,
     RankRegistration,
     RunDetail,
@@ -57,3 +59,14 @@ def get_run(run_key: RunKey, session: DbSession) -> RunDetail:
             summary="One step: aligned spans, per-rank breakdown, measured vs theoretical bubble")
 def get_step(run_key: RunKey, step: Annotated[int, Path(ge=0)], session: DbSession) -> StepDetail:
     return service.step_detail(session, run_key, step)
+
+
+@router.post("/{run_key}/capture", response_model=CaptureOut, status_code=201,
+             openapi_extra=json_body_doc(CaptureRequestIn),
+             summary="Capture the full spans of the next K steps on every rank (the same steps)",
+             description="Ranks learn of it from their next ingest answers. `from_step` is the highest "
+                         "step ingested + 1 + twice the most steps a rank recently sent per batch, so "
+                         "that no rank has shipped it yet when it learns (see backend/runs/capture.py).")
+async def post_capture(run_key: RunKey, request: Request, session: DbSession) -> CaptureOut:
+    body = parse_document(CaptureRequestIn, await read_json(request))
+    return await run_in_threadpool(capture.request_capture, session, run_key, body)

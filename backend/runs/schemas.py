@@ -83,3 +83,17 @@ class StepDetail(BaseModel):
     spans: list[SpanOut]
     breakdown: list[RankBreakdown]
     bubble: StepBubble
+
+
+class CaptureRequestIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    steps: Annotated[int, Strict(), Field(ge=1, le=10_000, description="how many consecutive steps to capture")]
+
+
+class CaptureOut(BaseModel):
+    """A capture request: every rank ships full spans of steps [from_step, from_step + steps)."""
+
+    id: int
+    steps: int
+    from_step: int

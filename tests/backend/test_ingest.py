@@ -66,7 +66,8 @@ def test_batch_is_stored_and_retry_is_stored_once(server: LiveServer) -> None:
     with server.client() as client:
         key = register(client)
         first = post_gzip(client, batch(key, seq=0, spans=7))
-        assert first.status_code == 202 and first.json() == {"stored_spans": 7, "stored_steps": 1, "duplicate": False}
+        assert first.status_code == 202 and first.json() == {"stored_spans": 7, "stored_steps": 1, "duplicate": False,
+                                                       "captures": []}
         retry = post_gzip(client, batch(key, seq=0, spans=7))
         assert retry.status_code == 202 and retry.json()["duplicate"] is True
         plain = client.post("/api/v1/ingest", json=batch(key, seq=1, spans=3, rank=1))  # uncompressed works too

@@ -1,0 +1,84 @@
+"""Capture-on-request: "ship the full spans of the next K steps", on every rank alike.
+
+Ranks learn of a request only from the answer to their next ingest batch, so the service picks
+a ``from_step`` that no rank has shipped yet when it learns, and every rank captures the same
+step numbers. The rule::
+
+    from_step = S + 1 + 2 * B
+
+- ``S``: the highest step of the run ingested so far (any rank); -1 when none.
+- ``B``: the most steps any rank put in one of its last ``RECENT_BATCHES`` batches. A rank ships
+  one batch per flush interval, so ``B`` is "steps per flush interval", measured (it already
+  folds in the rank's steps/s, its flush interval and its batch-size cut-offs, which the service
+  does not otherwise know).
+
+Why two intervals: when the request is stored, a rank may have one batch under way that the
+service has not stored yet (up to ``B`` steps past ``S``) and that misses the request; the answer
+to its next batch (``B`` further steps) carries it. Every step after ``S + 2B`` is therefore
+still unshipped, on every rank, when that rank learns of the request. A rank that is behind
+(a straggler) simply reaches the range later. A rank that is further ahead than this (its
+batches were spooled while the service was down) captures what remains of the range.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from bubblescope.backend.db.models import CaptureRequest, IngestedBatch, StepAggregate
+from bubblescope.backend.runs.schemas import CaptureOut, CaptureRequestIn
+from bubblescope.backend.runs.service import require_run
+
+RECENT_BATCHES = 4
+MAX_PENDING_IN_ANSWER = 16
+
+
+def choose_from_step(last_step: int | None, steps_per_batch: int) -> int:
+    """The rule of this module's docstring; ``last_step`` None when nothing was ingested yet."""
+    highest = -1 if last_step is None else last_step
+    return highest + 1 + 2 * max(0, steps_per_batch)
+
+
+def last_ingested_step(session: Session, run_id: int) -> int | None:
+    return session.scalar(select(func.max(StepAggregate.step)).where(StepAggregate.run_id == run_id))
+
+
+def steps_per_batch(session: Session, run_id: int) -> int:
+    """The most steps in one of each rank's last ``RECENT_BATCHES`` batches (0 when none)."""
+    newest = (
+        select(IngestedBatch.rank, func.max(IngestedBatch.seq).label("top"))
+        .where(IngestedBatch.run_id == run_id)
+        .group_by(IngestedBatch.rank)
+        .subquery()
+    )
+    query = (
+        select(func.max(IngestedBatch.step_count))
+        .join(newest, newest.c.rank == IngestedBatch.rank)
+        .where(IngestedBatch.run_id == run_id, IngestedBatch.seq > newest.c.top - RECENT_BATCHES)
+    )
+    return int(session.scalar(query) or 0)
+
+
+def request_capture(session: Session, key: str, body: CaptureRequestIn) -> CaptureOut:
+    """Store a capture request for run ``key`` (404 when unknown) with ``from_step`` by the rule."""
+    run = require_run(session, key)
+    first = choose_from_step(last_ingested_step(session, run.id), steps_per_batch(session, run.id))
+    request = CaptureRequest(run_id=run.id, from_step=first, steps=body.steps)
+    session.add(request)
+    session.flush()
+    return CaptureOut(id=request.id, steps=request.steps, from_step=first)
+
+
+def pending_captures(session: Session, run_id: int, shipped_through: int) -> list[CaptureOut]:
+    """Requests a rank that has shipped steps up to ``shipped_through`` has not finished, oldest first."""
+    query = (
+        select(CaptureRequest)
+        .where(
+            CaptureRequest.run_id == run_id,
+            CaptureRequest.from_step + CaptureRequest.steps - 1 > shipped_through,
+        )
+        .order_by(CaptureRequest.id.desc())
+        .limit(MAX_PENDING_IN_ANSWER)
+    )
+    rows = session.scalars(query).all()
+    return [CaptureOut(id=row.id, steps=row.steps, from_step=row.from_step) for row in reversed(rows)]
