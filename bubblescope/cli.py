@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from bubblescope.pipeline_layout import SCHEDULES
+
 
 def _serve(args: argparse.Namespace) -> int:
     from bubblescope.backend.db.migrate import SchemaOutOfDate
@@ -61,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(handler=_serve)
 
     demo = commands.add_parser("demo", help="service + a real CPU pipeline-parallel job streaming into it")
-    demo.add_argument("--schedule", choices=["gpipe", "1f1b"], default="1f1b")
+    demo.add_argument("--schedule", choices=sorted(SCHEDULES), default="1f1b")
     demo.add_argument("--stages", type=int, default=4, help="pipeline stages = processes")
     demo.add_argument("--microbatches", type=int, default=8)
     demo.add_argument("--steps", type=int, default=20)

@@ -14,11 +14,10 @@ import time
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.pipelining import PipelineStage
 
 from bubblescope import collector
-
-SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+from bubblescope.pipeline_layout import SCHEDULES, build_schedule, local_stage_indices
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -28,6 +27,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--layers-per-stage", type=int, default=2)
+    parser.add_argument("--stages-per-rank", type=int, default=None,
+                        help="virtual stages per rank (default: 1 for gpipe/1f1b, 2 otherwise)")
     parser.add_argument("--microbatch-size", type=int, default=32)
     parser.add_argument("--run", default=None, help="run name (default demo-<schedule>)")
     parser.add_argument("--no-collector", action="store_true", help="train without bubblescope")
@@ -64,17 +65,21 @@ def clip_grad_norm_across_stages(parameters: list[torch.nn.Parameter], max_norm:
 def train(args: argparse.Namespace) -> list[float]:
     """Train ``args.steps`` steps; returns each step's wall time in seconds (rank-local)."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    stage = PipelineStage(
-        build_stage_module(args.hidden, args.layers_per_stage, seed=rank),
-        stage_index=rank,
-        num_stages=world,
-        device=torch.device("cpu"),
-    )
-    schedule = SCHEDULES[args.schedule](
-        stage, n_microbatches=args.microbatches, loss_fn=nn.functional.mse_loss
-    )
+    indices = local_stage_indices(args.schedule, rank, world, args.stages_per_rank)
+    num_stages = world * len(indices)
+    stages = [
+        PipelineStage(
+            build_stage_module(args.hidden, args.layers_per_stage, seed=index),
+            stage_index=index,
+            num_stages=num_stages,
+            device=torch.device("cpu"),
+        )
+        for index in indices
+    ]
+    schedule = build_schedule(args.schedule, stages, args.microbatches, nn.functional.mse_loss)
     collector.instrument(schedule)
-    parameters = list(stage.submod.parameters())
+    parameters = [p for stage in stages for p in stage.submod.parameters()]
+    holds_first, holds_last = 0 in indices, num_stages - 1 in indices
     optimizer = torch.optim.SGD(parameters, lr=1e-3)
     batch_size = args.microbatches * args.microbatch_size
     generator = torch.Generator().manual_seed(1234)
@@ -86,9 +91,11 @@ def train(args: argparse.Namespace) -> list[float]:
                 inputs = torch.randn(batch_size, args.hidden, generator=generator)
                 targets = torch.randn(batch_size, args.hidden, generator=generator)
             optimizer.zero_grad(set_to_none=True)
-            if stage.is_first:
+            if holds_first and holds_last:
+                schedule.step(inputs, target=targets)
+            elif holds_first:
                 schedule.step(inputs)
-            elif stage.is_last:
+            elif holds_last:
                 schedule.step(target=targets)
             else:
                 schedule.step()

@@ -102,7 +102,7 @@ def instrument(schedule: Any) -> Any:
         described = pipelining.describe(schedule)
         stage_indices = described.pop("stage_indices")
         _session.register_run(**described)
-        _session.register_rank(stage=stage_indices[0])
+        _session.register_rank(stage=stage_indices[0], stages=stage_indices)
     except Exception as error:  # noqa: BLE001
         log.warning("bubblescope: could not instrument %s: %r", type(schedule).__name__, error)
     return schedule

@@ -1,14 +1,25 @@
-"""Integration with ``torch.distributed.pipelining`` schedules.
+"""Integration with ``torch.distributed.pipelining`` schedules (every schedule torch ships).
 
 torch offers no hooks for pipeline actions, so ``instrument`` wraps, on the given schedule
-only, each stage's ``forward_one_chunk`` / ``backward_one_chunk`` / ``backward_weight_one_chunk``
-(compute spans with stage and micro-batch ids) and ``get_{fwd,bwd}_{send,recv}_ops`` (which tag
-each P2P op with its micro-batch). Every schedule in torch posts and waits P2P ops through the
-module functions ``_batch_p2p`` and ``_wait_batch_p2p``; those are wrapped once per process.
-A tagged send becomes a ``send`` span from its posting until its wait returns (with gloo a large
-send completes only when the peer receives, so that wait is communication, not idle); a tagged
-recv becomes a ``recv`` span covering the wait on it. The wrappers pass straight through when no
-recorder is active or an op is not tagged.
+only, each of its stages' ``forward_one_chunk`` / ``backward_one_chunk`` /
+``backward_weight_one_chunk`` (compute spans carrying the stage's own index, i.e. the virtual
+stage id, and the micro-batch; a zero-bubble schedule's input-gradient and weight-gradient parts
+become ``backward_input`` and ``backward_weight`` spans) and ``get_{fwd,bwd}_{send,recv}_ops``
+(which tag each P2P op with its stage and micro-batch). Every schedule posts and waits P2P ops
+through the module functions ``_batch_p2p`` and ``_wait_batch_p2p``; those are wrapped once per
+process.
+
+A tagged recv becomes a ``recv`` span covering the wait on it. A tagged send becomes a ``send``
+span from its posting; gloo cannot report when a send completes (no future, ``is_completed``
+stays false until waited), so its end is decided at its wait:
+
+- the wait did not block: the send cost this rank only its posting, the span ends there;
+- it blocked and nothing else ran since the posting (1F1B's send+recv pairs): the span is
+  stretched to the wait's end, as a send to a busy peer is communication, not idle;
+- it blocked after other work ran (the looped schedules wait on sends at the step's end): the
+  blocked part becomes a second ``send`` span for the same transfer, with ``bytes`` 0.
+
+The wrappers pass straight through when no recorder is active or an op is not tagged.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from bubblescope.collector.clock import now_ns
 from bubblescope.collector.recorder import Recorder
 
 _TAG = "_bubblescope_tag"
+_BLOCKED_NS = 30_000  # a wait on an already finished op returns in a few microseconds
 _state: dict[str, Any] = {"recorder": None, "patched": False, "pending": {}}
 
 
@@ -39,8 +51,9 @@ def _patch_p2p_once() -> None:
 
     original_batch = schedules._batch_p2p
     original_wait = schedules._wait_batch_p2p
-    # id(works) -> (works kept alive, recvs (stage, microbatch, peer, name, bytes), sends (step, index))
-    pending: dict[int, tuple[Any, list[tuple[Any, ...]], list[tuple[int, int]]]] = _state["pending"]
+    # id(works) -> (works kept alive, recvs (stage, microbatch, peer, name, bytes),
+    #               sends (step, index), the recorder's span count right after posting)
+    pending: dict[int, tuple[Any, list[tuple[Any, ...]], list[tuple[int, int]], int]] = _state["pending"]
 
     @functools.wraps(original_batch)
     def batch_p2p(p2p_ops: list[Any], desc: str | None = None) -> Any:
@@ -65,7 +78,9 @@ def _patch_p2p_once() -> None:
                 key = (stage, microbatch, op.peer, name)
                 recvs[key] = recvs.get(key, 0) + _tensor_bytes(op.tensor)
         if recvs or sends:
-            pending[id(works)] = (works, [key + (size,) for key, size in recvs.items()], sends)
+            pending[id(works)] = (
+                works, [key + (size,) for key, size in recvs.items()], sends, recorder.spans_added
+            )
         return works
 
     @functools.wraps(original_wait)
@@ -76,10 +91,17 @@ def _patch_p2p_once() -> None:
         result = original_wait(work)
         if entry is not None and recorder is not None:
             finished = now_ns()
-            for stage, microbatch, peer, name, size in entry[1]:
+            _works, recvs, sends, added_at_post = entry
+            quiet_since_post = recorder.spans_added == added_at_post
+            for stage, microbatch, peer, name, size in recvs:
                 recorder.add("recv", started, finished, stage, microbatch, peer, size, "pp", name)
-            for step, index in entry[2]:
-                recorder.extend_at(index, step, finished)
+            if sends and finished - started > _BLOCKED_NS:
+                if quiet_since_post:
+                    for step, index in sends:
+                        recorder.extend_at(index, step, finished)
+                else:
+                    for step, index in sends:
+                        recorder.repeat_at(index, step, started, finished)
         return result
 
     schedules._batch_p2p = batch_p2p
@@ -126,11 +148,14 @@ def schedule_stages(schedule: Any) -> list[Any]:
 
 
 def describe(schedule: Any) -> dict[str, Any]:
-    """Run configuration learned from the schedule: class, stages and micro-batches."""
+    """Run configuration learned from the schedule: class, stages, virtual stages, micro-batches."""
     stages = schedule_stages(schedule)
+    num_stages = int(getattr(schedule, "_num_stages", stages[0].num_stages))
     return {
         "schedule": type(schedule).__name__,
-        "num_stages": int(getattr(schedule, "_num_stages", stages[0].num_stages)),
+        "num_stages": num_stages,
+        "virtual_stages": len(stages),
+        "pipeline_ranks": max(1, num_stages // len(stages)),
         "num_microbatches": int(schedule._n_microbatches),
         "stage_indices": [int(stage.stage_index) for stage in stages],
     }

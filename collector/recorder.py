@@ -84,6 +84,7 @@ class Recorder:
         self._spans: list[SpanRow] = []
         self._step = 0
         self._step_start: int | None = None
+        self.spans_added = 0  # ever, in this process: tells whether anything ran between two points
 
     @property
     def current_step(self) -> int:
@@ -108,12 +109,19 @@ class Recorder:
         self._spans.append(
             (self._step, kind, start_ns, end_ns, stage, microbatch, peer, nbytes, group, name)
         )
+        self.spans_added += 1
         return len(self._spans) - 1
 
     def extend_at(self, index: int, step: int, end_ns: int) -> None:
         """Stretch span ``index`` of ``step`` to ``end_ns``; ignored once that step was shipped."""
         if step == self._step and 0 <= index < len(self._spans):
             self._stretch(index, end_ns)
+
+    def repeat_at(self, index: int, step: int, start_ns: int, end_ns: int) -> None:
+        """Add a continuation of span ``index`` of ``step`` over [start, end], with 0 bytes."""
+        if step == self._step and 0 <= index < len(self._spans):
+            row = self._spans[index]
+            self.add(row[1], start_ns, end_ns, row[4], row[5], row[6], 0, row[8], row[9])
 
     def _stretch(self, index: int, end_ns: int) -> None:
         row = self._spans[index]

@@ -1,10 +1,12 @@
 """Per-rank time breakdown of one step, with pipeline dependency waits split out.
 
 Algorithm:
-1. Dependency waits. A ``recv`` on rank r for micro-batch j, direction n, from peer q is matched
-   with the ``send`` on rank q for the same j and n to peer r. The part of the recv before the
-   send started is waiting for the peer to *produce* (bubble); the rest is transfer.
-   An unmatched recv (peer's spans missing) counts wholly as transfer.
+1. Dependency waits. A ``recv`` on rank r (stage s) for micro-batch j, direction n, from peer q
+   is matched with the ``send`` on rank q for the same j and n to peer r whose stage feeds s
+   (s-1 for activations, s+1 for gradients; looped schedules send between the same two ranks
+   once per virtual stage). The part of the recv before the send started is waiting for the
+   peer to *produce* (bubble); the rest is transfer. An unmatched recv (peer's spans missing)
+   counts wholly as transfer. Spans without stage ids match on ranks alone.
 2. Per rank, over its window: compute C, communication M, overlapped, exposed and idle from
    ``bubblescope.timesplit`` (the same split the collector computes in the job); dependency
    wait D = union of the waits from 1; dependency_wait = |D| - |D ∩ C|;
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from bubblescope import intervals
+from bubblescope import intervals, wire
 from bubblescope.backend.analysis.model import RankBreakdown, StepBubble, TimedSpan
 from bubblescope.backend.analysis.schedules import closed_form_bubble
 from bubblescope.timesplit import split_window
@@ -29,20 +31,33 @@ Window = tuple[int, int]
 
 def dependency_waits(spans: Iterable[TimedSpan]) -> dict[int, list[intervals.Interval]]:
     """Per receiving rank, the intervals of its recvs spent before the matching send began."""
-    send_start: dict[tuple[int, int, int | None, str | None], int] = {}
+    send_start: dict[tuple[int, int, int | None, str | None, int | None], int] = {}
     recvs: list[TimedSpan] = []
     for span in spans:
         if span.kind == "send" and span.peer is not None:
-            key = (span.rank, span.peer, span.microbatch, span.name)
-            send_start[key] = min(span.start_ns, send_start.get(key, span.start_ns))
+            for stage in {_receiving_stage(span), None}:
+                key = (span.rank, span.peer, span.microbatch, span.name, stage)
+                send_start[key] = min(span.start_ns, send_start.get(key, span.start_ns))
         elif span.kind == "recv" and span.peer is not None:
             recvs.append(span)
     waits: dict[int, list[intervals.Interval]] = defaultdict(list)
     for recv in recvs:
-        started = send_start.get((recv.peer, recv.rank, recv.microbatch, recv.name))  # type: ignore[arg-type]
+        key = (recv.peer, recv.rank, recv.microbatch, recv.name, recv.stage)
+        started = send_start.get(key, send_start.get(key[:4] + (None,)))  # type: ignore[arg-type]
         if started is not None and started > recv.start_ns:
             waits[recv.rank].append((recv.start_ns, min(started, recv.end_ns)))
     return waits
+
+
+def _receiving_stage(send: TimedSpan) -> int | None:
+    """The stage a pipeline send feeds: the next one for activations, the previous for gradients."""
+    if send.stage is None:
+        return None
+    if send.name == wire.P2P_FORWARD:
+        return send.stage + 1
+    if send.name == wire.P2P_BACKWARD:
+        return send.stage - 1
+    return None
 
 
 def rank_breakdown(
@@ -107,8 +122,9 @@ def step_bubble(
         1.0 - (b.compute_ns + b.transfer_ns) / wall_ns if wall_ns else 0.0 for b in breakdowns
     ]
     floor = None
-    if num_stages and num_microbatches:
-        floor = closed_form_bubble(schedule, num_stages, num_microbatches, virtual_stages)
+    if num_stages and num_microbatches:  # the closed forms count ranks, not virtual stages
+        ranks = max(1, num_stages // max(1, virtual_stages))
+        floor = closed_form_bubble(schedule, ranks, num_microbatches, virtual_stages)
     return StepBubble(
         schedule=schedule,
         num_stages=num_stages,

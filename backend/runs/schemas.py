@@ -18,12 +18,23 @@ class RunRegistration(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
 
 
+StageIndex = Annotated[int, Strict(), Field(ge=0)]
+MeshDimension = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+MeshCoordinate = Annotated[int, Strict(), Field(ge=0)]
+
+
 class RankRegistration(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     host: Annotated[str, Field(min_length=1, max_length=255)]
     pid: Annotated[int, Strict(), Field(ge=0)]
     stage: Annotated[int, Strict(), Field(ge=0)] | None = None
+    stages: Annotated[list[StageIndex], Field(max_length=4096)] | None = Field(
+        default=None, description="every pipeline (virtual) stage index this rank runs"
+    )
+    coords: Annotated[dict[MeshDimension, MeshCoordinate], Field(max_length=16)] | None = Field(
+        default=None, description='coordinate in each named mesh dimension, e.g. {"dp": 1, "pp": 0}'
+    )
     clock_offset_ns: Annotated[int, Strict()] = 0
     clock_uncertainty_ns: Annotated[int, Strict(), Field(ge=0)] = 0
 
@@ -33,6 +44,8 @@ class RankOut(BaseModel):
     host: str
     pid: int
     stage: int | None
+    stages: list[int] | None
+    coords: dict[str, int] | None
     clock_offset_ns: int
     clock_uncertainty_ns: int
     dropped_spans: int

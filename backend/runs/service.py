@@ -127,7 +127,7 @@ def _summary(run: Run, step_count: int) -> RunSummary:
 def _rank_out(info: RankInfo) -> RankOut:
     return RankOut(
         rank=info.rank, host=info.host, pid=info.pid, stage=info.stage,
-        clock_offset_ns=info.clock_offset_ns, clock_uncertainty_ns=info.clock_uncertainty_ns,
+        stages=info.stages, coords=info.coords, clock_offset_ns=info.clock_offset_ns, clock_uncertainty_ns=info.clock_uncertainty_ns,
         dropped_spans=info.dropped_spans,
     )
 
