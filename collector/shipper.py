@@ -4,6 +4,11 @@ The training thread only calls :meth:`Shipper.submit` (a non-blocking queue put;
 drops the step and counts its spans). This thread computes per-step aggregates, groups steps
 into batches, and sends them with a timeout and capped retries. When the service is down the
 messages go to the on-disk spool, in order, and are re-sent once it answers again.
+
+Which spans travel: aggregates of every step; full spans of every ``full_spans_every``-th step
+and of the steps the service asked to capture (``capture.CaptureWindows``, learned from the
+ingest answers). The decision is taken when a batch is built, so a request learned now applies
+to every step not shipped yet.
 """
 
 from __future__ import annotations
@@ -12,10 +17,12 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bubblescope import wire
 from bubblescope.collector.aggregate import step_aggregate
+from bubblescope.collector.capture import CaptureWindows
 from bubblescope.collector.config import CollectorConfig
 from bubblescope.collector.recorder import StepRecord
 from bubblescope.collector.spool import Spool
@@ -25,6 +32,7 @@ log = logging.getLogger("bubblescope.collector")
 
 _STOP = object()
 _MAX_DOWN_BACKOFF_S = 30.0
+_INGEST_PATH = f"{wire.API_PREFIX}/ingest"
 
 
 class Shipper:
@@ -33,6 +41,7 @@ class Shipper:
         self.rank = rank
         self.spool = spool
         self.run_key = config.run_key or ""
+        self.captures = CaptureWindows()
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=config.queue_steps)
         self._seq = 0
         self._pending_steps: list[StepRecord] = []
@@ -41,9 +50,16 @@ class Shipper:
         self._down_until = 0.0
         self._down_backoff_s = 1.0
         self._deadline: float | None = None
-        self.dropped_spans = 0
+        # Two counters, each written by one thread only, so no lock is needed on the hot path.
+        self._dropped_in_job = 0  # training thread: full queue, recorder buffer overflow
+        self._dropped_here = 0  # shipper thread: spool full, message rejected for good
         self._warned: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="bubblescope-shipper", daemon=True)
+
+    @property
+    def dropped_spans(self) -> int:
+        """Spans lost anywhere in this rank; shipped with every batch and shown by the service."""
+        return self._dropped_in_job + self._dropped_here
 
     # ---- training-thread side -------------------------------------------------------------
     def start(self) -> None:
@@ -56,8 +72,7 @@ class Shipper:
             self.count_dropped(len(record.spans))
 
     def count_dropped(self, spans: int) -> None:
-        """Spans lost anywhere in this rank; shipped with every batch and shown by the service."""
-        self.dropped_spans += spans
+        self._dropped_in_job += spans
 
     def submit_message(self, message: Message) -> None:
         try:
@@ -66,14 +81,19 @@ class Shipper:
             self._warn_once("queue-full", "bubblescope: queue full, a registration was dropped")
 
     def stop(self, timeout_s: float) -> None:
-        """Flush what is queued within ``timeout_s``; what cannot be sent by then is spooled."""
+        """Flush what is queued; returns within ``timeout_s`` plus one request timeout at most.
+
+        No delivery attempt starts after ``timeout_s``; what is not delivered by then is spooled.
+        One attempt may be under way at the deadline, hence the extra request timeout.
+        """
         self._deadline = time.monotonic() + timeout_s
         self._down_until = 0.0  # one last try: the service may be back (failures re-arm the backoff)
         try:
             self._queue.put(_STOP, timeout=timeout_s)
         except queue.Full:
-            pass
-        self._thread.join(timeout_s + self.config.request_timeout_s + 1.0)
+            pass  # the thread still ends: past the deadline it spools without sending
+        remaining = max(0.0, self._deadline - time.monotonic())
+        self._thread.join(remaining + self.config.request_timeout_s + 0.5)
 
     # ---- shipper-thread side --------------------------------------------------------------
     def _run(self) -> None:
@@ -83,20 +103,46 @@ class Shipper:
             except queue.Empty:
                 item = None
             try:
-                if item is _STOP:
-                    self._flush()
+                if self._take(item) or self._take_queued():
                     return
-                if isinstance(item, Message):
-                    self._flush()
-                    self._deliver(item)
-                elif isinstance(item, StepRecord):
-                    self._pending_steps.append(item)
-                    self._pending_span_count += len(item.spans)
                 due = time.monotonic() - self._last_flush >= self.config.flush_interval_s
                 if due or self._pending_span_count >= self.config.max_batch_spans:
                     self._flush()
             except Exception as error:  # noqa: BLE001 - the shipper must outlive any bug
                 self._warn_once("bug", f"bubblescope: shipper error ignored: {error!r}")
+
+    def _take_queued(self) -> bool:
+        """Take what is already queued (no waiting), up to one batch, so that a backlog left by a
+        slow send goes out in few large batches instead of one step per request. True on stop."""
+        for _ in range(self.config.queue_steps):  # bounded even if steps keep coming
+            if self._pending_span_count >= self.config.max_batch_spans:
+                return False
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return False
+            if self._take(item):
+                return True
+        return False
+
+    def _take(self, item: Any) -> bool:
+        """Handle one queue item; True when it was the stop signal (after the final flush)."""
+        if item is _STOP:
+            try:
+                self._flush()
+            except Exception as error:  # noqa: BLE001 - stop even if the last flush failed
+                self._warn_once("bug", f"bubblescope: shipper error ignored: {error!r}")
+            return True
+        if isinstance(item, Message):
+            self._flush()
+            self._deliver(item)
+        elif isinstance(item, StepRecord):
+            self._pending_steps.append(item)
+            self._pending_span_count += len(item.spans)
+        return False
+
+    def _wants_spans(self, step: int) -> bool:
+        return step % self.config.full_spans_every == 0 or self.captures.covers(step)
 
     def _flush(self) -> None:
         self._last_flush = time.monotonic()
@@ -108,25 +154,43 @@ class Shipper:
         aggregates = []
         for record in steps:
             aggregates.append(step_aggregate(record))
-            if record.step % self.config.full_spans_every == 0:
+            if self._wants_spans(record.step):
                 rows.extend(record.spans)
+        batch = self._batch(aggregates, wire.spans_to_columns(rows))
+        message = Message("POST", _INGEST_PATH, wire.encode_batch(batch), span_count=len(rows))
+        self._deliver(message, lambda: self._without_spans(batch))
+        self.captures.shipped_through(max(record.step for record in steps))
+
+    def _batch(self, aggregates: list[dict[str, Any]], spans: dict[str, list[Any]]) -> dict[str, Any]:
         batch = {
             "run_key": self.run_key,
             "rank": self.rank,
             "seq": self._seq,
             "dropped_spans": self.dropped_spans,
             "steps": aggregates,
-            "spans": wire.spans_to_columns(rows),
+            "spans": spans,
         }
         self._seq += 1
-        self._deliver(Message("POST", f"{wire.API_PREFIX}/ingest", wire.encode_batch(batch)))
+        return batch
 
-    def _deliver(self, message: Message) -> None:
+    def _without_spans(self, batch: dict[str, Any]) -> Message:
+        """The same batch (same seq) with its aggregates only, for when the spool has no room for
+        its spans: the steps still reach the service, and so does the new drop count."""
+        reduced = {**batch, "spans": wire.spans_to_columns([]), "dropped_spans": self.dropped_spans}
+        return Message("POST", _INGEST_PATH, wire.encode_batch(reduced))
+
+    def _deliver(self, message: Message, without_spans: Callable[[], Message] | None = None) -> None:
+        if self._service_down() and self._deadline is None:
+            self._to_spool(message, without_spans)  # nothing to try yet: skip reading the spool
+            return
         if self.spool.has_pending() and not self._drain_spool():
-            self._to_spool(message)
+            self._to_spool(message, without_spans)
             return
         if not self._send(message):
-            self._to_spool(message)
+            self._to_spool(message, without_spans)
+
+    def _service_down(self) -> bool:
+        return self.config.url is None or time.monotonic() < self._down_until
 
     def _drain_spool(self) -> bool:
         """Re-send spooled messages oldest first; True when the spool is empty afterwards."""
@@ -142,14 +206,17 @@ class Shipper:
             return False
         attempts = self.config.max_attempts
         for attempt in range(attempts):
-            now = time.monotonic()
-            if now < self._down_until or (self._deadline is not None and now > self._deadline):
+            timeout_s = self._attempt_timeout()
+            if timeout_s is None:
                 return False
-            response = send(self.config.url, message, self.config.token, self.config.request_timeout_s)
+            response = send(self.config.url, message, self.config.token, timeout_s)
             if response.verdict is Verdict.DELIVERED:
                 self._down_backoff_s = 1.0
+                if response.document is not None and message.path == _INGEST_PATH:
+                    self.captures.learn(response.document)
                 return True
             if response.verdict is Verdict.REJECTED:
+                self._dropped_here += message.span_count
                 self._warn_once(
                     f"rejected-{response.status}",
                     f"bubblescope: service rejected {message.path} ({response.status}): "
@@ -157,15 +224,41 @@ class Shipper:
                 )
                 return True
             if attempt + 1 < attempts:
-                time.sleep(min(0.2 * 2**attempt, 1.0))
+                self._pause(min(0.2 * 2**attempt, 1.0))
         self._down_until = time.monotonic() + self._down_backoff_s
         self._down_backoff_s = min(self._down_backoff_s * 2, _MAX_DOWN_BACKOFF_S)
         self._warn_once("down", f"bubblescope: service unreachable at {self.config.url}; spooling")
         return False
 
-    def _to_spool(self, message: Message) -> None:
-        if not self.spool.write(message):
-            self._warn_once("spool-full", "bubblescope: spool full or unwritable; dropping data")
+    def _attempt_timeout(self) -> float | None:
+        """The timeout for the next attempt, or None when no attempt may start now."""
+        now = time.monotonic()
+        if now < self._down_until:
+            return None
+        if self._deadline is None:
+            return self.config.request_timeout_s
+        left = self._deadline - now
+        return min(self.config.request_timeout_s, left) if left > 0.05 else None
+
+    def _pause(self, seconds: float) -> None:
+        if self._deadline is not None:
+            seconds = min(seconds, max(0.0, self._deadline - time.monotonic()))
+        time.sleep(seconds)
+
+    def _to_spool(self, message: Message, without_spans: Callable[[], Message] | None = None) -> None:
+        """Spool the message; past the bound, its spans are dropped (and counted) first, and
+        only if even its aggregates find no room is the whole batch dropped."""
+        if self.spool.write(message):
+            return
+        self._dropped_here += message.span_count
+        self._warn_once("spool-full", "bubblescope: spool full or unwritable; dropping spans")
+        if without_spans is not None and message.span_count and self.spool.write(without_spans()):
+            return
+        if message.path == _INGEST_PATH:
+            # Keep the newest drop count on disk even now, so an upload tells the service.
+            empty = wire.spans_to_columns([])
+            counters = self._batch([], empty)
+            self.spool.write_counters(Message("POST", _INGEST_PATH, wire.encode_batch(counters)))
 
     def _warn_once(self, key: str, text: str) -> None:
         if key not in self._warned:

@@ -1,18 +1,27 @@
-"""HTTP delivery with the standard library: one request, a timeout, and a verdict; never raises."""
+"""HTTP delivery with the standard library: one request, a timeout, and a verdict; never raises.
+
+A 2xx only counts as delivered when the body is the service's JSON acknowledgement (an ingest
+result, a run or a rank). Anything else (an HTML page from a proxy, a truncated body, some other
+program on the port) means the data may not be stored, so the message is kept and retried.
+"""
 
 from __future__ import annotations
 
 import enum
 import http.client
+import json
 import socket
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from typing import Any
+
+_MAX_BODY_BYTES = 1 << 20
 
 
 class Verdict(enum.Enum):
-    DELIVERED = "delivered"  # 2xx: stored (or already stored: idempotent retry)
-    RETRY = "retry"  # server down, slow, 5xx, 408/429, dropped connection: try again later
+    DELIVERED = "delivered"  # 2xx with the service's acknowledgement: stored (or already stored)
+    RETRY = "retry"  # down, slow, 5xx, 408/429, dropped connection, not our service: try again later
     REJECTED = "rejected"  # other 4xx: the server will never take this message
 
 
@@ -22,6 +31,7 @@ class Response:
     status: int | None
     body: bytes
     error: str | None = None
+    document: dict[str, Any] | None = None  # the parsed acknowledgement when delivered
 
 
 @dataclass(frozen=True)
@@ -31,6 +41,28 @@ class Message:
     method: str
     path: str
     body: bytes  # gzip-compressed JSON
+    span_count: int = 0  # spans inside: counted as dropped if the message is lost
+
+
+def acknowledgement_fields(message: Message) -> tuple[str, ...]:
+    """Keys the service's 2xx answer to ``message`` always has (IngestResult, RankOut, RunSummary)."""
+    if message.method == "POST" and message.path.endswith("/ingest"):
+        return ("stored_spans", "duplicate")
+    if "/ranks/" in message.path:
+        return ("rank",)
+    return ("key",)
+
+
+def _acknowledgement(message: Message, body: bytes) -> dict[str, Any] | None:
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    if any(field not in document for field in acknowledgement_fields(message)):
+        return None
+    return document
 
 
 def send(base_url: str, message: Message, token: str | None, timeout_s: float) -> Response:
@@ -45,7 +77,7 @@ def send(base_url: str, message: Message, token: str | None, timeout_s: float) -
         request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-            return Response(Verdict.DELIVERED, reply.status, reply.read(1 << 20))
+            status, body = reply.status, reply.read(_MAX_BODY_BYTES)
     except urllib.error.HTTPError as error:
         status = error.code
         retry = status >= 500 or status in (408, 425, 429)
@@ -57,3 +89,9 @@ def send(base_url: str, message: Message, token: str | None, timeout_s: float) -
         return Response(Verdict.RETRY if retry else Verdict.REJECTED, status, body, str(error))
     except (OSError, http.client.HTTPException, socket.timeout, ValueError) as error:
         return Response(Verdict.RETRY, None, b"", f"{type(error).__name__}: {error}")
+    except Exception as error:  # noqa: BLE001 - whatever the peer does, the caller gets a verdict
+        return Response(Verdict.RETRY, None, b"", f"unexpected {type(error).__name__}: {error}")
+    document = _acknowledgement(message, body)
+    if document is None:
+        return Response(Verdict.RETRY, status, body[:500], f"HTTP {status} without a bubblescope acknowledgement")
+    return Response(Verdict.DELIVERED, status, body, None, document)

@@ -9,12 +9,15 @@ from pathlib import Path
 from bubblescope.collector.spool import Spool
 from bubblescope.collector.transport import Verdict, send
 
+STALE_TEMPORARY_S = 60.0  # a live writer renames its temporary file within milliseconds
+
 
 @dataclass(frozen=True)
 class UploadResult:
     delivered: int
     rejected: int
     remaining: int
+    unreadable: int = 0  # corrupt files moved aside as *.bad (never sent, never blocking)
 
 
 def upload_spool(
@@ -26,9 +29,11 @@ def upload_spool(
     """Send every spooled message oldest first; stop at the first the service cannot take now.
 
     Delivered and rejected (4xx other than 408/429) messages are removed; a retried batch the
-    service already has is answered as delivered, so an upload can be repeated safely.
+    service already has is answered as delivered, so an upload can be repeated safely. Temporary
+    files left by a process killed mid-write are deleted once stale; they were never messages.
     """
     spool = Spool(Path(spool_dir), max_bytes=1 << 62)
+    spool.remove_stale_temporaries(STALE_TEMPORARY_S)
     delivered = rejected = 0
     for path, message in spool.pending():
         response = send(url, message, token, timeout_s)
@@ -39,4 +44,4 @@ def upload_spool(
         else:
             rejected += 1
         spool.remove(path)
-    return UploadResult(delivered, rejected, len(spool.files()))
+    return UploadResult(delivered, rejected, len(spool.files()), spool.unreadable)

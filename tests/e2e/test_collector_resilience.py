@@ -6,22 +6,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from bubblescope.collector import upload_spool
-from tests.support import LiveServer, free_port, run_pipeline_job
+from tests.collector.jobs import spooled_ingest_contents
+from tests.support import LiveServer, count_rows, free_port, run_pipeline_job
 
 pytestmark = pytest.mark.slow
-
-
-def span_count(db_url: str, run_key: str) -> int:
-    engine = create_engine(db_url)
-    try:
-        with engine.connect() as connection:
-            query = text("SELECT count(*) FROM spans s JOIN runs r ON r.id = s.run_id WHERE r.key = :key")
-            return int(connection.execute(query, {"key": run_key}).scalar_one())
-    finally:
-        engine.dispose()
 
 
 def test_server_down_for_whole_job_then_upload_delivers_everything_once(
@@ -37,19 +27,21 @@ def test_server_down_for_whole_job_then_upload_delivers_everything_once(
     assert {p.parent.name for p in files} == {"rank0", "rank1"}
     backup = tmp_path / "backup"
     shutil.copytree(spool, backup)
+    spooled_steps, expected = spooled_ingest_contents(spool)
+    assert spooled_steps == set(range(steps))
+    # per rank per step at least: m forward + m backward + m send + m recv + data, all_reduce, optimizer
+    assert expected >= stages * steps * (4 * m + 3)
 
     result = upload_spool(spool, sqlite_server.url)
     assert result.remaining == 0 and result.rejected == 0 and result.delivered == len(files)
-    # per rank per step: m forward + m backward + m send + m recv + data, all_reduce, optimizer
-    expected = stages * steps * (4 * m + 3)
-    assert span_count(sqlite_server.db_url, job.run_key) == expected
+    assert count_rows(sqlite_server.db_url, "spans", job.run_key) == expected
     with sqlite_server.client() as client:
         detail = client.get(f"/api/v1/runs/{job.run_key}").json()
     assert [s["ranks_reported"] for s in detail["steps"]] == [stages] * steps
 
     again = upload_spool(backup, sqlite_server.url)  # the same batches a second time
     assert again.delivered == len(files) and again.remaining == 0
-    assert span_count(sqlite_server.db_url, job.run_key) == expected
+    assert count_rows(sqlite_server.db_url, "spans", job.run_key) == expected
 
 
 def test_disabled_collector_is_a_no_op(sqlite_server: LiveServer, tmp_path: Path) -> None:

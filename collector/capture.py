@@ -1,0 +1,58 @@
+"""Capture-on-request: step ranges the service asked this rank to ship in full.
+
+The service answers every ingest batch with its pending capture requests::
+
+    {"stored_spans": ..., "captures": [{"id": 3, "from_step": 120, "steps": 20}, ...]}
+
+The shipper learns them from there and ships full spans for steps in
+``[from_step, from_step + steps)`` on top of the every-N sampling. Anything malformed in the
+answer is ignored: a bad reply can cost a capture, never the job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_WINDOWS = 64
+_MAX_STEP = 2**62
+
+
+def _is_count(value: Any, low: int, high: int) -> bool:
+    return type(value) is int and low <= value <= high  # bool is not a count
+
+
+class CaptureWindows:
+    """The ranges to capture, pruned once this rank has shipped past them (so it stays small)."""
+
+    def __init__(self) -> None:
+        self._windows: dict[int, tuple[int, int]] = {}  # request id -> [first, end)
+        self._shipped_through = -1
+
+    def learn(self, document: dict[str, Any]) -> None:
+        """Take the capture requests from an ingest acknowledgement; ignore whatever is malformed."""
+        captures = document.get("captures")
+        if not isinstance(captures, list):
+            return
+        for item in captures[:MAX_WINDOWS]:
+            if not isinstance(item, dict):
+                continue
+            request_id, first, steps = item.get("id"), item.get("from_step"), item.get("steps")
+            if not (_is_count(request_id, 0, _MAX_STEP) and _is_count(first, 0, _MAX_STEP)
+                    and _is_count(steps, 1, _MAX_STEP)):
+                continue
+            if first + steps - 1 > self._shipped_through:  # a rank already past it captures nothing
+                self._windows[request_id] = (first, first + steps)
+        while len(self._windows) > MAX_WINDOWS:
+            del self._windows[min(self._windows, key=lambda key: self._windows[key][1])]
+
+    def covers(self, step: int) -> bool:
+        return any(first <= step < end for first, end in self._windows.values())
+
+    def shipped_through(self, step: int) -> None:
+        """Every step up to ``step`` has been shipped: forget the windows that lie behind it."""
+        self._shipped_through = max(self._shipped_through, step)
+        for request_id in [key for key, (_, end) in self._windows.items() if end <= step + 1]:
+            del self._windows[request_id]
+
+    def __len__(self) -> int:
+        return len(self._windows)

@@ -1,0 +1,98 @@
+"""Launching ``tests.collector.hand_loop`` as a real process and reading its report."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from bubblescope import wire
+from bubblescope.collector.spool import Spool
+from tests.support import REPO
+
+
+@dataclass(frozen=True)
+class LoopReport:
+    baseline_s: list[float]
+    instrumented_s: list[float]
+    baseline_cpu_s: list[float]
+    instrumented_cpu_s: list[float]
+    loop_s: float
+    shipper_cpu_s: float | None
+    shutdown_s: float
+    spans_recorded: int
+    dropped_spans: int | None  # None when the collector was disabled
+    shipper_alive: bool
+    enabled: bool
+    threads_after_init: list[str]
+
+    def figures(self) -> str:
+        """Step-time figures in ms, for assertion messages and the log."""
+        ms = lambda seconds: f"{seconds * 1e3:.2f} ms"  # noqa: E731
+        median = statistics.median
+        return (
+            f"wall median {ms(median(self.instrumented_s))} vs baseline {ms(median(self.baseline_s))}, "
+            f"worst {ms(max(self.instrumented_s))} vs {ms(max(self.baseline_s))}; "
+            f"CPU median {ms(median(self.instrumented_cpu_s))} vs {ms(median(self.baseline_cpu_s))}; "
+            f"shipper thread CPU {self.shipper_cpu_s} s in a {self.loop_s:.2f} s loop; "
+            f"shutdown {self.shutdown_s:.2f} s; dropped {self.dropped_spans} of {self.spans_recorded} spans"
+        )
+
+    def assert_steps_not_slowed(self, worst_margin_s: float = 0.05) -> None:
+        """The loop is not slowed: the bounds, each of which a real fault would break.
+
+        - No step more than ``worst_margin_s`` over the worst baseline step: a network wait or
+          a retry on the training thread (0.3 s request timeouts here, 5 s by default) fails it.
+        - The median step's thread CPU time within 30% (+0.5 ms) of the baseline's: the
+          collector's own work per step (span records, hand-off) stays small. CPU time, because
+          on a shared 2-core machine other processes inflate wall times by 2x for seconds.
+        - The median wall time within 2x (+1 ms) of the baseline's, and the shipper thread busy
+          for at most a fifth of the loop: a shipper hogging the interpreter would show here
+          (the interleaved baseline steps would suffer alike, so the CPU share is checked too).
+        """
+        median = statistics.median
+        assert max(self.instrumented_s) <= max(self.baseline_s) + worst_margin_s, self.figures()
+        assert median(self.instrumented_cpu_s) <= median(self.baseline_cpu_s) * 1.3 + 0.0005, self.figures()
+        assert median(self.instrumented_s) <= median(self.baseline_s) * 2 + 0.001, self.figures()
+        if self.shipper_cpu_s is not None:
+            assert self.shipper_cpu_s <= 0.2 * self.loop_s, self.figures()
+
+
+def launch(
+    tmp_path: Path, url: str | None, run_key: str, *args: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start the hand-written loop; returns the process and the path its report will have."""
+    report = tmp_path / f"{run_key}.json"
+    command = [sys.executable, "-m", "tests.collector.hand_loop", "--spool", str(tmp_path / "spool"),
+               "--run-key", run_key, "--report", str(report), *args]
+    if url is not None:
+        command += ["--url", url]
+    log = open(tmp_path / f"{run_key}.log", "wb")
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    process = subprocess.Popen(command, cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+    return process, report
+
+
+def read_report(tmp_path: Path, run_key: str, process: subprocess.Popen[bytes], timeout_s: float = 120) -> LoopReport:
+    code = process.wait(timeout_s)
+    output = (tmp_path / f"{run_key}.log").read_text()
+    assert code == 0, output[-3000:]
+    document = json.loads((tmp_path / f"{run_key}.json").read_text())
+    return LoopReport(**{k: document[k] for k in LoopReport.__dataclass_fields__})
+
+
+def spooled_ingest_contents(spool: Path) -> tuple[set[int], int]:
+    """Steps and span count of every ingest batch waiting in a spool, read back from the files."""
+    steps: set[int] = set()
+    spans = 0
+    for _path, message in Spool(spool, 1 << 62).pending():
+        if message.path == f"{wire.API_PREFIX}/ingest":
+            batch = json.loads(gzip.decompress(message.body))
+            steps |= {step["step"] for step in batch["steps"]}
+            spans += len(batch["spans"]["step"])
+    return steps, spans

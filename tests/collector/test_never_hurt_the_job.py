@@ -1,0 +1,110 @@
+"""The collector never hurts the job, whatever the server does.
+
+Each case runs the hand-written loop (``tests.collector.hand_loop``) in its own process against
+a real misbehaving HTTP server (``misbehaving_server``) and checks: steps are not slowed against
+the same loop uninstrumented, nothing raises into the loop, batches spool to disk up to the
+bound, they reach the real service (SQLite, through the API) once it is back, and every span
+recorded is either stored or counted as dropped, and that count is shown by the API.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bubblescope.collector import upload_spool
+from bubblescope.collector.spool import COUNTERS_NAME
+from tests.collector.jobs import LoopReport, launch, read_report
+from tests.collector.misbehaving_server import MisbehavingServer
+from tests.support import LiveServer, count_rows, wait_until
+
+STEPS, BASELINE_STEPS, SWITCH_AT = 400, 400, 200
+LOOP = ["--steps", str(STEPS), "--baseline-steps", str(BASELINE_STEPS), "--work", "12000"]
+SPOOL_BOUND = 24 * 1024
+FAST_FAILING = {
+    "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.1",
+    "BUBBLESCOPE_REQUEST_TIMEOUT_S": "0.3",
+    "BUBBLESCOPE_SPOOL_MAX_BYTES": str(SPOOL_BOUND),
+    "BUBBLESCOPE_FULL_SPANS_EVERY": "1",  # every span travels, so stored + dropped must add up
+}
+
+
+def spooled_messages(spool: Path) -> list[Path]:
+    return [path for path in spool.rglob("*.msg") if path.name != COUNTERS_NAME]
+
+
+def run_detail(server: LiveServer, run_key: str) -> dict:
+    with server.client() as client:
+        response = client.get(f"/api/v1/runs/{run_key}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def assert_every_span_stored_or_counted(server: LiveServer, run_key: str, report: LoopReport) -> int:
+    """Stored spans (DB) + dropped (API) == recorded; the API shows the job's own count."""
+    dropped = sum(rank["dropped_spans"] for rank in run_detail(server, run_key)["ranks"])
+    stored = count_rows(server.db_url, "spans", run_key)
+    assert dropped == report.dropped_spans, (dropped, report.figures())
+    assert stored + dropped == report.spans_recorded, (stored, dropped, report.figures())
+    return dropped
+
+
+@pytest.mark.parametrize("mode", ["error", "garbage", "wrong_json", "drop", "half"])
+def test_a_misbehaving_server_costs_no_step_time_and_the_data_arrives_once_it_is_back(
+    mode: str, sqlite_server: LiveServer, tmp_path: Path
+) -> None:
+    """(b) 500s, (c) 200 with non-JSON / with the wrong JSON, (d) connection dropped after the
+    headers / half an answer. The server is switched to the real service half-way through."""
+    run_key = f"misbehave-{mode}-{uuid.uuid4().hex[:8]}"
+    signal, spool = tmp_path / "switch", tmp_path / "spool"
+    server = MisbehavingServer(mode, upstream=sqlite_server.url).start()
+    try:
+        process, _ = launch(tmp_path, server.url, run_key, *LOOP, "--signal-at", str(SWITCH_AT),
+                            "--signal-file", str(signal), env=FAST_FAILING)
+        wait_until(signal.exists, 120, "the loop to reach the switch")
+        assert server.requests[mode] > 0, "the misbehaviour was never exercised"
+        spooled = sum(path.stat().st_size for path in spooled_messages(spool))
+        assert 0 < spooled <= SPOOL_BOUND
+        server.mode = "proxy"  # the real service is back
+        report = read_report(tmp_path, run_key, process)
+    finally:
+        server.stop()
+    print(f"{mode}: {report.figures()}")
+    report.assert_steps_not_slowed()
+    assert server.requests["proxy"] > 0
+    dropped = assert_every_span_stored_or_counted(sqlite_server, run_key, report)
+    assert dropped > 0, "the spool bound should have been hit while the server misbehaved"
+    steps = [step["step"] for step in run_detail(sqlite_server, run_key)["steps"]]
+    assert steps[0] == 0 and steps[-1] == STEPS - 1  # spooled early steps re-sent, the last ones live
+    assert not spooled_messages(spool), "the spool should be drained once the service is back"
+
+
+def test_a_server_that_answers_after_30_s_is_cut_off_by_the_request_timeout_and_shutdown_is_bounded(
+    sqlite_server: LiveServer, tmp_path: Path
+) -> None:
+    """(a) A server that takes 30 s per answer, with the default 5 s request timeout: the loop is
+    not slowed, ``shutdown`` returns within its bound while a request hangs, and the spool
+    delivers everything to the real service afterwards."""
+    shutdown_timeout_s, request_timeout_s = 2.0, 5.0
+    run_key = f"slow-{uuid.uuid4().hex[:8]}"
+    server = MisbehavingServer("slow", slow_s=30.0).start()
+    env = {"BUBBLESCOPE_FLUSH_INTERVAL_S": "0.1", "BUBBLESCOPE_FULL_SPANS_EVERY": "1",
+           "BUBBLESCOPE_SHUTDOWN_TIMEOUT_S": str(shutdown_timeout_s)}
+    try:
+        process, _ = launch(tmp_path, server.url, run_key, *LOOP, env=env)
+        report = read_report(tmp_path, run_key, process)
+        assert server.requests["slow"] >= 1
+    finally:
+        server.stop()
+    print(f"slow: {report.figures()}")
+    report.assert_steps_not_slowed()
+    assert report.shutdown_s <= shutdown_timeout_s + request_timeout_s + 1.0, report.figures()
+    assert not report.shipper_alive, "the shipper thread should have finished within the bound"
+    assert report.dropped_spans == 0
+
+    result = upload_spool(tmp_path / "spool", sqlite_server.url)
+    assert result.remaining == 0 and result.rejected == 0 and result.delivered > 0
+    assert [s["step"] for s in run_detail(sqlite_server, run_key)["steps"]] == list(range(STEPS))
+    assert_every_span_stored_or_counted(sqlite_server, run_key, report)
