@@ -4,10 +4,18 @@
 
     collector.init(run="llama-pp4")        # url, token, run also from BUBBLESCOPE_* env vars
     collector.instrument(schedule)         # a torch.distributed.pipelining schedule
-    for batch in data:
+    collector.register_mesh(mesh)          # a DeviceMesh: coordinates and dp/tp/pp group labels
+    collector.instrument_ddp(ddp_model)    # DDP gradient buckets (instead of register_comm_hook)
+    collector.instrument_optimizer(opt)
+    for batch in collector.timed_batches(loader):
         with collector.step():
             schedule.step(...)
     collector.shutdown()
+
+Every torch.distributed collective and point-to-point call (and the functional collectives of
+DTensor / tensor parallelism, which FSDP2 and TP use) is recorded once ``init`` has run after
+``init_process_group`` (``BUBBLESCOPE_TRACE_COLLECTIVES=0`` turns that off). Hand-written
+layer-wise model parallelism: ``collector.LayerwiseStage``.
 
 Rules: nothing here raises into the training loop, blocks a step, or imports torch unless
 the job already has; with ``BUBBLESCOPE_DISABLED=1`` (or before ``init``) every call is a no-op.
@@ -23,12 +31,19 @@ from typing import Any
 
 from bubblescope import wire
 from bubblescope.collector.config import CollectorConfig
+from bubblescope.collector.model_parallel import LayerwiseStage
 from bubblescope.collector.session import CollectorSession
 from bubblescope.collector.upload import UploadResult, upload_spool
 
 __all__ = [
     "init",
     "instrument",
+    "register_mesh",
+    "instrument_ddp",
+    "instrument_optimizer",
+    "timed_batches",
+    "describe_pipeline",
+    "LayerwiseStage",
     "step",
     "span",
     "shutdown",
@@ -108,6 +123,69 @@ def instrument(schedule: Any) -> Any:
     return schedule
 
 
+def _guarded(what: str, action: Any) -> None:
+    """Run ``action()`` unless the collector is off; a failure is logged, never raised."""
+    if _session is None:
+        return
+    try:
+        action()
+    except Exception as error:  # noqa: BLE001
+        log.warning("bubblescope: could not %s: %r", what, error)
+
+
+def register_mesh(mesh: Any) -> Any:
+    """Record this rank's coordinate in every dimension of a DeviceMesh and label each
+    dimension's process group by its name ("dp", "tp", "pp", ...); returns the mesh."""
+    _guarded("register the mesh", lambda: _session.register_mesh(mesh))  # type: ignore[union-attr]
+    return mesh
+
+
+def instrument_ddp(model: Any, hook: Any = None, state: Any = None) -> Any:
+    """Time each DDP gradient bucket's all-reduce (bytes, group). Pass your own communication
+    hook and state here instead of calling ``model.register_comm_hook``; returns the model."""
+    from bubblescope.collector import integrations
+
+    _guarded("instrument DDP",
+             lambda: integrations.instrument_ddp(model, _session.recorder, hook, state))  # type: ignore[union-attr]
+    return model
+
+
+def instrument_optimizer(optimizer: Any) -> Any:
+    """An ``optimizer`` span around every ``optimizer.step()``; returns the optimizer."""
+    from bubblescope.collector import integrations
+
+    _guarded("instrument the optimizer",
+             lambda: integrations.instrument_optimizer(optimizer, _session.recorder))  # type: ignore[union-attr]
+    return optimizer
+
+
+def timed_batches(batches: Any) -> Any:
+    """Iterate ``batches``; waiting for each item is a ``data_loading`` span."""
+    from bubblescope.collector import integrations
+
+    return integrations.timed_batches(batches, _session.recorder if _session is not None else None)
+
+
+def describe_pipeline(
+    *, schedule: str, num_stages: int, num_microbatches: int, stages: list[int] | None = None
+) -> None:
+    """Tell the service how a hand-written pipeline is laid out (``instrument`` does this for
+    torch's schedules): the schedule's name ("naive", "gpipe", "1f1b", ...), the stage count,
+    micro-batches per step, and the stage indices this rank runs."""
+    def register() -> None:
+        assert _session is not None
+        local = stages or []
+        _session.register_run(
+            schedule=schedule, num_stages=num_stages, num_microbatches=num_microbatches,
+            virtual_stages=max(1, len(local)), pipeline_ranks=max(1, num_stages // max(1, len(local))),
+        )
+        _session.align_clock()
+        if local:
+            _session.register_rank(stage=local[0], stages=local)
+
+    _guarded("describe the pipeline", register)
+
+
 def step() -> contextlib.AbstractContextManager[Any]:
     """Context manager around one training step: marks the step window on this rank."""
     if _session is None:
@@ -139,9 +217,10 @@ def shutdown() -> None:
     if session is None:
         return
     try:
-        from bubblescope.collector import pipelining
+        from bubblescope.collector import collectives, pipelining
 
         pipelining.detach()
+        collectives.detach()
         session.close()
     except Exception as error:  # noqa: BLE001
         log.warning("bubblescope: shutdown error ignored: %r", error)

@@ -25,4 +25,9 @@ def step_aggregate(record: StepRecord) -> dict[str, Any]:
         "exposed_comm_ns": split.exposed_comm_ns,
         "idle_ns": split.idle_ns,
         "span_count": len(record.spans),
+        **(
+            {"clock_offset_ns": record.clock[0], "clock_uncertainty_ns": record.clock[1]}
+            if record.clock is not None
+            else {}
+        ),
     }

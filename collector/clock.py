@@ -4,7 +4,12 @@ Spans are timed with ``time.perf_counter_ns`` (monotonic, cheap) and shipped as 
 nanoseconds: ``perf_counter_ns() + anchor``, the anchor read once per process. Ranks on other
 hosts disagree on epoch time, so each rank also estimates its offset to rank 0 by timed
 ping-pongs over the process group (the NTP estimate from the round trip with the smallest delay)
-and registers it; the service subtracts it in every cross-rank view.
+and registers it; the service subtracts it in every cross-rank view. ``clock_sync`` runs the
+rounds (at start and periodically) behind a store handshake, so a rank that never calls
+``init`` cannot hang the others.
+
+``BUBBLESCOPE_CLOCK_SKEW_NS`` shifts this process's clock by that many nanoseconds: a way to
+check, on one host, that alignment undoes a skew between hosts.
 
 The GPU path (CUDA events anchored to host time once per step) plugs in at ``now_ns``'s callers
 in a later issue; nothing here calls ``torch.cuda.synchronize``.
@@ -12,6 +17,7 @@ in a later issue; nothing here calls ``torch.cuda.synchronize``.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +40,7 @@ def _read_anchor(reads: int = 25) -> int:
     return best_anchor
 
 
-_ANCHOR_NS = _read_anchor()
+_ANCHOR_NS = _read_anchor() + int(os.environ.get("BUBBLESCOPE_CLOCK_SKEW_NS", "0") or 0)
 
 
 def now_ns() -> int:
@@ -50,29 +56,33 @@ class ClockOffset:
     uncertainty_ns: int
 
 
-def estimate_offset_to_rank0(dist: Any, rounds: int = 16) -> ClockOffset:
-    """Ping-pong with rank 0 over the default process group; every rank must call this.
-
-    Rank 0 answers each rank in turn: the rank sends t1, rank 0 stamps t2 on receipt and
-    replies, the rank stamps t3 on the reply. offset = (t1 + t3) / 2 - t2 for the round with the
-    smallest t3 - t1. Works on gloo (CPU tensors); on NCCL the tensors live on the current GPU.
-    """
+def ping_buffer(dist: Any) -> Any:
+    """A one-element int64 tensor where the backend can send it (the current GPU on NCCL)."""
     import torch
 
-    rank, world = dist.get_rank(), dist.get_world_size()
     device = "cpu"
     if dist.get_backend() == "nccl":
         device = f"cuda:{torch.cuda.current_device()}"
-    if world == 1:
-        return ClockOffset(0, 0)
-    buffer = torch.zeros(1, dtype=torch.int64, device=device)
-    if rank == 0:
-        for peer in range(1, world):
-            for _ in range(rounds):
-                dist.recv(buffer, src=peer)
-                buffer.fill_(now_ns())
-                dist.send(buffer, dst=peer)
-        return ClockOffset(0, 0)
+    return torch.zeros(1, dtype=torch.int64, device=device)
+
+
+def answer_pings(dist: Any, peer: int, rounds: int) -> None:
+    """Rank 0's side of ``ping_rank0``: stamp and return each of ``peer``'s pings."""
+    buffer = ping_buffer(dist)
+    for _ in range(rounds):
+        dist.recv(buffer, src=peer)
+        buffer.fill_(now_ns())
+        dist.send(buffer, dst=peer)
+
+
+def ping_rank0(dist: Any, rounds: int) -> ClockOffset:
+    """Ping-pong with rank 0 (which runs ``answer_pings`` for this rank at the same time).
+
+    This rank sends t1, rank 0 stamps t2 on receipt and replies, this rank stamps t3 on the
+    reply. offset = (t1 + t3) / 2 - t2 for the round with the smallest t3 - t1; the
+    uncertainty is half that round trip.
+    """
+    buffer = ping_buffer(dist)
     best: ClockOffset | None = None
     for _ in range(rounds):
         t1 = now_ns()

@@ -46,7 +46,6 @@ def _tensor_bytes(tensor: Any) -> int:
 def _patch_p2p_once() -> None:
     if _state["patched"]:
         return
-    import torch.distributed as dist
     from torch.distributed.pipelining import schedules
 
     original_batch = schedules._batch_p2p
@@ -61,7 +60,8 @@ def _patch_p2p_once() -> None:
         if recorder is None:
             return original_batch(p2p_ops, desc=desc)
         posted = now_ns()
-        works = original_batch(p2p_ops, desc=desc)
+        with recorder.quiet():  # recorded here, with micro-batch ids, not by the collectives layer
+            works = original_batch(p2p_ops, desc=desc)
         done = now_ns()
         recvs: dict[tuple[Any, ...], int] = {}
         sends: list[tuple[int, int]] = []
@@ -70,7 +70,7 @@ def _patch_p2p_once() -> None:
             if tag is None:
                 continue
             name, stage, microbatch = tag
-            if op.op is dist.isend:
+            if getattr(op.op, "__name__", "") == "isend":
                 index = recorder.add("send", posted, done, stage, microbatch, op.peer,
                                      _tensor_bytes(op.tensor), "pp", name)
                 sends.append((recorder.current_step, index))
@@ -88,7 +88,10 @@ def _patch_p2p_once() -> None:
         entry = pending.pop(id(work), None)
         recorder: Recorder | None = _state["recorder"]
         started = now_ns()
-        result = original_wait(work)
+        if recorder is None:
+            return original_wait(work)
+        with recorder.quiet():
+            result = original_wait(work)
         if entry is not None and recorder is not None:
             finished = now_ns()
             _works, recvs, sends, added_at_post = entry

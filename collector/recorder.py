@@ -10,6 +10,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from bubblescope import wire
 from bubblescope.collector.clock import now_ns
 
 SpanRow = tuple[Any, ...]
@@ -20,13 +21,16 @@ DropCounter = Callable[[int], None]
 class StepRecord:
     """One finished step of one rank: its window and its spans."""
 
-    __slots__ = ("step", "start_ns", "end_ns", "spans")
+    __slots__ = ("step", "start_ns", "end_ns", "spans", "clock")
 
-    def __init__(self, step: int, start_ns: int, end_ns: int, spans: list[SpanRow]) -> None:
+    def __init__(
+        self, step: int, start_ns: int, end_ns: int, spans: list[SpanRow], clock: tuple[int, int] | None = None
+    ) -> None:
         self.step = step
         self.start_ns = start_ns
         self.end_ns = end_ns
         self.spans = spans
+        self.clock = clock  # (offset to rank 0, uncertainty) in force for this step, when known
 
 
 class SpanTimer:
@@ -51,6 +55,41 @@ class SpanTimer:
         tb: TracebackType | None,
     ) -> None:
         self._recorder.add(self._kind, self._start, now_ns(), *self._fields)
+
+
+class QuietBlock:
+    """Context manager returned by ``Recorder.quiet``."""
+
+    __slots__ = ("_recorder",)
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._recorder = recorder
+
+    def __enter__(self) -> None:
+        self._recorder.quiet_depth += 1
+
+    def __exit__(self, *_exc: object) -> None:
+        self._recorder.quiet_depth -= 1
+
+
+class QuietSpanTimer(SpanTimer):
+    """A communication span written by hand: the calls inside it are not recorded again."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> QuietSpanTimer:
+        self._recorder.quiet_depth += 1
+        self._start = now_ns()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._recorder.quiet_depth -= 1
+        SpanTimer.__exit__(self, exc_type, exc, tb)
 
 
 class StepTimer:
@@ -85,6 +124,9 @@ class Recorder:
         self._step = 0
         self._step_start: int | None = None
         self.spans_added = 0  # ever, in this process: tells whether anything ran between two points
+        self.quiet_depth = 0  # > 0 while a layer records its communication itself (no double spans)
+        self.clock: tuple[int, int] | None = None  # set by the session after each clock round
+        self.after_step: Callable[[int], None] | None = None  # runs between steps (clock rounds)
 
     @property
     def current_step(self) -> int:
@@ -136,7 +178,8 @@ class Recorder:
                 return
 
     def span(self, kind: str, **fields: Any) -> SpanTimer:
-        return SpanTimer(
+        timer = QuietSpanTimer if kind in wire.COMMUNICATION_KINDS else SpanTimer
+        return timer(
             self,
             kind,
             (
@@ -148,6 +191,10 @@ class Recorder:
                 fields.get("name"),
             ),
         )
+
+    def quiet(self) -> QuietBlock:
+        """Context manager: torch.distributed calls inside are not recorded automatically."""
+        return QuietBlock(self)
 
     def step(self) -> StepTimer:
         return StepTimer(self)
@@ -161,6 +208,8 @@ class Recorder:
         start = self._step_start
         if start is None:  # no explicit begin: the window is first span start to end
             start = min((row[2] for row in spans), default=end)
-        self._sink(StepRecord(self._step, start, end, spans))
+        self._sink(StepRecord(self._step, start, end, spans, self.clock))
         self._step += 1
         self._step_start = None
+        if self.after_step is not None:
+            self.after_step(self._step)

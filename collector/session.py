@@ -12,7 +12,8 @@ import uuid
 from typing import Any
 
 from bubblescope import wire
-from bubblescope.collector.clock import ClockOffset, estimate_offset_to_rank0
+from bubblescope.collector.clock import ClockOffset
+from bubblescope.collector.clock_sync import ClockSync
 from bubblescope.collector.config import CollectorConfig
 from bubblescope.collector.recorder import Recorder
 from bubblescope.collector.shipper import Shipper
@@ -66,6 +67,9 @@ class CollectorSession:
         self.config = config
         self.run_config: dict[str, Any] = dict(run_config or {})
         self.clock: ClockOffset | None = None
+        self._clock_sync: ClockSync | None = None
+        self._resync_every = max(0, int(os.environ.get("BUBBLESCOPE_CLOCK_RESYNC_STEPS", "500") or 0))
+        self._trace_collectives = os.environ.get("BUBBLESCOPE_TRACE_COLLECTIVES", "1") != "0"
         spool = Spool(config.spool_dir / self.run_key / f"rank{self.rank}", config.spool_max_bytes)
         self.shipper = Shipper(dataclasses.replace(config, run_key=self.run_key), self.rank, spool)
         self.recorder = Recorder(
@@ -76,16 +80,55 @@ class CollectorSession:
         self.align_clock()
 
     def align_clock(self) -> None:
-        """Estimate the offset to rank 0 once torch.distributed is up; then register this rank."""
+        """Once torch.distributed is up: trace its collectives, estimate the clock offset to
+        rank 0 (then again every ``BUBBLESCOPE_CLOCK_RESYNC_STEPS`` steps), register this rank."""
         dist = _dist()
-        if self.clock is None and dist is not None:
+        if self._clock_sync is None and dist is not None:
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+            if self._trace_collectives:
+                from bubblescope.collector import collectives
+
+                collectives.install(self.recorder)
             try:
-                self.clock = estimate_offset_to_rank0(dist)
+                self._clock_sync = ClockSync(dist, self.run_key)
+                self._use_clock(self._clock_round(0) or ClockOffset(0, 0))
+                self.recorder.after_step = self._between_steps
             except Exception as error:  # noqa: BLE001
                 log.warning("bubblescope: clock alignment failed (%r); assuming offset 0", error)
-                self.clock = ClockOffset(0, 0)
+                self._use_clock(ClockOffset(0, 0))
         self.register_rank()
+
+    def _clock_round(self, round_id: int) -> ClockOffset | None:
+        assert self._clock_sync is not None
+        with self.recorder.quiet():
+            return self._clock_sync.run_round(round_id)
+
+    def _use_clock(self, clock: ClockOffset) -> None:
+        self.clock = clock
+        self.recorder.clock = (clock.offset_ns, clock.uncertainty_ns)
+
+    def _between_steps(self, next_step: int) -> None:
+        """Periodic clock rounds; every rank reaches the same step number, so they meet."""
+        if not self._resync_every or next_step % self._resync_every or self._clock_sync is None:
+            return
+        try:
+            clock = self._clock_round(next_step // self._resync_every)
+            if clock is not None:
+                self._use_clock(clock)
+        except Exception as error:  # noqa: BLE001
+            log.warning("bubblescope: periodic clock round failed (%r); keeping the last offset", error)
+            self.recorder.after_step = None
+
+    def register_mesh(self, mesh: Any) -> None:
+        """Label each mesh dimension's process group by the dimension's name and register this
+        rank's coordinate in every dimension."""
+        from bubblescope.collector import collectives
+
+        names = list(mesh.mesh_dim_names or [f"dim{i}" for i in range(mesh.ndim)])
+        coordinate = mesh.get_coordinate() or []
+        for index, name in enumerate(names):
+            collectives.register_group(mesh.get_group(index), name)
+        self.register_rank(coords={name: int(value) for name, value in zip(names, coordinate)})
 
     def register_run(self, **updates: Any) -> None:
         self.run_config.update(updates)

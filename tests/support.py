@@ -181,3 +181,22 @@ def wait_until(condition: Any, timeout_s: float, what: str, interval_s: float = 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(interval_s)
+
+
+def run_parallel_job(url: str, mode: str, nproc: int, *args: str, timeout_s: float = 300,
+                     extra_env: dict[str, str] | None = None) -> JobResult:
+    """A real torchrun job of ``tests/e2e/parallel_job.py`` in ``mode`` (naive, ddp, fsdp, tp, ...)."""
+    run_key = f"test-{mode}-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "BUBBLESCOPE_URL": url,
+        "BUBBLESCOPE_RUN_ID": run_key,
+        "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.2",
+        "OMP_NUM_THREADS": "1",
+        **(extra_env or {}),
+    }
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               str(REPO / "tests" / "e2e" / "parallel_job.py"), f"--mode={mode}", *args]
+    started = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
+    return JobResult(run_key, done.returncode, done.stdout + done.stderr, time.monotonic() - started)

@@ -13,7 +13,10 @@ from bubblescope.backend.db.upsert import conflict_insert, insert_on_conflict
 from bubblescope.backend.ingest.schemas import SpanColumns, StepAggregateIn
 
 _SPAN_COLUMNS = ("step", "kind", "start_ns", "end_ns", "stage", "microbatch", "peer", "bytes", "group", "name")
-_STEP_UPDATE = ("start_ns", "end_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns", "span_count")
+_STEP_UPDATE = (
+    "start_ns", "end_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns", "span_count",
+    "clock_offset_ns", "clock_uncertainty_ns",
+)
 
 
 def claim_batch(session: Session, run_id: int, rank: int, seq: int, span_count: int, step_count: int) -> bool:

@@ -44,6 +44,10 @@ class StepAggregateIn(BaseModel):
     exposed_comm_ns: Nanos
     idle_ns: Nanos
     span_count: Count
+    clock_offset_ns: Annotated[int, Strict(), Field(ge=-(2**62), le=2**62)] | None = Field(
+        default=None, description="this rank's clock minus rank 0's in force for the step"
+    )
+    clock_uncertainty_ns: Nanos | None = None
 
 
 class IngestBatchIn(BaseModel):

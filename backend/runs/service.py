@@ -75,6 +75,7 @@ def step_detail(session: Session, key: str, step: int) -> StepDetail:
     offsets = {info.rank: info.clock_offset_ns for info in ranks}
     stages = {info.rank: info.stage for info in ranks}
     aggregates = repository.step_aggregates(session, run.id, step)
+    offsets.update(_step_offsets(aggregates))
     rows = repository.spans_of_step(session, run.id, step)
     if not aggregates and not rows:
         raise ApiError(404, ["path", "step"], f"run {key!r} has no data for step {step}")
@@ -124,6 +125,11 @@ def _summary(run: Run, step_count: int) -> RunSummary:
     )
 
 
+def _step_offsets(aggregates: Sequence[StepAggregate]) -> dict[int, int]:
+    """Offsets re-estimated during the run, where a step carries one (else the rank's applies)."""
+    return {a.rank: a.clock_offset_ns for a in aggregates if a.clock_offset_ns is not None}
+
+
 def _rank_out(info: RankInfo) -> RankOut:
     return RankOut(
         rank=info.rank, host=info.host, pid=info.pid, stage=info.stage,
@@ -135,6 +141,7 @@ def _rank_out(info: RankInfo) -> RankOut:
 def _step_summary(
     step: int, rows: Sequence[StepAggregate], offsets: dict[int, int], has_spans: bool
 ) -> StepSummary:
+    offsets = {**offsets, **_step_offsets(rows)}
     starts = [row.start_ns - offsets.get(row.rank, 0) for row in rows]
     ends = [row.end_ns - offsets.get(row.rank, 0) for row in rows]
     count = len(rows)

@@ -1,0 +1,78 @@
+"""Spans for DDP gradient buckets, optimizer steps and data loading.
+
+- DDP's reducer calls its process group from C++, out of sight of the collectives layer. A
+  communication hook sees each bucket: ``instrument_ddp`` registers one that runs the job's
+  own hook (default: DDP's plain all-reduce) and records an ``all_reduce`` span per bucket,
+  with the bucket's bytes, from the hook's call until its future completes (stamped by the
+  thread completing it, in a callback chained into the future DDP waits for before
+  ``backward()`` returns).
+- ``instrument_optimizer`` uses the optimizer's step pre/post hooks.
+- ``timed_batches`` wraps an iterable; each ``next()`` is a ``data_loading`` span.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from bubblescope.collector.clock import now_ns
+from bubblescope.collector.collectives import group_label
+from bubblescope.collector.recorder import Recorder
+
+Item = TypeVar("Item")
+
+
+def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | None, state: Any) -> None:
+    """Register a timing communication hook on a DistributedDataParallel ``model``."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    if hook is None:  # DDP's own behaviour: all-reduce each bucket over its process group
+        hook, state = default_hooks.allreduce_hook, model.process_group
+    inner = hook
+    label = group_label(model.process_group)
+
+    def timed_hook(hook_state: Any, bucket: Any) -> Any:
+        start = now_ns()
+        buffer = bucket.buffer()
+        size = int(buffer.numel() * buffer.element_size())
+        name = f"ddp_bucket_{bucket.index()}"
+        with recorder.quiet():  # the bucket span below covers the collective inside
+            future = inner(hook_state, bucket)
+
+        def finished(done: Any) -> Any:
+            recorder.add("all_reduce", start, now_ns(), None, None, None, size, label, name)
+            return done.value()
+
+        # Chained, so DDP waits for this callback too: the span lands in the step that made it.
+        return future.then(finished)
+
+    timed_hook.__annotations__ = {}  # DDP checks annotations; postponed ones are strings here
+    model.register_comm_hook(state, timed_hook)
+
+
+def instrument_optimizer(optimizer: Any, recorder: Recorder) -> None:
+    """An ``optimizer`` span around every ``optimizer.step()``."""
+    started: list[int] = [0]
+
+    def before(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        started[0] = now_ns()
+
+    def after(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        recorder.add("optimizer", started[0], now_ns(), None, None, None, None, None, type(optimizer).__name__)
+
+    optimizer.register_step_pre_hook(before)
+    optimizer.register_step_post_hook(after)
+
+
+def timed_batches(batches: Iterable[Item], recorder: Recorder | None) -> Iterator[Item]:
+    """Yield from ``batches``; the time each item takes to arrive is a ``data_loading`` span."""
+    iterator = iter(batches)
+    while True:
+        start = now_ns()
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        if recorder is not None:
+            recorder.add("data_loading", start, now_ns())
+        yield item
