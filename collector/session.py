@@ -90,7 +90,8 @@ class CollectorSession:
 
                 collectives.install(self.recorder)
             try:
-                self._clock_sync = ClockSync(dist, self.run_key)
+                timeout_s = float(os.environ.get("BUBBLESCOPE_CLOCK_HANDSHAKE_TIMEOUT_S", "10") or 10)
+                self._clock_sync = ClockSync(dist, self.run_key, first_timeout_s=timeout_s)
                 self._use_clock(self._clock_round(0) or ClockOffset(0, 0))
                 self.recorder.after_step = self._between_steps
             except Exception as error:  # noqa: BLE001

@@ -6,7 +6,7 @@ Run under torchrun (gloo, CPU)::
 
 Modes: naive (layer-wise model parallelism, hand-written send/recv), ddp, fsdp (FSDP2
 ``fully_shard``), tp (tensor parallelism on a 1-D DeviceMesh), collectives (every
-torch.distributed call once), hybrid2d (dp x pp), hybrid3d (dp x tp x pp, 8 processes).
+torch.distributed call once), compiled (a torch.compile'd region), hybrid2d (dp x pp), hybrid3d (dp x tp x pp, 8 processes).
 """
 
 from __future__ import annotations
@@ -14,6 +14,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
+
+# Before bubblescope is imported: shift this rank's clock, as another host's clock would be.
+for _arg in sys.argv:
+    if _arg.startswith("--skew=") and _arg.split("=")[1].split(":")[0] == os.environ.get("RANK"):
+        os.environ["BUBBLESCOPE_CLOCK_SKEW_NS"] = str(int(float(_arg.split(":")[1]) * 1e6))
 
 import torch
 import torch.distributed as dist
@@ -144,6 +150,25 @@ def every_collective(args: argparse.Namespace) -> None:
             work.wait()
 
 
+def compiled(args: argparse.Namespace) -> None:
+    """A torch.compile'd region with a collective inside, between hand-written spans."""
+    model = mlp(args.layers, seed=0)
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        y = model(x).clone()  # the ReLU output itself is saved for backward
+        dist.all_reduce(y)  # traced into the graph: the collector must stay out of the trace
+        return y
+
+    compiled_forward = torch.compile(forward, backend="aot_eager")
+    for _ in range(args.steps):
+        with collector.step():
+            with collector.span("forward"):
+                loss = compiled_forward(torch.randn(args.batch, HIDDEN)).pow(2).mean()
+            with collector.span("backward"):
+                loss.backward()
+            dist.all_reduce(torch.ones(8))  # eager, outside: recorded as usual
+
+
 def hybrid(args: argparse.Namespace) -> None:
     """DP x PP (2-D) or DP x TP x PP (3-D): a 1F1B pipeline over "pp", TP inside each stage,
     data parallelism across replicas with a gradient all-reduce over "dp"."""
@@ -182,19 +207,23 @@ def hybrid(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", required=True,
-                        choices=["naive", "ddp", "fsdp", "tp", "collectives", "hybrid2d", "hybrid3d"])
+                        choices=["naive", "ddp", "fsdp", "tp", "collectives", "compiled", "hybrid2d", "hybrid3d"])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--no-collector", action="store_true")
+    parser.add_argument("--skew", default=None, help="RANK:MS shifts that rank's clock by MS milliseconds")
+    parser.add_argument("--disable-rank", type=int, default=None, help="this rank never initialises the collector")
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
+    if args.disable_rank == dist.get_rank():
+        os.environ["BUBBLESCOPE_DISABLED"] = "1"
     if not args.no_collector:
         collector.init(run=f"parallel-{args.mode}", full_spans_every=1)
     runner = {"naive": naive, "ddp": data_parallel, "fsdp": data_parallel, "tp": tp,
-              "collectives": every_collective, "hybrid2d": hybrid, "hybrid3d": hybrid}[args.mode]
+              "collectives": every_collective, "compiled": compiled, "hybrid2d": hybrid, "hybrid3d": hybrid}[args.mode]
     runner(args)
     collector.shutdown()
     dist.barrier()

@@ -23,6 +23,7 @@ JOBS = {  # name -> (mode, processes, extra arguments)
     "ddp-bf16": ("ddp", 2, ("--layers=4", "--bf16")),
     "fsdp": ("fsdp", 2, ()),
     "tp": ("tp", 2, ()),
+    "compiled": ("compiled", 2, ()),
     "hybrid2d": ("hybrid2d", 4, ()),
     "hybrid3d": ("hybrid3d", 8, ()),
 }
@@ -39,6 +40,7 @@ def layouts(sqlite_server: LiveServer) -> dict[str, tuple[dict[str, Any], list[d
             detail = wait_for_steps(client, job.run_key, ranks=nproc, steps=STEPS)
             steps = [client.get(f"/api/v1/runs/{job.run_key}/steps/{s}").json() for s in range(1, STEPS)]
             results[name] = (detail, steps)
+            assert "bubblescope:" not in job.output, (name, job.output[-3000:])  # no collector warning
     return results
 
 
@@ -85,7 +87,9 @@ def test_layerwise_model_parallelism_shows_its_bubble(layouts: dict, name: str) 
             assert kinds[("forward", None)] == kinds[("backward", None)] == 1, kinds
             assert kinds[("send", peer_name[0])] == kinds[("recv", peer_name[1])] == 1, kinds
         assert step["bubble"]["theoretical_fraction"] == pytest.approx(0.5)
-        assert step["bubble"]["measured_fraction"] > 0.25, step["bubble"]
+        # About 0.4 on an idle machine (optimizer and data loading are outside the ping-pong);
+        # counted as transfer instead, the recv waits would leave almost nothing.
+        assert step["bubble"]["measured_fraction"] > 0.15, step["bubble"]
     # Rank 1 waits for rank 0's forward: its recv began before rank 0's send (a descheduled
     # rank 1 on a loaded 2-core machine can arrive late in one step, not in all of them).
     waits = [{b["rank"]: b for b in step["breakdown"]}[1]["dependency_wait_ns"] for step in steps]
@@ -166,3 +170,15 @@ def test_hybrid_meshes_record_coordinates_and_span_groups(layouts: dict, name: s
                 mine, theirs = coords[span["rank"]], coords[span["peer"]]
                 assert {k: v for k, v in mine.items() if k != "pp"} == {k: v for k, v in theirs.items() if k != "pp"}
                 assert mine["pp"] != theirs["pp"]
+
+
+def test_a_torch_compiled_region_runs_and_only_eager_calls_are_recorded(layouts: dict) -> None:
+    """The collective traced into the compiled graph runs inside it (no Python call to wrap);
+    the spans around it and the eager collective after it are recorded as usual."""
+    _detail, steps = layouts["compiled"]
+    for step in steps:
+        for rank in range(2):
+            kinds = Counter((s["kind"], s["bytes"]) for s in spans_of(step, rank))
+            assert kinds[("forward", None)] == kinds[("backward", None)] == 1, kinds
+            assert kinds[("all_reduce", 8 * FLOAT)] == 1, kinds
+            assert sum(kinds.values()) == 3, kinds
