@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--microbatch-size", type=int, default=32)
     parser.add_argument("--run", default=None, help="run name (default demo-<schedule>)")
     parser.add_argument("--no-collector", action="store_true", help="train without bubblescope")
+    parser.add_argument("--torch-profiler", action="store_true",
+                        help="record the whole job with torch.profiler (CPU activities) instead")
     return parser.parse_args(argv)
 
 
@@ -123,7 +125,13 @@ def main(argv: list[str] | None = None) -> None:
                 "global_batch": args.microbatches * args.microbatch_size,
             },
         )
-    step_times = train(args)
+    if args.torch_profiler:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=False):
+            step_times = train(args)
+    else:
+        step_times = train(args)
     collector.shutdown()
     if dist.get_rank() == 0:
         out = os.environ.get("BUBBLESCOPE_DEMO_TIMES")
