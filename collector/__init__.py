@@ -197,7 +197,9 @@ def span(kind: str, **fields: Any) -> contextlib.AbstractContextManager[Any]:
     """Time a block as one span: ``with collector.span("forward", microbatch=i, stage=s):``.
 
     ``kind`` is one of ``wire.SPAN_KINDS``; optional fields: stage, microbatch, peer, bytes,
-    group, name. An unknown kind is reported once and not recorded.
+    group, name. An unknown kind is reported once and not recorded. ``on_gpu=True`` times the
+    block's GPU work with CUDA events on the current stream (when the job uses CUDA), not the
+    host's launch time.
     """
     if _session is None:
         return _NOOP

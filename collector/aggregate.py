@@ -13,6 +13,12 @@ from bubblescope.timesplit import split_window
 
 
 def step_aggregate(record: StepRecord) -> dict[str, Any]:
+    """The step's totals; CUDA-timed spans get their GPU times first (this waits for the GPU)."""
+    if record.gpu_events:
+        from bubblescope.collector.gpu_timing import resolve
+
+        resolve(record.spans, record.gpu_events, record.gpu_anchor)
+        record.gpu_events = []
     window_start = min([record.start_ns, *(row[2] for row in record.spans)])
     window_end = max([record.end_ns, *(row[3] for row in record.spans)])
     split = split_window(((row[1], row[2], row[3]) for row in record.spans), window_start, window_end)

@@ -126,9 +126,16 @@ def _tagging(method: Any, name: str, stage_index: int) -> Any:
     return get_ops
 
 
-def _timed(method: Any, recorder: Recorder, stage_index: int, kind_of: Any) -> Any:
+def _timed(method: Any, recorder: Recorder, stage_index: int, kind_of: Any, on_gpu: bool = False) -> Any:
     @functools.wraps(method)
     def run_chunk(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+        gpu = recorder.gpu if on_gpu else None
+        if gpu is not None:  # CUDA events on the stream that runs the stage's kernels
+            start_event = gpu.mark()
+            try:
+                return method(chunk_id, *args, **kwargs)
+            finally:
+                recorder.add_gpu(kind_of(kwargs), start_event, gpu.mark(), stage_index, chunk_id)
         start = now_ns()
         try:
             return method(chunk_id, *args, **kwargs)
@@ -172,13 +179,14 @@ def instrument_schedule(schedule: Any, recorder: Recorder) -> None:
         if getattr(stage, _TAG, False):
             continue
         index = int(stage.stage_index)
+        on_gpu = getattr(getattr(stage, "device", None), "type", "cpu") == "cuda"
         stage.forward_one_chunk = _timed(
-            stage.forward_one_chunk, recorder, index, lambda _kwargs: "forward"
+            stage.forward_one_chunk, recorder, index, lambda _kwargs: "forward", on_gpu
         )
-        stage.backward_one_chunk = _timed(stage.backward_one_chunk, recorder, index, _backward_kind)
+        stage.backward_one_chunk = _timed(stage.backward_one_chunk, recorder, index, _backward_kind, on_gpu)
         if hasattr(stage, "backward_weight_one_chunk"):
             stage.backward_weight_one_chunk = _timed(
-                stage.backward_weight_one_chunk, recorder, index, lambda _kwargs: "backward_weight"
+                stage.backward_weight_one_chunk, recorder, index, lambda _kwargs: "backward_weight", on_gpu
             )
         stage.get_fwd_recv_ops = _tagging(stage.get_fwd_recv_ops, wire.P2P_FORWARD, index)
         stage.get_fwd_send_ops = _tagging(stage.get_fwd_send_ops, wire.P2P_FORWARD, index)

@@ -21,7 +21,7 @@ DropCounter = Callable[[int], None]
 class StepRecord:
     """One finished step of one rank: its window and its spans."""
 
-    __slots__ = ("step", "start_ns", "end_ns", "spans", "clock")
+    __slots__ = ("step", "start_ns", "end_ns", "spans", "clock", "gpu_events", "gpu_anchor")
 
     def __init__(
         self, step: int, start_ns: int, end_ns: int, spans: list[SpanRow], clock: tuple[int, int] | None = None
@@ -31,6 +31,8 @@ class StepRecord:
         self.end_ns = end_ns
         self.spans = spans
         self.clock = clock  # (offset to rank 0, uncertainty) in force for this step, when known
+        self.gpu_events: list[tuple[int, Any, Any]] = []  # CUDA-timed rows, resolved off-thread
+        self.gpu_anchor: tuple[Any, int] | None = None
 
 
 class SpanTimer:
@@ -92,6 +94,27 @@ class QuietSpanTimer(SpanTimer):
         SpanTimer.__exit__(self, exc_type, exc, tb)
 
 
+class GpuSpanTimer:
+    """A span timed by CUDA events on the current stream (``collector.span(..., on_gpu=True)``)."""
+
+    __slots__ = ("_recorder", "_kind", "_stage", "_microbatch", "_start")
+
+    def __init__(self, recorder: Recorder, kind: str, stage: int | None, microbatch: int | None) -> None:
+        self._recorder = recorder
+        self._kind = kind
+        self._stage = stage
+        self._microbatch = microbatch
+        self._start: Any = None
+
+    def __enter__(self) -> GpuSpanTimer:
+        self._start = self._recorder.gpu.mark()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        recorder = self._recorder
+        recorder.add_gpu(self._kind, self._start, recorder.gpu.mark(), self._stage, self._microbatch)
+
+
 class StepTimer:
     """Context manager returned by ``collector.step``: marks the step window."""
 
@@ -127,6 +150,8 @@ class Recorder:
         self.quiet_depth = 0  # > 0 while a layer records its communication itself (no double spans)
         self.clock: tuple[int, int] | None = None  # set by the session after each clock round
         self.after_step: Callable[[int], None] | None = None  # runs between steps (clock rounds)
+        self.gpu: Any = None  # a gpu_timing.CudaStepClock when the job computes on CUDA
+        self._gpu_events: list[tuple[int, Any, Any]] = []
 
     @property
     def current_step(self) -> int:
@@ -177,7 +202,9 @@ class Recorder:
                 self._stretch(index, end_ns)
                 return
 
-    def span(self, kind: str, **fields: Any) -> SpanTimer:
+    def span(self, kind: str, **fields: Any) -> SpanTimer | GpuSpanTimer:
+        if fields.get("on_gpu") and self.gpu is not None:
+            return GpuSpanTimer(self, kind, fields.get("stage"), fields.get("microbatch"))
         timer = QuietSpanTimer if kind in wire.COMMUNICATION_KINDS else SpanTimer
         return timer(
             self,
@@ -199,8 +226,17 @@ class Recorder:
     def step(self) -> StepTimer:
         return StepTimer(self)
 
+    def add_gpu(self, kind: str, start_event: Any, end_event: Any, stage: int | None, microbatch: int | None) -> None:
+        """A span timed by two CUDA events; its times are filled in on the shipper thread."""
+        placeholder = now_ns()
+        index = self.add(kind, placeholder, placeholder, stage, microbatch)
+        if index >= 0:
+            self._gpu_events.append((index, start_event, end_event))
+
     def begin_step(self) -> None:
         self._step_start = now_ns()
+        if self.gpu is not None:
+            self.gpu.begin_step()
 
     def end_step(self) -> None:
         end = now_ns()
@@ -208,7 +244,11 @@ class Recorder:
         start = self._step_start
         if start is None:  # no explicit begin: the window is first span start to end
             start = min((row[2] for row in spans), default=end)
-        self._sink(StepRecord(self._step, start, end, spans, self.clock))
+        record = StepRecord(self._step, start, end, spans, self.clock)
+        if self._gpu_events:
+            record.gpu_events, self._gpu_events = self._gpu_events, []
+            record.gpu_anchor = self.gpu.anchor if self.gpu is not None else None
+        self._sink(record)
         self._step += 1
         self._step_start = None
         if self.after_step is not None:

@@ -89,6 +89,7 @@ class CollectorSession:
                 from bubblescope.collector import collectives
 
                 collectives.install(self.recorder)
+            self._enable_gpu_timing()
             try:
                 timeout_s = float(os.environ.get("BUBBLESCOPE_CLOCK_HANDSHAKE_TIMEOUT_S", "10") or 10)
                 self._clock_sync = ClockSync(dist, self.run_key, first_timeout_s=timeout_s)
@@ -98,6 +99,21 @@ class CollectorSession:
                 log.warning("bubblescope: clock alignment failed (%r); assuming offset 0", error)
                 self._use_clock(ClockOffset(0, 0))
         self.register_rank()
+
+    def _enable_gpu_timing(self) -> None:
+        """CUDA-event timing when the job computes on a GPU (``BUBBLESCOPE_GPU_TIMING=0``: off)."""
+        torch = sys.modules.get("torch")
+        if torch is None or os.environ.get("BUBBLESCOPE_GPU_TIMING", "1") == "0":
+            return
+        try:
+            dist = _dist()
+            on_nccl = dist is not None and dist.get_backend() == "nccl"
+            if torch.cuda.is_available() and (on_nccl or torch.cuda.is_initialized()):
+                from bubblescope.collector.gpu_timing import CudaStepClock
+
+                self.recorder.gpu = CudaStepClock()
+        except Exception as error:  # noqa: BLE001
+            log.warning("bubblescope: GPU timing off: %r", error)
 
     def _clock_round(self, round_id: int) -> ClockOffset | None:
         assert self._clock_sync is not None

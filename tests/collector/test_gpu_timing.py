@@ -1,0 +1,48 @@
+"""The CUDA-event path: GPU work is timed on its stream, never synchronised on the training
+thread, and resolved to host time by the shipper. Skips where no GPU is present (CI)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+
+
+def test_a_gpu_span_measures_the_kernels_not_their_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bubblescope.collector.aggregate import step_aggregate
+    from bubblescope.collector.gpu_timing import CudaStepClock
+    from bubblescope.collector.recorder import Recorder, StepRecord
+
+    records: list[StepRecord] = []
+    recorder = Recorder(records.append, lambda _n: None, 1000)
+    recorder.gpu = CudaStepClock()
+    a = torch.randn(4096, 4096, device="cuda")
+    torch.cuda.synchronize()
+    reference_start, reference_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def forbidden(*_args: object) -> None:
+        raise AssertionError("torch.cuda.synchronize on the training thread")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", forbidden)
+    launched = time.perf_counter()
+    recorder.begin_step()
+    with recorder.span("forward", on_gpu=True, microbatch=0):
+        reference_start.record()
+        for _ in range(20):
+            a = a @ a
+            a = a / a.norm()
+        reference_end.record()
+    recorder.end_step()
+    launch_s = time.perf_counter() - launched
+    monkeypatch.undo()
+
+    record = records[0]
+    step_aggregate(record)  # what the shipper thread does: resolves the events
+    (row,) = [r for r in record.spans if r[1] == "forward"]
+    gpu_ms = (row[3] - row[2]) / 1e6
+    reference_ms = reference_start.elapsed_time(reference_end)
+    assert gpu_ms == pytest.approx(reference_ms, rel=0.05, abs=0.05)
+    assert gpu_ms > 2 * launch_s * 1e3, (gpu_ms, launch_s)  # the kernels ran long after their launch
