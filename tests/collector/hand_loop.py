@@ -7,7 +7,8 @@ without collector calls (so both see the same machine load, which on a shared 2-
 changes over seconds), and writes a JSON report: step times, the shipper thread's CPU time,
 how long ``shutdown`` took, how many spans were recorded and how many the collector counted as
 dropped. Each step's thread CPU time is kept too: unlike wall time, other processes on the
-machine do not inflate it. Anything the collector raised into the loop would end the process with a traceback.
+machine do not inflate it; and the time each step waited for a CPU held by other processes.
+Anything the collector raised into the loop would end the process with a traceback.
 
 ``--signal-at S --signal-file F`` writes F when instrumented step S starts (tests switch the
 server's behaviour then).
@@ -16,6 +17,7 @@ server's behaviour then).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import threading
@@ -62,14 +64,43 @@ def instrumented_step(args: argparse.Namespace) -> None:
             time.sleep(args.sleep_s)
 
 
-def timed(step: Any, args: argparse.Namespace, count: int, cpu: list[float]) -> list[float]:
-    """Run ``count`` steps; returns their wall times and appends their thread CPU times to ``cpu``."""
+class RunQueueClock:
+    """Nanoseconds this thread has spent runnable but not running (waiting for a CPU that other
+    processes held), from Linux's /proc/self/task/<tid>/schedstat; 0 where unavailable.
+
+    Read through ``ctypes.PyDLL``, which keeps the GIL: ``os.pread`` would release and retake it
+    twice a step, and a thread that does that often starves every other thread of the GIL
+    (CPython's convoy effect), here the shipper, which would then not send until the loop ends.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = ctypes.create_string_buffer(128)
+        try:
+            self._fd: int | None = os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY)
+            self._pread = ctypes.PyDLL(None).pread
+            self._pread.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long]
+            self._pread.restype = ctypes.c_ssize_t
+        except (OSError, AttributeError):
+            self._fd = None
+
+    def waited_ns(self) -> int:
+        if self._fd is None:
+            return 0
+        size = self._pread(self._fd, self._buffer, len(self._buffer), 0)
+        return int(self._buffer.raw[:max(0, size)].split()[1])
+
+
+def timed(step: Any, args: argparse.Namespace, count: int, cpu: list[float], waited: list[float],
+          clock: RunQueueClock) -> list[float]:
+    """Run ``count`` steps; returns their wall times, appends their thread CPU times to ``cpu``
+    and the time they waited for a CPU (other processes running) to ``waited``."""
     times: list[float] = []
     for _ in range(count):
-        began, began_cpu = time.perf_counter(), time.thread_time()
+        began, began_cpu, began_wait = time.perf_counter(), time.thread_time(), clock.waited_ns()
         step(args)
         times.append(time.perf_counter() - began)
         cpu.append(time.thread_time() - began_cpu)
+        waited.append((clock.waited_ns() - began_wait) / 1e9)
     return times
 
 
@@ -93,14 +124,17 @@ def main(argv: list[str] | None = None) -> None:
     baseline: list[float] = []
     instrumented_cpu: list[float] = []
     baseline_cpu: list[float] = []
+    instrumented_wait: list[float] = []
+    baseline_wait: list[float] = []
+    clock = RunQueueClock()
     blocks = max(1, args.steps // BLOCK)
     loop_began = time.perf_counter()
     for step in range(args.steps):
         if step == args.signal_at and args.signal_file:
             Path(args.signal_file).write_text(str(step))
-        instrumented += timed(instrumented_step, args, 1, instrumented_cpu)
+        instrumented += timed(instrumented_step, args, 1, instrumented_cpu, instrumented_wait, clock)
         if (step + 1) % BLOCK == 0:  # the same loop uninstrumented, interleaved: same machine load
-            baseline += timed(plain_step, args, args.baseline_steps // blocks, baseline_cpu)
+            baseline += timed(plain_step, args, args.baseline_steps // blocks, baseline_cpu, baseline_wait, clock)
     loop_s = time.perf_counter() - loop_began
     shipper_cpu_s = thread_cpu_s(session.shipper._thread.native_id) if session is not None else None
     began = time.perf_counter()
@@ -111,6 +145,8 @@ def main(argv: list[str] | None = None) -> None:
         "instrumented_s": instrumented,
         "baseline_cpu_s": baseline_cpu,
         "instrumented_cpu_s": instrumented_cpu,
+        "baseline_cpu_wait_s": baseline_wait,
+        "instrumented_cpu_wait_s": instrumented_wait,
         "loop_s": loop_s,
         "shipper_cpu_s": shipper_cpu_s,
         "shutdown_s": shutdown_s,

@@ -22,6 +22,8 @@ class LoopReport:
     instrumented_s: list[float]
     baseline_cpu_s: list[float]
     instrumented_cpu_s: list[float]
+    baseline_cpu_wait_s: list[float]
+    instrumented_cpu_wait_s: list[float]
     loop_s: float
     shipper_cpu_s: float | None
     shutdown_s: float
@@ -31,6 +33,19 @@ class LoopReport:
     enabled: bool
     threads_after_init: list[str]
 
+    @staticmethod
+    def _own(walls: list[float], waits: list[float]) -> list[float]:
+        return [wall - wait for wall, wait in zip(walls, waits)]
+
+    @property
+    def instrumented_own_s(self) -> list[float]:
+        """Step wall times less the time the step waited for a CPU held by other processes."""
+        return self._own(self.instrumented_s, self.instrumented_cpu_wait_s)
+
+    @property
+    def baseline_own_s(self) -> list[float]:
+        return self._own(self.baseline_s, self.baseline_cpu_wait_s)
+
     def figures(self) -> str:
         """Step-time figures in ms, for assertion messages and the log."""
         ms = lambda seconds: f"{seconds * 1e3:.2f} ms"  # noqa: E731
@@ -38,6 +53,7 @@ class LoopReport:
         return (
             f"wall median {ms(median(self.instrumented_s))} vs baseline {ms(median(self.baseline_s))}, "
             f"worst {ms(max(self.instrumented_s))} vs {ms(max(self.baseline_s))}; "
+            f"worst less CPU waits {ms(max(self.instrumented_own_s))} vs {ms(max(self.baseline_own_s))}; "
             f"CPU median {ms(median(self.instrumented_cpu_s))} vs {ms(median(self.baseline_cpu_s))}; "
             f"shipper thread CPU {self.shipper_cpu_s} s in a {self.loop_s:.2f} s loop; "
             f"shutdown {self.shutdown_s:.2f} s; dropped {self.dropped_spans} of {self.spans_recorded} spans"
@@ -46,17 +62,19 @@ class LoopReport:
     def assert_steps_not_slowed(self, worst_margin_s: float = 0.05) -> None:
         """The loop is not slowed: the bounds, each of which a real fault would break.
 
-        - No step more than ``worst_margin_s`` over the worst baseline step: a network wait or
-          a retry on the training thread (0.3 s request timeouts here, 5 s by default) fails it.
+        - No step more than ``worst_margin_s`` over the worst baseline step, both counted less
+          the time the step waited for a CPU that other processes held (Linux schedstat): a
+          network wait, a retry pause (0.2 s) or a long lock on the training thread fails it,
+          while the other jobs on a shared 2-core machine, which stretch single steps by
+          30-70 ms at random, do not.
         - The median step's thread CPU time within 30% (+0.5 ms) of the baseline's: the
-          collector's own work per step (span records, hand-off) stays small. CPU time, because
-          on a shared 2-core machine other processes inflate wall times by 2x for seconds.
+          collector's own work per step (span records, hand-off) stays small.
         - The median wall time within 2x (+1 ms) of the baseline's, and the shipper thread busy
           for at most a fifth of the loop: a shipper hogging the interpreter would show here
           (the interleaved baseline steps would suffer alike, so the CPU share is checked too).
         """
         median = statistics.median
-        assert max(self.instrumented_s) <= max(self.baseline_s) + worst_margin_s, self.figures()
+        assert max(self.instrumented_own_s) <= max(self.baseline_own_s) + worst_margin_s, self.figures()
         assert median(self.instrumented_cpu_s) <= median(self.baseline_cpu_s) * 1.3 + 0.0005, self.figures()
         assert median(self.instrumented_s) <= median(self.baseline_s) * 2 + 0.001, self.figures()
         if self.shipper_cpu_s is not None:

@@ -9,11 +9,14 @@ Switch ``server.mode`` at any time; each new connection gets the current behavio
 - ``wrong_json``: 200 with JSON that is not the service's acknowledgement
 - ``drop``: read the request headers, then close the socket without an answer
 - ``half``: read the request, send half an answer (headers promise more body), close
+- ``bad_captures``: like ``proxy``, but the ingest answers' ``captures`` are replaced by junk
+  (a string, wrong types, negative steps, booleans, ...), one variant after another
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import socketserver
 import threading
@@ -22,7 +25,14 @@ from collections import Counter
 
 from tests.support import free_port
 
-MODES = ("proxy", "slow", "error", "garbage", "wrong_json", "drop", "half")
+MODES = ("proxy", "slow", "error", "garbage", "wrong_json", "drop", "half", "bad_captures")
+JUNK_CAPTURES: list[object] = [
+    "all of them", None, 7, {"id": 1, "from_step": 3, "steps": 5}, [None, "x", 3.5],
+    [{"id": "1", "from_step": 3, "steps": 5}], [{"id": 1, "from_step": -3, "steps": 5}],
+    [{"id": 1, "from_step": 3, "steps": True}], [{"id": 1, "from_step": 3.0, "steps": 5}],
+    [{"id": 1, "from_step": 3, "steps": 0}], [{"from_step": 3, "steps": 5}], [[1, 3, 5]],
+    [{"id": 1, "from_step": 2**70, "steps": 5}],
+]
 
 
 def _reply(status: str, content_type: str, body: bytes) -> bytes:
@@ -49,8 +59,8 @@ class _Handler(socketserver.StreamRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         body = self.rfile.read(int(headers.get("content-length", "0") or 0))
-        if mode == "proxy":
-            self.wfile.write(owner.forward(request_line, headers, body))
+        if mode in ("proxy", "bad_captures"):
+            self.wfile.write(owner.forward(request_line, headers, body, mangle=mode == "bad_captures"))
         elif mode == "slow":
             if not owner.closing.wait(owner.slow_s):
                 self.wfile.write(_reply("503 Service Unavailable", "text/plain", b"slow"))
@@ -105,7 +115,7 @@ class MisbehavingServer:
         with self._lock:
             self.requests[mode] += 1
 
-    def forward(self, request_line: str, headers: dict[str, str], body: bytes) -> bytes:
+    def forward(self, request_line: str, headers: dict[str, str], body: bytes, mangle: bool = False) -> bytes:
         if self.upstream is None:
             return _reply("502 Bad Gateway", "text/plain", b"no upstream")
         method, path, _ = request_line.split(" ", 2)
@@ -116,7 +126,16 @@ class MisbehavingServer:
             connection.request(method, path, body=body, headers=keep)
             answer = connection.getresponse()
             payload = answer.read()
+            if mangle and path.endswith("/ingest") and answer.status == 202:
+                payload = self._junk_captures(payload)
             status = f"{answer.status} {answer.reason}"
             return _reply(status, answer.getheader("content-type", "application/json"), payload)
         finally:
             connection.close()
+
+    def _junk_captures(self, payload: bytes) -> bytes:
+        document = json.loads(payload)
+        with self._lock:
+            document["captures"] = JUNK_CAPTURES[self.requests["junk"] % len(JUNK_CAPTURES)]
+            self.requests["junk"] += 1
+        return json.dumps(document).encode()

@@ -1,5 +1,6 @@
 """Capture-on-request end to end: two real rank processes sampling every 1000th step; a capture
-request posted mid-run makes both ship full spans of exactly the same K steps."""
+request posted mid-run makes both ship full spans of exactly the same K steps. Junk in the
+answers' capture requests is ignored."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 
 from tests.collector.jobs import launch, read_report
+from tests.collector.misbehaving_server import JUNK_CAPTURES, MisbehavingServer
 from tests.support import LiveServer, wait_until
 
 STEPS, CAPTURE_STEPS, SPANS = 240, 20, 20
@@ -73,3 +75,22 @@ def test_a_capture_request_mid_run_gives_every_rank_full_spans_of_the_same_k_ste
         detail = client.get(f"/api/v1/runs/{run_key}").json()
     assert {s["step"] for s in detail["steps"] if s["has_spans"]} == expected
     assert len(detail["steps"]) == STEPS and all(s["ranks_reported"] == 2 for s in detail["steps"])
+
+
+def test_junk_in_the_capture_answers_is_ignored(sqlite_server: LiveServer, tmp_path: Path) -> None:
+    """Every ingest answer's ``captures`` replaced by junk (wrong types, negative or huge steps,
+    booleans, a string): the job runs on, nothing is captured, every step arrives."""
+    run_key = f"junk-captures-{uuid.uuid4().hex[:8]}"
+    server = MisbehavingServer("bad_captures", upstream=sqlite_server.url).start()
+    try:
+        process, _ = launch(tmp_path, server.url, run_key, "--steps", "150", "--work", "300", "--sleep-s", "0.005",
+                            "--full-spans-every", "1000", env={"BUBBLESCOPE_FLUSH_INTERVAL_S": "0.03"})
+        report = read_report(tmp_path, run_key, process)
+    finally:
+        server.stop()
+    assert server.requests["junk"] >= len(JUNK_CAPTURES), server.requests
+    assert "error" not in (tmp_path / f"{run_key}.log").read_text()
+    with sqlite_server.client() as client:
+        steps = client.get(f"/api/v1/runs/{run_key}").json()["steps"]
+    assert [s["step"] for s in steps] == list(range(150)) and report.dropped_spans == 0
+    assert [s["step"] for s in steps if s["has_spans"]] == [0]

@@ -78,8 +78,11 @@ RESUME_SCRIPT = textwrap.dedent(
         with collector.step():
             with collector.span("forward", microbatch=0, stage=0):
                 time.sleep(0.05)
-        if step == 10:
+        if step == 10:  # the first steps are spooled by now; train on once the server is up
             Path(sys.argv[3]).write_text("server may start")
+            deadline = time.monotonic() + 60
+            while not Path(sys.argv[4]).exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
     collector.shutdown()
     """
 )
@@ -90,9 +93,9 @@ def test_spooled_steps_are_sent_once_the_server_is_back_during_the_job(tmp_path:
     from tests.support import start_server
 
     port = free_port()
-    signal = tmp_path / "signal"
+    signal, server_up = tmp_path / "signal", tmp_path / "server-up"
     job = subprocess.Popen([sys.executable, "-c", RESUME_SCRIPT, f"http://127.0.0.1:{port}",
-                            str(tmp_path / "spool"), str(signal)],
+                            str(tmp_path / "spool"), str(signal), str(server_up)],
                            env={**os.environ, "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.1"})
     deadline = time.monotonic() + 60
     while not signal.exists() and time.monotonic() < deadline:
@@ -103,6 +106,7 @@ def test_spooled_steps_are_sent_once_the_server_is_back_during_the_job(tmp_path:
     db_url = f"sqlite:///{tmp_path / 'late.db'}"
     migrate.upgrade(db_url)
     server = start_server(db_url, tmp_path, port=port)
+    server_up.write_text("up")
     try:
         assert job.wait(120) == 0
         with server.client() as client:

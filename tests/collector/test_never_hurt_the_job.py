@@ -9,6 +9,7 @@ recorded is either stored or counted as dropped, and that count is shown by the 
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -16,16 +17,18 @@ import pytest
 
 from bubblescope.collector import upload_spool
 from bubblescope.collector.spool import COUNTERS_NAME
-from tests.collector.jobs import LoopReport, launch, read_report
+from tests.collector.jobs import LoopReport, launch, read_report, spooled_ingest_contents
 from tests.collector.misbehaving_server import MisbehavingServer
 from tests.support import LiveServer, count_rows, wait_until
 
-STEPS, BASELINE_STEPS, SWITCH_AT = 400, 400, 200
+STEPS, BASELINE_STEPS, SWITCH_AT = 500, 500, 100
 LOOP = ["--steps", str(STEPS), "--baseline-steps", str(BASELINE_STEPS), "--work", "12000"]
-SPOOL_BOUND = 24 * 1024
+SPOOL_BOUND = 6 * 1024  # smaller than the first backlog batch (~12 bytes a span, 20 spans a step)
 FAST_FAILING = {
     "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.1",
-    "BUBBLESCOPE_REQUEST_TIMEOUT_S": "0.3",
+    # These servers fail at once; the timeout only bounds answers relayed from the real service,
+    # which on a loaded machine can take a second (a request cut short may still have been stored).
+    "BUBBLESCOPE_REQUEST_TIMEOUT_S": "3",
     "BUBBLESCOPE_SPOOL_MAX_BYTES": str(SPOOL_BOUND),
     "BUBBLESCOPE_FULL_SPANS_EVERY": "1",  # every span travels, so stored + dropped must add up
 }
@@ -64,9 +67,11 @@ def test_a_misbehaving_server_costs_no_step_time_and_the_data_arrives_once_it_is
         process, _ = launch(tmp_path, server.url, run_key, *LOOP, "--signal-at", str(SWITCH_AT),
                             "--signal-file", str(signal), env=FAST_FAILING)
         wait_until(signal.exists, 120, "the loop to reach the switch")
+        # Three failed attempts (0.6 s of pauses between them), then the spool takes over.
+        wait_until(lambda: spooled_ingest_contents(spool)[0], 30, "a spooled batch of steps")
+        spooled_steps, _ = spooled_ingest_contents(spool)
         assert server.requests[mode] > 0, "the misbehaviour was never exercised"
-        spooled = sum(path.stat().st_size for path in spooled_messages(spool))
-        assert 0 < spooled <= SPOOL_BOUND
+        assert sum(path.stat().st_size for path in spooled_messages(spool)) <= SPOOL_BOUND
         server.mode = "proxy"  # the real service is back
         report = read_report(tmp_path, run_key, process)
     finally:
@@ -76,8 +81,9 @@ def test_a_misbehaving_server_costs_no_step_time_and_the_data_arrives_once_it_is
     assert server.requests["proxy"] > 0
     dropped = assert_every_span_stored_or_counted(sqlite_server, run_key, report)
     assert dropped > 0, "the spool bound should have been hit while the server misbehaved"
-    steps = [step["step"] for step in run_detail(sqlite_server, run_key)["steps"]]
-    assert steps[0] == 0 and steps[-1] == STEPS - 1  # spooled early steps re-sent, the last ones live
+    steps = {step["step"] for step in run_detail(sqlite_server, run_key)["steps"]}
+    assert spooled_steps <= steps, "the steps spooled while the server misbehaved should be re-sent"
+    assert STEPS - 1 in steps
     assert not spooled_messages(spool), "the spool should be drained once the service is back"
 
 
@@ -93,14 +99,19 @@ def test_a_server_that_answers_after_30_s_is_cut_off_by_the_request_timeout_and_
     env = {"BUBBLESCOPE_FLUSH_INTERVAL_S": "0.1", "BUBBLESCOPE_FULL_SPANS_EVERY": "1",
            "BUBBLESCOPE_SHUTDOWN_TIMEOUT_S": str(shutdown_timeout_s)}
     try:
+        started = time.monotonic()
         process, _ = launch(tmp_path, server.url, run_key, *LOOP, env=env)
         report = read_report(tmp_path, run_key, process)
+        lifetime_s = time.monotonic() - started
         assert server.requests["slow"] >= 1
     finally:
         server.stop()
-    print(f"slow: {report.figures()}")
+    print(f"slow: {report.figures()}; process lived {lifetime_s:.2f} s")
     report.assert_steps_not_slowed()
-    assert report.shutdown_s <= shutdown_timeout_s + request_timeout_s + 1.0, report.figures()
+    bound_s = shutdown_timeout_s + request_timeout_s + 1.0
+    assert report.shutdown_s <= bound_s, report.figures()
+    # The whole process: the loop, the bounded shutdown, and interpreter start and exit (margin).
+    assert lifetime_s <= report.loop_s + bound_s + 10.0, (lifetime_s, report.figures())
     assert not report.shipper_alive, "the shipper thread should have finished within the bound"
     assert report.dropped_spans == 0
 
