@@ -42,7 +42,8 @@ def _upload(args: argparse.Namespace) -> int:
     from bubblescope.collector.config import default_spool_dir
 
     result = upload_spool(args.spool_dir or default_spool_dir(), args.url, args.token)
-    print(f"delivered {result.delivered}, rejected {result.rejected}, still spooled {result.remaining}")
+    print(f"delivered {result.delivered}, rejected {result.rejected}, still spooled {result.remaining}, "
+          f"unreadable (set aside as *.bad) {result.unreadable}")
     return 0 if result.remaining == 0 else 1
 
 

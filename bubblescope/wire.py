@@ -11,6 +11,9 @@ A batch is one JSON object, optionally gzip-compressed (``Content-Encoding: gzip
                 "group": [...], "name": [...]}
     }
 
+The service answers ``{"stored_spans", "stored_steps", "duplicate", "captures": [{"id",
+"steps", "from_step"}]}``; a capture asks for full spans of steps [from_step, from_step+steps).
+
 Spans travel column-wise: one list per field, all of one length. That is about half the size
 of row objects and lets the service validate and insert 100k+ spans/s without a per-span object.
 Times are integer nanoseconds on the sending rank's clock, expressed as Unix epoch time; the
