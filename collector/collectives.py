@@ -63,6 +63,7 @@ _FUNCTIONAL_OPS: dict[str, tuple[str, int]] = {
 class _State:
     recorder: Recorder | None = None
     installed = False
+    is_compiling: Callable[[], bool] = staticmethod(lambda: False)  # torch.compiler's, once installed
     functional_call: tuple[Any, ...] | None = None  # set between a functional op and its result
     labels: dict[int, str] = {}
     # id(work or tensor) -> (weak reference, span row without end, [completion ns or None])
@@ -77,11 +78,7 @@ def register_group(group: Any, label: str) -> None:
 def _active() -> Recorder | None:
     """The recorder, unless nothing records or another layer records this call itself."""
     recorder = _State.recorder
-    if recorder is None or recorder.quiet_depth:
-        return None
-    import torch
-
-    if torch.compiler.is_compiling():
+    if recorder is None or recorder.quiet_depth or _State.is_compiling():
         return None
     return recorder
 
@@ -308,6 +305,7 @@ def install(recorder: Recorder) -> None:
     _State.recorder = recorder
     if _State.installed:
         return
+    import torch
     import torch.distributed as dist
     from torch.distributed import _functional_collectives as funcol
     from torch.distributed import distributed_c10d as c10d
@@ -324,6 +322,7 @@ def install(recorder: Recorder) -> None:
         setattr(funcol, name, _wrap_functional(name, kind, group_at, getattr(funcol, name)))
     funcol._maybe_wrap_tensor = _wrap_maybe_wrap_tensor(funcol._maybe_wrap_tensor)
     funcol.wait_tensor = _wrap_wait_tensor(funcol.wait_tensor)
+    _State.is_compiling = staticmethod(torch.compiler.is_compiling)
     _State.installed = True
 
 

@@ -28,7 +28,6 @@ def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | No
 
     if hook is None:  # DDP's own behaviour: all-reduce each bucket over its process group
         hook, state = default_hooks.allreduce_hook, model.process_group
-    inner = hook
     label = group_label(model.process_group)
 
     def timed_hook(hook_state: Any, bucket: Any) -> Any:
@@ -37,7 +36,7 @@ def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | No
         size = int(buffer.numel() * buffer.element_size())
         name = f"ddp_bucket_{bucket.index()}"
         with recorder.quiet():  # the bucket span below covers the collective inside
-            future = inner(hook_state, bucket)
+            future = hook(hook_state, bucket)
 
         def finished(done: Any) -> Any:
             recorder.add("all_reduce", start, now_ns(), None, None, None, size, label, name)

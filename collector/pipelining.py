@@ -29,7 +29,7 @@ from typing import Any
 
 from bubblescope import wire
 from bubblescope.collector.clock import now_ns
-from bubblescope.collector.recorder import Recorder
+from bubblescope.collector.recorder import GpuSpanTimer, Recorder
 
 _TAG = "_bubblescope_tag"
 _BLOCKED_NS = 30_000  # a wait on an already finished op returns in a few microseconds
@@ -129,13 +129,9 @@ def _tagging(method: Any, name: str, stage_index: int) -> Any:
 def _timed(method: Any, recorder: Recorder, stage_index: int, kind_of: Any, on_gpu: bool = False) -> Any:
     @functools.wraps(method)
     def run_chunk(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-        gpu = recorder.gpu if on_gpu else None
-        if gpu is not None:  # CUDA events on the stream that runs the stage's kernels
-            start_event = gpu.mark()
-            try:
+        if on_gpu and recorder.gpu is not None:  # CUDA events on the stream running the kernels
+            with GpuSpanTimer(recorder, kind_of(kwargs), stage_index, chunk_id):
                 return method(chunk_id, *args, **kwargs)
-            finally:
-                recorder.add_gpu(kind_of(kwargs), start_event, gpu.mark(), stage_index, chunk_id)
         start = now_ns()
         try:
             return method(chunk_id, *args, **kwargs)

@@ -81,17 +81,12 @@ class QuietSpanTimer(SpanTimer):
 
     def __enter__(self) -> QuietSpanTimer:
         self._recorder.quiet_depth += 1
-        self._start = now_ns()
+        SpanTimer.__enter__(self)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self._recorder.quiet_depth -= 1
-        SpanTimer.__exit__(self, exc_type, exc, tb)
+        SpanTimer.__exit__(self, *exc)
 
 
 class GpuSpanTimer:

@@ -161,17 +161,22 @@ def wait_for_steps(client: httpx.Client, run_key: str, ranks: int, steps: int, t
     raise AssertionError(f"run {run_key} incomplete after {timeout_s}s: {detail}")
 
 
-def count_rows(db_url: str, table: str, run_key: str) -> int:
-    """Rows of ``table`` (spans, steps, ingested_batches, ...) stored for one run, read from the DB."""
+def run_rows(db_url: str, run_key: str, query: str) -> list[Any]:
+    """Rows of ``query`` read straight from the DB; ``{run}`` in it stands for the run's id."""
     from sqlalchemy import create_engine, text
 
     engine = create_engine(db_url)
     try:
         with engine.connect() as connection:
-            query = text(f"SELECT count(*) FROM {table} t JOIN runs r ON r.id = t.run_id WHERE r.key = :key")
-            return int(connection.execute(query, {"key": run_key}).scalar_one())
+            sql = text(query.replace("{run}", "(SELECT id FROM runs WHERE key = :key)"))
+            return list(connection.execute(sql, {"key": run_key}).all())
     finally:
         engine.dispose()
+
+
+def count_rows(db_url: str, table: str, run_key: str) -> int:
+    """Rows of ``table`` (spans, steps, ingested_batches, ...) stored for one run, read from the DB."""
+    return int(run_rows(db_url, run_key, f"SELECT count(*) FROM {table} WHERE run_id = {{run}}")[0][0])
 
 
 def wait_until(condition: Any, timeout_s: float, what: str, interval_s: float = 0.02) -> None:

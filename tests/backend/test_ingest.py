@@ -8,20 +8,9 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, text
 
 from bubblescope.backend.body import MAX_WIRE_BYTES
-from tests.support import LiveServer, gzip_json
-
-
-def stored(db_url: str, table: str, run_key: str) -> int:
-    engine = create_engine(db_url)
-    try:
-        with engine.connect() as connection:
-            query = text(f"SELECT count(*) FROM {table} t JOIN runs r ON r.id = t.run_id WHERE r.key = :key")
-            return int(connection.execute(query, {"key": run_key}).scalar_one())
-    finally:
-        engine.dispose()
+from tests.support import LiveServer, count_rows, gzip_json
 
 
 def register(client: httpx.Client, world_size: int = 2) -> str:
@@ -72,8 +61,8 @@ def test_batch_is_stored_and_retry_is_stored_once(server: LiveServer) -> None:
         assert retry.status_code == 202 and retry.json()["duplicate"] is True
         plain = client.post("/api/v1/ingest", json=batch(key, seq=1, spans=3, rank=1))  # uncompressed works too
         assert plain.status_code == 202, plain.text
-    assert stored(server.db_url, "spans", key) == 10
-    assert stored(server.db_url, "ingested_batches", key) == 2
+    assert count_rows(server.db_url, "spans", key) == 10
+    assert count_rows(server.db_url, "ingested_batches", key) == 2
 
 
 def bad_inputs(key: str) -> list[tuple[str, Any, int, list[Any], str]]:
@@ -118,9 +107,9 @@ def test_bad_input_is_rejected_naming_the_field_and_nothing_is_stored(server: Li
         else:
             response = post_gzip(client, body)
         assert_names(response, status, loc, words)
-    assert stored(server.db_url, "spans", key) == 0, name
-    assert stored(server.db_url, "steps", key) == 0, name
-    assert stored(server.db_url, "ingested_batches", key) == 0, name
+    assert count_rows(server.db_url, "spans", key) == 0, name
+    assert count_rows(server.db_url, "steps", key) == 0, name
+    assert count_rows(server.db_url, "ingested_batches", key) == 0, name
 
 
 def test_oversize_and_broken_gzip_payloads_are_rejected(server: LiveServer) -> None:
@@ -133,7 +122,7 @@ def test_oversize_and_broken_gzip_payloads_are_rejected(server: LiveServer) -> N
         assert_names(response, 413, ["body"], "decompressed payload exceeds")
         broken = client.post("/api/v1/ingest", content=b"not gzip", headers={"Content-Encoding": "gzip"})
         assert_names(broken, 400, ["body"], "not valid gzip")
-    assert stored(server.db_url, "ingested_batches", key) == 0
+    assert count_rows(server.db_url, "ingested_batches", key) == 0
 
 
 def test_registration_errors_name_the_field(server: LiveServer) -> None:

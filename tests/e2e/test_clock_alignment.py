@@ -7,23 +7,12 @@ import time
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
 
-from tests.support import LiveServer, run_parallel_job, wait_for_steps
+from tests.support import LiveServer, run_parallel_job, run_rows, wait_for_steps
 
 pytestmark = pytest.mark.slow
 SKEW_MS = -80.0  # rank 1's clock runs 80 ms behind rank 0's, as on another host
 STEPS = 6
-
-
-def raw_rows(db_url: str, run_key: str, query: str) -> list[Any]:
-    engine = create_engine(db_url)
-    try:
-        with engine.connect() as connection:
-            sql = text(query.replace("{run}", "(SELECT id FROM runs WHERE key = :key)"))
-            return list(connection.execute(sql, {"key": run_key}).all())
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +38,7 @@ def test_raw_timestamps_break_dependency_order_and_the_aligned_timeline_restores
 ) -> None:
     """Rank 1's forward needs rank 0's activation, so it cannot start before rank 0's send did."""
     key, _detail, steps = skewed
-    raw = raw_rows(sqlite_server.db_url, key,
+    raw = run_rows(sqlite_server.db_url, key,
                    "SELECT step, rank, kind, start_ns, end_ns FROM spans WHERE run_id = {run} "
                    "AND ((rank = 0 AND kind = 'send') OR (rank = 1 AND kind = 'forward'))")
     raw_by = {(step, rank): (start, end) for step, rank, _kind, start, end in raw}
@@ -63,7 +52,7 @@ def test_raw_timestamps_break_dependency_order_and_the_aligned_timeline_restores
 
 def test_offsets_are_re_estimated_periodically_and_stored_per_step(skewed: tuple, sqlite_server: LiveServer) -> None:
     key, _detail, _steps = skewed
-    rows = raw_rows(sqlite_server.db_url, key,
+    rows = run_rows(sqlite_server.db_url, key,
                     "SELECT step, clock_offset_ns, clock_uncertainty_ns FROM steps WHERE run_id = {run} AND rank = 1 "
                     "ORDER BY step")
     assert [step for step, _o, _u in rows] == list(range(STEPS))
