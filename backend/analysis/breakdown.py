@@ -29,8 +29,8 @@ from bubblescope.timesplit import split_window
 Window = tuple[int, int]
 
 
-def dependency_waits(spans: Iterable[TimedSpan]) -> dict[int, list[intervals.Interval]]:
-    """Per receiving rank, the intervals of its recvs spent before the matching send began."""
+def matched_recvs(spans: Iterable[TimedSpan]) -> list[tuple[TimedSpan, int]]:
+    """Every recv whose peer's matching send was recorded, with the time that send started (step 1)."""
     send_start: dict[tuple[int, int, int | None, str | None, int | None], int] = {}
     recvs: list[TimedSpan] = []
     for span in spans:
@@ -40,11 +40,20 @@ def dependency_waits(spans: Iterable[TimedSpan]) -> dict[int, list[intervals.Int
                 send_start[key] = min(span.start_ns, send_start.get(key, span.start_ns))
         elif span.kind == "recv" and span.peer is not None:
             recvs.append(span)
-    waits: dict[int, list[intervals.Interval]] = defaultdict(list)
+    matched = []
     for recv in recvs:
         key = (recv.peer, recv.rank, recv.microbatch, recv.name, recv.stage)
         started = send_start.get(key, send_start.get(key[:4] + (None,)))  # type: ignore[arg-type]
-        if started is not None and started > recv.start_ns:
+        if started is not None:
+            matched.append((recv, started))
+    return matched
+
+
+def dependency_waits(spans: Iterable[TimedSpan]) -> dict[int, list[intervals.Interval]]:
+    """Per receiving rank, the intervals of its recvs spent before the matching send began."""
+    waits: dict[int, list[intervals.Interval]] = defaultdict(list)
+    for recv, started in matched_recvs(spans):
+        if started > recv.start_ns:
             waits[recv.rank].append((recv.start_ns, min(started, recv.end_ns)))
     return waits
 
