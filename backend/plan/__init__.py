@@ -1,0 +1,1 @@
+"""POST /api/v1/plan: the first-principles planner over HTTP."""

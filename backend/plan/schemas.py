@@ -1,0 +1,101 @@
+"""API shapes of a plan request and answer (the planner itself takes plain dicts: see
+``bubblescope.backend.analysis.planner.request``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict
+
+PositiveInt = Annotated[int, Strict(), Field(ge=1)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class ModelIn(BaseModel):
+    """A transformer; ``preset`` names a base whose fields the others override."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    preset: str | None = None
+    name: str | None = None
+    layers: PositiveInt | None = None
+    hidden: PositiveInt | None = None
+    heads: PositiveInt | None = None
+    kv_heads: PositiveInt | None = Field(default=None, description="grouped-query attention (default: heads)")
+    ffn_hidden: PositiveInt | None = Field(default=None, description="default 4·hidden")
+    seq: PositiveInt | None = None
+    vocab: PositiveInt | None = None
+    gated_mlp: Annotated[bool, Strict()] | None = None
+    tied_embeddings: Annotated[bool, Strict()] | None = None
+    learned_positions: Annotated[bool, Strict()] | None = None
+
+
+class GpuIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "custom"
+    peak_tflops: PositiveFloat = Field(description="dense bf16 TFLOP/s")
+    memory_gib: PositiveFloat
+    hbm_gbps: PositiveFloat
+    nvlink_gbps: PositiveFloat = Field(description="one direction, per GPU, GB/s")
+    network_gbps: PositiveFloat = Field(description="one direction, per GPU, GB/s")
+
+
+class ClusterIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str | GpuIn = Field(description="catalog name (A100-40GB, A100-80GB, H100-SXM, H100-PCIe, H200, B200) "
+                                         "or the GPU's fields")
+    gpus: PositiveInt
+    gpus_per_node: PositiveInt = 8
+
+
+class ConfigIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tp: PositiveInt | None = None
+    pp: PositiveInt | None = None
+    dp: PositiveInt | None = None
+    vpp: PositiveInt | None = None
+    mbs: PositiveInt | None = None
+    schedule: str | None = Field(default=None, description="1f1b, gpipe, interleaved1f1b, naive")
+    zero: Literal[0, 1, 2, 3] | None = None
+    recompute: Literal["none", "selective", "full"] | None = None
+    sequence_parallel: Annotated[bool, Strict()] | None = None
+    flash_attention: Annotated[bool, Strict()] | None = None
+
+
+class PlanRequestIn(BaseModel):
+    """``config``: evaluate that one configuration; otherwise search (holding ``fixed``) and rank."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | ModelIn = Field(description="preset (gpt-1.7b … gpt-1t, llama-2-7b, llama-3-8b, llama-3-70b) "
+                                             "or fields")
+    cluster: str | ClusterIn = Field(description="preset <gpu>-x<count> (a100-80gb-x64) or fields")
+    global_batch: PositiveInt
+    config: ConfigIn | None = None
+    fixed: ConfigIn | None = None
+    top: Annotated[int, Strict(), Field(ge=1, le=1000)] = 10
+
+
+class PlanItemOut(BaseModel):
+    config: dict[str, Any]
+    feasible: bool
+    fits: bool
+    problems: list[str]
+    step_time_s: float | None
+    mfu: float | None
+    bubble_fraction: float | None
+    microbatches: int | None
+    memory_gib_per_gpu: float | None
+    memory_gib: dict[str, float] | None
+    step_time_parts_s: dict[str, float] | None
+
+
+class PlanOut(BaseModel):
+    mode: Literal["evaluate", "search"]
+    model: dict[str, Any]
+    cluster: dict[str, Any]
+    global_batch: int
+    plans: list[PlanItemOut]

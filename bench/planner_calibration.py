@@ -1,0 +1,68 @@
+"""The planner's step-time model against published runs: per-row error table and summary.
+
+Rows: Narayanan et al. 2021 Table 1 (TFLOP/s per GPU, hardware FLOPs with recompute) and
+Korthikanti et al. 2022 Table 5 (iteration seconds). Table 1 leaves micro-batch size and
+interleaving unpublished; the planner's rule fills them (``calibration.UNKNOWN_MICROBATCH_RULE``).
+``--sc21`` adds a cross-check with the values of the authors' reproduction scripts
+(Megatron-LM ``examples/sc21/run_table_1.sh``), which the model does not use.
+
+    python bench/planner_calibration.py [--csv ../shared/data/published_runs.csv] [--sc21]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from dataclasses import asdict
+from pathlib import Path
+
+from bubblescope.backend.analysis.planner.calibration import (
+    UNKNOWN_MICROBATCH_RULE,
+    CalibrationRow,
+    calibrate,
+    predict_row,
+    summarize,
+)
+from bubblescope.backend.analysis.planner.step_time import DEFAULT_EFFICIENCIES
+
+DEFAULT_CSV = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "published_runs.csv"
+#: (micro-batch, virtual stages) per model in examples/sc21/run_table_1.sh, for the cross-check only
+SC21 = {"gpt-1.7b": (16, 1), "gpt-3.6b": (16, 1), "gpt-7.5b": (16, 1), "gpt-18.4b": (8, 1), "gpt-39.1b": (4, 1),
+        "gpt-76.1b": (2, 3), "gpt-145.6b": (2, 2), "gpt-310.1b": (1, 2), "gpt-529.6b": (1, 3), "gpt-1008b": (1, 1)}
+
+
+def print_table(rows: list[CalibrationRow]) -> None:
+    print(f"{'row':>3}  {'source':<26} {'model':<11} {'metric':<15} {'measured':>9} {'predicted':>9} {'error %':>8}")
+    for index, row in enumerate(rows, 1):
+        print(f"{index:>3}  {row.source:<26} {row.model:<11} {row.metric:<15} {row.measured:>9.2f} "
+              f"{row.predicted:>9.2f} {row.error_pct:>+8.1f}")
+    every = summarize(rows)
+    korthikanti = summarize([row for row in rows if row.korthikanti])
+    print(f"all {len(rows)} rows: median |error| {every.median_abs_pct:.2f} %, mean {every.mean_abs_pct:.2f} %, "
+          f"max {every.max_abs_pct:.2f} %")
+    print(f"Korthikanti rows: mean |error| {korthikanti.mean_abs_pct:.2f} %, max {korthikanti.max_abs_pct:.2f} % "
+          f"(Calculon: mean 3.65 %, max 8.87 %)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    parser.add_argument("--sc21", action="store_true", help="also compare with the sc21 scripts' micro-batch/vpp")
+    args = parser.parse_args()
+    print(f"constants: {asdict(DEFAULT_EFFICIENCIES)}")
+    print(f"Table 1 micro-batch / interleaving (unpublished): {UNKNOWN_MICROBATCH_RULE}\n")
+    print_table(calibrate(args.csv))
+    if args.sc21:
+        print("\ncross-check: Table 1 rows with the sc21 scripts' micro-batch size and interleaving")
+        with args.csv.open(newline="") as handle:
+            rows = []
+            for row in csv.DictReader(handle):
+                if row["model"] in SC21 and not row["microbatch"]:
+                    mbs, vpp = SC21[row["model"]]
+                    row = {**row, "microbatch": str(mbs), "vpp": str(vpp) if vpp > 1 else ""}
+                rows.append(predict_row(row))
+        print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
