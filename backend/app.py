@@ -10,7 +10,9 @@ from bubblescope.backend.db.engine import build_engine, build_session_factory
 from bubblescope.backend.db.migrate import require_current
 from bubblescope.backend.errors import install_error_handlers
 from bubblescope.backend.ingest.router import router as ingest_router
+from bubblescope.backend.plan.router import router as plan_router
 from bubblescope.backend.runs.router import router as runs_router
+from bubblescope.backend.runs.straggler_router import router as stragglers_router
 from bubblescope.backend.web.routes import mount_frontend
 
 
@@ -29,6 +31,8 @@ def create_app(db_url: str) -> FastAPI:
     app.add_middleware(GZipMiddleware, minimum_size=4096)
     app.include_router(ingest_router)
     app.include_router(runs_router)
+    app.include_router(plan_router)
+    app.include_router(stragglers_router)
 
     @app.get("/api/v1/health", tags=["meta"])
     def health() -> dict[str, str]:

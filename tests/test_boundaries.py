@@ -18,6 +18,8 @@ RULES = [
     ("bubblescope.cli", [*SERVER_MODULES, "torch", "bubblescope.backend"]),
     ("bubblescope.backend.analysis.breakdown",
      ["fastapi", "starlette", "sqlalchemy", "pydantic", "plotly", "uvicorn", "torch", "bubblescope.collector"]),
+    ("bubblescope.backend.analysis.stragglers", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"]),
+    ("bubblescope.backend.analysis.planner", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"]),
     ("bubblescope.backend.app", ["torch", "bubblescope.collector"]),
 ]
 

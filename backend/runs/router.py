@@ -9,7 +9,8 @@ from starlette.concurrency import run_in_threadpool
 
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
-from bubblescope.backend.runs import capture, service
+from bubblescope.backend.runs import analysis_service, capture, service
+from bubblescope.backend.runs.analysis_schemas import AnalysisOut, PredictionOut, WhatIfIn
 from bubblescope.backend.runs.schemas import (
     CaptureOut,
     CaptureRequestIn,
@@ -70,3 +71,19 @@ def get_step(run_key: RunKey, step: Annotated[int, Path(ge=0)], session: DbSessi
 async def post_capture(run_key: RunKey, request: Request, session: DbSession) -> CaptureOut:
     body = parse_document(CaptureRequestIn, await read_json(request))
     return await run_in_threadpool(capture.request_capture, session, run_key, body)
+
+
+StepBound = Annotated[int | None, Query(ge=0, description="first/last step of the range (default: every step with spans)")]
+
+
+@router.get("/{run_key}/analysis", response_model=AnalysisOut,
+            summary="Why the bubble is what it is, and what to change: attribution, imbalance, ranked suggestions")
+def get_analysis(run_key: RunKey, session: DbSession, from_step: StepBound = None, to_step: StepBound = None) -> AnalysisOut:
+    return analysis_service.run_analysis(session, run_key, from_step, to_step)
+
+
+@router.post("/{run_key}/whatif", response_model=PredictionOut, openapi_extra=json_body_doc(WhatIfIn),
+             summary="Replay the measured run with one thing changed: micro-batches, schedule, layer split, ...")
+async def post_whatif(run_key: RunKey, request: Request, session: DbSession) -> PredictionOut:
+    body = parse_document(WhatIfIn, await read_json(request))
+    return await run_in_threadpool(analysis_service.what_if, session, run_key, body)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
 from bubblescope.backend.analysis.breakdown import step_breakdown, step_bubble
-from bubblescope.backend.analysis.model import TimedSpan
-from bubblescope.backend.db.models import RankInfo, Run, StepAggregate
+from bubblescope.backend.analysis.model import RankBreakdown, StepBubble, TimedSpan
+from bubblescope.backend.db.models import RankInfo, Run, Span, StepAggregate
 from bubblescope.backend.errors import ApiError
 from bubblescope.backend.runs import repository
 from bubblescope.backend.runs.schemas import (
@@ -68,17 +69,24 @@ def run_detail(session: Session, key: str) -> RunDetail:
     )
 
 
-def step_detail(session: Session, key: str, step: int) -> StepDetail:
-    """Spans of one step on an aligned time axis, each rank's breakdown, and the step's bubble."""
-    run = require_run(session, key)
-    ranks = repository.ranks_of(session, run.id)
+@dataclass(frozen=True)
+class AlignedStep:
+    """One step's rows and spans on rank 0's clock, each rank's window and stage."""
+
+    rows: Sequence[Span]
+    spans: list[TimedSpan]
+    windows: dict[int, tuple[int, int]]
+    stages: dict[int, int | None]
+
+
+def aligned_step(session: Session, run: Run, ranks: Sequence[RankInfo], step: int) -> AlignedStep | None:
+    """None when the step has neither aggregates nor spans."""
     offsets = {info.rank: info.clock_offset_ns for info in ranks}
-    stages = {info.rank: info.stage for info in ranks}
     aggregates = repository.step_aggregates(session, run.id, step)
     offsets.update(_step_offsets(aggregates))
     rows = repository.spans_of_step(session, run.id, step)
     if not aggregates and not rows:
-        raise ApiError(404, ["path", "step"], f"run {key!r} has no data for step {step}")
+        return None
     spans = [
         TimedSpan(r.rank, r.kind, r.start_ns - offsets.get(r.rank, 0), r.end_ns - offsets.get(r.rank, 0),
                   r.stage, r.microbatch, r.peer, r.name)
@@ -90,9 +98,12 @@ def step_detail(session: Session, key: str, step: int) -> StepDetail:
         if span.rank not in reported:
             lo, hi = windows.get(span.rank, (span.start_ns, span.end_ns))
             windows[span.rank] = (min(lo, span.start_ns), max(hi, span.end_ns))
-    breakdowns = step_breakdown(spans, windows, stages)
+    return AlignedStep(rows, spans, windows, {info.rank: info.stage for info in ranks})
+
+
+def run_bubble(run: Run, breakdowns: list[RankBreakdown], windows: dict[int, tuple[int, int]]) -> StepBubble:
     config = run.config or {}
-    bubble = step_bubble(
+    return step_bubble(
         breakdowns,
         windows,
         config.get("schedule"),
@@ -100,7 +111,16 @@ def step_detail(session: Session, key: str, step: int) -> StepDetail:
         config.get("num_microbatches"),
         int(config.get("virtual_stages", 1) or 1),
     )
-    origin = min(lo for lo, _ in windows.values())
+
+
+def step_detail(session: Session, key: str, step: int) -> StepDetail:
+    """Spans of one step on an aligned time axis, each rank's breakdown, and the step's bubble."""
+    run = require_run(session, key)
+    aligned = aligned_step(session, run, repository.ranks_of(session, run.id), step)
+    if aligned is None:
+        raise ApiError(404, ["path", "step"], f"run {key!r} has no data for step {step}")
+    breakdowns = step_breakdown(aligned.spans, aligned.windows, aligned.stages)
+    origin = min(lo for lo, _ in aligned.windows.values())
     return StepDetail(
         run_key=key,
         step=step,
@@ -111,10 +131,10 @@ def step_detail(session: Session, key: str, step: int) -> StepDetail:
                 end_ns=span.end_ns - origin, stage=row.stage, microbatch=row.microbatch,
                 peer=row.peer, bytes=row.bytes, group=row.group, name=row.name,
             )
-            for row, span in zip(rows, spans)
+            for row, span in zip(aligned.rows, aligned.spans)
         ],
         breakdown=breakdowns,
-        bubble=bubble,
+        bubble=run_bubble(run, breakdowns, aligned.windows),
     )
 
 

@@ -67,3 +67,32 @@ def test_run_page_shows_one_timeline_row_per_rank(
     page.wait_for_selector("body[data-rendered-step='1']", timeout=10_000)
     assert errors == [] and requests_outside == []
     page.close()
+
+
+def test_run_page_explains_the_bubble_and_lists_suggestions(
+    browser: Any, sqlite_server: LiveServer, output_dir: Path
+) -> None:
+    job = run_pipeline_job(sqlite_server.url, stages=2, schedule="1f1b", microbatches=4, steps=4,
+                           hidden=256, extra_args=["--layers=5,1"])
+    assert job.returncode == 0, job.output[-3000:]
+    with sqlite_server.client() as client:
+        wait_for_steps(client, job.run_key, ranks=2, steps=4)
+        analysis = client.get(f"/api/v1/runs/{job.run_key}/analysis").json()
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(f"{sqlite_server.url}/runs/{job.run_key}")
+    page.wait_for_selector("body[data-suggestions]", timeout=20_000)
+    causes = page.locator("#causes tbody tr").all_inner_texts()
+    assert [row.split("\t")[0] for row in causes] == [
+        "schedule-inherent", "stage imbalance", "communication wait", "straggler / jitter"]
+    traces = page.evaluate("() => document.getElementById('attribution-chart').data.map((t) => t.x[0])")
+    assert sum(traces) == pytest.approx(analysis["attribution"]["measured_bubble_ns"] / 1e6, rel=1e-6)
+    assert "stage 0" in page.locator("#imbalance-note").inner_text()
+    shown = page.locator("#suggestions li .title").all_inner_texts()
+    assert shown == [s["title"] for s in analysis["suggestions"]]
+    assert any("move 2 layers from stage 0 to stage 1" in title for title in shown)
+    page.locator("#suggestions").scroll_into_view_if_needed()
+    page.screenshot(path=str(output_dir / "run-page-analysis.png"), full_page=True)
+    assert errors == []
+    page.close()
