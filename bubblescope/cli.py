@@ -1,4 +1,4 @@
-"""The ``bubblescope`` command: serve, demo, db upgrade|current, upload-spool."""
+"""The ``bubblescope`` command: serve, demo, db upgrade|current, upload-spool, plan."""
 
 from __future__ import annotations
 
@@ -53,6 +53,58 @@ def _demo(args: argparse.Namespace) -> int:
     return main(args)
 
 
+def _plan_source(value: str, option: str) -> object:
+    """A preset name as given, or the parsed content of a JSON file."""
+    import json
+    from pathlib import Path
+
+    if not (value.endswith(".json") or Path(value).is_file()):
+        return value
+    try:
+        return json.loads(Path(value).read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{option}: cannot read JSON file {value!r}: {error}") from None
+
+
+def _key_values(text: str | None, option: str) -> dict[str, str] | None:
+    if text is None:
+        return None
+    pairs: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ValueError(f"{option}: expected K=V[,K=V...], got {item!r}")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def _plan(args: argparse.Namespace) -> int:
+    import json
+
+    from bubblescope.backend.analysis.planner.render import render_outcome
+    from bubblescope.backend.analysis.planner.request import plan_document
+    from bubblescope.backend.analysis.planner.specs import PlanInputError
+
+    try:
+        if (args.cluster is None) == (args.gpu is None):
+            raise ValueError("cluster: give --cluster NAME|FILE, or --gpu TYPE --gpus N [--gpus-per-node K]")
+        cluster = (_plan_source(args.cluster, "--cluster") if args.cluster is not None
+                   else {"gpu": args.gpu, "gpus": args.gpus, "gpus_per_node": args.gpus_per_node})
+        document = {"model": _plan_source(args.model, "--model"), "cluster": cluster,
+                    "global_batch": args.global_batch, "config": _key_values(args.config, "--config"),
+                    "fixed": _key_values(args.fix, "--fix"), "top": args.top}
+        outcome = plan_document(document)
+    except (PlanInputError, ValueError) as error:
+        print(f"bubblescope plan: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        for plan in outcome.plans:
+            print(json.dumps(plan.as_dict()))
+    else:
+        print(render_outcome(outcome))
+    return 0 if outcome.plans else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bubblescope", description="Pipeline-bubble diagnostics for PyTorch training")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -89,6 +141,23 @@ def build_parser() -> argparse.ArgumentParser:
     upload.add_argument("--token")
     upload.add_argument("--spool-dir")
     upload.set_defaults(handler=_upload)
+
+    plan = commands.add_parser("plan", help="predict memory, step time and MFU of parallel configurations",
+                               description="Evaluate one configuration (--config) or search for the fastest "
+                                           "that fit (ranked). Presets: gpt-1.7b … gpt-1t, llama-2-7b, "
+                                           "llama-3-8b, llama-3-70b; clusters <gpu>-x<count>, e.g. a100-80gb-x64.")
+    plan.add_argument("--model", required=True, help="model preset name or JSON file of model fields")
+    plan.add_argument("--cluster", help="cluster preset (<gpu>-x<count>) or JSON file {gpu, gpus, gpus_per_node}")
+    plan.add_argument("--gpu", help="instead of --cluster: GPU type (A100-40GB, A100-80GB, H100-SXM, H200, B200)")
+    plan.add_argument("--gpus", type=int, help="with --gpu: number of GPUs")
+    plan.add_argument("--gpus-per-node", type=int, default=8, help="with --gpu (default 8)")
+    plan.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
+    plan.add_argument("--config", help="evaluate this configuration: K=V,... with tp, pp, dp, vpp, mbs, schedule, "
+                                       "zero, recompute (none|selective|full), sp, flash")
+    plan.add_argument("--fix", help="search holding these K=V,... fields")
+    plan.add_argument("--top", type=int, default=10, help="configurations to list when searching (default 10)")
+    plan.add_argument("--json", action="store_true", help="one JSON object per configuration per line")
+    plan.set_defaults(handler=_plan)
     return parser
 
 

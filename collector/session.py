@@ -159,7 +159,7 @@ class CollectorSession:
     def register_rank(self, **extra: Any) -> None:
         clock = self.clock or ClockOffset(0, 0)
         body = {
-            "host": socket.gethostname(),
+            "host": os.environ.get("BUBBLESCOPE_HOSTNAME") or socket.gethostname(),
             "pid": os.getpid(),
             "clock_offset_ns": clock.offset_ns,
             "clock_uncertainty_ns": clock.uncertainty_ns,

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,7 @@ def run_pipeline_job(
     microbatch_size: int = 32,
     spool_dir: Path | None = None,
     extra_env: dict[str, str] | None = None,
+    extra_args: Sequence[str] = (),
     timeout_s: float = 300,
 ) -> JobResult:
     """A real torchrun job (gloo, CPU) of the demo pipeline, instrumented by the collector."""
@@ -139,7 +141,7 @@ def run_pipeline_job(
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={stages}",
         "-m", "bubblescope.demo_job", f"--schedule={schedule}", f"--microbatches={microbatches}",
-        f"--steps={steps}", f"--hidden={hidden}", f"--microbatch-size={microbatch_size}",
+        f"--steps={steps}", f"--hidden={hidden}", f"--microbatch-size={microbatch_size}", *extra_args,
     ]
     started = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
