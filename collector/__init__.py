@@ -46,6 +46,7 @@ __all__ = [
     "LayerwiseStage",
     "step",
     "span",
+    "paused",
     "shutdown",
     "is_enabled",
     "run_key",
@@ -188,7 +189,7 @@ def describe_pipeline(
 
 def step() -> contextlib.AbstractContextManager[Any]:
     """Context manager around one training step: marks the step window on this rank."""
-    if _session is None:
+    if _session is None or _session.recorder.paused_depth:
         return _NOOP
     return _session.recorder.step()
 
@@ -201,7 +202,7 @@ def span(kind: str, **fields: Any) -> contextlib.AbstractContextManager[Any]:
     block's GPU work with CUDA events on the current stream (when the job uses CUDA), not the
     host's launch time.
     """
-    if _session is None:
+    if _session is None or _session.recorder.paused_depth:
         return _NOOP
     if kind not in wire.SPAN_KINDS:
         if kind not in _warned_kinds:
@@ -210,6 +211,15 @@ def span(kind: str, **fields: Any) -> contextlib.AbstractContextManager[Any]:
                         kind, sorted(wire.SPAN_KINDS))
         return _NOOP
     return _session.recorder.span(kind, **fields)
+
+
+def paused() -> contextlib.AbstractContextManager[Any]:
+    """Context manager: nothing this process does inside is recorded: no steps (they are not
+    counted), spans, collectives or pipeline actions. For an evaluation loop, or steps run as an
+    uninstrumented baseline. Nests; call it between steps, not inside one."""
+    if _session is None:
+        return _NOOP
+    return _session.recorder.paused()
 
 
 def shutdown() -> None:

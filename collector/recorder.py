@@ -74,6 +74,21 @@ class QuietBlock:
         self._recorder.quiet_depth -= 1
 
 
+class PausedBlock:
+    """Context manager returned by ``Recorder.paused``."""
+
+    __slots__ = ("_recorder",)
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._recorder = recorder
+
+    def __enter__(self) -> None:
+        self._recorder.paused_depth += 1
+
+    def __exit__(self, *_exc: object) -> None:
+        self._recorder.paused_depth -= 1
+
+
 class QuietSpanTimer(SpanTimer):
     """A communication span written by hand: the calls inside it are not recorded again."""
 
@@ -143,6 +158,7 @@ class Recorder:
         self._step_start: int | None = None
         self.spans_added = 0  # ever, in this process: tells whether anything ran between two points
         self.quiet_depth = 0  # > 0 while a layer records its communication itself (no double spans)
+        self.paused_depth = 0  # > 0 while the job asked for nothing to be recorded (collector.paused)
         self.clock: tuple[int, int] | None = None  # set by the session after each clock round
         self.after_step: Callable[[int], None] | None = None  # runs between steps (clock rounds)
         self.gpu: Any = None  # a gpu_timing.CudaStepClock when the job computes on CUDA
@@ -164,7 +180,9 @@ class Recorder:
         group: str | None = None,
         name: str | None = None,
     ) -> int:
-        """Buffer one span; returns its index in this step's buffer (-1 when dropped)."""
+        """Buffer one span; returns its index in this step's buffer (-1 when dropped or paused)."""
+        if self.paused_depth:
+            return -1
         if len(self._spans) >= self._max_buffered:
             self._count_dropped(1)
             return -1
@@ -191,6 +209,8 @@ class Recorder:
 
     def extend_last(self, kind: str, microbatch: int | None, end_ns: int) -> None:
         """Stretch the newest span of this kind and micro-batch to ``end_ns`` (e.g. loss after forward)."""
+        if self.paused_depth:
+            return
         for index in range(len(self._spans) - 1, -1, -1):
             row = self._spans[index]
             if row[1] == kind and row[5] == microbatch:
@@ -217,6 +237,10 @@ class Recorder:
     def quiet(self) -> QuietBlock:
         """Context manager: torch.distributed calls inside are not recorded automatically."""
         return QuietBlock(self)
+
+    def paused(self) -> PausedBlock:
+        """Context manager: nothing is recorded inside (``collector.paused``)."""
+        return PausedBlock(self)
 
     def step(self) -> StepTimer:
         return StepTimer(self)

@@ -115,3 +115,37 @@ def test_spooled_steps_are_sent_once_the_server_is_back_during_the_job(tmp_path:
         assert not list((tmp_path / "spool").rglob("*.msg")), "the spool should be drained"
     finally:
         server.stop()
+
+
+PAUSED_SCRIPT = textwrap.dedent(
+    """
+    import contextlib, sys
+    import torch, torch.distributed as dist
+    from bubblescope import collector
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[3]}", rank=0, world_size=1)
+    collector.init(run="paused", url=sys.argv[1], spool_dir=sys.argv[2], run_key="paused-1",
+                   full_spans_every=1)
+    for step in range(6):
+        evaluating = step in (2, 3)
+        with collector.paused() if evaluating else contextlib.nullcontext():
+            with collector.step():  # inside paused: not a step
+                with collector.span("forward", microbatch=step, stage=0):
+                    sum(range(1000))
+                dist.all_reduce(torch.ones(4))  # inside paused: no span either
+    collector.shutdown()
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_paused_blocks_record_no_step_span_or_collective(sqlite_server: LiveServer, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", PAUSED_SCRIPT, sqlite_server.url, str(tmp_path / "spool"),
+                           str(free_port())], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with sqlite_server.client() as client:
+        steps = client.get("/api/v1/runs/paused-1").json()["steps"]
+        assert [s["step"] for s in steps] == [0, 1, 2, 3]  # 6 loop steps, 2 of them paused
+        spans = {s["step"]: client.get(f"/api/v1/runs/paused-1/steps/{s['step']}").json()["spans"] for s in steps}
+    for step, recorded in spans.items():
+        assert sorted((s["kind"], s["microbatch"]) for s in recorded) == sorted(
+            [("all_reduce", None), ("forward", step if step < 2 else step + 2)]), (step, recorded)
