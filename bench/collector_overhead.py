@@ -1,6 +1,17 @@
-"""Step time of the demo pipeline job against an uninstrumented baseline: interleaved runs.
+"""Step time of the demo pipeline job against an uninstrumented baseline, measured two ways.
 
-Modes, each a real torchrun job (gloo, CPU): ``off`` (no collector), ``defaults`` (the
+**Within one job** (the precise figure): the demo job with ``--ab-block K`` alternates blocks of
+K steps with the collector and K steps without it, on the same stages, the baseline blocks under
+a second, uninstrumented schedule inside ``collector.paused()``. Both sides share the process,
+its memory layout, its core placement and the machine's load of that second, which separate
+runs do not (run-to-run noise of the baseline alone is about ±15% here). The figure is the
+median over block pairs of (median instrumented step / median baseline step); the shipper
+thread's CPU per instrumented step is reported beside it, as a share of the step. What the
+baseline blocks still carry, so the figure is a slight under-estimate: the process-wide P2P and
+collective wrappers in pass-through (a clock read and a counter per P2P batch, about 2m calls
+a step) and the shipper thread, idle but for finishing the previous block's sends.
+
+**Across jobs** (the anchor): modes, each a real torchrun job (gloo, CPU): ``off`` (no collector), ``defaults`` (the
 collector as shipped: aggregates every step, full spans every N-th), ``full`` (full spans every
 step), ``profiler`` (no collector; ``torch.profiler`` recording CPU activities, the anchor a
 user would otherwise reach for). Rank 0 writes its step times; the first steps (warm-up, shape
@@ -8,18 +19,20 @@ inference) are dropped; a run's figure is its median step time. Every round runs
 a random order, so drift in the machine hits all alike; the figure per mode is the median over
 rounds of its ratio to the same round's ``off`` run.
 
-    python bench/collector_overhead.py [--rounds 5] [--steps 30] [--stages 2] [--microbatches 8]
+    python bench/collector_overhead.py [--rounds 5] [--steps 30] [--ab-runs 3] [--ab-steps 400] [--ab-block 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -34,7 +47,9 @@ WARMUP_STEPS = 3
 MODES = ("off", "defaults", "full", "profiler")
 
 
-def run_job(args: argparse.Namespace, url: str, mode: str, workdir: Path) -> float:
+def launch_demo(args: argparse.Namespace, url: str, mode: str, workdir: Path, steps: int,
+                *extra: str) -> Path:
+    """Run the demo job under torchrun; returns the file rank 0 wrote its step times to."""
     times_file = workdir / f"times-{random.random():.12f}.txt"
     env = {**os.environ, "BUBBLESCOPE_URL": url, "OMP_NUM_THREADS": "1",
            "BUBBLESCOPE_DEMO_TIMES": str(times_file), "BUBBLESCOPE_SPOOL_DIR": str(workdir / "spool"),
@@ -42,48 +57,78 @@ def run_job(args: argparse.Namespace, url: str, mode: str, workdir: Path) -> flo
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.stages}",
         "-m", "bubblescope.demo_job", f"--schedule={args.schedule}", f"--microbatches={args.microbatches}",
-        f"--steps={args.steps}", f"--hidden={args.hidden}", f"--microbatch-size={args.microbatch_size}",
+        f"--steps={steps}", f"--hidden={args.hidden}", f"--microbatch-size={args.microbatch_size}", *extra,
     ]
     if mode in ("off", "profiler"):
         command.append("--no-collector")
     if mode == "profiler":
         command.append("--torch-profiler")
-    subprocess.run(command, env=env, check=True, capture_output=True, timeout=600)
-    step_times = [float(line) for line in times_file.read_text().split()]
+    subprocess.run(command, env=env, check=True, capture_output=True, timeout=900)
+    return times_file
+
+
+def run_job(args: argparse.Namespace, url: str, mode: str, workdir: Path) -> float:
+    step_times = [float(line) for line in launch_demo(args, url, mode, workdir, args.steps).read_text().split()]
     return statistics.median(step_times[WARMUP_STEPS:])
 
 
-def training_thread_cost_per_span(workdir: Path, iterations: int = 200_000) -> tuple[float, float]:
-    """ns per span on the training thread: ``collector.span`` and the pipelining wrapper path.
+@dataclass
+class AbRun:
+    wall_ratios: list[float]  # per block pair: median instrumented / median baseline wall step time
+    cpu_ratios: list[float]  # the same for the training thread's CPU time
+    step_s: float  # median instrumented step
+    shipper_cpu_per_step_s: float | None
 
-    Measured in-process against a closed port (so the shipper spools), minus an empty loop.
-    """
-    import time
 
-    from bubblescope import collector
-    from bubblescope.collector import pipelining
+def run_ab_job(args: argparse.Namespace, url: str, mode: str, workdir: Path) -> AbRun:
+    """One job alternating instrumented and baseline blocks; the first pairs are dropped (warm-up,
+    the baseline schedule's shape inference)."""
+    document = json.loads(launch_demo(args, url, mode, workdir, args.ab_steps, f"--ab-block={args.ab_block}").read_text())
+    steps = document["steps"]
+    size = 2 * args.ab_block
+    warmup_pairs = -(-2 * WARMUP_STEPS // size) + 1
+    pairs = [steps[i:i + size] for i in range(0, len(steps), size)][warmup_pairs:]
+    pairs = [pair for pair in pairs if len(pair) == size]
 
-    collector.init(run="micro", url="http://127.0.0.1:9", spool_dir=workdir / "micro-spool", run_key="micro")
-    session = collector._session
-    assert session is not None
-    chunk = pipelining._timed(lambda chunk_id: chunk_id, session.recorder, 0, lambda _kwargs: "forward")
+    def ratios(field: str) -> list[float]:
+        return [statistics.median(s[field] for s in pair if s["collected"])
+                / statistics.median(s[field] for s in pair if not s["collected"]) for pair in pairs]
 
-    def timed(body: object) -> float:
-        started = time.perf_counter_ns()
-        with collector.step():
-            for i in range(iterations):
-                body(i)  # type: ignore[operator]
-        return (time.perf_counter_ns() - started) / iterations
+    collected = [s["wall_s"] for pair in pairs for s in pair if s["collected"]]
+    shipper = document["shipper_cpu_s"]
+    return AbRun(ratios("wall_s"), ratios("cpu_s"), statistics.median(collected),
+                 None if shipper is None else shipper / (len(steps) / 2))
 
-    def via_span(i: int) -> None:
-        with collector.span("forward", microbatch=i):
-            pass
 
-    empty = timed(lambda i: i)
-    span_ns = timed(via_span) - empty
-    wrapper_ns = timed(chunk) - empty
-    collector.shutdown()
-    return span_ns, wrapper_ns
+def median_interval(values: list[float], draws: int = 2000) -> tuple[float, float]:
+    """95% bootstrap interval of the median."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+
+
+def within_job(args: argparse.Namespace, url: str, workdir: Path) -> None:
+    print(f"within one job: {args.ab_runs} runs per mode of {args.ab_steps} steps, blocks of {args.ab_block} "
+          f"steps alternating with/without the collector (warm-up pairs dropped)", flush=True)
+    for mode, target in (("defaults", "<= 1.01"), ("full", "<= 1.03")):
+        wall: list[float] = []
+        cpu: list[float] = []
+        shares: list[float] = []
+        for run in range(args.ab_runs):
+            result = run_ab_job(args, url, mode, workdir)
+            wall += result.wall_ratios
+            cpu += result.cpu_ratios
+            if result.shipper_cpu_per_step_s is not None:
+                shares.append(result.shipper_cpu_per_step_s / result.step_s)
+            print(f"  {mode} run {run}: median pair ratio wall {statistics.median(result.wall_ratios):.4f}, "
+                  f"training-thread CPU {statistics.median(result.cpu_ratios):.4f} over {len(result.wall_ratios)} pairs; "
+                  f"step {result.step_s * 1e3:.2f} ms", flush=True)
+        low, high = median_interval(wall)
+        cpu_low, cpu_high = median_interval(cpu)
+        shipper = f"{100 * statistics.median(shares):.2f}%" if shares else "n/a"
+        print(f"{mode:9s} within-job median pair ratio: wall {statistics.median(wall):.4f} (95% CI {low:.4f}-{high:.4f}), "
+              f"training-thread CPU {statistics.median(cpu):.4f} (95% CI {cpu_low:.4f}-{cpu_high:.4f}), "
+              f"{len(wall)} pairs; shipper thread CPU {shipper} of a step; target {target}", flush=True)
 
 
 def main() -> None:
@@ -95,6 +140,9 @@ def main() -> None:
     parser.add_argument("--microbatches", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--microbatch-size", type=int, default=32)
+    parser.add_argument("--ab-runs", type=int, default=3, help="within-job runs per mode (0: skip)")
+    parser.add_argument("--ab-steps", type=int, default=400)
+    parser.add_argument("--ab-block", type=int, default=20)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp())
     db_url = f"sqlite:///{workdir / 'overhead.db'}"
@@ -103,6 +151,9 @@ def main() -> None:
     medians: dict[str, list[float]] = {mode: [] for mode in MODES}
     ratios: dict[str, list[float]] = {mode: [] for mode in MODES if mode != "off"}
     try:
+        if args.ab_runs:
+            within_job(args, server.url, workdir)
+        print(f"\nacross jobs: {args.rounds} interleaved rounds", flush=True)
         for round_index in range(args.rounds):
             order = list(MODES)
             random.shuffle(order)
@@ -115,6 +166,8 @@ def main() -> None:
                 f"{mode} {result[mode] * 1e3:7.2f} ms" for mode in MODES), flush=True)
     finally:
         server.stop()
+    if not args.rounds:
+        return
     off = statistics.median(medians["off"])
     print(f"\njob: {args.stages} stages, {args.schedule}, m={args.microbatches}, hidden={args.hidden}, "
           f"{args.steps} steps/run (first {WARMUP_STEPS} dropped), {args.rounds} interleaved rounds")

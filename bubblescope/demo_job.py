@@ -8,9 +8,14 @@ Run under torchrun (gloo, CPU), one pipeline stage per rank::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
@@ -38,6 +43,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-collector", action="store_true", help="train without bubblescope")
     parser.add_argument("--torch-profiler", action="store_true",
                         help="record the whole job with torch.profiler (CPU activities) instead")
+    parser.add_argument("--ab-block", type=int, default=0, metavar="K",
+                        help="overhead benchmark: alternate blocks of K steps with the collector and K "
+                             "steps without it (the same stages under an uninstrumented schedule, inside "
+                             "collector.paused()); not for --schedule naive")
     return parser.parse_args(argv)
 
 
@@ -87,35 +96,48 @@ def clip_grad_norm_across_stages(parameters: list[torch.nn.Parameter], max_norm:
     return norm
 
 
+@dataclass(frozen=True)
+class StepTiming:
+    wall_s: float
+    cpu_s: float  # the training thread's CPU time
+    collected: bool  # False: a baseline step of --ab-block, run with nothing recorded
+
+
+ForwardBackward = Callable[[torch.Tensor, torch.Tensor, bool], None]
+
+
 def run_steps(args: argparse.Namespace, parameters: list[torch.nn.Parameter],
-              forward_backward: Callable[[torch.Tensor, torch.Tensor], None]) -> list[float]:
-    """The training loop every mode shares: data, ``forward_backward``, clipping, optimizer; step times in s."""
+              forward_backward: ForwardBackward) -> list[StepTiming]:
+    """The training loop every mode shares: data, ``forward_backward``, clipping, optimizer."""
     optimizer = torch.optim.SGD(parameters, lr=1e-3)
     batch_size = args.microbatches * args.microbatch_size
     generator = torch.Generator().manual_seed(1234)
-    step_times: list[float] = []
-    for _ in range(args.steps):
-        started = time.perf_counter()
-        with collector.step():
+    timings: list[StepTiming] = []
+    for index in range(args.steps):
+        # --ab-block K: pairs of blocks, ABBA (with, without; without, with; ...) so that whatever
+        # one block leaves to the next (the shipper's sends) falls on both sides alike
+        collected = not args.ab_block or (index // args.ab_block) % 2 == (index // (2 * args.ab_block)) % 2
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        with contextlib.nullcontext() if collected else collector.paused(), collector.step():
             with collector.span("data_loading"):
                 inputs = torch.randn(batch_size, args.hidden, generator=generator)
                 targets = torch.randn(batch_size, args.hidden, generator=generator)
             optimizer.zero_grad(set_to_none=True)
-            forward_backward(inputs, targets)
+            forward_backward(inputs, targets, collected)
             clip_grad_norm_across_stages(parameters, max_norm=1.0)
             with collector.span("optimizer"):
                 optimizer.step()
-        step_times.append(time.perf_counter() - started)
-    return step_times
+        timings.append(StepTiming(time.perf_counter() - started, time.thread_time() - started_cpu, collected))
+    return timings
 
 
-def train_naive(args: argparse.Namespace) -> list[float]:
+def train_naive(args: argparse.Namespace) -> list[StepTiming]:
     """Layer-wise model parallelism: the whole batch goes through rank 0, then rank 1, ... and back."""
     rank, world = dist.get_rank(), dist.get_world_size()
     module = build_stage_module(args.hidden, layer_split(args, world)[rank], seed=rank)
     stage = collector.LayerwiseStage(stage=rank, num_stages=world)
 
-    def forward_backward(inputs: torch.Tensor, targets: torch.Tensor) -> None:
+    def forward_backward(inputs: torch.Tensor, targets: torch.Tensor, _collected: bool) -> None:
         x = inputs.requires_grad_() if rank == 0 else stage.recv_activation(torch.empty_like(inputs))
         with stage.forward():
             y = module(x)
@@ -134,38 +156,59 @@ def train_naive(args: argparse.Namespace) -> list[float]:
     return run_steps(args, list(module.parameters()), forward_backward)
 
 
-def train(args: argparse.Namespace) -> list[float]:
-    """Train ``args.steps`` steps; returns each step's wall time in seconds (rank-local)."""
+def train(args: argparse.Namespace) -> list[StepTiming]:
+    """Train ``args.steps`` steps; returns each step's timing (rank-local)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if args.schedule == "naive":
+        if args.ab_block:
+            raise SystemExit("--ab-block: needs a pipelining schedule, not --schedule naive")
         return train_naive(args)
     indices = local_stage_indices(args.schedule, rank, world, args.stages_per_rank)
     num_stages = world * len(indices)
     layers = layer_split(args, num_stages)
-    stages = [
-        PipelineStage(
-            build_stage_module(args.hidden, layers[index], seed=index),
-            stage_index=index,
-            num_stages=num_stages,
-            device=torch.device("cpu"),
-        )
-        for index in indices
-    ]
-    schedule = build_schedule(args.schedule, stages, args.microbatches, nn.functional.mse_loss)
-    collector.instrument(schedule)
+    modules = [build_stage_module(args.hidden, layers[index], seed=index) for index in indices]
+
+    def make_schedule() -> Any:
+        stages = [PipelineStage(module, stage_index=index, num_stages=num_stages, device=torch.device("cpu"))
+                  for module, index in zip(modules, indices)]
+        return build_schedule(args.schedule, stages, args.microbatches, nn.functional.mse_loss)
+
+    schedule = collector.instrument(make_schedule())
+    plain_schedule = make_schedule() if args.ab_block else schedule  # the baseline: not instrumented
     holds_first, holds_last = 0 in indices, num_stages - 1 in indices
 
-    def forward_backward(inputs: torch.Tensor, targets: torch.Tensor) -> None:
+    def forward_backward(inputs: torch.Tensor, targets: torch.Tensor, collected: bool) -> None:
+        run = schedule if collected else plain_schedule
         if holds_first and holds_last:
-            schedule.step(inputs, target=targets)
+            run.step(inputs, target=targets)
         elif holds_first:
-            schedule.step(inputs)
+            run.step(inputs)
         elif holds_last:
-            schedule.step(target=targets)
+            run.step(target=targets)
         else:
-            schedule.step()
+            run.step()
 
-    return run_steps(args, [p for stage in stages for p in stage.submod.parameters()], forward_backward)
+    return run_steps(args, [p for module in modules for p in module.parameters()], forward_backward)
+
+
+def shipper_cpu_s() -> float | None:
+    """CPU seconds the collector's shipper thread has used (Linux /proc; None elsewhere)."""
+    shipper = next((t for t in threading.enumerate() if t.name == "bubblescope-shipper"), None)
+    try:
+        with open(f"/proc/self/task/{shipper.native_id}/stat") as handle:  # type: ignore[union-attr]
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    except (AttributeError, OSError, ValueError, IndexError):
+        return None
+
+
+def write_timings(path: str, timings: list[StepTiming], ab_block: int, shipper_s: float | None) -> None:
+    """Rank 0's step times: one per line, or with --ab-block a JSON document with CPU times and modes."""
+    with open(path, "w") as handle:
+        if ab_block:
+            json.dump({"steps": [asdict(t) for t in timings], "shipper_cpu_s": shipper_s}, handle)
+        else:
+            handle.write("\n".join(f"{t.wall_s:.6f}" for t in timings))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -189,15 +232,14 @@ def main(argv: list[str] | None = None) -> None:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU], record_shapes=False):
-            step_times = train(args)
+            timings = train(args)
     else:
-        step_times = train(args)
+        timings = train(args)
+    shipper_s = shipper_cpu_s()
     collector.shutdown()
-    if dist.get_rank() == 0:
-        out = os.environ.get("BUBBLESCOPE_DEMO_TIMES")
-        if out:
-            with open(out, "w") as handle:
-                handle.write("\n".join(f"{t:.6f}" for t in step_times))
+    out = os.environ.get("BUBBLESCOPE_DEMO_TIMES")
+    if dist.get_rank() == 0 and out:
+        write_timings(out, timings, args.ab_block, shipper_s)
     dist.barrier()
     dist.destroy_process_group()
 
