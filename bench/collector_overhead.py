@@ -131,6 +131,39 @@ def within_job(args: argparse.Namespace, url: str, workdir: Path) -> None:
               f"{len(wall)} pairs; shipper thread CPU {shipper} of a step; target {target}", flush=True)
 
 
+def training_thread_cost_per_span(workdir: Path, iterations: int = 200_000) -> tuple[float, float]:
+    """ns per span on the training thread: ``collector.span`` and the pipelining wrapper path.
+
+    Measured in-process against a closed port (so the shipper spools), minus an empty loop.
+    """
+    import time
+
+    from bubblescope import collector
+    from bubblescope.collector import pipelining
+
+    collector.init(run="micro", url="http://127.0.0.1:9", spool_dir=workdir / "micro-spool", run_key="micro")
+    session = collector._session
+    assert session is not None
+    chunk = pipelining._timed(lambda chunk_id: chunk_id, session.recorder, 0, lambda _kwargs: "forward")
+
+    def timed(body: object) -> float:
+        started = time.perf_counter_ns()
+        with collector.step():
+            for i in range(iterations):
+                body(i)  # type: ignore[operator]
+        return (time.perf_counter_ns() - started) / iterations
+
+    def via_span(i: int) -> None:
+        with collector.span("forward", microbatch=i):
+            pass
+
+    empty = timed(lambda i: i)
+    span_ns = timed(via_span) - empty
+    wrapper_ns = timed(chunk) - empty
+    collector.shutdown()
+    return span_ns, wrapper_ns
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
