@@ -11,7 +11,6 @@ import argparse
 import contextlib
 import json
 import os
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from torch.distributed.pipelining import PipelineStage
 
 from bubblescope import collector
 from bubblescope.pipeline_layout import SCHEDULES, build_schedule, local_stage_indices
+from bubblescope.thread_cpu import named_thread_cpu_s
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -191,17 +191,6 @@ def train(args: argparse.Namespace) -> list[StepTiming]:
     return run_steps(args, [p for module in modules for p in module.parameters()], forward_backward)
 
 
-def shipper_cpu_s() -> float | None:
-    """CPU seconds the collector's shipper thread has used (Linux /proc; None elsewhere)."""
-    shipper = next((t for t in threading.enumerate() if t.name == "bubblescope-shipper"), None)
-    try:
-        with open(f"/proc/self/task/{shipper.native_id}/stat") as handle:  # type: ignore[union-attr]
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-    except (AttributeError, OSError, ValueError, IndexError):
-        return None
-
-
 def write_timings(path: str, timings: list[StepTiming], ab_block: int, shipper_s: float | None) -> None:
     """Rank 0's step times: one per line, or with --ab-block a JSON document with CPU times and modes."""
     with open(path, "w") as handle:
@@ -235,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
             timings = train(args)
     else:
         timings = train(args)
-    shipper_s = shipper_cpu_s()
+    shipper_s = named_thread_cpu_s("bubblescope-shipper")
     collector.shutdown()
     out = os.environ.get("BUBBLESCOPE_DEMO_TIMES")
     if dist.get_rank() == 0 and out:

@@ -20,6 +20,9 @@ RULES = [
      ["fastapi", "starlette", "sqlalchemy", "pydantic", "plotly", "uvicorn", "torch", "bubblescope.collector"]),
     ("bubblescope.backend.analysis.stragglers", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"]),
     ("bubblescope.backend.analysis.planner", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"]),
+    *[(f"bubblescope.backend.analysis.{name}", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"])
+      for name in ("simulator", "pipeline_orders", "pipeline_profile", "whatif", "attribution", "suggestions",
+                   "memory_fixes")],
     ("bubblescope.backend.app", ["torch", "bubblescope.collector"]),
 ]
 

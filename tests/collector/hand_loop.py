@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bubblescope import collector
+from bubblescope.thread_cpu import thread_cpu_s
 
 KINDS = ("forward", "backward")
 BLOCK = 20
@@ -102,16 +103,6 @@ def timed(step: Any, args: argparse.Namespace, count: int, cpu: list[float], wai
         cpu.append(time.thread_time() - began_cpu)
         waited.append((clock.waited_ns() - began_wait) / 1e9)
     return times
-
-
-def thread_cpu_s(native_id: int | None) -> float | None:
-    """CPU seconds a thread of this process has used (Linux /proc; None elsewhere)."""
-    try:
-        with open(f"/proc/self/task/{native_id}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,22 @@
+"""CPU time of one thread of this process, for benchmarks and tests (Linux /proc)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+
+def thread_cpu_s(native_id: int | None) -> float | None:
+    """CPU seconds a thread of this process has used (utime + stime; None off Linux or when gone)."""
+    try:
+        with open(f"/proc/self/task/{native_id}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def named_thread_cpu_s(name: str) -> float | None:
+    """CPU seconds of this process's thread called ``name`` (None when there is none)."""
+    thread = next((t for t in threading.enumerate() if t.name == name), None)
+    return None if thread is None else thread_cpu_s(thread.native_id)
