@@ -34,7 +34,9 @@ Algorithm (all times per rank per step, from the per-step aggregates):
    grouping with at least two groups, and each group of at least two ranks: a step counts
    against the group when every rank of it is flagged there on the same footing — all by their
    basis, or all by their own history (a stage that slows down as a whole is invisible to stage
-   peers; a persistent straggler plus a neighbour's hiccup is not a slow host) — while at most
+   peers) and by comparable amounts (each member's excess over its baseline at least
+   ``group_min_share`` of the largest member's: a straggler plus a neighbour's hiccup, or one
+   rank's slowdown that a neighbour feels a little, is not a slow host) — while at most
    ``max_outside_fraction`` of the other ranks are (else the whole job was slow, not the
    group). The group's verdict follows rule 4 on those steps: *slow host*, *slow stage* (the
    band), *slow replica*. Groups of different groupings holding the same ranks are reported
@@ -87,6 +89,7 @@ class StragglerThresholds:
     max_one_off_episodes: int = 2
     intermittent_fraction: float = 0.2
     max_outside_fraction: float = 0.5
+    group_min_share: float = 0.5  # a group slow together: each member's excess ≥ this × the largest's
     min_values_for_z: int = 5  # with fewer comparable values the MAD says little: ratio and excess decide
 
 
@@ -362,8 +365,15 @@ def _group_finding(dimension: str, group: str, inside: list[int], ranks: list[in
     def slow_outside(j: int) -> int:
         return sum(cells[r][j].flagged or history[r][j].flagged for r in outside)
 
+    def together(footing: Mapping[int, list[_Cell]], j: int) -> bool:
+        members = [footing[r][j] for r in inside]
+        if not all(cell.flagged and cell.ratio is not None for cell in members):
+            return False
+        excess = [cell.ratio - 1 for cell in members]  # type: ignore[operator]
+        return min(excess) >= t.group_min_share * max(excess)
+
     flagged = [
-        (all(cells[r][j].flagged for r in inside) or all(history[r][j].flagged for r in inside))
+        (together(cells, j) or together(history, j))
         and slow_outside(j) <= t.max_outside_fraction * len(outside)
         for j in scored
     ]

@@ -185,3 +185,16 @@ def test_a_persistent_straggler_and_a_neighbours_hiccup_are_no_slow_host() -> No
     both = lambda r, s: 1.55 if r == 3 or (r == 2 and s in (6, 9)) else 1.0
     report = find_stragglers(synthetic(4, 10, both, jitter=0.005), two_hosts())
     assert [(g.group, g.flagged_steps, g.verdict) for g in report.groups] == [("h1", [6, 9], "one-off")]
+
+
+def test_a_group_is_slow_together_only_by_comparable_amounts() -> None:
+    """Rank 3 is 1.6x throughout; on step 6 its neighbour rank 2 is 1.15x, slow against the other
+    ranks too. Both are flagged against their peers on step 6, but 0.15 of excess beside 0.6 is a
+    hiccup beside a straggler, not a host slow as a whole."""
+    slow = lambda r, s: 1.6 if r == 3 else (1.15 if r == 2 and s == 6 else 1.0)
+    report = find_stragglers(synthetic(4, 10, slow, jitter=0.005), two_hosts())
+    assert next(score for score in report.rank_scores if score.rank == 2).flagged_steps == [6]
+    assert report.groups == []
+    # the same hiccup at the straggler's size is the host slowing down as a whole
+    even = lambda r, s: 1.6 if r == 3 or (r == 2 and s == 6) else 1.0
+    assert [g.flagged_steps for g in find_stragglers(synthetic(4, 10, even, jitter=0.005), two_hosts()).groups] == [[6]]
