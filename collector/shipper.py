@@ -1,9 +1,7 @@
 """The background shipper: turns finished steps into batches and delivers them.
 
 The training thread only calls :meth:`Shipper.submit` (a non-blocking queue put; a full queue
-drops the step and counts its spans). The put wakes no thread: this one sleeps until its flush
-interval is up (or a registration or the stop signal rings ``_wake``) and then takes everything
-queued, so the job pays no thread switch per step. This thread computes per-step aggregates, groups steps
+drops the step and counts its spans). This thread computes per-step aggregates, groups steps
 into batches, and sends them with a timeout and capped retries. When the service is down the
 messages go to the on-disk spool, in order, and are re-sent once it answers again.
 
@@ -45,7 +43,6 @@ class Shipper:
         self.run_key = config.run_key or ""
         self.captures = CaptureWindows()
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=config.queue_steps)
-        self._wake = threading.Event()  # rung for what should not wait for the timer
         self._seq = 0
         self._pending_steps: list[StepRecord] = []
         self._pending_span_count = 0
@@ -82,7 +79,6 @@ class Shipper:
             self._queue.put_nowait(message)
         except queue.Full:
             self._warn_once("queue-full", "bubblescope: queue full, a registration was dropped")
-        self._wake.set()
 
     def stop(self, timeout_s: float) -> None:
         """Flush what is queued; returns within ``timeout_s`` plus one request timeout at most.
@@ -96,29 +92,28 @@ class Shipper:
             self._queue.put(_STOP, timeout=timeout_s)
         except queue.Full:
             pass  # the thread still ends: past the deadline it spools without sending
-        self._wake.set()
         remaining = max(0.0, self._deadline - time.monotonic())
         self._thread.join(remaining + self.config.request_timeout_s + 0.5)
 
     # ---- shipper-thread side --------------------------------------------------------------
     def _run(self) -> None:
         while True:
-            self._wake.wait(max(0.0, self._last_flush + self.config.flush_interval_s - time.monotonic()))
-            self._wake.clear()
             try:
-                while True:  # everything queued, one batch at a time
-                    if self._take_queued():
-                        return
+                item = self._queue.get(timeout=self.config.flush_interval_s)
+            except queue.Empty:
+                item = None
+            try:
+                if self._take(item) or self._take_queued():
+                    return
+                due = time.monotonic() - self._last_flush >= self.config.flush_interval_s
+                if due or self._pending_span_count >= self.config.max_batch_spans:
                     self._flush()
-                    if self._queue.empty():
-                        break
             except Exception as error:  # noqa: BLE001 - the shipper must outlive any bug
                 self._warn_once("bug", f"bubblescope: shipper error ignored: {error!r}")
-                self._last_flush = time.monotonic()  # no busy loop on a persistent bug
 
     def _take_queued(self) -> bool:
-        """Take what is queued (no waiting), up to one batch, so that a backlog left by a slow
-        send goes out in few large batches instead of one step per request. True on stop."""
+        """Take what is already queued (no waiting), up to one batch, so that a backlog left by a
+        slow send goes out in few large batches instead of one step per request. True on stop."""
         for _ in range(self.config.queue_steps):  # bounded even if steps keep coming
             if self._pending_span_count >= self.config.max_batch_spans:
                 return False
