@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from tests.replay_support import JobShape, run_and_analyse
@@ -12,21 +14,24 @@ pytestmark = pytest.mark.slow
 TOLERANCE = 0.15
 
 
-def apply_top_and_rerun(server: LiveServer, base: JobShape) -> tuple[dict, dict, float, float]:
-    """The first run's top suggestion; then the base and the changed job once more, alternating.
+def apply_top_and_rerun(server: LiveServer, base: JobShape, pairs: int = 3) -> tuple[dict, dict, float, float]:
+    """The first run's top suggestion; base and changed job ``pairs`` times each, alternating.
 
-    Two runs of each, interleaved, and their mean: this 2-core machine drifts by ~10% from one run to
-    the next, and alternating keeps that drift off the before/after comparison.
+    Each side's figure is the median of its runs: this 2-core machine drifts by ~10% from one run
+    to the next and now and then one run takes far longer; alternating keeps the drift off the
+    before/after comparison and the median keeps a single slow run out of it.
     """
     client = server.client()
     _, before = run_and_analyse(server.url, client, base)
     assert before["suggestions"], f"no suggestion for {base.label}: {before['attribution']}"
     top = before["suggestions"][0]
     target = base.applied(top["apply"])
-    after = [run_and_analyse(server.url, client, target)[1]["step_ns"]]
-    again = run_and_analyse(server.url, client, base)[1]["step_ns"]
-    after.append(run_and_analyse(server.url, client, target)[1]["step_ns"])
-    return before, top, (before["step_ns"] + again) / 2, sum(after) / 2
+    before_runs, after_runs = [before["step_ns"]], []
+    for index in range(pairs):
+        after_runs.append(run_and_analyse(server.url, client, target)[1]["step_ns"])
+        if index + 1 < pairs:
+            before_runs.append(run_and_analyse(server.url, client, base)[1]["step_ns"])
+    return before, top, statistics.median(before_runs), statistics.median(after_runs)
 
 
 def assert_paid_off(top: dict, before_ns: float, after_ns: float) -> None:
