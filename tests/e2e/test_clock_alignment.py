@@ -11,7 +11,7 @@ import pytest
 from tests.support import LiveServer, run_parallel_job, run_rows, wait_for_steps
 
 pytestmark = pytest.mark.slow
-SKEW_MS = -80.0  # rank 1's clock runs 80 ms behind rank 0's, as on another host
+SKEW_MS = -500.0  # rank 1's clock runs 500 ms behind rank 0's: beyond any scheduling hiccup of a loaded 2-core machine
 STEPS = 6
 
 
