@@ -34,21 +34,34 @@ def union_length(intervals: Iterable[Interval]) -> int:
 
 
 def intersect_length(a: list[Interval], b: list[Interval]) -> int:
-    """Length of the intersection of two merged interval lists (linear sweep)."""
+    """Length of the intersection of two merged interval lists (linear sweep).
+
+    Written for speed (it runs on the collector's thread for every step): no calls per pair.
+    """
     i = j = 0
     covered = 0
-    while i < len(a) and j < len(b):
-        start = max(a[i][0], b[j][0])
-        end = min(a[i][1], b[j][1])
-        if end > start:
-            covered += end - start
-        if a[i][1] < b[j][1]:
+    count_a, count_b = len(a), len(b)
+    while i < count_a and j < count_b:
+        a_start, a_end = a[i]
+        b_start, b_end = b[j]
+        start = a_start if a_start > b_start else b_start
+        if a_end < b_end:
+            if a_end > start:
+                covered += a_end - start
             i += 1
         else:
+            if b_end > start:
+                covered += b_end - start
             j += 1
     return covered
 
 
 def clip(intervals: Iterable[Interval], lo: int, hi: int) -> list[Interval]:
-    """The parts of the intervals inside ``[lo, hi)``."""
-    return [(max(s, lo), min(e, hi)) for s, e in intervals if min(e, hi) > max(s, lo)]
+    """The parts of the intervals inside ``[lo, hi)`` (empty ones dropped)."""
+    if hi <= lo:
+        return []
+    return [
+        (s if s > lo else lo, e if e < hi else hi)
+        for s, e in intervals
+        if e > s and e > lo and s < hi
+    ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from bubblescope import intervals
@@ -16,6 +18,24 @@ def test_union_and_intersection() -> None:
     assert intervals.union_length([(0, 10), (5, 15)]) == 15
     assert intervals.intersect_length([(0, 4), (5, 12)], [(3, 6), (11, 20)]) == 1 + 1 + 1
     assert intervals.clip([(0, 10), (20, 30)], 5, 25) == [(5, 10), (20, 25)]
+
+
+def _covered(spans: list[tuple[int, int]], lo: int, hi: int) -> set[int]:
+    """Brute force: the integer instants inside ``[lo, hi)`` that some span covers."""
+    return {t for start, end in spans for t in range(max(start, lo), min(end, hi))}
+
+
+def test_interval_arithmetic_agrees_with_counting_instants() -> None:
+    generator = random.Random(7)
+    for _ in range(400):
+        a = [(s, s + generator.randint(-3, 15)) for s in (generator.randint(0, 60) for _ in range(8))]
+        b = [(s, s + generator.randint(-3, 15)) for s in (generator.randint(0, 60) for _ in range(8))]
+        lo, hi = generator.randint(-5, 40), generator.randint(-5, 80)
+        clipped_a = intervals.merge(intervals.clip(a, lo, hi))
+        clipped_b = intervals.merge(intervals.clip(b, lo, hi))
+        assert intervals.total_length(clipped_a) == len(_covered(a, lo, hi))
+        assert intervals.intersect_length(clipped_a, clipped_b) == len(_covered(a, lo, hi) & _covered(b, lo, hi))
+        assert all(lo <= start < end <= hi for start, end in intervals.clip(a, lo, hi))
 
 
 def test_recv_before_the_matching_send_is_dependency_wait_and_the_rest_transfer() -> None:
