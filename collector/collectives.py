@@ -100,9 +100,10 @@ def group_label(group: Any) -> str:
     return label[:32]
 
 
-def _bytes(value: Any) -> int:
+def tensor_bytes(value: Any) -> int:
+    """Bytes of a tensor or of a list of tensors (0 for anything else)."""
     if isinstance(value, (list, tuple)):
-        return sum(_bytes(item) for item in value)
+        return sum(tensor_bytes(item) for item in value)
     try:
         return int(value.numel() * value.element_size())
     except Exception:  # noqa: BLE001
@@ -183,7 +184,7 @@ def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]
             result = original(*args, **kwargs)
         try:
             group = kwargs.get("group", args[group_at] if len(args) > group_at else None)
-            row = (kind, start, _peer(name, args, kwargs, group), _bytes(_payload(name, args, kwargs)),
+            row = (kind, start, _peer(name, args, kwargs, group), tensor_bytes(_payload(name, args, kwargs)),
                    group_label(group), name)
             if result is None or name in ("send", "recv"):
                 recorder.add(kind, start, now_ns(), None, None, *row[2:])
@@ -222,7 +223,7 @@ def _wrap_batch(original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             for op, work in zip(p2p_op_list, works or []):
                 is_send = getattr(op.op, "__name__", "") == "isend"
-                row = ("send" if is_send else "recv", start, int(op.peer), _bytes(op.tensor),
+                row = ("send" if is_send else "recv", start, int(op.peer), tensor_bytes(op.tensor),
                        group_label(op.group), "batch_isend_irecv")
                 _remember(work, row, [None])
         except Exception:  # noqa: BLE001
@@ -251,7 +252,7 @@ def _wrap_functional(name: str, kind: str, group_at: int, original: Callable[...
             return original(tensor, *args, **kwargs)
         start = now_ns()
         group = kwargs.get("group", args[group_at] if len(args) > group_at else None)
-        _State.functional_call = (kind, start, None, _bytes(tensor), group, name)
+        _State.functional_call = (kind, start, None, tensor_bytes(tensor), group, name)
         try:
             return original(tensor, *args, **kwargs)
         finally:
@@ -270,7 +271,7 @@ def _wrap_maybe_wrap_tensor(original: Callable[..., Any]) -> Callable[..., Any]:
                 kind, start, peer, size, group, name = call
                 label = group_label(_group_of(group))
                 if kind == "all_gather":
-                    size = _bytes(tensor)
+                    size = tensor_bytes(tensor)
                 _remember(tensor, (kind, start, peer, size, label, name), [None])
             except Exception:  # noqa: BLE001
                 pass

@@ -29,6 +29,7 @@ from typing import Any
 
 from bubblescope import wire
 from bubblescope.collector.clock import now_ns
+from bubblescope.collector.collectives import tensor_bytes
 from bubblescope.collector.recorder import GpuSpanTimer, Recorder
 
 _TAG = "_bubblescope_tag"
@@ -36,11 +37,8 @@ _BLOCKED_NS = 30_000  # a wait on an already finished op returns in a few micros
 _state: dict[str, Any] = {"recorder": None, "patched": False, "pending": {}}
 
 
-def _tensor_bytes(tensor: Any) -> int:
-    try:
-        return int(tensor.numel() * tensor.element_size())
-    except Exception:  # noqa: BLE001
-        return 0
+# The wrappers below run for every pipeline action of the job (tens per step), so they are
+# written for speed: no context-manager objects, no keyword arguments, one span tuple per action.
 
 
 def _patch_p2p_once() -> None:
@@ -60,43 +58,48 @@ def _patch_p2p_once() -> None:
         if recorder is None:
             return original_batch(p2p_ops, desc=desc)
         posted = now_ns()
-        with recorder.quiet():  # recorded here, with micro-batch ids, not by the collectives layer
+        recorder.quiet_depth += 1  # recorded here, with micro-batch ids, not by the collectives layer
+        try:
             works = original_batch(p2p_ops, desc=desc)
+        finally:
+            recorder.quiet_depth -= 1
+        if recorder.paused_depth:
+            return works
         done = now_ns()
-        recvs: dict[tuple[Any, ...], int] = {}
+        recvs: list[tuple[Any, ...]] = []
         sends: list[tuple[int, int]] = []
         for op in p2p_ops:
             tag = getattr(op, _TAG, None)
             if tag is None:
                 continue
             name, stage, microbatch = tag
-            if getattr(op.op, "__name__", "") == "isend":
+            if getattr(op.op, "__name__", "") == "isend":  # never raises in the training loop
                 index = recorder.add("send", posted, done, stage, microbatch, op.peer,
-                                     _tensor_bytes(op.tensor), "pp", name)
+                                     tensor_bytes(op.tensor), "pp", name)
                 sends.append((recorder.current_step, index))
             else:
-                key = (stage, microbatch, op.peer, name)
-                recvs[key] = recvs.get(key, 0) + _tensor_bytes(op.tensor)
+                recvs.append((stage, microbatch, op.peer, name, tensor_bytes(op.tensor)))
         if recvs or sends:
-            pending[id(works)] = (
-                works, [key + (size,) for key, size in recvs.items()], sends, recorder.spans_added
-            )
+            pending[id(works)] = (works, recvs, sends, recorder.spans_added)
         return works
 
     @functools.wraps(original_wait)
     def wait_batch_p2p(work: Any) -> Any:
         entry = pending.pop(id(work), None)
         recorder: Recorder | None = _state["recorder"]
-        started = now_ns()
         if recorder is None:
             return original_wait(work)
-        with recorder.quiet():
+        started = now_ns()
+        recorder.quiet_depth += 1
+        try:
             result = original_wait(work)
-        if entry is not None and recorder is not None:
+        finally:
+            recorder.quiet_depth -= 1
+        if entry is not None:
             finished = now_ns()
             _works, recvs, sends, added_at_post = entry
             quiet_since_post = recorder.spans_added == added_at_post
-            for stage, microbatch, peer, name, size in recvs:
+            for stage, microbatch, peer, name, size in _merge_recvs(recvs):
                 recorder.add("recv", started, finished, stage, microbatch, peer, size, "pp", name)
             if sends and finished - started > _BLOCKED_NS:
                 if quiet_since_post:
@@ -112,37 +115,51 @@ def _patch_p2p_once() -> None:
     _state["patched"] = True
 
 
+def _merge_recvs(recvs: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """One recv span per (stage, micro-batch, peer, direction): a stage receiving several tensors
+    from one peer for one micro-batch waits on them together."""
+    if len(recvs) < 2:
+        return recvs
+    sizes: dict[tuple[Any, ...], int] = {}
+    for stage, microbatch, peer, name, size in recvs:
+        key = (stage, microbatch, peer, name)
+        sizes[key] = sizes.get(key, 0) + size
+    return [key + (size,) for key, size in sizes.items()]
+
+
 def _tagging(method: Any, name: str, stage_index: int) -> Any:
     @functools.wraps(method)
     def get_ops(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
         ops = method(chunk_id, *args, **kwargs)
-        for op in ops:
-            try:
-                setattr(op, _TAG, (name, stage_index, chunk_id))
-            except AttributeError:
-                pass
+        tag = (name, stage_index, chunk_id)
+        try:
+            for op in ops:
+                op._bubblescope_tag = tag
+        except AttributeError:  # an op type without attributes: its spans are not recorded
+            pass
         return ops
 
     return get_ops
 
 
-def _timed(method: Any, recorder: Recorder, stage_index: int, kind_of: Any, on_gpu: bool = False) -> Any:
+def _timed(method: Any, recorder: Recorder, stage_index: int, kind: str, on_gpu: bool = False) -> Any:
+    """``method`` (a stage's ``*_one_chunk``) timed as a span of ``kind``; a backward that is
+    only the input-gradient part (``full_backward=False``) becomes ``backward_input``."""
+    is_backward = kind == "backward"
+
     @functools.wraps(method)
     def run_chunk(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+        span_kind = "backward_input" if is_backward and not kwargs.get("full_backward", True) else kind
         if on_gpu and recorder.gpu is not None:  # CUDA events on the stream running the kernels
-            with GpuSpanTimer(recorder, kind_of(kwargs), stage_index, chunk_id):
+            with GpuSpanTimer(recorder, span_kind, stage_index, chunk_id):
                 return method(chunk_id, *args, **kwargs)
         start = now_ns()
         try:
             return method(chunk_id, *args, **kwargs)
         finally:
-            recorder.add(kind_of(kwargs), start, now_ns(), stage_index, chunk_id)
+            recorder.add(span_kind, start, now_ns(), stage_index, chunk_id)
 
     return run_chunk
-
-
-def _backward_kind(kwargs: dict[str, Any]) -> str:
-    return "backward" if kwargs.get("full_backward", True) else "backward_input"
 
 
 def schedule_stages(schedule: Any) -> list[Any]:
@@ -176,13 +193,11 @@ def instrument_schedule(schedule: Any, recorder: Recorder) -> None:
             continue
         index = int(stage.stage_index)
         on_gpu = getattr(getattr(stage, "device", None), "type", "cpu") == "cuda"
-        stage.forward_one_chunk = _timed(
-            stage.forward_one_chunk, recorder, index, lambda _kwargs: "forward", on_gpu
-        )
-        stage.backward_one_chunk = _timed(stage.backward_one_chunk, recorder, index, _backward_kind, on_gpu)
+        stage.forward_one_chunk = _timed(stage.forward_one_chunk, recorder, index, "forward", on_gpu)
+        stage.backward_one_chunk = _timed(stage.backward_one_chunk, recorder, index, "backward", on_gpu)
         if hasattr(stage, "backward_weight_one_chunk"):
             stage.backward_weight_one_chunk = _timed(
-                stage.backward_weight_one_chunk, recorder, index, lambda _kwargs: "backward_weight", on_gpu
+                stage.backward_weight_one_chunk, recorder, index, "backward_weight", on_gpu
             )
         stage.get_fwd_recv_ops = _tagging(stage.get_fwd_recv_ops, wire.P2P_FORWARD, index)
         stage.get_fwd_send_ops = _tagging(stage.get_fwd_send_ops, wire.P2P_FORWARD, index)
