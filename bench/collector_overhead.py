@@ -9,7 +9,9 @@ median over block pairs of (median instrumented step / median baseline step); th
 thread's CPU per instrumented step is reported beside it, as a share of the step. What the
 baseline blocks still carry, so the figure is a slight under-estimate: the process-wide P2P and
 collective wrappers in pass-through (a clock read and a counter per P2P batch, about 2m calls
-a step) and the shipper thread, idle but for finishing the previous block's sends.
+a step) and the shipper thread, idle but for finishing the previous block's sends. Blocks of one
+step (the default) in ABBA order: with plain AB order the shipper's work after each instrumented
+step lands on the baseline step after it, which hides it.
 
 **Across jobs** (the anchor): modes, each a real torchrun job (gloo, CPU): ``off`` (no collector), ``defaults`` (the
 collector as shipped: aggregates every step, full spans every N-th), ``full`` (full spans every
@@ -19,7 +21,7 @@ inference) are dropped; a run's figure is its median step time. Every round runs
 a random order, so drift in the machine hits all alike; the figure per mode is the median over
 rounds of its ratio to the same round's ``off`` run.
 
-    python bench/collector_overhead.py [--rounds 5] [--steps 30] [--ab-runs 3] [--ab-steps 400] [--ab-block 20]
+    python bench/collector_overhead.py [--rounds 5] [--steps 30] [--ab-runs 3] [--ab-steps 1500] [--ab-block 1]
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ def training_thread_cost_per_span(workdir: Path, iterations: int = 200_000) -> t
     collector.init(run="micro", url="http://127.0.0.1:9", spool_dir=workdir / "micro-spool", run_key="micro")
     session = collector._session
     assert session is not None
-    chunk = pipelining._timed(lambda chunk_id: chunk_id, session.recorder, 0, lambda _kwargs: "forward")
+    chunk = pipelining._timed(lambda chunk_id: chunk_id, session.recorder, 0, "forward")
 
     def timed(body: object) -> float:
         started = time.perf_counter_ns()
@@ -174,8 +176,8 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--microbatch-size", type=int, default=32)
     parser.add_argument("--ab-runs", type=int, default=3, help="within-job runs per mode (0: skip)")
-    parser.add_argument("--ab-steps", type=int, default=400)
-    parser.add_argument("--ab-block", type=int, default=20)
+    parser.add_argument("--ab-steps", type=int, default=1500)
+    parser.add_argument("--ab-block", type=int, default=1)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp())
     db_url = f"sqlite:///{workdir / 'overhead.db'}"
