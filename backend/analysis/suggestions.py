@@ -158,12 +158,16 @@ def _more_microbatches_or_better_schedule(evidence: RunEvidence, measured: Measu
             prediction = predict(measured, Change(schedule=schedule, stages_per_rank=2))
         except ValueError:
             continue
+        # The replay re-cuts the layers into p·v stages of equal cost: the split is part of the change
+        layers = list(prediction.layers_per_stage) if prediction.layers_per_stage is not None else None
+        split = f", layers per stage {','.join(map(str, layers))}" if layers else ""
         out.append(_suggestion(
             evidence, "better_schedule", prediction,
-            title=f"Switch to {TORCH_CLASSES[schedule]} ({prediction.stages_per_rank} stages per rank)",
+            title=f"Switch to {TORCH_CLASSES[schedule]} ({prediction.stages_per_rank} stages per rank{split})",
             why=_bubble_evidence(evidence),
             memory=_activation_memory(prediction, now_peak, 1 / prediction.stages_per_rank),
-            apply={"schedule": schedule, "virtual_stages": prediction.stages_per_rank},
+            apply={"schedule": schedule, "virtual_stages": prediction.stages_per_rank,
+                   **({"layers_per_stage": layers} if layers else {})},
         ))
     return out
 
