@@ -20,10 +20,16 @@ class JobShape:
     microbatch_size: int = 64
     hidden: int = 768
     steps: int = 16
+    stages_per_rank: int = 1  # layers has ranks × stages_per_rank counts
+
+    @property
+    def ranks(self) -> int:
+        return len(self.layers) // self.stages_per_rank
 
     @property
     def label(self) -> str:
-        return f"{self.schedule} m={self.microbatches} b={self.microbatch_size} layers={','.join(map(str, self.layers))}"
+        looped = f" v={self.stages_per_rank}" if self.stages_per_rank > 1 else ""
+        return f"{self.schedule}{looped} m={self.microbatches} b={self.microbatch_size} layers={','.join(map(str, self.layers))}"
 
     def applied(self, change: dict[str, Any]) -> JobShape:
         """This shape after a suggestion's ``apply`` (the run-config keys it changes)."""
@@ -33,16 +39,17 @@ class JobShape:
             microbatches=change.get("num_microbatches", self.microbatches),
             microbatch_size=change.get("microbatch_size", self.microbatch_size),
             layers=tuple(change.get("layers_per_stage", self.layers)),
+            stages_per_rank=change.get("virtual_stages", self.stages_per_rank if "schedule" not in change else 1),
         )
 
 
 def run_and_analyse(url: str, client: httpx.Client, shape: JobShape) -> tuple[str, dict[str, Any]]:
-    """Run the job on len(layers) ranks, wait for every step, return (run key, its analysis)."""
-    ranks = len(shape.layers)
+    """Run the job on ``shape.ranks`` ranks, wait for every step, return (run key, its analysis)."""
+    ranks = shape.ranks
     job = run_pipeline_job(
         url, stages=ranks, schedule=shape.schedule, microbatches=shape.microbatches, steps=shape.steps,
         hidden=shape.hidden, microbatch_size=shape.microbatch_size,
-        extra_args=[f"--layers={','.join(map(str, shape.layers))}"],
+        extra_args=[f"--layers={','.join(map(str, shape.layers))}", f"--stages-per-rank={shape.stages_per_rank}"],
         extra_env={"BUBBLESCOPE_FLUSH_INTERVAL_S": "1.0"},  # the service's ingest work stays off the job's cores
     )
     assert job.returncode == 0, job.output[-3000:]
@@ -60,6 +67,8 @@ def what_if(client: httpx.Client, run_key: str, base: JobShape, target: JobShape
     }
     if target.layers != base.layers:
         body["layers_per_stage"] = list(target.layers)
+    if target.stages_per_rank > 1:
+        body["stages_per_rank"] = target.stages_per_rank
     response = client.post(f"/api/v1/runs/{run_key}/whatif", json=body)
     assert response.status_code == 200, response.text
     return response.json()
