@@ -59,7 +59,7 @@ def wait_for_shipper(timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     empty_since: float | None = None
     while time.monotonic() < deadline:
-        if not (shipper._queue.empty() and not shipper._pending_steps):
+        if shipper._inbox or shipper._pending_steps:
             empty_since = None
         elif empty_since is None:
             empty_since = time.monotonic()

@@ -1,8 +1,10 @@
 """The background shipper: turns finished steps into batches and delivers them.
 
-The training thread only calls :meth:`Shipper.submit` (a non-blocking queue put; a full queue
-drops the step and counts its spans). This thread computes per-step aggregates, groups steps
-into batches, and sends them with a timeout and capped retries. When the service is down the
+The training thread only calls :meth:`Shipper.submit`: an append to a bounded inbox (a full
+inbox drops the step and counts its spans) that wakes this thread only when a flush is due or
+the inbox holds a batch's worth of spans, so most steps cost no thread switch. This thread
+computes per-step aggregates, groups steps into batches, and sends them with a timeout and
+capped retries. When the service is down the
 messages go to the on-disk spool, in order, and are re-sent once it answers again.
 
 Which spans travel: aggregates of every step; full spans of every ``full_spans_every``-th step
@@ -14,9 +16,9 @@ to every step not shipped yet.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -42,11 +44,18 @@ class Shipper:
         self.spool = spool
         self.run_key = config.run_key or ""
         self.captures = CaptureWindows()
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=config.queue_steps)
+        # Inbox: appended by the training thread, popped by this one (deque ends are thread-safe)
+        self._inbox: deque[Any] = deque()
+        self._wake = threading.Event()
         self._seq = 0
         self._pending_steps: list[StepRecord] = []
         self._pending_span_count = 0
         self._last_flush = time.monotonic()
+        # Read by the training thread, written here only: when to wake this thread
+        self._flush_due_at = self._last_flush + config.flush_interval_s
+        self._wake_at_spans = config.max_batch_spans
+        self._submitted_spans = 0  # training thread only
+        self._taken_spans = 0  # shipper thread only
         self._down_until = 0.0
         self._down_backoff_s = 1.0
         self._deadline: float | None = None
@@ -66,19 +75,24 @@ class Shipper:
         self._thread.start()
 
     def submit(self, record: StepRecord) -> None:
-        try:
-            self._queue.put_nowait(record)
-        except queue.Full:
+        inbox = self._inbox
+        if len(inbox) >= self.config.queue_steps:
             self.count_dropped(len(record.spans))
+            return
+        self._submitted_spans += len(record.spans)
+        inbox.append(record)
+        if self._submitted_spans >= self._wake_at_spans or time.monotonic() >= self._flush_due_at:
+            self._wake.set()
 
     def count_dropped(self, spans: int) -> None:
         self._dropped_in_job += spans
 
     def submit_message(self, message: Message) -> None:
-        try:
-            self._queue.put_nowait(message)
-        except queue.Full:
+        if len(self._inbox) >= self.config.queue_steps:
             self._warn_once("queue-full", "bubblescope: queue full, a registration was dropped")
+            return
+        self._inbox.append(message)
+        self._wake.set()
 
     def stop(self, timeout_s: float) -> None:
         """Flush what is queued; returns within ``timeout_s`` plus one request timeout at most.
@@ -88,40 +102,35 @@ class Shipper:
         """
         self._deadline = time.monotonic() + timeout_s
         self._down_until = 0.0  # one last try: the service may be back (failures re-arm the backoff)
-        try:
-            self._queue.put(_STOP, timeout=timeout_s)
-        except queue.Full:
-            pass  # the thread still ends: past the deadline it spools without sending
+        self._inbox.append(_STOP)  # past a full inbox too: one item more, and the thread ends
+        self._wake.set()
         remaining = max(0.0, self._deadline - time.monotonic())
         self._thread.join(remaining + self.config.request_timeout_s + 0.5)
 
     # ---- shipper-thread side --------------------------------------------------------------
     def _run(self) -> None:
+        interval = self.config.flush_interval_s
         while True:
+            # Woken by the training thread at the first step end past the due time; the timeout
+            # (one interval later) only matters when steps stop coming (a stall, the job's end).
+            self._wake.wait(max(0.0, self._flush_due_at - time.monotonic()) + interval)
+            self._wake.clear()  # before draining: an append after this point sets it again
             try:
-                item = self._queue.get(timeout=self.config.flush_interval_s)
-            except queue.Empty:
-                item = None
-            try:
-                if self._take(item) or self._take_queued():
+                if self._take_inbox():
                     return
-                due = time.monotonic() - self._last_flush >= self.config.flush_interval_s
+                due = time.monotonic() - self._last_flush >= interval
                 if due or self._pending_span_count >= self.config.max_batch_spans:
                     self._flush()
             except Exception as error:  # noqa: BLE001 - the shipper must outlive any bug
                 self._warn_once("bug", f"bubblescope: shipper error ignored: {error!r}")
 
-    def _take_queued(self) -> bool:
-        """Take what is already queued (no waiting), up to one batch, so that a backlog left by a
-        slow send goes out in few large batches instead of one step per request. True on stop."""
-        for _ in range(self.config.queue_steps):  # bounded even if steps keep coming
+    def _take_inbox(self) -> bool:
+        """Take what the inbox holds now, flushing at each batch's worth of spans, so that a
+        backlog left by a slow send goes out in few large batches. True on stop."""
+        for _ in range(len(self._inbox)):  # what is there now: bounded even if steps keep coming
             if self._pending_span_count >= self.config.max_batch_spans:
-                return False
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return False
-            if self._take(item):
+                self._flush()
+            if self._take(self._inbox.popleft()):
                 return True
         return False
 
@@ -139,6 +148,7 @@ class Shipper:
         elif isinstance(item, StepRecord):
             self._pending_steps.append(item)
             self._pending_span_count += len(item.spans)
+            self._taken_spans += len(item.spans)
         return False
 
     def _wants_spans(self, step: int) -> bool:
@@ -146,6 +156,8 @@ class Shipper:
 
     def _flush(self) -> None:
         self._last_flush = time.monotonic()
+        self._flush_due_at = self._last_flush + self.config.flush_interval_s
+        self._wake_at_spans = self._taken_spans + self.config.max_batch_spans
         if not self._pending_steps:
             return
         steps, self._pending_steps = self._pending_steps, []

@@ -1,0 +1,76 @@
+"""The shipper's inbox: a step costs the training thread an append, and wakes the shipper thread
+only when a flush is due or a batch's worth of spans waits; full inbox drops and counts; a loop
+that stops submitting still gets its steps flushed. A real Shipper, spooling to a real directory."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from pathlib import Path
+
+from bubblescope.collector.config import CollectorConfig
+from bubblescope.collector.recorder import StepRecord
+from bubblescope.collector.shipper import Shipper
+from bubblescope.collector.spool import Spool
+
+
+def shipper_for(tmp_path: Path, **settings: float) -> Shipper:
+    config = CollectorConfig(url=None, token=None, run_name="inbox", run_key="inbox-run", spool_dir=tmp_path,
+                             **settings)  # type: ignore[arg-type]
+    return Shipper(config, rank=0, spool=Spool(tmp_path / "rank0", config.spool_max_bytes))
+
+
+def record(step: int, spans: int) -> StepRecord:
+    rows = [(step, "forward", 10 * i, 10 * i + 5, 0, i, None, None, None, None) for i in range(spans)]
+    return StepRecord(step, 0, 10 * spans, rows)
+
+
+def spooled_steps(shipper: Shipper) -> list[int]:
+    return [step["step"] for _, message in shipper.spool.pending()
+            for step in json.loads(gzip.decompress(message.body))["steps"]]
+
+
+def test_steps_wake_the_shipper_only_once_a_flush_is_due(tmp_path: Path) -> None:
+    shipper = shipper_for(tmp_path, flush_interval_s=0.3)
+    for step in range(5):
+        shipper.submit(record(step, 3))
+    assert not shipper._wake.is_set() and len(shipper._inbox) == 5
+    time.sleep(0.35)
+    shipper.submit(record(5, 3))
+    assert shipper._wake.is_set()
+
+
+def test_a_batch_worth_of_spans_wakes_the_shipper_before_the_interval(tmp_path: Path) -> None:
+    shipper = shipper_for(tmp_path, flush_interval_s=60.0, max_batch_spans=10)
+    shipper.submit(record(0, 4))
+    shipper.submit(record(1, 4))
+    assert not shipper._wake.is_set()
+    shipper.submit(record(2, 4))  # 12 spans waiting >= 10
+    assert shipper._wake.is_set()
+
+
+def test_a_full_inbox_drops_steps_and_counts_their_spans(tmp_path: Path) -> None:
+    shipper = shipper_for(tmp_path, queue_steps=3)
+    for step in range(5):
+        shipper.submit(record(step, 4))
+    assert len(shipper._inbox) == 3 and shipper.dropped_spans == 8
+
+
+def test_steps_are_flushed_when_the_loop_stops_submitting_and_all_arrive_in_order(tmp_path: Path) -> None:
+    shipper = shipper_for(tmp_path, flush_interval_s=0.1)
+    shipper.start()
+    try:
+        for step in range(3):
+            shipper.submit(record(step, 2))
+        deadline = time.monotonic() + 2.0  # no further submit: the wait's timeout must flush them
+        while not spooled_steps(shipper) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert spooled_steps(shipper) == [0, 1, 2]
+        for step in range(3, 60):  # >= 0.3 s: at least two flushes fall due meanwhile
+            shipper.submit(record(step, 2))
+            time.sleep(0.005)
+    finally:
+        shipper.stop(timeout_s=2.0)
+    assert spooled_steps(shipper) == list(range(60))
+    assert len(list(shipper.spool.pending())) >= 3  # flushed per interval, not in one batch at stop
