@@ -11,8 +11,8 @@ rounds (at start and periodically) behind a store handshake, so a rank that neve
 ``BUBBLESCOPE_CLOCK_SKEW_NS`` shifts this process's clock by that many nanoseconds: a way to
 check, on one host, that alignment undoes a skew between hosts.
 
-The GPU path (CUDA events anchored to host time once per step) plugs in at ``now_ns``'s callers
-in a later issue; nothing here calls ``torch.cuda.synchronize``.
+The GPU path (``gpu_timing``: CUDA events anchored to host time once per step) takes its host
+anchor from ``now_ns``; nothing here calls ``torch.cuda.synchronize``.
 """
 
 from __future__ import annotations
