@@ -1,7 +1,7 @@
 """Collector memory over a long run: 10,000 steps of a hand-written loop, 20 spans a step.
 
 Prints traced Python memory (tracemalloc, current) and RSS at 1k, 2k, 5k and 10k steps. Each
-figure is taken once the shipper has caught up (its queue and batch empty), so it shows what
+figure is taken once the shipper has caught up (its inbox and batch empty), so it shows what
 the collector keeps, not the step or two in flight. Flat figures mean nothing grows per step.
 
     python bench/collector_memory.py                      # service down, 256 KiB spool bound

@@ -118,7 +118,7 @@ class Shipper:
             try:
                 if self._take_inbox():
                     return
-                due = time.monotonic() - self._last_flush >= interval
+                due = time.monotonic() >= self._flush_due_at
                 if due or self._pending_span_count >= self.config.max_batch_spans:
                     self._flush()
             except Exception as error:  # noqa: BLE001 - the shipper must outlive any bug
