@@ -86,7 +86,8 @@ def test_imbalanced_pipeline_rebalanced_as_suggested(sqlite_server: LiveServer) 
     causes = {c["name"]: c["ns"] for c in before["attribution"]["causes"]}
     assert causes["stage_imbalance"] > 0
     assert_paid_off(top, measured)
-    # A schedule with 2 stages per rank comes with its own split of the layers into 4 stages, so
-    # that it can be applied (and re-run above when it ranks first) exactly as predicted
-    switch = next(s for s in before["suggestions"] if s["kind"] == "better_schedule")
-    assert len(switch["apply"]["layers_per_stage"]) == 4 and sum(switch["apply"]["layers_per_stage"]) == 6
+    # A schedule with 2 stages per rank (offered only when the measured bubble calls for it) comes
+    # with its own split of the layers into 4 stages, so that it can be applied (and re-run above
+    # when it ranks first) exactly as predicted
+    for switch in (s for s in before["suggestions"] if s["kind"] == "better_schedule"):
+        assert len(switch["apply"]["layers_per_stage"]) == 4 and sum(switch["apply"]["layers_per_stage"]) == 6
