@@ -1,14 +1,17 @@
-"""Per-step, per-rank aggregates computed in the job (on the shipper thread).
+"""Per-step, per-rank aggregates and span columns, computed in the job (on the shipper thread).
 
 The split itself is ``bubblescope.timesplit`` (shared with the service). Dependency waits need
-the peer's spans, so the service splits those out later.
+the peer's spans, so the service splits those out later. The recorder's times are on this
+process's ``clock.local_ns``; what leaves here is in epoch nanoseconds (``clock.to_epoch``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from bubblescope.collector.recorder import StepRecord
+from bubblescope import wire
+from bubblescope.collector.clock import to_epoch
+from bubblescope.collector.recorder import SpanRow, StepRecord
 from bubblescope.timesplit import split_window
 
 
@@ -24,8 +27,8 @@ def step_aggregate(record: StepRecord) -> dict[str, Any]:
     split = split_window(((row[1], row[2], row[3]) for row in record.spans), window_start, window_end)
     return {
         "step": record.step,
-        "start_ns": window_start,
-        "end_ns": window_end,
+        "start_ns": to_epoch(window_start),
+        "end_ns": to_epoch(window_end),
         "compute_ns": split.compute_ns,
         "comm_ns": split.comm_ns,
         "exposed_comm_ns": split.exposed_comm_ns,
@@ -37,3 +40,12 @@ def step_aggregate(record: StepRecord) -> dict[str, Any]:
             else {}
         ),
     }
+
+
+def span_columns(rows: list[SpanRow]) -> dict[str, list[Any]]:
+    """Span rows in the column-wise wire form, their times in epoch nanoseconds."""
+    columns = wire.spans_to_columns(rows)
+    anchor = to_epoch(0)
+    for field in ("start_ns", "end_ns"):
+        columns[field] = [value + anchor for value in columns[field]]
+    return columns

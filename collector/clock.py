@@ -1,7 +1,8 @@
 """Timestamps and cross-rank clock alignment.
 
-Spans are timed with ``time.perf_counter_ns`` (monotonic, cheap) and shipped as Unix-epoch
-nanoseconds: ``perf_counter_ns() + anchor``, the anchor read once per process. Ranks on other
+Spans are timed with ``local_ns`` (``time.perf_counter_ns``: monotonic, and a C builtin, so a
+timestamp on the training thread costs no Python call) and shipped as Unix-epoch nanoseconds:
+``to_epoch`` adds the anchor (read once per process) on the shipper thread. Ranks on other
 hosts disagree on epoch time, so each rank also estimates its offset to rank 0 by timed
 ping-pongs over the process group (the NTP estimate from the round trip with the smallest delay)
 and registers it; the service subtracts it in every cross-rank view. ``clock_sync`` runs the
@@ -12,7 +13,7 @@ rounds (at start and periodically) behind a store handshake, so a rank that neve
 check, on one host, that alignment undoes a skew between hosts.
 
 The GPU path (``gpu_timing``: CUDA events anchored to host time once per step) takes its host
-anchor from ``now_ns``; nothing here calls ``torch.cuda.synchronize``.
+anchor from ``local_ns``; nothing here calls ``torch.cuda.synchronize``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-_perf_counter_ns = time.perf_counter_ns
+local_ns = time.perf_counter_ns
+"""This process's monotonic clock in nanoseconds: every time the recorder holds is on it."""
 
 
 def _read_anchor(reads: int = 25) -> int:
@@ -32,9 +34,9 @@ def _read_anchor(reads: int = 25) -> int:
     """
     best_gap, best_anchor = None, 0
     for _ in range(reads):
-        before = _perf_counter_ns()
+        before = local_ns()
         wall = time.time_ns()
-        after = _perf_counter_ns()
+        after = local_ns()
         if best_gap is None or after - before < best_gap:
             best_gap, best_anchor = after - before, wall - (before + after) // 2
     return best_anchor
@@ -45,7 +47,12 @@ _ANCHOR_NS = _read_anchor() + int(os.environ.get("BUBBLESCOPE_CLOCK_SKEW_NS", "0
 
 def now_ns() -> int:
     """Current time as epoch nanoseconds, from the monotonic performance counter."""
-    return _perf_counter_ns() + _ANCHOR_NS
+    return local_ns() + _ANCHOR_NS
+
+
+def to_epoch(local: int) -> int:
+    """A ``local_ns`` reading as epoch nanoseconds."""
+    return local + _ANCHOR_NS
 
 
 @dataclass(frozen=True)

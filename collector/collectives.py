@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from bubblescope.collector.clock import now_ns
+from bubblescope.collector.clock import local_ns
 from bubblescope.collector.recorder import Recorder
 
 _MAX_PENDING = 4096  # unwaited async ops are forgotten beyond this, never accumulated
@@ -76,9 +76,9 @@ def register_group(group: Any, label: str) -> None:
 
 
 def _active() -> Recorder | None:
-    """The recorder, unless nothing records or another layer records this call itself."""
+    """The recorder, unless nothing records (paused) or another layer records this call itself."""
     recorder = _State.recorder
-    if recorder is None or recorder.quiet_depth or _State.is_compiling():
+    if recorder is None or recorder.quiet_depth or recorder.paused_depth or _State.is_compiling():
         return None
     return recorder
 
@@ -169,17 +169,19 @@ def _finish(handle: Any) -> None:
     if key >= 0 and entry[0]() is not handle:  # an id reused by a new Work: not ours
         return
     _reference, (kind, start, peer, size, label, name), completed = entry
-    end = completed[0] if completed[0] is not None else now_ns()
+    end = completed[0] if completed[0] is not None else local_ns()
     recorder.add(kind, start, max(start, end), None, None, peer, size, label, name)
 
 
 def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def collective(*args: Any, **kwargs: Any) -> Any:
-        recorder = _active()
-        if recorder is None:
+        # ``_active()`` spelled out: the pipelining integration's P2P ops pass through here
+        # (quiet) tens of times a step, and a Python call costs microseconds there.
+        recorder = _State.recorder
+        if recorder is None or recorder.quiet_depth or recorder.paused_depth or _State.is_compiling():
             return original(*args, **kwargs)
-        start = now_ns()
+        start = local_ns()
         with recorder.quiet():  # torch composes some calls of others (send is isend + wait)
             result = original(*args, **kwargs)
         try:
@@ -187,7 +189,7 @@ def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]
             row = (kind, start, _peer(name, args, kwargs, group), tensor_bytes(_payload(name, args, kwargs)),
                    group_label(group), name)
             if result is None or name in ("send", "recv"):
-                recorder.add(kind, start, now_ns(), None, None, *row[2:])
+                recorder.add(kind, start, local_ns(), None, None, *row[2:])
             else:
                 completed: list[int | None] = [None]
                 _watch_completion(result, completed)
@@ -206,7 +208,7 @@ def _watch_completion(work: Any, completed: list[int | None]) -> None:
         return
 
     def stamp(_done: Any) -> None:
-        completed[0] = now_ns()
+        completed[0] = local_ns()
 
     future.add_done_callback(stamp)
 
@@ -217,7 +219,7 @@ def _wrap_batch(original: Callable[..., Any]) -> Callable[..., Any]:
         recorder = _active()
         if recorder is None:
             return original(p2p_op_list)
-        start = now_ns()
+        start = local_ns()
         with recorder.quiet():
             works = original(p2p_op_list)
         try:
@@ -250,7 +252,7 @@ def _wrap_functional(name: str, kind: str, group_at: int, original: Callable[...
         recorder = _active()
         if recorder is None:
             return original(tensor, *args, **kwargs)
-        start = now_ns()
+        start = local_ns()
         group = kwargs.get("group", args[group_at] if len(args) > group_at else None)
         _State.functional_call = (kind, start, None, tensor_bytes(tensor), group, name)
         try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bubblescope.collector.clock import now_ns
+from bubblescope.collector.clock import local_ns
 
 GpuEvents = list[tuple[int, Any, Any]]  # (row index in the step, start event, end event)
 
@@ -33,7 +33,7 @@ class CudaStepClock:
     def begin_step(self) -> None:
         event = self._event()
         event.record()
-        self.anchor = (event, now_ns())
+        self.anchor = (event, local_ns())
 
     def mark(self) -> Any:
         event = self._event()

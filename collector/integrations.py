@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from bubblescope.collector.clock import now_ns
+from bubblescope.collector.clock import local_ns
 from bubblescope.collector.collectives import group_label
 from bubblescope.collector.recorder import Recorder
 
@@ -31,7 +31,7 @@ def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | No
     label = group_label(model.process_group)
 
     def timed_hook(hook_state: Any, bucket: Any) -> Any:
-        start = now_ns()
+        start = local_ns()
         buffer = bucket.buffer()
         size = int(buffer.numel() * buffer.element_size())
         name = f"ddp_bucket_{bucket.index()}"
@@ -39,7 +39,7 @@ def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | No
             future = hook(hook_state, bucket)
 
         def finished(done: Any) -> Any:
-            recorder.add("all_reduce", start, now_ns(), None, None, None, size, label, name)
+            recorder.add("all_reduce", start, local_ns(), None, None, None, size, label, name)
             return done.value()
 
         # Chained, so DDP waits for this callback too: the span lands in the step that made it.
@@ -54,10 +54,10 @@ def instrument_optimizer(optimizer: Any, recorder: Recorder) -> None:
     started: list[int] = [0]
 
     def before(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
-        started[0] = now_ns()
+        started[0] = local_ns()
 
     def after(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
-        recorder.add("optimizer", started[0], now_ns(), None, None, None, None, None, type(optimizer).__name__)
+        recorder.add("optimizer", started[0], local_ns(), None, None, None, None, None, type(optimizer).__name__)
 
     optimizer.register_step_pre_hook(before)
     optimizer.register_step_post_hook(after)
@@ -67,11 +67,11 @@ def timed_batches(batches: Iterable[Item], recorder: Recorder | None) -> Iterato
     """Yield from ``batches``; the time each item takes to arrive is a ``data_loading`` span."""
     iterator = iter(batches)
     while True:
-        start = now_ns()
+        start = local_ns()
         try:
             item = next(iterator)
         except StopIteration:
             return
         if recorder is not None:
-            recorder.add("data_loading", start, now_ns())
+            recorder.add("data_loading", start, local_ns())
         yield item

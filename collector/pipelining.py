@@ -28,8 +28,7 @@ import functools
 from typing import Any
 
 from bubblescope import wire
-from bubblescope.collector.clock import now_ns
-from bubblescope.collector.collectives import tensor_bytes
+from bubblescope.collector.clock import local_ns
 from bubblescope.collector.recorder import GpuSpanTimer, Recorder
 
 _TAG = "_bubblescope_tag"
@@ -37,8 +36,12 @@ _BLOCKED_NS = 30_000  # a wait on an already finished op returns in a few micros
 _state: dict[str, Any] = {"recorder": None, "patched": False, "pending": {}}
 
 
-# The wrappers below run for every pipeline action of the job (tens per step), so they are
-# written for speed: no context-manager objects, no keyword arguments, one span tuple per action.
+# The wrappers below run for every pipeline action of the job (tens per step), and each Python
+# call they make costs microseconds there (cold caches between actions; about 3 us per wrapped
+# call measured in the 2-stage demo job, against 0.3 us in a tight loop), so they make
+# as few as they can: timestamps from the ``local_ns`` builtin, spans appended straight to the
+# recorder's buffer (``Recorder.add`` only when the buffer is full or paused), sizes from the
+# ``nbytes`` attribute, no context-manager objects.
 
 
 def _patch_p2p_once() -> None:
@@ -49,65 +52,73 @@ def _patch_p2p_once() -> None:
     original_batch = schedules._batch_p2p
     original_wait = schedules._wait_batch_p2p
     # id(works) -> (works kept alive, recvs (stage, microbatch, peer, name, bytes),
-    #               sends (step, index), the recorder's span count right after posting)
-    pending: dict[int, tuple[Any, list[tuple[Any, ...]], list[tuple[int, int]], int]] = _state["pending"]
+    #               send indices in the buffer, the buffer and its length right after posting)
+    pending: dict[int, tuple[Any, list[tuple[Any, ...]], list[int], list[Any], int]] = _state["pending"]
 
     @functools.wraps(original_batch)
     def batch_p2p(p2p_ops: list[Any], desc: str | None = None) -> Any:
         recorder: Recorder | None = _state["recorder"]
-        if recorder is None:
+        if recorder is None or recorder.paused_depth:
             return original_batch(p2p_ops, desc=desc)
-        posted = now_ns()
+        posted = local_ns()
         recorder.quiet_depth += 1  # recorded here, with micro-batch ids, not by the collectives layer
         try:
             works = original_batch(p2p_ops, desc=desc)
         finally:
             recorder.quiet_depth -= 1
-        if recorder.paused_depth:
-            return works
-        done = now_ns()
+        done = local_ns()
         recvs: list[tuple[Any, ...]] = []
-        sends: list[tuple[int, int]] = []
+        sends: list[int] = []
+        spans = recorder.spans
         for op in p2p_ops:
             tag = getattr(op, _TAG, None)
             if tag is None:
                 continue
             name, stage, microbatch = tag
             if getattr(op.op, "__name__", "") == "isend":  # never raises in the training loop
-                index = recorder.add("send", posted, done, stage, microbatch, op.peer,
-                                     tensor_bytes(op.tensor), "pp", name)
-                sends.append((recorder.current_step, index))
+                row = (recorder.step_index, "send", posted, done, stage, microbatch, op.peer,
+                       getattr(op.tensor, "nbytes", 0), "pp", name)
+                if len(spans) < recorder.capacity:
+                    spans.append(row)
+                    sends.append(len(spans) - 1)
+                else:
+                    recorder.add(*row[1:])
             else:
-                recvs.append((stage, microbatch, op.peer, name, tensor_bytes(op.tensor)))
+                recvs.append((stage, microbatch, op.peer, name, getattr(op.tensor, "nbytes", 0)))
         if recvs or sends:
-            pending[id(works)] = (works, recvs, sends, recorder.spans_added)
+            pending[id(works)] = (works, recvs, sends, spans, len(spans))
         return works
 
     @functools.wraps(original_wait)
     def wait_batch_p2p(work: Any) -> Any:
         entry = pending.pop(id(work), None)
         recorder: Recorder | None = _state["recorder"]
-        if recorder is None:
+        if recorder is None or entry is None:
             return original_wait(work)
-        started = now_ns()
+        started = local_ns()
         recorder.quiet_depth += 1
         try:
             result = original_wait(work)
         finally:
             recorder.quiet_depth -= 1
-        if entry is not None:
-            finished = now_ns()
-            _works, recvs, sends, added_at_post = entry
-            quiet_since_post = recorder.spans_added == added_at_post
-            for stage, microbatch, peer, name, size in _merge_recvs(recvs):
-                recorder.add("recv", started, finished, stage, microbatch, peer, size, "pp", name)
-            if sends and finished - started > _BLOCKED_NS:
-                if quiet_since_post:
-                    for step, index in sends:
-                        recorder.extend_at(index, step, finished)
-                else:
-                    for step, index in sends:
-                        recorder.repeat_at(index, step, started, finished)
+        finished = local_ns()
+        _works, recvs, sends, posted_spans, posted_length = entry
+        spans = recorder.spans
+        quiet_since_post = spans is posted_spans and len(spans) == posted_length
+        for stage, microbatch, peer, name, size in recvs if len(recvs) < 2 else _merge_recvs(recvs):
+            row = (recorder.step_index, "recv", started, finished, stage, microbatch, peer, size, "pp", name)
+            if len(spans) < recorder.capacity:
+                spans.append(row)
+            else:
+                recorder.add(*row[1:])
+        if sends and finished - started > _BLOCKED_NS:
+            if quiet_since_post:  # the sends are still the newest spans of this step's buffer
+                for index in sends:
+                    row = spans[index]
+                    spans[index] = row[:3] + (finished,) + row[4:]
+            else:
+                for index in sends:
+                    recorder.repeat_at(index, posted_spans, started, finished)
         return result
 
     schedules._batch_p2p = batch_p2p
@@ -118,8 +129,6 @@ def _patch_p2p_once() -> None:
 def _merge_recvs(recvs: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """One recv span per (stage, micro-batch, peer, direction): a stage receiving several tensors
     from one peer for one micro-batch waits on them together."""
-    if len(recvs) < 2:
-        return recvs
     sizes: dict[tuple[Any, ...], int] = {}
     for stage, microbatch, peer, name, size in recvs:
         key = (stage, microbatch, peer, name)
@@ -142,22 +151,40 @@ def _tagging(method: Any, name: str, stage_index: int) -> Any:
     return get_ops
 
 
-def _timed(method: Any, recorder: Recorder, stage_index: int, kind: str, on_gpu: bool = False) -> Any:
+def _timed(method: Any, recorder: Recorder, stage_index: int, kind: str) -> Any:
     """``method`` (a stage's ``*_one_chunk``) timed as a span of ``kind``; a backward that is
     only the input-gradient part (``full_backward=False``) becomes ``backward_input``."""
-    is_backward = kind == "backward"
+    split_backward = kind == "backward"
 
     @functools.wraps(method)
     def run_chunk(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-        span_kind = "backward_input" if is_backward and not kwargs.get("full_backward", True) else kind
-        if on_gpu and recorder.gpu is not None:  # CUDA events on the stream running the kernels
-            with GpuSpanTimer(recorder, span_kind, stage_index, chunk_id):
-                return method(chunk_id, *args, **kwargs)
-        start = now_ns()
+        start = local_ns()
         try:
             return method(chunk_id, *args, **kwargs)
         finally:
-            recorder.add(span_kind, start, now_ns(), stage_index, chunk_id)
+            span_kind = "backward_input" if split_backward and not kwargs.get("full_backward", True) else kind
+            row = (recorder.step_index, span_kind, start, local_ns(), stage_index, chunk_id, None, None, None, None)
+            spans = recorder.spans
+            if len(spans) < recorder.capacity:
+                spans.append(row)
+            else:
+                recorder.add(*row[1:])
+
+    return run_chunk
+
+
+def _gpu_timed(method: Any, recorder: Recorder, stage_index: int, kind: str) -> Any:
+    """``_timed`` for a stage on a CUDA device: CUDA events on the stream running the kernels."""
+    is_backward = kind == "backward"
+    host_timed = _timed(method, recorder, stage_index, kind)  # when GPU timing is off
+
+    @functools.wraps(method)
+    def run_chunk(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+        if recorder.gpu is None:
+            return host_timed(chunk_id, *args, **kwargs)
+        span_kind = "backward_input" if is_backward and not kwargs.get("full_backward", True) else kind
+        with GpuSpanTimer(recorder, span_kind, stage_index, chunk_id):
+            return method(chunk_id, *args, **kwargs)
 
     return run_chunk
 
@@ -188,22 +215,32 @@ def instrument_schedule(schedule: Any, recorder: Recorder) -> None:
     """Record every compute action and P2P wait of ``schedule`` into ``recorder``."""
     _patch_p2p_once()
     _state["recorder"] = recorder
-    for stage in schedule_stages(schedule):
+    stages = schedule_stages(schedule)
+    for stage in stages:
         if getattr(stage, _TAG, False):
             continue
         index = int(stage.stage_index)
         on_gpu = getattr(getattr(stage, "device", None), "type", "cpu") == "cuda"
-        stage.forward_one_chunk = _timed(stage.forward_one_chunk, recorder, index, "forward", on_gpu)
-        stage.backward_one_chunk = _timed(stage.backward_one_chunk, recorder, index, "backward", on_gpu)
+        timed = _gpu_timed if on_gpu else _timed
+        stage.forward_one_chunk = timed(stage.forward_one_chunk, recorder, index, "forward")
+        stage.backward_one_chunk = timed(stage.backward_one_chunk, recorder, index, "backward")
         if hasattr(stage, "backward_weight_one_chunk"):
-            stage.backward_weight_one_chunk = _timed(
-                stage.backward_weight_one_chunk, recorder, index, "backward_weight", on_gpu
-            )
-        stage.get_fwd_recv_ops = _tagging(stage.get_fwd_recv_ops, wire.P2P_FORWARD, index)
-        stage.get_fwd_send_ops = _tagging(stage.get_fwd_send_ops, wire.P2P_FORWARD, index)
-        stage.get_bwd_recv_ops = _tagging(stage.get_bwd_recv_ops, wire.P2P_BACKWARD, index)
-        stage.get_bwd_send_ops = _tagging(stage.get_bwd_send_ops, wire.P2P_BACKWARD, index)
+            stage.backward_weight_one_chunk = timed(stage.backward_weight_one_chunk, recorder, index, "backward_weight")
+        # The first stage receives no activations and sends no gradients, the last the reverse:
+        # those getters always return no ops, so they are left unwrapped (a call less per action).
+        if not getattr(stage, "is_first", False):
+            stage.get_fwd_recv_ops = _tagging(stage.get_fwd_recv_ops, wire.P2P_FORWARD, index)
+            stage.get_bwd_send_ops = _tagging(stage.get_bwd_send_ops, wire.P2P_BACKWARD, index)
+        if not getattr(stage, "is_last", False):
+            stage.get_fwd_send_ops = _tagging(stage.get_fwd_send_ops, wire.P2P_FORWARD, index)
+            stage.get_bwd_recv_ops = _tagging(stage.get_bwd_recv_ops, wire.P2P_BACKWARD, index)
         setattr(stage, _TAG, True)
+    if any(getattr(stage, "is_last", False) for stage in stages):
+        _extend_forward_by_loss(schedule, recorder)
+
+
+def _extend_forward_by_loss(schedule: Any, recorder: Recorder) -> None:
+    """The loss is part of the last stage's forward of each micro-batch."""
     compute_loss = schedule._maybe_compute_loss
 
     @functools.wraps(compute_loss)
@@ -212,14 +249,18 @@ def instrument_schedule(schedule: Any, recorder: Recorder) -> None:
     ) -> Any:
         try:
             return compute_loss(stage, output, target_mbs, mb_index, *args, **kwargs)
-        finally:  # the loss is part of the last stage's forward of this micro-batch
+        finally:
             if getattr(stage, "is_last", False):
-                recorder.extend_last("forward", mb_index, now_ns())
+                recorder.extend_last("forward", mb_index, local_ns())
 
     schedule._maybe_compute_loss = maybe_compute_loss
 
 
 def detach() -> None:
-    """Stop recording (used by shutdown); wrappers become pass-throughs."""
+    """Stop recording (used by shutdown): the P2P wrappers become pass-throughs, and the
+    compute wrappers, which hold their recorder, find it paused for good."""
+    recorder: Recorder | None = _state["recorder"]
+    if recorder is not None:
+        recorder.set_paused_depth(recorder.paused_depth + 1)
     _state["recorder"] = None
     _state["pending"].clear()

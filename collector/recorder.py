@@ -1,7 +1,12 @@
 """The in-job recorder: spans into a per-step buffer, handed to the shipper at step end.
 
 Everything on the training thread is an append to a list; aggregation, encoding and I/O
-happen on the shipper's thread. A span is a tuple in ``wire.SPAN_FIELDS`` order.
+happen on the shipper's thread. A span is a tuple in ``wire.SPAN_FIELDS`` order, its times on
+this process's ``clock.local_ns`` (the shipper converts them to epoch time).
+
+The hottest callers (the pipelining wrappers, tens of spans a step) append to ``spans`` directly
+while ``len(spans) < capacity`` and call ``add`` otherwise, which drops and counts the span (or,
+while paused, ignores it): ``capacity`` is 0 while paused, so one comparison covers both.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from types import TracebackType
 from typing import Any
 
 from bubblescope import wire
-from bubblescope.collector.clock import now_ns
+from bubblescope.collector.clock import local_ns
 
 SpanRow = tuple[Any, ...]
 StepSink = Callable[["StepRecord"], None]
@@ -19,7 +24,7 @@ DropCounter = Callable[[int], None]
 
 
 class StepRecord:
-    """One finished step of one rank: its window and its spans."""
+    """One finished step of one rank: its window and its spans (times on ``clock.local_ns``)."""
 
     __slots__ = ("step", "start_ns", "end_ns", "spans", "clock", "gpu_events", "gpu_anchor")
 
@@ -47,7 +52,7 @@ class SpanTimer:
         self._start = 0
 
     def __enter__(self) -> SpanTimer:
-        self._start = now_ns()
+        self._start = local_ns()
         return self
 
     def __exit__(
@@ -56,7 +61,7 @@ class SpanTimer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._recorder.add(self._kind, self._start, now_ns(), *self._fields)
+        self._recorder.add(self._kind, self._start, local_ns(), *self._fields)
 
 
 class QuietBlock:
@@ -83,10 +88,10 @@ class PausedBlock:
         self._recorder = recorder
 
     def __enter__(self) -> None:
-        self._recorder.paused_depth += 1
+        self._recorder.set_paused_depth(self._recorder.paused_depth + 1)
 
     def __exit__(self, *_exc: object) -> None:
-        self._recorder.paused_depth -= 1
+        self._recorder.set_paused_depth(self._recorder.paused_depth - 1)
 
 
 class QuietSpanTimer(SpanTimer):
@@ -153,10 +158,10 @@ class Recorder:
         self._sink = sink
         self._count_dropped = count_dropped
         self._max_buffered = max_buffered_spans
-        self._spans: list[SpanRow] = []
-        self._step = 0
+        self.spans: list[SpanRow] = []  # this step's; a new list at each step end
+        self.capacity = max_buffered_spans  # room for spans in a step: 0 while paused
+        self.step_index = 0
         self._step_start: int | None = None
-        self.spans_added = 0  # ever, in this process: tells whether anything ran between two points
         self.quiet_depth = 0  # > 0 while a layer records its communication itself (no double spans)
         self.paused_depth = 0  # > 0 while the job asked for nothing to be recorded (collector.paused)
         self.clock: tuple[int, int] | None = None  # set by the session after each clock round
@@ -164,9 +169,9 @@ class Recorder:
         self.gpu: Any = None  # a gpu_timing.CudaStepClock when the job computes on CUDA
         self._gpu_events: list[tuple[int, Any, Any]] = []
 
-    @property
-    def current_step(self) -> int:
-        return self._step
+    def set_paused_depth(self, depth: int) -> None:
+        self.paused_depth = depth
+        self.capacity = 0 if depth else self._max_buffered
 
     def add(
         self,
@@ -181,38 +186,31 @@ class Recorder:
         name: str | None = None,
     ) -> int:
         """Buffer one span; returns its index in this step's buffer (-1 when dropped or paused)."""
-        if self.paused_depth:
+        spans = self.spans
+        if len(spans) >= self.capacity:
+            if not self.paused_depth:
+                self._count_dropped(1)
             return -1
-        if len(self._spans) >= self._max_buffered:
-            self._count_dropped(1)
-            return -1
-        self._spans.append(
-            (self._step, kind, start_ns, end_ns, stage, microbatch, peer, nbytes, group, name)
-        )
-        self.spans_added += 1
-        return len(self._spans) - 1
+        spans.append((self.step_index, kind, start_ns, end_ns, stage, microbatch, peer, nbytes, group, name))
+        return len(spans) - 1
 
-    def extend_at(self, index: int, step: int, end_ns: int) -> None:
-        """Stretch span ``index`` of ``step`` to ``end_ns``; ignored once that step was shipped."""
-        if step == self._step and 0 <= index < len(self._spans):
-            self._stretch(index, end_ns)
-
-    def repeat_at(self, index: int, step: int, start_ns: int, end_ns: int) -> None:
-        """Add a continuation of span ``index`` of ``step`` over [start, end], with 0 bytes."""
-        if step == self._step and 0 <= index < len(self._spans):
-            row = self._spans[index]
+    def repeat_at(self, index: int, spans: list[SpanRow], start_ns: int, end_ns: int) -> None:
+        """Add a continuation of span ``index`` of the buffer ``spans`` over [start, end], with
+        0 bytes; ignored once that buffer was handed over."""
+        if spans is self.spans and 0 <= index < len(spans):
+            row = spans[index]
             self.add(row[1], start_ns, end_ns, row[4], row[5], row[6], 0, row[8], row[9])
 
     def _stretch(self, index: int, end_ns: int) -> None:
-        row = self._spans[index]
-        self._spans[index] = row[:3] + (max(row[3], end_ns),) + row[4:]
+        row = self.spans[index]
+        self.spans[index] = row[:3] + (max(row[3], end_ns),) + row[4:]
 
     def extend_last(self, kind: str, microbatch: int | None, end_ns: int) -> None:
         """Stretch the newest span of this kind and micro-batch to ``end_ns`` (e.g. loss after forward)."""
         if self.paused_depth:
             return
-        for index in range(len(self._spans) - 1, -1, -1):
-            row = self._spans[index]
+        for index in range(len(self.spans) - 1, -1, -1):
+            row = self.spans[index]
             if row[1] == kind and row[5] == microbatch:
                 self._stretch(index, end_ns)
                 return
@@ -247,28 +245,28 @@ class Recorder:
 
     def add_gpu(self, kind: str, start_event: Any, end_event: Any, stage: int | None, microbatch: int | None) -> None:
         """A span timed by two CUDA events; its times are filled in on the shipper thread."""
-        placeholder = now_ns()
+        placeholder = local_ns()
         index = self.add(kind, placeholder, placeholder, stage, microbatch)
         if index >= 0:
             self._gpu_events.append((index, start_event, end_event))
 
     def begin_step(self) -> None:
-        self._step_start = now_ns()
+        self._step_start = local_ns()
         if self.gpu is not None:
             self.gpu.begin_step()
 
     def end_step(self) -> None:
-        end = now_ns()
-        spans, self._spans = self._spans, []
+        end = local_ns()
+        spans, self.spans = self.spans, []
         start = self._step_start
         if start is None:  # no explicit begin: the window is first span start to end
             start = min((row[2] for row in spans), default=end)
-        record = StepRecord(self._step, start, end, spans, self.clock)
+        record = StepRecord(self.step_index, start, end, spans, self.clock)
         if self._gpu_events:
             record.gpu_events, self._gpu_events = self._gpu_events, []
             record.gpu_anchor = self.gpu.anchor if self.gpu is not None else None
         self._sink(record)
-        self._step += 1
+        self.step_index += 1
         self._step_start = None
         if self.after_step is not None:
-            self.after_step(self._step)
+            self.after_step(self.step_index)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bubblescope import wire
-from bubblescope.collector.aggregate import step_aggregate
+from bubblescope.collector.aggregate import span_columns, step_aggregate
 from bubblescope.collector.capture import CaptureWindows
 from bubblescope.collector.config import CollectorConfig
 from bubblescope.collector.recorder import StepRecord
@@ -168,7 +168,7 @@ class Shipper:
             aggregates.append(step_aggregate(record))
             if self._wants_spans(record.step):
                 rows.extend(record.spans)
-        batch = self._batch(aggregates, wire.spans_to_columns(rows))
+        batch = self._batch(aggregates, span_columns(rows))
         message = Message("POST", _INGEST_PATH, wire.encode_batch(batch), span_count=len(rows))
         self._deliver(message, lambda: self._without_spans(batch))
         self.captures.shipped_through(max(record.step for record in steps))

@@ -44,6 +44,7 @@ def run_script(url: str, spool: Path, run_key: str) -> tuple[int, str, float]:
 def test_hand_written_spans_arrive_with_names_and_unknown_kinds_are_dropped(
     sqlite_server: LiveServer, tmp_path: Path
 ) -> None:
+    began_ns = time.time_ns()
     code, output, _ = run_script(sqlite_server.url, tmp_path / "spool", "hand-written-1")
     assert code == 0, output
     assert "unknown span kind 'not-a-kind'" in output
@@ -53,6 +54,8 @@ def test_hand_written_spans_arrive_with_names_and_unknown_kinds_are_dropped(
         # The default sampling: aggregates of every step, full spans of every 10th.
         assert [s["step"] for s in detail["steps"] if s["has_spans"]] == [0, 10]
         step = client.get("/api/v1/runs/hand-written-1/steps/10").json()
+    # Recorded on the process's monotonic clock, shipped as epoch time.
+    assert began_ns < step["origin_ns"] < time.time_ns(), (began_ns, step["origin_ns"])
     kinds = sorted(s["kind"] for s in step["spans"])
     assert kinds == ["backward"] * 4 + ["forward"] * 4
     assert sorted(s["microbatch"] for s in step["spans"] if s["kind"] == "forward") == [0, 1, 2, 3]
