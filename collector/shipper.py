@@ -1,9 +1,9 @@
 """The background shipper: turns finished steps into batches and delivers them.
 
 The training thread only calls :meth:`Shipper.submit`: an append to a bounded inbox (a full
-inbox drops the step and counts its spans) that wakes this thread only when a flush is due or
-the inbox holds a batch's worth of spans, so most steps cost no thread switch. This thread
-computes per-step aggregates, groups steps into batches, and sends them with a timeout and
+inbox drops the step and counts its spans) that wakes this thread only when the inbox holds a
+batch's worth of spans, so most steps cost no thread switch; otherwise this thread flushes on
+its own clock, once per ``flush_interval_s``. It computes per-step aggregates, groups steps into batches, and sends them with a timeout and
 capped retries. When the service is down the
 messages go to the on-disk spool, in order, and are re-sent once it answers again.
 
@@ -51,9 +51,8 @@ class Shipper:
         self._pending_steps: list[StepRecord] = []
         self._pending_span_count = 0
         self._last_flush = time.monotonic()
-        # Read by the training thread, written here only: when to wake this thread
         self._flush_due_at = self._last_flush + config.flush_interval_s
-        self._wake_at_spans = config.max_batch_spans
+        self._wake_at_spans = config.max_batch_spans  # read by the training thread, written here only
         self._submitted_spans = 0  # training thread only
         self._taken_spans = 0  # shipper thread only
         self._down_until = 0.0
@@ -81,7 +80,7 @@ class Shipper:
             return
         self._submitted_spans += len(record.spans)
         inbox.append(record)
-        if self._submitted_spans >= self._wake_at_spans or time.monotonic() >= self._flush_due_at:
+        if self._submitted_spans >= self._wake_at_spans:
             self._wake.set()
 
     def count_dropped(self, spans: int) -> None:
@@ -109,11 +108,12 @@ class Shipper:
 
     # ---- shipper-thread side --------------------------------------------------------------
     def _run(self) -> None:
-        interval = self.config.flush_interval_s
         while True:
-            # Woken by the training thread at the first step end past the due time; the timeout
-            # (one interval later) only matters when steps stop coming (a stall, the job's end).
-            self._wake.wait(max(0.0, self._flush_due_at - time.monotonic()) + interval)
+            # Flushes on its own clock: the flush's work lands wherever in a step its time falls,
+            # not always after the step that woke it (so a step the job runs inside
+            # collector.paused() bears it as often as one recorded). The training thread wakes it
+            # early only when a batch's worth of spans waits.
+            self._wake.wait(max(0.0, self._flush_due_at - time.monotonic()))
             self._wake.clear()  # before draining: an append after this point sets it again
             try:
                 if self._take_inbox():
@@ -123,6 +123,7 @@ class Shipper:
                     self._flush()
             except Exception as error:  # noqa: BLE001 - the shipper must outlive any bug
                 self._warn_once("bug", f"bubblescope: shipper error ignored: {error!r}")
+                self._flush_due_at = max(self._flush_due_at, time.monotonic() + self.config.flush_interval_s)
 
     def _take_inbox(self) -> bool:
         """Take what the inbox holds now, flushing at each batch's worth of spans, so that a

@@ -1,6 +1,6 @@
 """The shipper's inbox: a step costs the training thread an append, and wakes the shipper thread
-only when a flush is due or a batch's worth of spans waits; full inbox drops and counts; a loop
-that stops submitting still gets its steps flushed. A real Shipper, spooling to a real directory."""
+only when a batch's worth of spans waits; otherwise the shipper flushes on its own clock, whether
+steps come or not; full inbox drops and counts. A real Shipper, spooling to a real directory."""
 
 from __future__ import annotations
 
@@ -31,14 +31,21 @@ def spooled_steps(shipper: Shipper) -> list[int]:
             for step in json.loads(gzip.decompress(message.body))["steps"]]
 
 
-def test_steps_wake_the_shipper_only_once_a_flush_is_due(tmp_path: Path) -> None:
+def test_steps_never_wake_the_shipper_for_time_it_flushes_on_its_own_clock(tmp_path: Path) -> None:
     shipper = shipper_for(tmp_path, flush_interval_s=0.3)
     for step in range(5):
         shipper.submit(record(step, 3))
-    assert not shipper._wake.is_set() and len(shipper._inbox) == 5
-    time.sleep(0.35)
+    time.sleep(0.35)  # past the due time
     shipper.submit(record(5, 3))
-    assert shipper._wake.is_set()
+    assert not shipper._wake.is_set()  # a step's end never sets it for time (thread not started: no race)
+    shipper.start()
+    try:
+        deadline = time.monotonic() + 2.0  # no further submit: the shipper's own clock flushes
+        while len(spooled_steps(shipper)) < 6 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert spooled_steps(shipper) == list(range(6))
+    finally:
+        shipper.stop(timeout_s=2.0)
 
 
 def test_a_batch_worth_of_spans_wakes_the_shipper_before_the_interval(tmp_path: Path) -> None:
