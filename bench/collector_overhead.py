@@ -5,13 +5,16 @@ K steps with the collector and K steps without it, on the same stages, the basel
 a second, uninstrumented schedule inside ``collector.paused()``. Both sides share the process,
 its memory layout, its core placement and the machine's load of that second, which separate
 runs do not (run-to-run noise of the baseline alone is about ±15% here). The figure is the
-median over block pairs of (median instrumented step / median baseline step); the shipper
-thread's CPU per instrumented step is reported beside it, as a share of the step. What the
-baseline blocks still carry, so the figure is a slight under-estimate: the process-wide P2P and
-collective wrappers in pass-through (a clock read and a counter per P2P batch, about 2m calls
-a step) and the shipper thread, idle but for finishing the previous block's sends. Blocks of one
-step (the default) in ABBA order: with plain AB order the shipper's work after each instrumented
-step lands on the baseline step after it, which hides it.
+median over block pairs of (median instrumented step / median baseline step), with the ratio of
+total step times (instrumented / baseline: what the job pays in time, skewed less by single slow
+steps than a mean of pair ratios) beside it. What the baseline blocks still carry, so the
+figures are under-estimates: the process-wide P2P and collective wrappers in pass-through (a
+clock read and a counter per P2P batch, about 2m calls a step), and the shipper thread, which
+flushes on its own clock (once a second), so its work falls on both kinds of step alike and
+cancels out of the ratio. Its CPU time per instrumented step is therefore reported beside the
+ratio, as a share of the step: add it for the whole cost. The service's CPU is reported too: it
+runs on the same 2 cores as the job here, which a deployed service does not. Blocks of one step
+(the default) in ABBA order.
 
 **Across jobs** (the anchor): modes, each a real torchrun job (gloo, CPU): ``off`` (no collector), ``defaults`` (the
 collector as shipped: aggregates every step, full spans every N-th), ``full`` (full spans every
@@ -34,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +83,7 @@ class AbRun:
     wall_ratios: list[float]  # per block pair: median instrumented / median baseline wall step time
     cpu_ratios: list[float]  # the same for the training thread's CPU time
     step_s: float  # median instrumented step
+    wall_sums_s: tuple[float, float]  # total wall time of the kept instrumented and baseline steps
     shipper_cpu_per_step_s: float | None
 
 
@@ -97,9 +102,16 @@ def run_ab_job(args: argparse.Namespace, url: str, mode: str, workdir: Path) -> 
                 / statistics.median(s[field] for s in pair if not s["collected"]) for pair in pairs]
 
     collected = [s["wall_s"] for pair in pairs for s in pair if s["collected"]]
+    baseline = [s["wall_s"] for pair in pairs for s in pair if not s["collected"]]
     shipper = document["shipper_cpu_s"]
-    return AbRun(ratios("wall_s"), ratios("cpu_s"), statistics.median(collected),
+    return AbRun(ratios("wall_s"), ratios("cpu_s"), statistics.median(collected), (sum(collected), sum(baseline)),
                  None if shipper is None else shipper / (len(steps) / 2))
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def median_interval(values: list[float], draws: int = 2000) -> tuple[float, float]:
@@ -109,17 +121,20 @@ def median_interval(values: list[float], draws: int = 2000) -> tuple[float, floa
     return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
-def within_job(args: argparse.Namespace, url: str, workdir: Path) -> None:
+def within_job(args: argparse.Namespace, url: str, workdir: Path, service_pid: int) -> None:
     print(f"within one job: {args.ab_runs} runs per mode of {args.ab_steps} steps, blocks of {args.ab_block} "
           f"steps alternating with/without the collector (warm-up pairs dropped)", flush=True)
     for mode, target in (("defaults", "<= 1.01"), ("full", "<= 1.03")):
         wall: list[float] = []
         cpu: list[float] = []
         shares: list[float] = []
+        totals = [0.0, 0.0]
+        service_cpu, service_wall = process_cpu_s(service_pid), time.monotonic()
         for run in range(args.ab_runs):
             result = run_ab_job(args, url, mode, workdir)
             wall += result.wall_ratios
             cpu += result.cpu_ratios
+            totals = [totals[0] + result.wall_sums_s[0], totals[1] + result.wall_sums_s[1]]
             if result.shipper_cpu_per_step_s is not None:
                 shares.append(result.shipper_cpu_per_step_s / result.step_s)
             print(f"  {mode} run {run}: median pair ratio wall {statistics.median(result.wall_ratios):.4f}, "
@@ -127,10 +142,12 @@ def within_job(args: argparse.Namespace, url: str, workdir: Path) -> None:
                   f"step {result.step_s * 1e3:.2f} ms", flush=True)
         low, high = median_interval(wall)
         cpu_low, cpu_high = median_interval(cpu)
+        service = (process_cpu_s(service_pid) - service_cpu) / (time.monotonic() - service_wall)
         shipper = f"{100 * statistics.median(shares):.2f}%" if shares else "n/a"
         print(f"{mode:9s} within-job median pair ratio: wall {statistics.median(wall):.4f} (95% CI {low:.4f}-{high:.4f}), "
-              f"training-thread CPU {statistics.median(cpu):.4f} (95% CI {cpu_low:.4f}-{cpu_high:.4f}), "
-              f"{len(wall)} pairs; shipper thread CPU {shipper} of a step; target {target}", flush=True)
+              f"ratio of total step times {totals[0] / totals[1]:.4f}; training-thread CPU {statistics.median(cpu):.4f} "
+              f"(95% CI {cpu_low:.4f}-{cpu_high:.4f}), {len(wall)} pairs; shipper thread CPU {shipper} of a step; "
+              f"the service (same 2 cores) used {100 * service:.2f}% of one core; target {target}", flush=True)
 
 
 def training_thread_cost_per_span(workdir: Path, iterations: int = 200_000) -> tuple[float, float]:
@@ -138,8 +155,6 @@ def training_thread_cost_per_span(workdir: Path, iterations: int = 200_000) -> t
 
     Measured in-process against a closed port (so the shipper spools), minus an empty loop.
     """
-    import time
-
     from bubblescope import collector
     from bubblescope.collector import pipelining
 
@@ -187,7 +202,7 @@ def main() -> None:
     ratios: dict[str, list[float]] = {mode: [] for mode in MODES if mode != "off"}
     try:
         if args.ab_runs:
-            within_job(args, server.url, workdir)
+            within_job(args, server.url, workdir, server.process.pid)
         print(f"\nacross jobs: {args.rounds} interleaved rounds", flush=True)
         for round_index in range(args.rounds):
             order = list(MODES)
