@@ -3,8 +3,8 @@
 The training thread only calls :meth:`Shipper.submit`: an append to a bounded inbox (a full
 inbox drops the step and counts its spans) that wakes this thread only when the inbox holds a
 batch's worth of spans, so most steps cost no thread switch; otherwise this thread flushes on
-its own clock, once per ``flush_interval_s``. It computes per-step aggregates, groups steps into batches, and sends them with a timeout and
-capped retries. When the service is down the
+its own clock, once per ``flush_interval_s``. It computes per-step aggregates, groups steps
+into batches, and sends them with a timeout and capped retries. When the service is down the
 messages go to the on-disk spool, in order, and are re-sent once it answers again.
 
 Which spans travel: aggregates of every step; full spans of every ``full_spans_every``-th step
