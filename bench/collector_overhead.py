@@ -13,8 +13,9 @@ clock read and a counter per P2P batch, about 2m calls a step), and the shipper 
 flushes on its own clock (once a second), so its work falls on both kinds of step alike and
 cancels out of the ratio. Its CPU time per instrumented step is therefore reported beside the
 ratio, as a share of the step: add it for the whole cost. The service's CPU is reported too: it
-runs on the same 2 cores as the job here, which a deployed service does not. Blocks of one step
-(the default) in ABBA order.
+runs on the same 2 cores as the job here, which a deployed service does not; ``--service
+answer-only`` replaces it by a stand-in that only acknowledges (``answer_only_service.py``), to
+take that work off the job's cores. Blocks of one step (the default) in ABBA order.
 
 **Across jobs** (the anchor): modes, each a real torchrun job (gloo, CPU): ``off`` (no collector), ``defaults`` (the
 collector as shipped: aggregates every step, full spans every N-th), ``full`` (full spans every
@@ -25,6 +26,7 @@ a random order, so drift in the machine hits all alike; the figure per mode is t
 rounds of its ratio to the same round's ``off`` run.
 
     python bench/collector_overhead.py [--rounds 5] [--steps 30] [--ab-runs 3] [--ab-steps 1500] [--ab-block 1]
+                                       [--service real|answer-only]
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bubblescope.backend.db import migrate  # noqa: E402
 from bubblescope.collector.config import DEFAULT_FULL_SPANS_EVERY  # noqa: E402
+from bench.answer_only_service import start_answer_only  # noqa: E402
 from tests.support import start_server  # noqa: E402
 
 WARMUP_STEPS = 3
@@ -147,7 +150,7 @@ def within_job(args: argparse.Namespace, url: str, workdir: Path, service_pid: i
         print(f"{mode:9s} within-job median pair ratio: wall {statistics.median(wall):.4f} (95% CI {low:.4f}-{high:.4f}), "
               f"ratio of total step times {totals[0] / totals[1]:.4f}; training-thread CPU {statistics.median(cpu):.4f} "
               f"(95% CI {cpu_low:.4f}-{cpu_high:.4f}), {len(wall)} pairs; shipper thread CPU {shipper} of a step; "
-              f"the service (same 2 cores) used {100 * service:.2f}% of one core; target {target}", flush=True)
+              f"the {args.service} service (same 2 cores) used {100 * service:.2f}% of one core; target {target}", flush=True)
 
 
 def training_thread_cost_per_span(workdir: Path, iterations: int = 200_000) -> tuple[float, float]:
@@ -193,11 +196,16 @@ def main() -> None:
     parser.add_argument("--ab-runs", type=int, default=3, help="within-job runs per mode (0: skip)")
     parser.add_argument("--ab-steps", type=int, default=1500)
     parser.add_argument("--ab-block", type=int, default=1)
+    parser.add_argument("--service", choices=("real", "answer-only"), default="real",
+                        help="answer-only: a stand-in that only acknowledges (the service's work off the job's cores)")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp())
-    db_url = f"sqlite:///{workdir / 'overhead.db'}"
-    migrate.upgrade(db_url)
-    server = start_server(db_url, workdir)
+    if args.service == "real":
+        db_url = f"sqlite:///{workdir / 'overhead.db'}"
+        migrate.upgrade(db_url)
+        server = start_server(db_url, workdir)
+    else:
+        server = start_answer_only(workdir)
     medians: dict[str, list[float]] = {mode: [] for mode in MODES}
     ratios: dict[str, list[float]] = {mode: [] for mode in MODES if mode != "off"}
     try:
