@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bubblescope.backend.db import migrate  # noqa: E402
 from bubblescope.collector.config import DEFAULT_FULL_SPANS_EVERY  # noqa: E402
 from bench.answer_only_service import start_answer_only  # noqa: E402
+from bubblescope.thread_cpu import process_cpu_s  # noqa: E402
 from tests.support import start_server  # noqa: E402
 
 WARMUP_STEPS = 3
@@ -111,12 +112,6 @@ def run_ab_job(args: argparse.Namespace, url: str, mode: str, workdir: Path) -> 
                  None if shipper is None else shipper / (len(steps) / 2))
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def median_interval(values: list[float], draws: int = 2000) -> tuple[float, float]:
     """95% bootstrap interval of the median."""
     rng = random.Random(0)
@@ -145,7 +140,7 @@ def within_job(args: argparse.Namespace, url: str, workdir: Path, service_pid: i
                   f"step {result.step_s * 1e3:.2f} ms", flush=True)
         low, high = median_interval(wall)
         cpu_low, cpu_high = median_interval(cpu)
-        service = (process_cpu_s(service_pid) - service_cpu) / (time.monotonic() - service_wall)
+        service = ((process_cpu_s(service_pid) or 0.0) - (service_cpu or 0.0)) / (time.monotonic() - service_wall)
         shipper = f"{100 * statistics.median(shares):.2f}%" if shares else "n/a"
         print(f"{mode:9s} within-job median pair ratio: wall {statistics.median(wall):.4f} (95% CI {low:.4f}-{high:.4f}), "
               f"ratio of total step times {totals[0] / totals[1]:.4f}; training-thread CPU {statistics.median(cpu):.4f} "
