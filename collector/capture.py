@@ -22,11 +22,16 @@ def _is_count(value: Any, low: int, high: int) -> bool:
 
 
 class CaptureWindows:
-    """The ranges to capture, pruned once this rank has shipped past them (so it stays small)."""
+    """The ranges to capture, pruned once this rank has shipped past them (so it stays small).
+
+    Changed on the shipper thread only; ``covers`` is also asked on the training thread (at each
+    step's start), so it reads ``ranges``, an immutable snapshot replaced after each change.
+    """
 
     def __init__(self) -> None:
         self._windows: dict[int, tuple[int, int]] = {}  # request id -> [first, end)
         self._shipped_through = -1
+        self.ranges: tuple[tuple[int, int], ...] = ()
 
     def learn(self, document: dict[str, Any]) -> None:
         """Take the capture requests from an ingest acknowledgement; ignore whatever is malformed."""
@@ -44,15 +49,20 @@ class CaptureWindows:
                 self._windows[request_id] = (first, first + steps)
         while len(self._windows) > MAX_WINDOWS:
             del self._windows[min(self._windows, key=lambda key: self._windows[key][1])]
+        self.ranges = tuple(self._windows.values())
 
     def covers(self, step: int) -> bool:
-        return any(first <= step < end for first, end in self._windows.values())
+        for first, end in self.ranges:
+            if first <= step < end:
+                return True
+        return False
 
     def shipped_through(self, step: int) -> None:
         """Every step up to ``step`` has been shipped: forget the windows that lie behind it."""
         self._shipped_through = max(self._shipped_through, step)
         for request_id in [key for key, (_, end) in self._windows.items() if end <= step + 1]:
             del self._windows[request_id]
+        self.ranges = tuple(self._windows.values())
 
     def __len__(self) -> int:
         return len(self._windows)

@@ -5,9 +5,14 @@ only, each of its stages' ``forward_one_chunk`` / ``backward_one_chunk`` /
 ``backward_weight_one_chunk`` (compute spans carrying the stage's own index, i.e. the virtual
 stage id, and the micro-batch; a zero-bubble schedule's input-gradient and weight-gradient parts
 become ``backward_input`` and ``backward_weight`` spans) and ``get_{fwd,bwd}_{send,recv}_ops``
-(which tag each P2P op with its stage and micro-batch). Every schedule posts and waits P2P ops
-through the module functions ``_batch_p2p`` and ``_wait_batch_p2p``; those are wrapped once per
-process.
+(which tag each P2P op with its stage, micro-batch and direction). Every schedule posts and
+waits P2P ops through the module functions ``_batch_p2p`` and ``_wait_batch_p2p``; those are
+wrapped once per process.
+
+The tagging wrappers are in place only during steps recorded in full detail (the recorder's
+detail listener swaps them in and out): other steps travel as aggregates, which need a P2P
+span's kind and times but not its micro-batch, so there an op's spans are recorded untagged
+(stage, micro-batch and direction unset) and the getters cost the step nothing.
 
 A tagged recv becomes a ``recv`` span covering the wait on it. A tagged send becomes a ``send``
 span from its posting; gloo cannot report when a send completes (no future, ``is_completed``
@@ -19,12 +24,13 @@ stays false until waited), so its end is decided at its wait:
 - it blocked after other work ran (the looped schedules wait on sends at the step's end): the
   blocked part becomes a second ``send`` span for the same transfer, with ``bytes`` 0.
 
-The wrappers pass straight through when no recorder is active or an op is not tagged.
+The wrappers pass straight through when no recorder is active (none, or paused).
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any
 
 from bubblescope import wire
@@ -33,7 +39,11 @@ from bubblescope.collector.recorder import GpuSpanTimer, Recorder
 
 _TAG = "_bubblescope_tag"
 _BLOCKED_NS = 30_000  # a wait on an already finished op returns in a few microseconds
-_state: dict[str, Any] = {"recorder": None, "patched": False, "pending": {}}
+_UNTAGGED = (None, None, None)  # (direction, stage, micro-batch) of an op on a step without detail
+_GETTERS = "_bubblescope_getters"  # on a stage: [(attribute, tagging wrapper, own attribute or None)]
+# "stages": the instrumented stages, weakly (a job may build schedules anew; none is kept alive)
+_state: dict[str, Any] = {"recorder": None, "patched": False, "pending": {}, "stages": weakref.WeakSet(),
+                          "listening": None}
 
 
 # The wrappers below run for every pipeline action of the job (tens per step), and each Python
@@ -71,10 +81,7 @@ def _patch_p2p_once() -> None:
         sends: list[int] = []
         spans = recorder.spans
         for op in p2p_ops:
-            tag = getattr(op, _TAG, None)
-            if tag is None:
-                continue
-            name, stage, microbatch = tag
+            name, stage, microbatch = getattr(op, _TAG, _UNTAGGED)
             if getattr(op.op, "__name__", "") == "isend":  # never raises in the training loop
                 row = (recorder.step_index, "send", posted, done, stage, microbatch, op.peer,
                        getattr(op.tensor, "nbytes", 0), "pp", name)
@@ -228,15 +235,37 @@ def instrument_schedule(schedule: Any, recorder: Recorder) -> None:
             stage.backward_weight_one_chunk = timed(stage.backward_weight_one_chunk, recorder, index, "backward_weight")
         # The first stage receives no activations and sends no gradients, the last the reverse:
         # those getters always return no ops, so they are left unwrapped (a call less per action).
+        getters = []
         if not getattr(stage, "is_first", False):
-            stage.get_fwd_recv_ops = _tagging(stage.get_fwd_recv_ops, wire.P2P_FORWARD, index)
-            stage.get_bwd_send_ops = _tagging(stage.get_bwd_send_ops, wire.P2P_BACKWARD, index)
+            getters += [("get_fwd_recv_ops", wire.P2P_FORWARD), ("get_bwd_send_ops", wire.P2P_BACKWARD)]
         if not getattr(stage, "is_last", False):
-            stage.get_fwd_send_ops = _tagging(stage.get_fwd_send_ops, wire.P2P_FORWARD, index)
-            stage.get_bwd_recv_ops = _tagging(stage.get_bwd_recv_ops, wire.P2P_BACKWARD, index)
+            getters += [("get_fwd_send_ops", wire.P2P_FORWARD), ("get_bwd_recv_ops", wire.P2P_BACKWARD)]
+        setattr(stage, _GETTERS, [
+            # own: an instance attribute set before us, put back on steps without detail
+            (attribute, _tagging(getattr(stage, attribute), direction, index), vars(stage).get(attribute))
+            for attribute, direction in getters
+        ])
         setattr(stage, _TAG, True)
+        _state["stages"].add(stage)
+    if _state["listening"] is recorder:
+        _use_tagging(recorder.detailed)
+    else:
+        _state["listening"] = recorder
+        recorder.add_detail_listener(_use_tagging)
     if any(getattr(stage, "is_last", False) for stage in stages):
         _extend_forward_by_loss(schedule, recorder)
+
+
+def _use_tagging(detailed: bool) -> None:
+    """The recorder's detail listener: the tagging getters in place for detailed steps only."""
+    for stage in list(_state["stages"]):
+        for attribute, wrapper, own in getattr(stage, _GETTERS, ()):
+            if detailed:
+                setattr(stage, attribute, wrapper)
+            elif own is not None:
+                setattr(stage, attribute, own)
+            else:
+                vars(stage).pop(attribute, None)  # the class's method again
 
 
 def _extend_forward_by_loss(schedule: Any, recorder: Recorder) -> None:
@@ -263,4 +292,5 @@ def detach() -> None:
     if recorder is not None:
         recorder.set_paused_depth(recorder.paused_depth + 1)
     _state["recorder"] = None
+    _state["listening"] = None
     _state["pending"].clear()

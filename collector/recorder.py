@@ -7,6 +7,12 @@ this process's ``clock.local_ns`` (the shipper converts them to epoch time).
 The hottest callers (the pipelining wrappers, tens of spans a step) append to ``spans`` directly
 while ``len(spans) < capacity`` and call ``add`` otherwise, which drops and counts the span (or,
 while paused, ignores it): ``capacity`` is 0 while paused, so one comparison covers both.
+
+Detail: only some steps travel in full (every N-th, and those the service asked to capture);
+the others travel as aggregates, which need each span's kind and times only. At each step's
+start the recorder asks ``detail_for(step)`` whether this one will travel in full and tells its
+detail listeners when the answer changes, so that labelling which only full spans need (the
+pipelining integration's micro-batch tags on P2P ops) is switched on only for those steps.
 """
 
 from __future__ import annotations
@@ -21,21 +27,30 @@ from bubblescope.collector.clock import local_ns
 SpanRow = tuple[Any, ...]
 StepSink = Callable[["StepRecord"], None]
 DropCounter = Callable[[int], None]
+DetailPolicy = Callable[[int], bool]
+DetailListener = Callable[[bool], None]
 
 
 class StepRecord:
     """One finished step of one rank: its window and its spans (times on ``clock.local_ns``)."""
 
-    __slots__ = ("step", "start_ns", "end_ns", "spans", "clock", "gpu_events", "gpu_anchor")
+    __slots__ = ("step", "start_ns", "end_ns", "spans", "clock", "detailed", "gpu_events", "gpu_anchor")
 
     def __init__(
-        self, step: int, start_ns: int, end_ns: int, spans: list[SpanRow], clock: tuple[int, int] | None = None
+        self,
+        step: int,
+        start_ns: int,
+        end_ns: int,
+        spans: list[SpanRow],
+        clock: tuple[int, int] | None = None,
+        detailed: bool = True,
     ) -> None:
         self.step = step
         self.start_ns = start_ns
         self.end_ns = end_ns
         self.spans = spans
         self.clock = clock  # (offset to rank 0, uncertainty) in force for this step, when known
+        self.detailed = detailed  # False: recorded with only what its aggregates need
         self.gpu_events: list[tuple[int, Any, Any]] = []  # CUDA-timed rows, resolved off-thread
         self.gpu_anchor: tuple[Any, int] | None = None
 
@@ -154,7 +169,13 @@ class StepTimer:
 class Recorder:
     """Buffers the spans of the current step; bounded, never raises."""
 
-    def __init__(self, sink: StepSink, count_dropped: DropCounter, max_buffered_spans: int) -> None:
+    def __init__(
+        self,
+        sink: StepSink,
+        count_dropped: DropCounter,
+        max_buffered_spans: int,
+        detail_for: DetailPolicy | None = None,
+    ) -> None:
         self._sink = sink
         self._count_dropped = count_dropped
         self._max_buffered = max_buffered_spans
@@ -168,6 +189,24 @@ class Recorder:
         self.after_step: Callable[[int], None] | None = None  # runs between steps (clock rounds)
         self.gpu: Any = None  # a gpu_timing.CudaStepClock when the job computes on CUDA
         self._gpu_events: list[tuple[int, Any, Any]] = []
+        self._detail_for = detail_for  # None: every step in full
+        self.detailed = True  # the current step travels in full (decided at its start)
+        self._detail_listeners: list[DetailListener] = []
+
+    def add_detail_listener(self, listener: DetailListener) -> None:
+        """Call ``listener(detailed)`` now and whenever a step's start changes the answer."""
+        self._detail_listeners.append(listener)
+        listener(self.detailed)
+
+    def _decide_detail(self) -> None:
+        try:
+            detailed = self._detail_for is None or self._detail_for(self.step_index)
+            if detailed != self.detailed:
+                self.detailed = detailed
+                for listener in self._detail_listeners:
+                    listener(detailed)
+        except Exception:  # noqa: BLE001 - never into the training loop; the step records in full
+            self.detailed = True
 
     def set_paused_depth(self, depth: int) -> None:
         self.paused_depth = depth
@@ -251,6 +290,8 @@ class Recorder:
             self._gpu_events.append((index, start_event, end_event))
 
     def begin_step(self) -> None:
+        if self._detail_listeners:
+            self._decide_detail()
         self._step_start = local_ns()
         if self.gpu is not None:
             self.gpu.begin_step()
@@ -261,7 +302,8 @@ class Recorder:
         start = self._step_start
         if start is None:  # no explicit begin: the window is first span start to end
             start = min((row[2] for row in spans), default=end)
-        record = StepRecord(self.step_index, start, end, spans, self.clock)
+        # Without listeners nothing is recorded differently: every step is complete.
+        record = StepRecord(self.step_index, start, end, spans, self.clock, self.detailed or not self._detail_listeners)
         if self._gpu_events:
             record.gpu_events, self._gpu_events = self._gpu_events, []
             record.gpu_anchor = self.gpu.anchor if self.gpu is not None else None

@@ -73,7 +73,7 @@ class CollectorSession:
         spool = Spool(config.spool_dir / self.run_key / f"rank{self.rank}", config.spool_max_bytes)
         self.shipper = Shipper(dataclasses.replace(config, run_key=self.run_key), self.rank, spool)
         self.recorder = Recorder(
-            self.shipper.submit, self.shipper.count_dropped, config.max_buffered_spans
+            self.shipper.submit, self.shipper.count_dropped, config.max_buffered_spans, self.shipper.ships_spans_of
         )
         self.shipper.start()
         self.register_run()

@@ -9,8 +9,9 @@ messages go to the on-disk spool, in order, and are re-sent once it answers agai
 
 Which spans travel: aggregates of every step; full spans of every ``full_spans_every``-th step
 and of the steps the service asked to capture (``capture.CaptureWindows``, learned from the
-ingest answers). The decision is taken when a batch is built, so a request learned now applies
-to every step not shipped yet.
+ingest answers). The recorder asks the same question (``ships_spans_of``) at each step's start,
+to record in full detail only the steps that will travel in full, so a request learned now
+applies to every step not started yet.
 """
 
 from __future__ import annotations
@@ -152,7 +153,9 @@ class Shipper:
             self._taken_spans += len(item.spans)
         return False
 
-    def _wants_spans(self, step: int) -> bool:
+    def ships_spans_of(self, step: int) -> bool:
+        """Whether ``step`` travels in full: asked by the recorder at the step's start (on the
+        training thread; ``captures.covers`` reads an immutable snapshot)."""
         return step % self.config.full_spans_every == 0 or self.captures.covers(step)
 
     def _flush(self) -> None:
@@ -167,7 +170,9 @@ class Shipper:
         aggregates = []
         for record in steps:
             aggregates.append(step_aggregate(record))
-            if self._wants_spans(record.step):
+            # A step recorded without detail (a capture learned after it started) travels as
+            # its aggregate only: its P2P spans lack the micro-batch labels the service matches.
+            if record.detailed and self.ships_spans_of(record.step):
                 rows.extend(record.spans)
         batch = self._batch(aggregates, span_columns(rows))
         message = Message("POST", _INGEST_PATH, wire.encode_batch(batch), span_count=len(rows))

@@ -4,7 +4,7 @@ Ranks learn of a request only from the answer to their next ingest batch, so the
 a ``from_step`` that no rank has shipped yet when it learns, and every rank captures the same
 step numbers. The rule::
 
-    from_step = S + 1 + 2 * B
+    from_step = S + 1 + 3 * B
 
 - ``S``: the highest step of the run ingested so far (any rank); -1 when none.
 - ``B``: the most steps any rank put in one of its last ``RECENT_BATCHES`` batches. A rank ships
@@ -15,7 +15,11 @@ step numbers. The rule::
 Why two intervals: when the request is stored, a rank may have one batch under way that the
 service has not stored yet (up to ``B`` steps past ``S``) and that misses the request; the answer
 to its next batch (``B`` further steps) carries it. Every step after ``S + 2B`` is therefore
-still unshipped, on every rank, when that rank learns of the request. A rank that is behind
+still unshipped, on every rank, when that rank learns of the request. The third interval is for
+the steps a rank runs while that answer is on its way: the collector decides at each step's
+start whether to record it in full detail, so a captured step must not have started yet when
+its rank learns of the request (an answer taking up to one flush interval is covered; a step
+that started earlier travels as its aggregate only). A rank that is behind
 (a straggler) simply reaches the range later. A rank that is further ahead than this (its
 batches were spooled while the service was down) captures what remains of the range.
 """
@@ -36,7 +40,7 @@ MAX_PENDING_IN_ANSWER = 16
 def choose_from_step(last_step: int | None, steps_per_batch: int) -> int:
     """The rule of this module's docstring; ``last_step`` None when nothing was ingested yet."""
     highest = -1 if last_step is None else last_step
-    return highest + 1 + 2 * max(0, steps_per_batch)
+    return highest + 1 + 3 * max(0, steps_per_batch)
 
 
 def last_ingested_step(session: Session, run_id: int) -> int | None:

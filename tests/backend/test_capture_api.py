@@ -70,7 +70,7 @@ def test_capture_of_an_unknown_run_or_a_malformed_body_is_refused(server: LiveSe
         assert_names(malformed, 400, ["body"], "malformed JSON")
 
 
-def test_from_step_leads_the_newest_step_by_two_batches_and_ingest_answers_carry_it(server: LiveServer) -> None:
+def test_from_step_leads_the_newest_step_by_three_batches_and_ingest_answers_carry_it(server: LiveServer) -> None:
     with server.client() as client:
         key = register(client, world_size=2)
         first = capture(client, key, 7)
@@ -79,19 +79,20 @@ def test_from_step_leads_the_newest_step_by_two_batches_and_ingest_answers_carry
         ingest(client, key, rank=0, seq=0, steps=range(0, 10))
         ingest(client, key, rank=1, seq=0, steps=range(0, 5))
         second = capture(client, key, 5)
-        assert second["from_step"] == 9 + 1 + 2 * 10 and second["id"] > first["id"]
-        pending = [{"id": second["id"], "from_step": 30, "steps": 5}]
+        assert second["from_step"] == 9 + 1 + 3 * 10 and second["id"] > first["id"]
+        pending = [{"id": second["id"], "from_step": 40, "steps": 5}]
 
         # Rank 0 has shipped through step 19: the first request is over, the second is not.
         assert ingest(client, key, rank=0, seq=1, steps=range(10, 20))["captures"] == pending
         assert ingest(client, key, rank=1, seq=1, steps=range(5, 10))["captures"] == pending
         retried = post_gzip(client, steps_batch(key, 0, 1, range(10, 20))).json()
         assert retried["duplicate"] is True and retried["captures"] == pending
-        # Through step 34 (the request's last step): over for rank 0, still pending for rank 1.
-        assert ingest(client, key, rank=0, seq=2, steps=range(20, 35))["captures"] == []
+        # Through step 44 (the request's last step): over for rank 0, still pending for rank 1.
+        assert ingest(client, key, rank=0, seq=2, steps=range(20, 35))["captures"] == pending
+        assert ingest(client, key, rank=0, seq=3, steps=range(35, 45))["captures"] == []
         assert ingest(client, key, rank=1, seq=2, steps=range(10, 25))["captures"] == pending
 
         # The lead follows the cadence: rank 0's batches now carry up to 15 steps.
         third = capture(client, key, 100)
-        assert third["from_step"] == 34 + 1 + 2 * 15
+        assert third["from_step"] == 44 + 1 + 3 * 15
     assert count_rows(server.db_url, "capture_requests", key) == 3
