@@ -9,7 +9,12 @@ Algorithm (over the steps given; callers leave out step 0, which warms up):
    cost = fixed + layers × per-layer cost) is estimated too; moved layers and other micro-batch
    sizes change only the rest.
 3. Step overhead: per step, the step's wall time minus the pipeline's (first pipeline span to last,
-   over all ranks): data loading, gradient all-reduce, optimizer. The median over steps.
+   over all ranks): data loading, gradient all-reduce, optimizer. The median over steps. Part of
+   it grows with the layers a rank holds (clipping and optimizer work on its parameters): per
+   rank, its window less its pipeline's extent and the communication outside it; when ranks hold
+   different numbers of layers, the slope of that time over their layer counts is the per-layer
+   part, which a replay with other layer counts scales by the largest rank's (the rank that ends
+   the step).
 4. Per-action overhead: what the schedule itself costs per action (posting p2p ops, Python) — the
    one figure fitted: bisection on it until the replay of the measured configuration gives the
    measured median step time. A run that the replay already over-predicts gets 0.
@@ -22,10 +27,10 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from bubblescope import wire
+from bubblescope import intervals, wire
 from bubblescope.backend.analysis.breakdown import matched_recvs
 from bubblescope.backend.analysis.model import TimedSpan
-from bubblescope.backend.analysis.pipeline_orders import canonical_schedule
+from bubblescope.backend.analysis.pipeline_orders import SCHEDULE_STYLES, canonical_schedule, stage_rank
 from bubblescope.backend.analysis.simulator import PipelineSetup, StageCost, simulate
 
 PIPELINE_COMPUTE = {"forward": "F", "backward": "B", "backward_input": "I", "backward_weight": "W"}
@@ -49,6 +54,15 @@ class MeasuredPipeline:
     measured_step_ns: float
     steps_used: int
     fixed_cost: StageCost = StageCost(0.0, 0.0)  # per action, whatever its layers and micro-batch size
+    overhead_per_layer_ns: float = 0.0  # step overhead per layer of the rank holding the most
+
+    def rank_layers(self, layers_per_stage: Sequence[int], schedule: str | None = None) -> tuple[int, ...]:
+        """Layers each rank holds when its stages hold ``layers_per_stage`` under ``schedule``."""
+        style = SCHEDULE_STYLES[canonical_schedule(schedule or self.setup.schedule)][0]
+        held = [0] * self.setup.ranks
+        for stage, count in enumerate(layers_per_stage):
+            held[stage_rank(style, self.setup.ranks, stage)] += count
+        return tuple(held)
 
     @property
     def layer_costs(self) -> tuple[StageCost, ...] | None:
@@ -79,7 +93,10 @@ def measure_pipeline(steps: Sequence[StepSpans], config: Mapping[str, object]) -
     latencies: list[int] = []
     outside: list[int] = []
     walls: list[int] = []
+    own_outside: dict[int, list[int]] = defaultdict(list)
     for step in steps:
+        for rank, ns in _own_outside_ns(step).items():
+            own_outside[rank].append(ns)
         for span in step.spans:
             kind = PIPELINE_COMPUTE.get(span.kind)
             if kind and span.stage is not None:
@@ -104,13 +121,41 @@ def measure_pipeline(steps: Sequence[StepSpans], config: Mapping[str, object]) -
     )
     measured = statistics.median(walls)
     layers = _layer_counts(config.get("layers_per_stage"), num_stages)
-    return MeasuredPipeline(
+    profile = MeasuredPipeline(
         setup=_fit_action_overhead(setup, measured),
         layers_per_stage=layers,
         measured_step_ns=measured,
         steps_used=len(walls),
         fixed_cost=_fixed_cost(costs, layers),
     )
+    if layers is None or len(own_outside) < ranks:
+        return profile
+    held = profile.rank_layers(layers)
+    own = [statistics.median(own_outside[rank]) for rank in range(ranks)]
+    return replace(profile, overhead_per_layer_ns=max(0.0, _slope(held, own)))
+
+
+def _own_outside_ns(step: StepSpans) -> dict[int, int]:
+    """Per rank: its window less its pipeline's extent and the communication outside that extent
+    (what it computes itself outside the pipeline: data loading, clipping, optimizer)."""
+    out: dict[int, int] = {}
+    for rank, (lo, hi) in step.windows.items():
+        mine = [s for s in step.spans if s.rank == rank]
+        pipeline = [s for s in mine if s.stage is not None]
+        if not pipeline:
+            continue
+        first, last = min(s.start_ns for s in pipeline), max(s.end_ns for s in pipeline)
+        comm = [(s.start_ns, s.end_ns) for s in mine if s.stage is None and s.kind in wire.COMMUNICATION_KINDS]
+        waited = intervals.union_length(intervals.clip(comm, lo, first) + intervals.clip(comm, last, hi))
+        out[rank] = max(0, (hi - lo) - (last - first) - waited)
+    return out
+
+
+def _slope(x: Sequence[int], y: Sequence[float]) -> float:
+    """Least-squares slope of y over x; 0 when x does not vary."""
+    mean_x, mean_y = statistics.mean(x), statistics.mean(y)
+    spread = sum((a - mean_x) ** 2 for a in x)
+    return sum((a - mean_x) * (b - mean_y) for a, b in zip(x, y)) / spread if spread else 0.0
 
 
 def _fixed_cost(costs: tuple[StageCost, ...], layers: tuple[int, ...] | None) -> StageCost:
@@ -124,9 +169,8 @@ def _fixed_cost(costs: tuple[StageCost, ...], layers: tuple[int, ...] | None) ->
         return StageCost(0.0, 0.0)
 
     def intercept(values: list[float]) -> float:
-        mean_l, mean_v = statistics.mean(layers), statistics.mean(values)
-        slope = sum((l - mean_l) * (v - mean_v) for l, v in zip(layers, values)) / sum((l - mean_l) ** 2 for l in layers)
-        return min(max(0.0, mean_v - slope * mean_l), min(values))
+        slope = _slope(layers, values)
+        return min(max(0.0, statistics.mean(values) - slope * statistics.mean(layers)), min(values))
 
     return StageCost(intercept([c.forward_ns for c in costs]), intercept([c.backward_ns for c in costs]))
 

@@ -7,6 +7,7 @@ fitted per-action overhead, the step's non-pipeline time) and changes only what 
   they keep their size);
 - another schedule and stages per rank; layers are re-cut into p·v contiguous blocks of equal cost;
 - layers moved between stages (``layers_per_stage``): the fixed part plus the measured per-layer cost;
+  the step overhead's per-layer part follows the layers of the rank holding the most;
 - the slowest rank made median (its stages take the median stage's cost);
 - communication fully overlapped (no transfer latency).
 """
@@ -66,9 +67,20 @@ def predict(measured: MeasuredPipeline, change: Change) -> Prediction:
     setup = replace(
         base, schedule=schedule, microbatches=m, stages_per_rank=v, stage_costs=costs,
         p2p_ns=0.0 if change.overlap_communication else base.p2p_ns,
+        step_overhead_ns=_step_overhead(measured, schedule, layers),
     )
     result = simulate(setup)
     return Prediction(schedule, m, v, layers, result.step_ns, result.bubble_fraction, max(result.peak_activations), result)
+
+
+def _step_overhead(measured: MeasuredPipeline, schedule: str, layers: tuple[int, ...] | None) -> float:
+    """The measured step overhead, its per-layer part moved to the new largest rank's layers."""
+    overhead = measured.setup.step_overhead_ns
+    if layers is None or measured.layers_per_stage is None or not measured.overhead_per_layer_ns:
+        return overhead
+    before = max(measured.rank_layers(measured.layers_per_stage))
+    after = max(measured.rank_layers(layers, schedule))
+    return max(0.0, overhead + measured.overhead_per_layer_ns * (after - before))
 
 
 def balanced_split(layer_costs: tuple[StageCost, ...], stages: int) -> tuple[int, ...]:

@@ -187,3 +187,27 @@ def test_fixed_part_of_an_action_is_kept_when_layers_move_or_micro_batches_shrin
     halved = predict(run, Change(microbatches=2, microbatch_scale=0.5))
     first_forward = next(t for t in halved.result.timeline if t.rank == 0 and t.action.kind == "F")
     assert first_forward.end_ns - first_forward.start_ns == pytest.approx(1 * MS + 1.5 * MS + run.setup.action_overhead_ns)
+
+
+def test_step_overhead_follows_the_layers_of_the_rank_holding_the_most_when_layers_move() -> None:
+    from bubblescope.backend.analysis.model import TimedSpan
+    from bubblescope.backend.analysis.pipeline_profile import StepSpans, measure_pipeline
+
+    # Each rank: 2 ms of data loading and 3 ms per layer of clipping + optimizer outside its
+    # pipeline work, and a 4 ms gradient-norm all-reduce (communication: not its own work).
+    # Rank 0 holds 5 layers, rank 1 one; rank 0's 15 ms ends the step.
+    spans, windows = [], {}
+    for rank, layers, start, end in ((0, 5, 2, 60), (1, 1, 10, 70)):
+        spans += [TimedSpan(rank, "forward", int(start * MS), int((start + 10) * MS), rank, 0),
+                  TimedSpan(rank, "backward", int((start + 10) * MS), int(end * MS), rank, 0),
+                  TimedSpan(rank, "all_reduce", int(end * MS), int((end + 4) * MS))]
+        windows[rank] = (0 if rank == 0 else int(8 * MS), int((end + 4 + 3 * layers) * MS))
+    config = {"schedule": "1f1b", "num_stages": 2, "num_microbatches": 1, "layers_per_stage": [5, 1]}
+    run = measure_pipeline([StepSpans(1, spans, windows)], config)
+    assert run.overhead_per_layer_ns == pytest.approx(3 * MS)
+    assert run.rank_layers([3, 3]) == (3, 3) and run.rank_layers([2, 1, 1, 2], "interleaved1f1b") == (3, 3)
+    balanced = predict(run, Change(layers_per_stage=(3, 3)))
+    same = predict(run, Change(microbatches=2))
+    assert same.result.step_ns - same.result.makespan_ns == pytest.approx(run.setup.step_overhead_ns)
+    # 5 -> 3 layers on the largest rank: 6 ms less outside the pipeline
+    assert balanced.result.step_ns - balanced.result.makespan_ns == pytest.approx(run.setup.step_overhead_ns - 6 * MS)
