@@ -47,7 +47,7 @@ _ANCHOR_NS = _read_anchor() + int(os.environ.get("BUBBLESCOPE_CLOCK_SKEW_NS", "0
 
 def now_ns() -> int:
     """Current time as epoch nanoseconds, from the monotonic performance counter."""
-    return local_ns() + _ANCHOR_NS
+    return to_epoch(local_ns())
 
 
 def to_epoch(local: int) -> int:

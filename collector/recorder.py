@@ -190,7 +190,9 @@ class Recorder:
         self.gpu: Any = None  # a gpu_timing.CudaStepClock when the job computes on CUDA
         self._gpu_events: list[tuple[int, Any, Any]] = []
         self._detail_for = detail_for  # None: every step in full
-        self.detailed = True  # the current step travels in full (decided at its start)
+        # The current step travels in full: decided at its start, and only while a listener
+        # records differently without detail (else every step is complete).
+        self.detailed = True
         self._detail_listeners: list[DetailListener] = []
 
     def add_detail_listener(self, listener: DetailListener) -> None:
@@ -302,8 +304,7 @@ class Recorder:
         start = self._step_start
         if start is None:  # no explicit begin: the window is first span start to end
             start = min((row[2] for row in spans), default=end)
-        # Without listeners nothing is recorded differently: every step is complete.
-        record = StepRecord(self.step_index, start, end, spans, self.clock, self.detailed or not self._detail_listeners)
+        record = StepRecord(self.step_index, start, end, spans, self.clock, self.detailed)
         if self._gpu_events:
             record.gpu_events, self._gpu_events = self._gpu_events, []
             record.gpu_anchor = self.gpu.anchor if self.gpu is not None else None

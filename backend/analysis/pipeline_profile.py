@@ -138,9 +138,12 @@ def measure_pipeline(steps: Sequence[StepSpans], config: Mapping[str, object]) -
 def _own_outside_ns(step: StepSpans) -> dict[int, int]:
     """Per rank: its window less its pipeline's extent and the communication outside that extent
     (what it computes itself outside the pipeline: data loading, clipping, optimizer)."""
+    by_rank: dict[int, list[TimedSpan]] = defaultdict(list)
+    for span in step.spans:
+        by_rank[span.rank].append(span)
     out: dict[int, int] = {}
     for rank, (lo, hi) in step.windows.items():
-        mine = [s for s in step.spans if s.rank == rank]
+        mine = by_rank.get(rank, [])
         pipeline = [s for s in mine if s.stage is not None]
         if not pipeline:
             continue
