@@ -25,16 +25,22 @@ stays false until waited), so its end is decided at its wait:
   blocked part becomes a second ``send`` span for the same transfer, with ``bytes`` 0.
 
 The wrappers pass straight through when no recorder is active (none, or paused).
+
+The wrappers that run per action (compute, P2P batch and wait, loss) are C callables from
+``_hotpath`` when it was built (``native.hotpath``); the Python ones below are their reference
+and the fallback, and record the same rows.
 """
 
 from __future__ import annotations
 
 import functools
 import weakref
+from types import ModuleType
 from typing import Any
 
 from bubblescope import wire
 from bubblescope.collector.clock import local_ns
+from bubblescope.collector.native import hotpath
 from bubblescope.collector.recorder import GpuSpanTimer, Recorder
 
 _TAG = "_bubblescope_tag"
@@ -59,15 +65,25 @@ def _patch_p2p_once() -> None:
         return
     from torch.distributed.pipelining import schedules
 
-    original_batch = schedules._batch_p2p
-    original_wait = schedules._wait_batch_p2p
+    schedules._batch_p2p, schedules._wait_batch_p2p = _p2p_wrappers(
+        schedules._batch_p2p, schedules._wait_batch_p2p, _state, hotpath)
+    _state["patched"] = True
+
+
+def _p2p_wrappers(original_batch: Any, original_wait: Any, state: dict[str, Any],
+                  native: ModuleType | None) -> tuple[Any, Any]:
+    """The recording ``_batch_p2p`` and ``_wait_batch_p2p`` (C ones when ``native`` is given)."""
     # id(works) -> (works kept alive, recvs (stage, microbatch, peer, name, bytes),
     #               send indices in the buffer, the buffer and its length right after posting)
-    pending: dict[int, tuple[Any, list[tuple[Any, ...]], list[int], list[Any], int]] = _state["pending"]
+    pending: dict[int, tuple[Any, list[tuple[Any, ...]], list[int], list[Any], int]] = state["pending"]
+    if native is not None:
+        batch = native.batch_p2p(original_batch, state, pending)
+        wait = native.wait_batch_p2p(original_wait, state, pending, _merge_recvs, _BLOCKED_NS)
+        return functools.update_wrapper(batch, original_batch), functools.update_wrapper(wait, original_wait)
 
     @functools.wraps(original_batch)
     def batch_p2p(p2p_ops: list[Any], desc: str | None = None) -> Any:
-        recorder: Recorder | None = _state["recorder"]
+        recorder: Recorder | None = state["recorder"]
         if recorder is None or recorder.paused_depth:
             return original_batch(p2p_ops, desc=desc)
         posted = local_ns()
@@ -99,7 +115,7 @@ def _patch_p2p_once() -> None:
     @functools.wraps(original_wait)
     def wait_batch_p2p(work: Any) -> Any:
         entry = pending.pop(id(work), None)
-        recorder: Recorder | None = _state["recorder"]
+        recorder: Recorder | None = state["recorder"]
         if recorder is None or entry is None:
             return original_wait(work)
         started = local_ns()
@@ -128,9 +144,7 @@ def _patch_p2p_once() -> None:
                     recorder.repeat_at(index, posted_spans, started, finished)
         return result
 
-    schedules._batch_p2p = batch_p2p
-    schedules._wait_batch_p2p = wait_batch_p2p
-    _state["patched"] = True
+    return batch_p2p, wait_batch_p2p
 
 
 def _merge_recvs(recvs: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -158,10 +172,13 @@ def _tagging(method: Any, name: str, stage_index: int) -> Any:
     return get_ops
 
 
-def _timed(method: Any, recorder: Recorder, stage_index: int, kind: str) -> Any:
+def _timed(method: Any, recorder: Recorder, stage_index: int, kind: str,
+           native: ModuleType | None = hotpath) -> Any:
     """``method`` (a stage's ``*_one_chunk``) timed as a span of ``kind``; a backward that is
     only the input-gradient part (``full_backward=False``) becomes ``backward_input``."""
     split_backward = kind == "backward"
+    if native is not None:
+        return functools.update_wrapper(native.timed(method, recorder, stage_index, kind, split_backward), method)
 
     @functools.wraps(method)
     def run_chunk(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
@@ -270,7 +287,13 @@ def _use_tagging(detailed: bool) -> None:
 
 def _extend_forward_by_loss(schedule: Any, recorder: Recorder) -> None:
     """The loss is part of the last stage's forward of each micro-batch."""
-    compute_loss = schedule._maybe_compute_loss
+    schedule._maybe_compute_loss = _loss_wrapper(schedule._maybe_compute_loss, recorder, hotpath)
+
+
+def _loss_wrapper(compute_loss: Any, recorder: Recorder, native: ModuleType | None) -> Any:
+    """``_maybe_compute_loss`` stretching the micro-batch's forward span to the loss's end."""
+    if native is not None:
+        return functools.update_wrapper(native.loss(compute_loss, recorder), compute_loss)
 
     @functools.wraps(compute_loss)
     def maybe_compute_loss(
@@ -282,7 +305,7 @@ def _extend_forward_by_loss(schedule: Any, recorder: Recorder) -> None:
             if getattr(stage, "is_last", False):
                 recorder.extend_last("forward", mb_index, local_ns())
 
-    schedule._maybe_compute_loss = maybe_compute_loss
+    return maybe_compute_loss
 
 
 def detach() -> None:

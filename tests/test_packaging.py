@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -37,11 +39,14 @@ def test_wheel_collector_works_without_server_dependencies(tmp_path: Path) -> No
         "    with collector.span('forward', microbatch=0):\n"
         "        pass\n"
         "collector.shutdown()\n"
-        "print('collector-ok')\n"
+        "from bubblescope.collector import native\n"
+        "print('collector-ok', 'c-hot-path' if native.hotpath is not None else 'python-wrappers')\n"
     )
     # cwd outside the checkout, so the repo's own bubblescope/ folder cannot shadow the install
     done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0 and "collector-ok" in done.stdout, done.stderr
+    if shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]):  # the wheel carries the C hot path
+        assert "c-hot-path" in done.stdout, done.stdout
     assert list((tmp_path / "spool").rglob("*.msg"))
     cli = subprocess.run([str(env_dir / "bin" / "bubblescope"), "serve"], capture_output=True, text=True, cwd=tmp_path)
     assert cli.returncode == 2 and "bubblescope[server]" in cli.stderr
