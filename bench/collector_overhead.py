@@ -16,6 +16,8 @@ ratio, as a share of the step: add it for the whole cost. The service's CPU is r
 runs on the same 2 cores as the job here, which a deployed service does not; ``--service
 answer-only`` replaces it by a stand-in that only acknowledges (``answer_only_service.py``), to
 take that work off the job's cores. Blocks of one step (the default) in ABBA order.
+``--python-wrappers-too`` adds the defaults without the C hot path (``BUBBLESCOPE_PURE_PYTHON=1``);
+the modes take turns run by run, so drift in the machine hits all alike.
 
 **Across jobs** (the anchor): modes, each a real torchrun job (gloo, CPU): ``off`` (no collector), ``defaults`` (the
 collector as shipped: aggregates every step, full spans every N-th), ``full`` (full spans every
@@ -26,7 +28,7 @@ a random order, so drift in the machine hits all alike; the figure per mode is t
 rounds of its ratio to the same round's ``off`` run.
 
     python bench/collector_overhead.py [--rounds 5] [--steps 30] [--ab-runs 3] [--ab-steps 1500] [--ab-block 1]
-                                       [--service real|answer-only]
+                                       [--service real|answer-only] [--python-wrappers-too]
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -58,10 +60,10 @@ MODES = ("off", "defaults", "full", "profiler")
 
 
 def launch_demo(args: argparse.Namespace, url: str, mode: str, workdir: Path, steps: int,
-                *extra: str) -> Path:
+                *extra: str, env: dict[str, str] | None = None) -> Path:
     """Run the demo job under torchrun; returns the file rank 0 wrote its step times to."""
     times_file = workdir / f"times-{random.random():.12f}.txt"
-    env = {**os.environ, "BUBBLESCOPE_URL": url, "OMP_NUM_THREADS": "1",
+    env = {**os.environ, **(env or {}), "BUBBLESCOPE_URL": url, "OMP_NUM_THREADS": "1",
            "BUBBLESCOPE_DEMO_TIMES": str(times_file), "BUBBLESCOPE_SPOOL_DIR": str(workdir / "spool"),
            "BUBBLESCOPE_FULL_SPANS_EVERY": "1" if mode == "full" else str(DEFAULT_FULL_SPANS_EVERY)}
     command = [
@@ -91,10 +93,11 @@ class AbRun:
     shipper_cpu_per_step_s: float | None
 
 
-def run_ab_job(args: argparse.Namespace, url: str, mode: str, workdir: Path) -> AbRun:
+def run_ab_job(args: argparse.Namespace, url: str, mode: str, workdir: Path, env: dict[str, str]) -> AbRun:
     """One job alternating instrumented and baseline blocks; the first pairs are dropped (warm-up,
     the baseline schedule's shape inference)."""
-    document = json.loads(launch_demo(args, url, mode, workdir, args.ab_steps, f"--ab-block={args.ab_block}").read_text())
+    times_file = launch_demo(args, url, mode, workdir, args.ab_steps, f"--ab-block={args.ab_block}", env=env)
+    document = json.loads(times_file.read_text())
     steps = document["steps"]
     size = 2 * args.ab_block
     warmup_pairs = -(-2 * WARMUP_STEPS // size) + 1
@@ -119,33 +122,57 @@ def median_interval(values: list[float], draws: int = 2000) -> tuple[float, floa
     return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
+@dataclass
+class WithinJobMode:
+    name: str
+    collector_mode: str  # "defaults" or "full"
+    env: dict[str, str]
+    target: str
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    shares: list[float] = field(default_factory=list)
+    totals: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    service_cpu_s: float = 0.0
+    elapsed_s: float = 0.0
+
+
+def within_job_modes(args: argparse.Namespace) -> list[WithinJobMode]:
+    modes = [WithinJobMode("defaults", "defaults", {}, "<= 1.01"), WithinJobMode("full", "full", {}, "<= 1.03")]
+    if args.python_wrappers_too:  # the collector without its C hot path, for comparison
+        modes.append(WithinJobMode("defaults, Python wrappers", "defaults", {"BUBBLESCOPE_PURE_PYTHON": "1"}, "-"))
+    return modes
+
+
 def within_job(args: argparse.Namespace, url: str, workdir: Path, service_pid: int) -> None:
+    """Runs of every mode in turn (run 0 of each, then run 1, ...), so drift hits all alike."""
+    modes = within_job_modes(args)
     print(f"within one job: {args.ab_runs} runs per mode of {args.ab_steps} steps, blocks of {args.ab_block} "
-          f"steps alternating with/without the collector (warm-up pairs dropped)", flush=True)
-    for mode, target in (("defaults", "<= 1.01"), ("full", "<= 1.03")):
-        wall: list[float] = []
-        cpu: list[float] = []
-        shares: list[float] = []
-        totals = [0.0, 0.0]
-        service_cpu, service_wall = process_cpu_s(service_pid), time.monotonic()
-        for run in range(args.ab_runs):
-            result = run_ab_job(args, url, mode, workdir)
-            wall += result.wall_ratios
-            cpu += result.cpu_ratios
-            totals = [totals[0] + result.wall_sums_s[0], totals[1] + result.wall_sums_s[1]]
+          f"steps alternating with/without the collector (warm-up pairs dropped); modes in turn: "
+          f"{', '.join(mode.name for mode in modes)}", flush=True)
+    for run in range(args.ab_runs):
+        for mode in modes:
+            service_cpu, started = process_cpu_s(service_pid) or 0.0, time.monotonic()
+            result = run_ab_job(args, url, mode.collector_mode, workdir, mode.env)
+            mode.service_cpu_s += (process_cpu_s(service_pid) or 0.0) - service_cpu
+            mode.elapsed_s += time.monotonic() - started
+            mode.wall += result.wall_ratios
+            mode.cpu += result.cpu_ratios
+            mode.totals = [mode.totals[0] + result.wall_sums_s[0], mode.totals[1] + result.wall_sums_s[1]]
             if result.shipper_cpu_per_step_s is not None:
-                shares.append(result.shipper_cpu_per_step_s / result.step_s)
-            print(f"  {mode} run {run}: median pair ratio wall {statistics.median(result.wall_ratios):.4f}, "
-                  f"training-thread CPU {statistics.median(result.cpu_ratios):.4f} over {len(result.wall_ratios)} pairs; "
-                  f"step {result.step_s * 1e3:.2f} ms", flush=True)
-        low, high = median_interval(wall)
-        cpu_low, cpu_high = median_interval(cpu)
-        service = ((process_cpu_s(service_pid) or 0.0) - (service_cpu or 0.0)) / (time.monotonic() - service_wall)
-        shipper = f"{100 * statistics.median(shares):.2f}%" if shares else "n/a"
-        print(f"{mode:9s} within-job median pair ratio: wall {statistics.median(wall):.4f} (95% CI {low:.4f}-{high:.4f}), "
-              f"ratio of total step times {totals[0] / totals[1]:.4f}; training-thread CPU {statistics.median(cpu):.4f} "
-              f"(95% CI {cpu_low:.4f}-{cpu_high:.4f}), {len(wall)} pairs; shipper thread CPU {shipper} of a step; "
-              f"the {args.service} service (same 2 cores) used {100 * service:.2f}% of one core; target {target}", flush=True)
+                mode.shares.append(result.shipper_cpu_per_step_s / result.step_s)
+            print(f"  {mode.name} run {run}: median pair ratio wall {statistics.median(result.wall_ratios):.4f}, "
+                  f"training-thread CPU {statistics.median(result.cpu_ratios):.4f} over {len(result.wall_ratios)} "
+                  f"pairs; step {result.step_s * 1e3:.2f} ms", flush=True)
+    for mode in modes:
+        low, high = median_interval(mode.wall)
+        cpu_low, cpu_high = median_interval(mode.cpu)
+        shipper = f"{100 * statistics.median(mode.shares):.2f}%" if mode.shares else "n/a"
+        print(f"{mode.name}: within-job median pair ratio: wall {statistics.median(mode.wall):.4f} "
+              f"(95% CI {low:.4f}-{high:.4f}), ratio of total step times {mode.totals[0] / mode.totals[1]:.4f}; "
+              f"training-thread CPU {statistics.median(mode.cpu):.4f} (95% CI {cpu_low:.4f}-{cpu_high:.4f}), "
+              f"{len(mode.wall)} pairs; shipper thread CPU {shipper} of a step; the {args.service} service (same "
+              f"2 cores) used {100 * mode.service_cpu_s / mode.elapsed_s:.2f}% of one core; target {mode.target}",
+              flush=True)
 
 
 def training_thread_cost_per_span(workdir: Path, iterations: int = 200_000) -> tuple[float, float]:
@@ -191,6 +218,8 @@ def main() -> None:
     parser.add_argument("--ab-runs", type=int, default=3, help="within-job runs per mode (0: skip)")
     parser.add_argument("--ab-steps", type=int, default=1500)
     parser.add_argument("--ab-block", type=int, default=1)
+    parser.add_argument("--python-wrappers-too", action="store_true",
+                        help="within one job, also the defaults without the C hot path (BUBBLESCOPE_PURE_PYTHON=1)")
     parser.add_argument("--service", choices=("real", "answer-only"), default="real",
                         help="answer-only: a stand-in that only acknowledges (the service's work off the job's cores)")
     args = parser.parse_args()
