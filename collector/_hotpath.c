@@ -179,12 +179,14 @@ active_recorder(PyObject *state)
         PyErr_Clear();
         return NULL;
     }
+    Py_INCREF(recorder);
     Py_ssize_t paused = int_attribute(recorder, s_paused_depth);
     if (paused != 0) {
         PyErr_Clear();
+        Py_DECREF(recorder);
         return NULL;
     }
-    return Py_NewRef(recorder);
+    return recorder;
 }
 
 /* Call ``wrapped`` with the recorder's quiet_depth raised (the collectives layer then records
@@ -223,10 +225,15 @@ timed_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *k
     PyObject *kind = self->extra2;
     if (self->extra3 != NULL) {
         PyObject *full_backward = argument(args, nargs, kwnames, PY_SSIZE_T_MAX, "full_backward");
-        if (full_backward != NULL && PyObject_IsTrue(full_backward) == 0)
+        int full = full_backward == NULL ? 1 : PyObject_IsTrue(full_backward);
+        if (full == 0)
             kind = self->extra3;
+        else if (full < 0)
+            PyErr_Clear();
     }
-    PyObject *chunk = nargs > 0 ? args[0] : Py_None;
+    PyObject *chunk = argument(args, nargs, kwnames, 0, "chunk_id");
+    if (chunk == NULL)
+        chunk = Py_None;
     record_times(self->recorder, kind, start, end, self->extra1, chunk, Py_None, Py_None, Py_None, Py_None);
     PyErr_Clear();
     PyErr_Restore(type, value, traceback);
@@ -246,7 +253,7 @@ note_batch(Wrapper *self, PyObject *recorder, PyObject *ops, PyObject *works, lo
     if (sequence == NULL)
         goto done;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(sequence); i++) {
-        PyObject *op = PySequence_Fast_GET_ITEM(sequence, i);
+        PyObject *op = Py_NewRef(PySequence_Fast_GET_ITEM(sequence, i));  /* held: GetAttr may run code */
         PyObject *tag = PyObject_GetAttr(op, s_tag);
         if (tag == NULL)
             PyErr_Clear();
@@ -287,6 +294,7 @@ note_batch(Wrapper *self, PyObject *recorder, PyObject *ops, PyObject *works, lo
             failed = recv == NULL || PyList_Append(recvs, recv) < 0;
             Py_XDECREF(recv);
         }
+        Py_DECREF(op);
         Py_XDECREF(tag);
         Py_XDECREF(peer);
         Py_XDECREF(tensor);
@@ -329,8 +337,10 @@ batch_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *k
     long long posted, done;
     PyObject *works = call_quietly(recorder, self->wrapped, args, nargsf, kwnames, &posted, &done);
     PyObject *ops = argument(args, PyVectorcall_NARGS(nargsf), kwnames, 0, "p2p_ops");
-    if (works != NULL && ops != NULL && note_batch(self, recorder, ops, works, posted, done) < 0)
-        PyErr_Clear();
+    if (works != NULL && ops != NULL)
+        note_batch(self, recorder, ops, works, posted, done);
+    if (works != NULL)
+        PyErr_Clear();  /* a recording error never reaches the training loop */
     Py_DECREF(recorder);
     return works;
 }
@@ -344,6 +354,8 @@ note_wait(Wrapper *self, PyObject *recorder, PyObject *entry, long long started,
     PyObject *recvs = PyTuple_GET_ITEM(entry, 1), *sends = PyTuple_GET_ITEM(entry, 2);
     PyObject *posted_spans = PyTuple_GET_ITEM(entry, 3);
     Py_ssize_t posted_length = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 4));
+    if (posted_length == -1 && PyErr_Occurred())
+        return -1;
     int status = -1;
     PyObject *started_ns = PyLong_FromLongLong(started), *finished_ns = PyLong_FromLongLong(finished);
     PyObject *spans = PyObject_GetAttr(recorder, s_spans);
@@ -423,8 +435,10 @@ wait_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kw
     Py_INCREF(recorder);
     long long started, finished;
     PyObject *result = call_quietly(recorder, self->wrapped, args, nargsf, kwnames, &started, &finished);
-    if (result != NULL && note_wait(self, recorder, entry, started, finished) < 0)
-        PyErr_Clear();
+    if (result != NULL) {
+        note_wait(self, recorder, entry, started, finished);
+        PyErr_Clear();  /* a recording error never reaches the training loop */
+    }
     Py_DECREF(recorder);
     Py_DECREF(entry);
     return result;
@@ -441,32 +455,30 @@ extend_forward(PyObject *recorder, PyObject *microbatch, long long end)
     PyObject *spans = PyObject_GetAttr(recorder, s_spans);
     if (spans == NULL)
         return -1;
-    int status = 0;
-    for (Py_ssize_t index = PyList_Check(spans) ? PyList_GET_SIZE(spans) - 1 : -1; index >= 0; index--) {
+    int status = 0, found = 0;
+    for (Py_ssize_t index = PyList_Check(spans) ? PyList_GET_SIZE(spans) - 1 : -1; index >= 0 && !found; index--) {
+        if (index >= PyList_GET_SIZE(spans))  /* a comparison's own code shrank the buffer */
+            break;
         PyObject *row = PyList_GET_ITEM(spans, index);
         if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) < 6)
             continue;
+        Py_INCREF(row);  /* held across comparisons, which may run Python code */
         int same_kind = PyObject_RichCompareBool(PyTuple_GET_ITEM(row, 1), s_forward, Py_EQ);
         int same_microbatch = same_kind == 1 ? PyObject_RichCompareBool(PyTuple_GET_ITEM(row, 5), microbatch, Py_EQ) : 0;
-        if (same_kind < 0 || same_microbatch < 0) {
+        found = same_microbatch == 1;
+        long long previous_end = found ? PyLong_AsLongLong(PyTuple_GET_ITEM(row, 3)) : 0;
+        if (same_kind < 0 || same_microbatch < 0 || (previous_end == -1 && PyErr_Occurred()))
             status = -1;
-            break;
-        }
-        if (!same_microbatch)
-            continue;
-        long long previous_end = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 3));
-        if (previous_end == -1 && PyErr_Occurred()) {
-            status = -1;
-            break;
-        }
-        if (end > previous_end) {
+        else if (found && end > previous_end && index < PyList_GET_SIZE(spans)) {
             PyObject *end_ns = PyLong_FromLongLong(end);
             PyObject *stretched = end_ns == NULL ? NULL : with_end(row, end_ns);
             Py_XDECREF(end_ns);
             if (stretched == NULL || PyList_SetItem(spans, index, stretched) < 0)
                 status = -1;
         }
-        break;
+        Py_DECREF(row);
+        if (status < 0)
+            break;
     }
     Py_DECREF(spans);
     return status;
@@ -553,7 +565,8 @@ static PyType_Slot wrapper_slots[] = {
 
 static PyType_Spec wrapper_spec = {
     "bubblescope.collector._hotpath.Wrapper", sizeof(Wrapper), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+        Py_TPFLAGS_IMMUTABLETYPE,
     wrapper_slots,
 };
 
@@ -590,6 +603,8 @@ hotpath_timed(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOUp:timed", &method, &recorder, &stage, &kind, &split_backward))
         return NULL;
     PyObject *input_kind = split_backward ? PyUnicode_InternFromString("backward_input") : NULL;
+    if (split_backward && input_kind == NULL)
+        return NULL;
     PyObject *wrapper = make_wrapper(timed_call, method, recorder, stage, kind, input_kind, 0);
     Py_XDECREF(input_kind);
     return wrapper;
@@ -674,7 +689,7 @@ PyInit__hotpath(void)
     PyObject *module = PyModule_Create(&hotpath_module);
     if (module == NULL)
         return NULL;
-    if (PyModule_AddObject(module, "Wrapper", Py_NewRef((PyObject *)wrapper_type)) < 0) {
+    if (PyModule_AddObjectRef(module, "Wrapper", (PyObject *)wrapper_type) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -132,8 +132,11 @@ def test_a_compute_span_is_recorded_even_when_the_chunk_raises_and_the_error_pas
         backward(5, full_backward=False)
     with pytest.raises(ValueError, match="chunk 6 failed"):
         backward(6)
+    with pytest.raises(ValueError, match="chunk 7 failed"):
+        backward(chunk_id=7, full_backward=0)
     assert [row[:2] + row[4:] for row in recorder.spans] == [
-        (0, "backward_input", 2, 5, None, None, None, None), (0, "backward", 2, 6, None, None, None, None)]
+        (0, "backward_input", 2, 5, None, None, None, None), (0, "backward", 2, 6, None, None, None, None),
+        (0, "backward_input", 2, 7, None, None, None, None)]
     assert all(row[2] <= row[3] for row in recorder.spans)
     assert backward.__wrapped__ is failing_chunk and backward.__name__ == "failing_chunk"
 
