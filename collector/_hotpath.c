@@ -17,7 +17,7 @@
 
 static PyObject *s_step_index, *s_spans, *s_capacity, *s_add, *s_paused_depth, *s_quiet_depth,
     *s_recorder, *s_tag, *s_op, *s_name, *s_peer, *s_tensor, *s_nbytes, *s_isend, *s_send, *s_recv,
-    *s_pp, *s_full_backward, *s_repeat_at, *s_is_last, *s_forward;
+    *s_pp, *s_full_backward, *s_repeat_at, *s_is_last, *s_forward, *s_extend_last;
 
 static long long
 now_ns(void)
@@ -444,46 +444,8 @@ wait_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kw
     return result;
 }
 
-/* loss: the last stage's loss is part of its forward: stretch the newest forward span of the
- * micro-batch to the loss's end (pipelining._extend_forward_by_loss, Recorder.extend_last) */
-static int
-extend_forward(PyObject *recorder, PyObject *microbatch, long long end)
-{
-    Py_ssize_t paused = int_attribute(recorder, s_paused_depth);
-    if (paused != 0)
-        return paused == -1 && PyErr_Occurred() ? -1 : 0;
-    PyObject *spans = PyObject_GetAttr(recorder, s_spans);
-    if (spans == NULL)
-        return -1;
-    int status = 0, found = 0;
-    for (Py_ssize_t index = PyList_Check(spans) ? PyList_GET_SIZE(spans) - 1 : -1; index >= 0 && !found; index--) {
-        if (index >= PyList_GET_SIZE(spans))  /* a comparison's own code shrank the buffer */
-            break;
-        PyObject *row = PyList_GET_ITEM(spans, index);
-        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) < 6)
-            continue;
-        Py_INCREF(row);  /* held across comparisons, which may run Python code */
-        int same_kind = PyObject_RichCompareBool(PyTuple_GET_ITEM(row, 1), s_forward, Py_EQ);
-        int same_microbatch = same_kind == 1 ? PyObject_RichCompareBool(PyTuple_GET_ITEM(row, 5), microbatch, Py_EQ) : 0;
-        found = same_microbatch == 1;
-        long long previous_end = found ? PyLong_AsLongLong(PyTuple_GET_ITEM(row, 3)) : 0;
-        if (same_kind < 0 || same_microbatch < 0 || (previous_end == -1 && PyErr_Occurred()))
-            status = -1;
-        else if (found && end > previous_end && index < PyList_GET_SIZE(spans)) {
-            PyObject *end_ns = PyLong_FromLongLong(end);
-            PyObject *stretched = end_ns == NULL ? NULL : with_end(row, end_ns);
-            Py_XDECREF(end_ns);
-            if (stretched == NULL || PyList_SetItem(spans, index, stretched) < 0)
-                status = -1;
-        }
-        Py_DECREF(row);
-        if (status < 0)
-            break;
-    }
-    Py_DECREF(spans);
-    return status;
-}
-
+/* loss: the last stage's loss is part of its forward: Recorder.extend_last stretches the newest
+ * forward span of the micro-batch to the loss's end (pipelining._extend_forward_by_loss) */
 static PyObject *
 loss_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -496,9 +458,11 @@ loss_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kw
     PyObject *stage = argument(args, nargs, kwnames, 0, "stage");
     PyObject *microbatch = argument(args, nargs, kwnames, 3, "mb_index");
     PyObject *is_last = stage == NULL ? NULL : PyObject_GetAttr(stage, s_is_last);
-    if (is_last != NULL && microbatch != NULL && PyObject_IsTrue(is_last) == 1)
-        extend_forward(self->recorder, microbatch, end);
+    PyObject *end_ns = PyLong_FromLongLong(end);
+    if (is_last != NULL && microbatch != NULL && end_ns != NULL && PyObject_IsTrue(is_last) == 1)
+        Py_XDECREF(PyObject_CallMethodObjArgs(self->recorder, s_extend_last, s_forward, microbatch, end_ns, NULL));
     Py_XDECREF(is_last);
+    Py_XDECREF(end_ns);
     PyErr_Clear();
     PyErr_Restore(type, value, traceback);
     return result;
@@ -683,6 +647,7 @@ PyInit__hotpath(void)
     INTERN(s_repeat_at, "repeat_at");
     INTERN(s_is_last, "is_last");
     INTERN(s_forward, "forward");
+    INTERN(s_extend_last, "extend_last");
     wrapper_type = (PyTypeObject *)PyType_FromSpec(&wrapper_spec);
     if (wrapper_type == NULL)
         return NULL;

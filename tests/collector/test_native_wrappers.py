@@ -212,13 +212,19 @@ def p2p_op(kind: Any, peer: int, elements: int, tag: tuple[Any, ...] | None = No
     return op
 
 
-@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
-def test_p2p_batches_become_send_and_recv_spans_with_blocked_sends_stretched_or_continued(
-        one_rank_group: None, implementation: ModuleType | None) -> None:
-    recorder, _ = new_recorder()
+def p2p_setup(implementation: ModuleType | None, capacity: int = 100) -> tuple[Recorder, Transport, dict[str, Any], Any, Any]:
+    """A recorder, the transport, the pipelining state, and the recording batch and wait over them."""
+    recorder, _ = new_recorder(capacity)
     transport = Transport()
     state: dict[str, Any] = {"recorder": recorder, "pending": {}}
     batch, wait = pipelining._p2p_wrappers(transport.post, transport.wait, state, implementation)
+    return recorder, transport, state, batch, wait
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_p2p_batches_become_send_and_recv_spans_with_blocked_sends_stretched_or_continued(
+        one_rank_group: None, implementation: ModuleType | None) -> None:
+    recorder, transport, state, batch, wait = p2p_setup(implementation)
     assert batch.__wrapped__ == transport.post
 
     # 1F1B's pair: a send and a recv posted together; the wait blocks; nothing ran since
@@ -253,10 +259,7 @@ def test_p2p_batches_become_send_and_recv_spans_with_blocked_sends_stretched_or_
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_p2p_wrappers_pass_errors_through_and_record_nothing_while_paused(
         one_rank_group: None, implementation: ModuleType | None) -> None:
-    recorder, _ = new_recorder()
-    transport = Transport()
-    state: dict[str, Any] = {"recorder": recorder, "pending": {}}
-    batch, wait = pipelining._p2p_wrappers(transport.post, transport.wait, state, implementation)
+    recorder, transport, state, batch, wait = p2p_setup(implementation)
     transport.fail_posting = True
     with pytest.raises(RuntimeError, match="connection reset"):
         batch([p2p_op(dist.irecv, 1, 4)])
@@ -293,10 +296,7 @@ def test_the_wrappers_keep_no_references_and_no_memory_over_many_steps(
     class Stage:
         is_last = True
 
-    recorder, _ = new_recorder(capacity=1000)
-    transport = Transport()
-    state: dict[str, Any] = {"recorder": recorder, "pending": {}}
-    batch, wait = pipelining._p2p_wrappers(transport.post, transport.wait, state, implementation)
+    recorder, transport, state, batch, wait = p2p_setup(implementation, capacity=1000)
 
     def chunk(chunk_id: int, full_backward: bool = True) -> int:
         return chunk_id
