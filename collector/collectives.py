@@ -15,6 +15,10 @@ When a span ends:
   training thread, so it lands in the step that waited;
 - a functional collective: when ``wait_tensor`` on its result returns (first use, in eager).
 
+On CUDA tensors, when the job times its GPU (``Recorder.gpu``), both ends are CUDA events
+instead (``gpu_timing``): the start on the current stream as the op is issued, the end when the
+op ends on the communication stream (NCCL's future), else on the current stream after the wait.
+
 Calls made inside a ``collector.span`` of a communication kind, inside the pipelining
 integration (which records its own P2P spans with micro-batch ids), or while torch.compile is
 tracing are not recorded twice. Group labels come from ``register_group`` (``collector.
@@ -30,8 +34,10 @@ from collections.abc import Callable
 from typing import Any
 
 from bubblescope.collector.clock import local_ns
+from bubblescope.collector.gpu_timing import is_cuda
 from bubblescope.collector.recorder import Recorder
 
+GpuEnds = tuple[Any, Any] | None  # a GPU-timed op's start event and, when already known, its end event
 _MAX_PENDING = 4096  # unwaited async ops are forgotten beyond this, never accumulated
 # name -> (span kind, position of the ``group`` argument)
 _DIST_OPS: dict[str, tuple[str, int]] = {
@@ -66,8 +72,9 @@ class _State:
     is_compiling: Callable[[], bool] = staticmethod(lambda: False)  # torch.compiler's, once installed
     functional_call: tuple[Any, ...] | None = None  # set between a functional op and its result
     labels: dict[int, str] = {}
-    # id(work or tensor) -> (weak reference, span row without end, [completion ns or None])
-    pending: dict[int, tuple[Any, tuple[Any, ...], list[int | None]]] = {}
+    # id(work or tensor) -> (weak reference, span row without end, [completion ns or None],
+    #                        CUDA events (start, end or None) or None)
+    pending: dict[int, tuple[Any, tuple[Any, ...], list[int | None], GpuEnds]] = {}
 
 
 def register_group(group: Any, label: str) -> None:
@@ -150,14 +157,14 @@ def _key(handle: Any) -> int:
     return id(handle)
 
 
-def _remember(handle: Any, row: tuple[Any, ...], completed: list[int | None]) -> None:
+def _remember(handle: Any, row: tuple[Any, ...], completed: list[int | None], gpu: GpuEnds = None) -> None:
     if len(_State.pending) >= _MAX_PENDING:
         _State.pending.clear()
     try:
         reference = weakref.ref(handle)
     except TypeError:
         reference = lambda: handle  # noqa: E731 - objects without weak references (rare)
-    _State.pending[_key(handle)] = (reference, row, completed)
+    _State.pending[_key(handle)] = (reference, row, completed, gpu)
 
 
 def _finish(handle: Any) -> None:
@@ -168,7 +175,13 @@ def _finish(handle: Any) -> None:
         return
     if key >= 0 and entry[0]() is not handle:  # an id reused by a new Work: not ours
         return
-    _reference, (kind, start, peer, size, label, name), completed = entry
+    _reference, (kind, start, peer, size, label, name), completed, gpu = entry
+    clock = recorder.gpu
+    if gpu is not None and clock is not None:
+        start_event, end_event = gpu
+        end_event = end_event if end_event is not None else clock.mark()  # the wait made this stream wait
+        recorder.add_gpu(kind, start_event, end_event, None, None, peer, size, label, name, host_start_ns=start)
+        return
     end = completed[0] if completed[0] is not None else local_ns()
     recorder.add(kind, start, max(start, end), None, None, peer, size, label, name)
 
@@ -181,6 +194,8 @@ def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]
         recorder = _State.recorder
         if recorder is None or recorder.quiet_depth or recorder.paused_depth or _State.is_compiling():
             return original(*args, **kwargs)
+        clock = recorder.gpu
+        gpu_start = _gpu_start(clock, _payload(name, args, kwargs)) if clock is not None else None
         start = local_ns()
         with recorder.quiet():  # torch composes some calls of others (send is isend + wait)
             result = original(*args, **kwargs)
@@ -188,7 +203,12 @@ def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]
             group = kwargs.get("group", args[group_at] if len(args) > group_at else None)
             row = (kind, start, _peer(name, args, kwargs, group), tensor_bytes(_payload(name, args, kwargs)),
                    group_label(group), name)
-            if result is None or name in ("send", "recv"):
+            if gpu_start is not None:
+                if result is None or name in ("send", "recv"):  # waited inside: this stream waits for it
+                    recorder.add_gpu(kind, gpu_start, clock.mark(), None, None, *row[2:], host_start_ns=start)
+                else:
+                    _remember(result, row, [None], (gpu_start, clock.mark_done(result)))
+            elif result is None or name in ("send", "recv"):
                 recorder.add(kind, start, local_ns(), None, None, *row[2:])
             else:
                 completed: list[int | None] = [None]
@@ -199,6 +219,14 @@ def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]
         return result
 
     return collective
+
+
+def _gpu_start(clock: Any, payload: Any) -> Any:
+    """A CUDA event on the current stream for an op on CUDA tensors; None otherwise (host times)."""
+    try:
+        return clock.mark() if is_cuda(payload) else None
+    except Exception:  # noqa: BLE001 - never break the job's collective
+        return None
 
 
 def _watch_completion(work: Any, completed: list[int | None]) -> None:
@@ -219,6 +247,8 @@ def _wrap_batch(original: Callable[..., Any]) -> Callable[..., Any]:
         recorder = _active()
         if recorder is None:
             return original(p2p_op_list)
+        clock = recorder.gpu
+        gpu_start = _gpu_start(clock, [op.tensor for op in p2p_op_list]) if clock is not None else None
         start = local_ns()
         with recorder.quiet():
             works = original(p2p_op_list)
@@ -227,7 +257,8 @@ def _wrap_batch(original: Callable[..., Any]) -> Callable[..., Any]:
                 is_send = getattr(op.op, "__name__", "") == "isend"
                 row = ("send" if is_send else "recv", start, int(op.peer), tensor_bytes(op.tensor),
                        group_label(op.group), "batch_isend_irecv")
-                _remember(work, row, [None])
+                gpu = None if gpu_start is None else (gpu_start, clock.mark_done(work))
+                _remember(work, row, [None], gpu)
         except Exception:  # noqa: BLE001
             pass
         return works
@@ -252,9 +283,11 @@ def _wrap_functional(name: str, kind: str, group_at: int, original: Callable[...
         recorder = _active()
         if recorder is None:
             return original(tensor, *args, **kwargs)
+        clock = recorder.gpu
+        gpu_start = _gpu_start(clock, tensor) if clock is not None else None
         start = local_ns()
         group = kwargs.get("group", args[group_at] if len(args) > group_at else None)
-        _State.functional_call = (kind, start, None, tensor_bytes(tensor), group, name)
+        _State.functional_call = (kind, start, None, tensor_bytes(tensor), group, name, gpu_start)
         try:
             return original(tensor, *args, **kwargs)
         finally:
@@ -270,11 +303,12 @@ def _wrap_maybe_wrap_tensor(original: Callable[..., Any]) -> Callable[..., Any]:
         if call is not None:
             _State.functional_call = None
             try:
-                kind, start, peer, size, group, name = call
+                kind, start, peer, size, group, name, gpu_start = call
                 label = group_label(_group_of(group))
                 if kind == "all_gather":
                     size = tensor_bytes(tensor)
-                _remember(tensor, (kind, start, peer, size, label, name), [None])
+                gpu = None if gpu_start is None else (gpu_start, None)  # its end: after wait_tensor
+                _remember(tensor, (kind, start, peer, size, label, name), [None], gpu)
             except Exception:  # noqa: BLE001
                 pass
         return original(tensor)

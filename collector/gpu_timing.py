@@ -1,15 +1,27 @@
 """GPU span timing with CUDA events, resolved off the training thread.
 
-On the training thread a GPU span costs two ``torch.cuda.Event.record`` calls on the stream
-that runs the work (the current stream); nothing synchronises. Once per step an anchor event is
-recorded at the step's start together with the host time. The shipper thread later waits for
-each step's last event (``Event.synchronize`` blocks that thread only) and converts every event
-to host time: anchor host time + ``anchor.elapsed_time(event)``.
+On the training thread a GPU span costs two ``torch.cuda.Event.record`` calls; nothing
+synchronises. Once per step an anchor event is recorded at the step's start together with the
+host time. The shipper thread later waits for each step's last event (``Event.synchronize``
+blocks that thread only) and converts every event to host time: anchor host time +
+``anchor.elapsed_time(event)``.
+
+Where each event is recorded:
+- compute (pipeline actions, ``collector.span(..., on_gpu=True)``): on the current stream, the
+  one that runs the kernels, before and after them;
+- communication on CUDA tensors (collectives, point-to-point, DDP buckets, pipeline P2P): the
+  start on the current stream when the op is issued (the communication stream waits for it
+  before the op can begin); the end on the communication stream's completion. NCCL completes a
+  Work's future at launch with CUDA events recorded on its own stream, and runs a ``then``
+  callback with a pool stream made to wait on those events as the current stream, so an event
+  recorded in that callback fires when the NCCL kernel ends (``mark_done``). Where no such
+  future is complete at launch, the end is an event on the current stream right after
+  ``Work.wait``, which makes that stream wait for the op: the time the op's result was usable.
 
 The anchor assumes the GPU reaches the step's first event when the host records it. When the
 GPU runs behind the host (a deep launch queue), every span of that step is placed early by the
-same lag; durations and the order within the rank are exact. Collectives keep host-side times:
-their end is when the process group reports the work complete.
+same lag; durations and the order within the rank are exact. A row whose events cannot be read
+(never recorded) keeps its host times.
 """
 
 from __future__ import annotations
@@ -36,9 +48,33 @@ class CudaStepClock:
         self.anchor = (event, local_ns())
 
     def mark(self) -> Any:
+        """An event on the current stream: it fires when the work queued before it is done."""
         event = self._event()
         event.record()
         return event
+
+    def mark_done(self, work: Any) -> Any | None:
+        """An event that fires when ``work`` (a ``torch.distributed`` Work) ends on its own
+        stream, or None when its future is not complete yet (its end is then taken at the wait)."""
+        event = self._event()
+        recorded: list[bool] = []
+
+        def record(_done: Any) -> None:
+            event.record()  # the current stream here waits on the work's completion events
+            recorded.append(True)
+
+        try:
+            work.get_future().then(record)
+        except Exception:  # noqa: BLE001 - works without a future (gloo point-to-point)
+            return None
+        return event if recorded else None
+
+
+def is_cuda(value: Any) -> bool:
+    """Whether ``value`` (a tensor, or a list of tensors) lives on a CUDA device."""
+    if isinstance(value, (list, tuple)):
+        return bool(value) and is_cuda(value[0])
+    return bool(getattr(value, "is_cuda", False))
 
 
 def resolve(rows: list[tuple[Any, ...]], events: GpuEvents, anchor: tuple[Any, int] | None) -> None:
@@ -46,10 +82,12 @@ def resolve(rows: list[tuple[Any, ...]], events: GpuEvents, anchor: tuple[Any, i
     if not events or anchor is None:
         return
     anchor_event, anchor_ns = anchor
-    events[-1][2].synchronize()
     for index, start, end in events:
-        end.synchronize()
-        start_ns = anchor_ns + int(anchor_event.elapsed_time(start) * 1e6)
-        end_ns = anchor_ns + int(anchor_event.elapsed_time(end) * 1e6)
+        try:
+            end.synchronize()
+            start_ns = anchor_ns + int(anchor_event.elapsed_time(start) * 1e6)
+            end_ns = anchor_ns + int(anchor_event.elapsed_time(end) * 1e6)
+        except Exception:  # noqa: BLE001 - an event never recorded: the row keeps its host times
+            continue
         row = rows[index]
         rows[index] = row[:2] + (start_ns, max(start_ns, end_ns)) + row[4:]

@@ -5,7 +5,9 @@
   own hook (default: DDP's plain all-reduce) and records an ``all_reduce`` span per bucket,
   with the bucket's bytes, from the hook's call until its future completes (stamped by the
   thread completing it, in a callback chained into the future DDP waits for before
-  ``backward()`` returns).
+  ``backward()`` returns). On CUDA, with GPU timing, the span's ends are CUDA events: the start
+  on the stream issuing the bucket's collective, the end recorded in that callback, whose
+  current stream waits for the collective (``gpu_timing``).
 - ``instrument_optimizer`` uses the optimizer's step pre/post hooks.
 - ``timed_batches`` wraps an iterable; each ``next()`` is a ``data_loading`` span.
 """
@@ -17,6 +19,7 @@ from typing import Any, TypeVar
 
 from bubblescope.collector.clock import local_ns
 from bubblescope.collector.collectives import group_label
+from bubblescope.collector.gpu_timing import is_cuda
 from bubblescope.collector.recorder import Recorder
 
 Item = TypeVar("Item")
@@ -31,15 +34,21 @@ def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | No
     label = group_label(model.process_group)
 
     def timed_hook(hook_state: Any, bucket: Any) -> Any:
-        start = local_ns()
         buffer = bucket.buffer()
+        clock = recorder.gpu if is_cuda(buffer) else None
+        start_event = clock.mark() if clock is not None else None
+        start = local_ns()
         size = int(buffer.numel() * buffer.element_size())
         name = f"ddp_bucket_{bucket.index()}"
         with recorder.quiet():  # the bucket span below covers the collective inside
             future = hook(hook_state, bucket)
 
         def finished(done: Any) -> Any:
-            recorder.add("all_reduce", start, local_ns(), None, None, None, size, label, name)
+            if clock is None:
+                recorder.add("all_reduce", start, local_ns(), None, None, None, size, label, name)
+            else:  # runs on a stream made to wait for the bucket's collective: the event marks its end
+                recorder.add_gpu("all_reduce", start_event, clock.mark(), None, None, None, size, label, name,
+                                 host_start_ns=start)
             return done.value()
 
         # Chained, so DDP waits for this callback too: the span lands in the step that made it.

@@ -49,7 +49,7 @@ _UNTAGGED = (None, None, None)  # (direction, stage, micro-batch) of an op on a 
 _GETTERS = "_bubblescope_getters"  # on a stage: [(attribute, tagging wrapper, own attribute or None)]
 # "stages": the instrumented stages, weakly (a job may build schedules anew; none is kept alive)
 _state: dict[str, Any] = {"recorder": None, "patched": False, "pending": {}, "stages": weakref.WeakSet(),
-                          "listening": None}
+                          "listening": None, "gpu_patched": False, "gpu_pending": {}}
 
 
 # The wrappers below run for every pipeline action of the job (tens per step), and each Python
@@ -68,6 +68,19 @@ def _patch_p2p_once() -> None:
     schedules._batch_p2p, schedules._wait_batch_p2p = _p2p_wrappers(
         schedules._batch_p2p, schedules._wait_batch_p2p, _state, hotpath)
     _state["patched"] = True
+
+
+def _patch_gpu_p2p_once() -> None:
+    """On top of the host wrappers: CUDA-event P2P spans while the recorder times the GPU."""
+    if _state["gpu_patched"]:
+        return
+    from torch.distributed.pipelining import schedules
+
+    from bubblescope.collector.pipelining_gpu import gpu_p2p_wrappers
+
+    schedules._batch_p2p, schedules._wait_batch_p2p = gpu_p2p_wrappers(
+        schedules._batch_p2p, schedules._wait_batch_p2p, _state)
+    _state["gpu_patched"] = True
 
 
 def _p2p_wrappers(original_batch: Any, original_wait: Any, state: dict[str, Any],
@@ -240,6 +253,8 @@ def instrument_schedule(schedule: Any, recorder: Recorder) -> None:
     _patch_p2p_once()
     _state["recorder"] = recorder
     stages = schedule_stages(schedule)
+    if any(getattr(getattr(stage, "device", None), "type", "cpu") == "cuda" for stage in stages):
+        _patch_gpu_p2p_once()
     for stage in stages:
         if getattr(stage, _TAG, False):
             continue
@@ -317,3 +332,4 @@ def detach() -> None:
     _state["recorder"] = None
     _state["listening"] = None
     _state["pending"].clear()
+    _state["gpu_pending"].clear()

@@ -247,13 +247,25 @@ class Recorder:
         self.spans[index] = row[:3] + (max(row[3], end_ns),) + row[4:]
 
     def extend_last(self, kind: str, microbatch: int | None, end_ns: int) -> None:
-        """Stretch the newest span of this kind and micro-batch to ``end_ns`` (e.g. loss after forward)."""
+        """Stretch the newest span of this kind and micro-batch to ``end_ns`` (e.g. loss after forward);
+        a CUDA-timed one to an event recorded now on the current stream."""
         if self.paused_depth:
             return
         for index in range(len(self.spans) - 1, -1, -1):
             row = self.spans[index]
             if row[1] == kind and row[5] == microbatch:
                 self._stretch(index, end_ns)
+                if self._gpu_events:
+                    self._extend_gpu(index)
+                return
+
+    def _extend_gpu(self, index: int) -> None:
+        """A CUDA-timed row's end moved to now on the current stream (its host end is replaced)."""
+        events = self._gpu_events
+        for position in range(len(events) - 1, -1, -1):
+            if events[position][0] == index:
+                if self.gpu is not None:
+                    events[position] = (index, events[position][1], self.gpu.mark())
                 return
 
     def span(self, kind: str, **fields: Any) -> SpanTimer | GpuSpanTimer:
@@ -284,10 +296,12 @@ class Recorder:
     def step(self) -> StepTimer:
         return StepTimer(self)
 
-    def add_gpu(self, kind: str, start_event: Any, end_event: Any, stage: int | None, microbatch: int | None) -> None:
-        """A span timed by two CUDA events; its times are filled in on the shipper thread."""
-        placeholder = local_ns()
-        index = self.add(kind, placeholder, placeholder, stage, microbatch)
+    def add_gpu(self, kind: str, start_event: Any, end_event: Any, *fields: Any, host_start_ns: int | None = None) -> None:
+        """A span timed by two CUDA events, ``fields`` as ``add``'s after the times. Its times are
+        filled in on the shipper thread; until then, and for good if the events cannot be read,
+        host times: ``host_start_ns`` (default now) to now."""
+        now = local_ns()
+        index = self.add(kind, now if host_start_ns is None else host_start_ns, now, *fields)
         if index >= 0:
             self._gpu_events.append((index, start_event, end_event))
 

@@ -221,6 +221,18 @@ def p2p_setup(implementation: ModuleType | None, capacity: int = 100) -> tuple[R
     return recorder, transport, state, batch, wait
 
 
+def post_and_wait_a_1f1b_pair(recorder: Recorder, transport: Transport, batch: Any, wait: Any) -> None:
+    """A send and a recv posted together, a wait that blocks, nothing run in between: two spans,
+    the send stretched to the wait's end."""
+    works = batch([p2p_op(dist.isend, 1, 4, ("fwd", 0, 3)), p2p_op(dist.irecv, 1, 8, ("bwd", 0, 2))])
+    transport.wait_s = 0.002
+    wait(works)
+    send, recv = recorder.spans
+    assert send[1:2] + send[4:] == ("send", 0, 3, 1, 16, "pp", "fwd")
+    assert recv[1:2] + recv[4:] == ("recv", 0, 2, 1, 32, "pp", "bwd")
+    assert send[3] == recv[3] and recv[3] - recv[2] >= 2_000_000
+
+
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_p2p_batches_become_send_and_recv_spans_with_blocked_sends_stretched_or_continued(
         one_rank_group: None, implementation: ModuleType | None) -> None:
@@ -228,13 +240,7 @@ def test_p2p_batches_become_send_and_recv_spans_with_blocked_sends_stretched_or_
     assert batch.__wrapped__ == transport.post
 
     # 1F1B's pair: a send and a recv posted together; the wait blocks; nothing ran since
-    works = batch([p2p_op(dist.isend, 1, 4, ("fwd", 0, 3)), p2p_op(dist.irecv, 1, 8, ("bwd", 0, 2))])
-    transport.wait_s = 0.002
-    wait(works)
-    send, recv = recorder.spans
-    assert send[1:2] + send[4:] == ("send", 0, 3, 1, 16, "pp", "fwd")
-    assert recv[1:2] + recv[4:] == ("recv", 0, 2, 1, 32, "pp", "bwd")
-    assert send[3] == recv[3] and recv[3] - recv[2] >= 2_000_000  # the send stretched to the wait's end
+    post_and_wait_a_1f1b_pair(recorder, transport, batch, wait)
 
     # a send waited on after other work ran: its blocked part is a second send span of 0 bytes
     works = batch([p2p_op(dist.isend, 1, 4, ("bwd", 0, 1))])
@@ -270,6 +276,25 @@ def test_p2p_wrappers_pass_errors_through_and_record_nothing_while_paused(
     state["recorder"] = None
     wait(batch([p2p_op(dist.irecv, 1, 4)]))
     assert recorder.spans == [] and state["pending"] == {}
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_the_gpu_p2p_wrappers_leave_ops_on_cpu_tensors_to_the_host_wrappers(
+        one_rank_group: None, implementation: ModuleType | None) -> None:
+    """A job timing its GPU that also sends CPU tensors: those ops record exactly as on the host,
+    through the host wrappers under the GPU ones, and no CUDA call is made for them."""
+    from bubblescope.collector.gpu_timing import CudaStepClock
+    from bubblescope.collector.pipelining_gpu import gpu_p2p_wrappers
+
+    recorder, transport, state, host_batch, host_wait = p2p_setup(implementation)
+    state["gpu_pending"] = {}
+    batch, wait = gpu_p2p_wrappers(host_batch, host_wait, state)
+    assert batch.__wrapped__ == transport.post and wait.__wrapped__ == transport.wait
+    recorder.gpu = CudaStepClock()
+    recorder.gpu.mark = lambda: pytest.fail("a CUDA event for an op on CPU tensors")
+
+    post_and_wait_a_1f1b_pair(recorder, transport, batch, wait)
+    assert state["pending"] == {} and state["gpu_pending"] == {} and recorder.quiet_depth == 0
 
 
 def test_the_c_hot_path_is_built_and_used_wherever_a_c_compiler_is() -> None:
