@@ -72,9 +72,9 @@ class _State:
     is_compiling: Callable[[], bool] = staticmethod(lambda: False)  # torch.compiler's, once installed
     functional_call: tuple[Any, ...] | None = None  # set between a functional op and its result
     labels: dict[int, str] = {}
-    # id(work or tensor) -> (weak reference, span row without end, [completion ns or None],
-    #                        CUDA events (start, end or None) or None)
-    pending: dict[int, tuple[Any, tuple[Any, ...], list[int | None], GpuEnds]] = {}
+    # id(work or tensor) -> (weak reference, span rows without end (several for a coalesced
+    #                        batch), [completion ns or None], CUDA events (start, end or None) or None)
+    pending: dict[int, tuple[Any, list[tuple[Any, ...]], list[int | None], GpuEnds]] = {}
 
 
 def register_group(group: Any, label: str) -> None:
@@ -157,14 +157,14 @@ def _key(handle: Any) -> int:
     return id(handle)
 
 
-def _remember(handle: Any, row: tuple[Any, ...], completed: list[int | None], gpu: GpuEnds = None) -> None:
+def _remember(handle: Any, rows: list[tuple[Any, ...]], completed: list[int | None], gpu: GpuEnds = None) -> None:
     if len(_State.pending) >= _MAX_PENDING:
         _State.pending.clear()
     try:
         reference = weakref.ref(handle)
     except TypeError:
         reference = lambda: handle  # noqa: E731 - objects without weak references (rare)
-    _State.pending[_key(handle)] = (reference, row, completed, gpu)
+    _State.pending[_key(handle)] = (reference, rows, completed, gpu)
 
 
 def _finish(handle: Any) -> None:
@@ -175,15 +175,20 @@ def _finish(handle: Any) -> None:
         return
     if key >= 0 and entry[0]() is not handle:  # an id reused by a new Work: not ours
         return
-    _reference, (kind, start, peer, size, label, name), completed, gpu = entry
+    _reference, rows, completed, gpu = entry
     clock = recorder.gpu
     if gpu is not None and clock is not None:
         start_event, end_event = gpu
-        end_event = end_event if end_event is not None else clock.mark()  # the wait made this stream wait
-        recorder.add_gpu(kind, start_event, end_event, None, None, peer, size, label, name, host_start_ns=start)
-        return
+        try:
+            end_event = end_event if end_event is not None else clock.mark()  # the wait made this stream wait
+        except Exception:  # noqa: BLE001 - never into the training loop: host times instead
+            gpu = None
     end = completed[0] if completed[0] is not None else local_ns()
-    recorder.add(kind, start, max(start, end), None, None, peer, size, label, name)
+    for kind, start, peer, size, label, name in rows:
+        if gpu is not None:
+            recorder.add_gpu(kind, start_event, end_event, None, None, peer, size, label, name, host_start_ns=start)
+        else:
+            recorder.add(kind, start, max(start, end), None, None, peer, size, label, name)
 
 
 def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -207,13 +212,13 @@ def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]
                 if result is None or name in ("send", "recv"):  # waited inside: this stream waits for it
                     recorder.add_gpu(kind, gpu_start, clock.mark(), None, None, *row[2:], host_start_ns=start)
                 else:
-                    _remember(result, row, [None], (gpu_start, clock.mark_done(result)))
+                    _remember(result, [row], [None], (gpu_start, clock.mark_done(result)))
             elif result is None or name in ("send", "recv"):
                 recorder.add(kind, start, local_ns(), None, None, *row[2:])
             else:
                 completed: list[int | None] = [None]
                 _watch_completion(result, completed)
-                _remember(result, row, completed)
+                _remember(result, [row], completed)
         except Exception:  # noqa: BLE001 - never break the job's collective
             pass
         return result
@@ -226,6 +231,13 @@ def _gpu_start(clock: Any, payload: Any) -> Any:
     try:
         return clock.mark() if is_cuda(payload) else None
     except Exception:  # noqa: BLE001 - never break the job's collective
+        return None
+
+
+def _first_tensor(p2p_op_list: Any) -> Any:
+    try:
+        return p2p_op_list[0].tensor
+    except Exception:  # noqa: BLE001 - torch reports a malformed list itself
         return None
 
 
@@ -248,17 +260,20 @@ def _wrap_batch(original: Callable[..., Any]) -> Callable[..., Any]:
         if recorder is None:
             return original(p2p_op_list)
         clock = recorder.gpu
-        gpu_start = _gpu_start(clock, [op.tensor for op in p2p_op_list]) if clock is not None else None
+        gpu_start = _gpu_start(clock, _first_tensor(p2p_op_list)) if clock is not None else None
         start = local_ns()
         with recorder.quiet():
             works = original(p2p_op_list)
         try:
-            for op, work in zip(p2p_op_list, works or []):
-                is_send = getattr(op.op, "__name__", "") == "isend"
-                row = ("send" if is_send else "recv", start, int(op.peer), tensor_bytes(op.tensor),
-                       group_label(op.group), "batch_isend_irecv")
-                gpu = None if gpu_start is None else (gpu_start, clock.mark_done(work))
-                _remember(work, row, [None], gpu)
+            rows = [("send" if getattr(op.op, "__name__", "") == "isend" else "recv", start, int(op.peer),
+                     tensor_bytes(op.tensor), group_label(op.group), "batch_isend_irecv") for op in p2p_op_list]
+            works = works or []
+            if len(works) == len(rows):
+                for row, work in zip(rows, works):
+                    gpu = None if gpu_start is None else (gpu_start, clock.mark_done(work))
+                    _remember(work, [row], [None], gpu)
+            elif works:  # one coalesced Work for all the ops (NCCL): they end at its wait
+                _remember(works[-1], rows, [None], None if gpu_start is None else (gpu_start, None))
         except Exception:  # noqa: BLE001
             pass
         return works
@@ -308,7 +323,7 @@ def _wrap_maybe_wrap_tensor(original: Callable[..., Any]) -> Callable[..., Any]:
                 if kind == "all_gather":
                     size = tensor_bytes(tensor)
                 gpu = None if gpu_start is None else (gpu_start, None)  # its end: after wait_tensor
-                _remember(tensor, (kind, start, peer, size, label, name), [None], gpu)
+                _remember(tensor, [(kind, start, peer, size, label, name)], [None], gpu)
             except Exception:  # noqa: BLE001
                 pass
         return original(tensor)

@@ -30,7 +30,8 @@ from typing import Any
 
 from bubblescope.collector.clock import local_ns
 
-GpuEvents = list[tuple[int, Any, Any]]  # (row index in the step, start event, end event)
+# (row index in the step, start event, end event, the row's fields but its times)
+GpuEvents = list[tuple[int, Any, Any, tuple[Any, ...]]]
 
 
 class CudaStepClock:
@@ -55,19 +56,19 @@ class CudaStepClock:
 
     def mark_done(self, work: Any) -> Any | None:
         """An event that fires when ``work`` (a ``torch.distributed`` Work) ends on its own
-        stream, or None when its future is not complete yet (its end is then taken at the wait)."""
-        event = self._event()
-        recorded: list[bool] = []
-
-        def record(_done: Any) -> None:
-            event.record()  # the current stream here waits on the work's completion events
-            recorded.append(True)
-
+        stream; None when that cannot be known at launch (its end is then taken at the wait):
+        the future is not complete yet, or it carries no CUDA tensors, so no events to wait on
+        (NCCL's coalesced batches complete theirs with an empty list)."""
         try:
-            work.get_future().then(record)
+            future = work.get_future()
+            if not future.done() or not is_cuda(future.value()):  # value(): no stream sync
+                return None
+            event = self._event()
+            # Runs now, with a pool stream made to wait on the future's events as current stream.
+            future.add_done_callback(lambda _done: event.record())
+            return event
         except Exception:  # noqa: BLE001 - works without a future (gloo point-to-point)
             return None
-        return event if recorded else None
 
 
 def is_cuda(value: Any) -> bool:
@@ -78,16 +79,23 @@ def is_cuda(value: Any) -> bool:
 
 
 def resolve(rows: list[tuple[Any, ...]], events: GpuEvents, anchor: tuple[Any, int] | None) -> None:
-    """Replace the host times of ``rows`` listed in ``events`` by their GPU times (in place)."""
+    """Replace the host times of ``rows`` listed in ``events`` by their GPU times (in place).
+
+    A row is only rewritten while it is still the one its events were taken for (same fields
+    but the times): a callback on another thread that slipped a span in between cannot move
+    events onto someone else's row."""
     if not events or anchor is None:
         return
     anchor_event, anchor_ns = anchor
-    for index, start, end in events:
+    for index, start, end, identity in events:
         try:
+            row = rows[index]
+            if row[1:2] + row[4:] != identity:
+                continue
+            start.synchronize()
             end.synchronize()
             start_ns = anchor_ns + int(anchor_event.elapsed_time(start) * 1e6)
             end_ns = anchor_ns + int(anchor_event.elapsed_time(end) * 1e6)
         except Exception:  # noqa: BLE001 - an event never recorded: the row keeps its host times
             continue
-        row = rows[index]
         rows[index] = row[:2] + (start_ns, max(start_ns, end_ns)) + row[4:]

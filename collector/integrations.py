@@ -35,8 +35,7 @@ def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | No
 
     def timed_hook(hook_state: Any, bucket: Any) -> Any:
         buffer = bucket.buffer()
-        clock = recorder.gpu if is_cuda(buffer) else None
-        start_event = clock.mark() if clock is not None else None
+        clock, start_event = _gpu_clock_and_start(recorder, buffer)
         start = local_ns()
         size = int(buffer.numel() * buffer.element_size())
         name = f"ddp_bucket_{bucket.index()}"
@@ -44,11 +43,14 @@ def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | No
             future = hook(hook_state, bucket)
 
         def finished(done: Any) -> Any:
-            if clock is None:
-                recorder.add("all_reduce", start, local_ns(), None, None, None, size, label, name)
-            else:  # runs on a stream made to wait for the bucket's collective: the event marks its end
-                recorder.add_gpu("all_reduce", start_event, clock.mark(), None, None, None, size, label, name,
-                                 host_start_ns=start)
+            try:  # an error here would fail DDP's backward: the span is dropped instead
+                if clock is None:
+                    recorder.add("all_reduce", start, local_ns(), None, None, None, size, label, name)
+                else:  # runs on a stream made to wait for the bucket's collective: the event marks its end
+                    recorder.add_gpu("all_reduce", start_event, clock.mark(), None, None, None, size, label, name,
+                                     host_start_ns=start)
+            except Exception:  # noqa: BLE001
+                pass
             return done.value()
 
         # Chained, so DDP waits for this callback too: the span lands in the step that made it.
@@ -56,6 +58,17 @@ def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | No
 
     timed_hook.__annotations__ = {}  # DDP checks annotations; postponed ones are strings here
     model.register_comm_hook(state, timed_hook)
+
+
+def _gpu_clock_and_start(recorder: Recorder, buffer: Any) -> tuple[Any, Any]:
+    """The recorder's CUDA clock and a start event for a bucket on CUDA; (None, None) for host times."""
+    clock = recorder.gpu if is_cuda(buffer) else None
+    if clock is None:
+        return None, None
+    try:
+        return clock, clock.mark()
+    except Exception:  # noqa: BLE001 - never into the training loop
+        return None, None
 
 
 def instrument_optimizer(optimizer: Any, recorder: Recorder) -> None:

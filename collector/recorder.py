@@ -51,7 +51,7 @@ class StepRecord:
         self.spans = spans
         self.clock = clock  # (offset to rank 0, uncertainty) in force for this step, when known
         self.detailed = detailed  # False: recorded with only what its aggregates need
-        self.gpu_events: list[tuple[int, Any, Any]] = []  # CUDA-timed rows, resolved off-thread
+        self.gpu_events: list[tuple[int, Any, Any, tuple[Any, ...]]] = []  # CUDA-timed rows, resolved off-thread
         self.gpu_anchor: tuple[Any, int] | None = None
 
 
@@ -188,7 +188,7 @@ class Recorder:
         self.clock: tuple[int, int] | None = None  # set by the session after each clock round
         self.after_step: Callable[[int], None] | None = None  # runs between steps (clock rounds)
         self.gpu: Any = None  # a gpu_timing.CudaStepClock when the job computes on CUDA
-        self._gpu_events: list[tuple[int, Any, Any]] = []
+        self._gpu_events: list[tuple[int, Any, Any, tuple[Any, ...]]] = []
         self._detail_for = detail_for  # None: every step in full
         # The current step travels in full: decided at its start, and only while a listener
         # records differently without detail (else every step is complete).
@@ -265,7 +265,8 @@ class Recorder:
         for position in range(len(events) - 1, -1, -1):
             if events[position][0] == index:
                 if self.gpu is not None:
-                    events[position] = (index, events[position][1], self.gpu.mark())
+                    _index, start, _end, identity = events[position]
+                    events[position] = (index, start, self.gpu.mark(), identity)
                 return
 
     def span(self, kind: str, **fields: Any) -> SpanTimer | GpuSpanTimer:
@@ -303,7 +304,8 @@ class Recorder:
         now = local_ns()
         index = self.add(kind, now if host_start_ns is None else host_start_ns, now, *fields)
         if index >= 0:
-            self._gpu_events.append((index, start_event, end_event))
+            row = self.spans[index]
+            self._gpu_events.append((index, start_event, end_event, row[1:2] + row[4:]))
 
     def begin_step(self) -> None:
         if self._detail_listeners:

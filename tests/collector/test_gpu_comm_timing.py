@@ -55,6 +55,14 @@ def gpu_ns(anchor: tuple[Any, int], event: Any) -> int:
     return anchor[1] + int(anchor[0].elapsed_time(event) * 1e6)
 
 
+def assert_ends_not_before_starts(record: StepRecord) -> None:
+    """Before ``resolve`` clamps them: an end event recorded on a stream that did not wait for the
+    op would fire at launch, long before its start event (queued behind the slow work)."""
+    for _index, start, end, identity in record.gpu_events:
+        end.synchronize()
+        assert start.elapsed_time(end) >= -0.01, identity
+
+
 def slow_gpu_work(a: Any, products: int = 20) -> Any:
     for _ in range(products):
         a = a @ a
@@ -86,6 +94,8 @@ def test_nccl_collectives_are_timed_after_the_gpu_work_before_them_not_at_their_
         monkeypatch.undo()
         collectives.detach()
     record = records[0]
+    assert len(record.gpu_events) == 3  # the forward and the two all-reduces
+    assert_ends_not_before_starts(record)
     step_aggregate(record)  # the shipper thread's part: resolves the events
     (forward,) = [row for row in record.spans if row[1] == "forward"]
     reduces = sorted((row for row in record.spans if row[1] == "all_reduce"), key=lambda row: row[7])
@@ -119,7 +129,8 @@ def test_ddp_buckets_on_nccl_are_timed_after_the_backward_kernels_that_fill_them
         recorder.end_step()
     record = records[1]
     anchor = record.gpu_anchor
-    assert anchor is not None
+    assert anchor is not None and len(record.gpu_events) >= 4
+    assert_ends_not_before_starts(record)
     step_aggregate(record)
     buckets = [row for row in record.spans if row[1] == "all_reduce"]
     assert len(buckets) >= 4 and all(row[9].startswith("ddp_bucket_") for row in buckets)
