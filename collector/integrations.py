@@ -34,6 +34,8 @@ def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | No
     label = group_label(model.process_group)
 
     def timed_hook(hook_state: Any, bucket: Any) -> Any:
+        if recorder.paused_depth:  # records nothing: no events, no callback
+            return hook(hook_state, bucket)
         buffer = bucket.buffer()
         clock, start_event = _gpu_clock_and_start(recorder, buffer)
         start = local_ns()

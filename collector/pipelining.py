@@ -217,7 +217,7 @@ def _gpu_timed(method: Any, recorder: Recorder, stage_index: int, kind: str) -> 
 
     @functools.wraps(method)
     def run_chunk(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-        if recorder.gpu is None:
+        if recorder.gpu is None or recorder.paused_depth:
             return host_timed(chunk_id, *args, **kwargs)
         span_kind = "backward_input" if is_backward and not kwargs.get("full_backward", True) else kind
         with GpuSpanTimer(recorder, span_kind, stage_index, chunk_id):
