@@ -177,16 +177,14 @@ def _finish(handle: Any) -> None:
         return
     _reference, rows, completed, gpu = entry
     clock = recorder.gpu
+    events = None
     if gpu is not None and clock is not None:
         start_event, end_event = gpu
-        try:
-            end_event = end_event if end_event is not None else clock.mark()  # the wait made this stream wait
-        except Exception:  # noqa: BLE001 - never into the training loop: host times instead
-            gpu = None
+        events = (start_event, end_event if end_event is not None else clock.mark())  # the wait made this stream wait
     end = completed[0] if completed[0] is not None else local_ns()
     for kind, start, peer, size, label, name in rows:
-        if gpu is not None:
-            recorder.add_gpu(kind, start_event, end_event, None, None, peer, size, label, name, host_start_ns=start)
+        if events is not None:
+            recorder.add_gpu(kind, *events, None, None, peer, size, label, name, host_start_ns=start)
         else:
             recorder.add(kind, start, max(start, end), None, None, peer, size, label, name)
 
@@ -228,10 +226,7 @@ def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]
 
 def _gpu_start(clock: Any, payload: Any) -> Any:
     """A CUDA event on the current stream for an op on CUDA tensors; None otherwise (host times)."""
-    try:
-        return clock.mark() if is_cuda(payload) else None
-    except Exception:  # noqa: BLE001 - never break the job's collective
-        return None
+    return clock.mark() if is_cuda(payload) else None
 
 
 def _first_tensor(p2p_op_list: Any) -> Any:

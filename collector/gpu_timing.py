@@ -41,18 +41,24 @@ class CudaStepClock:
         import torch
 
         self._event = lambda: torch.cuda.Event(enable_timing=True)
+        self._capturing = torch.cuda.is_current_stream_capturing
         self.anchor: tuple[Any, int] | None = None
 
     def begin_step(self) -> None:
-        event = self._event()
-        event.record()
-        self.anchor = (event, local_ns())
+        self.anchor = (self.mark(), local_ns())
 
     def mark(self) -> Any:
-        """An event on the current stream: it fires when the work queued before it is done."""
-        event = self._event()
-        event.record()
-        return event
+        """An event on the current stream: it fires when the work queued before it is done.
+        None (the span keeps host times) while a CUDA graph is being captured, where an event
+        would be replayed with the graph rather than mark this step, or when CUDA fails."""
+        try:
+            if self._capturing():
+                return None
+            event = self._event()
+            event.record()
+            return event
+        except Exception:  # noqa: BLE001 - never into the training loop
+            return None
 
     def mark_done(self, work: Any) -> Any | None:
         """An event that fires when ``work`` (a ``torch.distributed`` Work) ends on its own
@@ -84,7 +90,7 @@ def resolve(rows: list[tuple[Any, ...]], events: GpuEvents, anchor: tuple[Any, i
     A row is only rewritten while it is still the one its events were taken for (same fields
     but the times): a callback on another thread that slipped a span in between cannot move
     events onto someone else's row."""
-    if not events or anchor is None:
+    if not events or anchor is None or anchor[0] is None:
         return
     anchor_event, anchor_ns = anchor
     for index, start, end, identity in events:

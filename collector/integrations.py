@@ -67,10 +67,8 @@ def _gpu_clock_and_start(recorder: Recorder, buffer: Any) -> tuple[Any, Any]:
     clock = recorder.gpu if is_cuda(buffer) else None
     if clock is None:
         return None, None
-    try:
-        return clock, clock.mark()
-    except Exception:  # noqa: BLE001 - never into the training loop
-        return None, None
+    start = clock.mark()  # None when no event can be recorded (CUDA graph capture)
+    return (clock, start) if start is not None else (None, None)
 
 
 def instrument_optimizer(optimizer: Any, recorder: Recorder) -> None:

@@ -127,7 +127,7 @@ class QuietSpanTimer(SpanTimer):
 class GpuSpanTimer:
     """A span timed by CUDA events on the current stream (``collector.span(..., on_gpu=True)``)."""
 
-    __slots__ = ("_recorder", "_kind", "_stage", "_microbatch", "_start")
+    __slots__ = ("_recorder", "_kind", "_stage", "_microbatch", "_start", "_host_start")
 
     def __init__(self, recorder: Recorder, kind: str, stage: int | None, microbatch: int | None) -> None:
         self._recorder = recorder
@@ -135,14 +135,17 @@ class GpuSpanTimer:
         self._stage = stage
         self._microbatch = microbatch
         self._start: Any = None
+        self._host_start = 0
 
     def __enter__(self) -> GpuSpanTimer:
+        self._host_start = local_ns()  # the span's times if its events cannot be read
         self._start = self._recorder.gpu.mark()
         return self
 
     def __exit__(self, *_exc: object) -> None:
         recorder = self._recorder
-        recorder.add_gpu(self._kind, self._start, recorder.gpu.mark(), self._stage, self._microbatch)
+        recorder.add_gpu(self._kind, self._start, recorder.gpu.mark(), self._stage, self._microbatch,
+                         host_start_ns=self._host_start)
 
 
 class StepTimer:
