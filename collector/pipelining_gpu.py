@@ -25,6 +25,7 @@ from bubblescope.collector.gpu_timing import CudaStepClock, is_cuda
 from bubblescope.collector.pipelining import _TAG, _UNTAGGED
 from bubblescope.collector.recorder import Recorder
 
+_MAX_PENDING = 1024
 # (kind, direction, stage, micro-batch, peer, bytes, end event or None)
 GpuOp = tuple[str, Any, Any, Any, Any, int, Any]
 
@@ -54,6 +55,8 @@ def gpu_p2p_wrappers(host_batch: Any, host_wait: Any, state: dict[str, Any]) -> 
         try:
             ends = [clock.mark_done(w) for w in works] if len(works) == len(p2p_ops) else [None] * len(p2p_ops)
             ops = [_describe(op, end) for op, end in zip(p2p_ops, ends)]
+            if len(pending) >= _MAX_PENDING:  # batches never waited on are forgotten, not accumulated
+                pending.clear()
             pending[id(works)] = (works, posted, posted_ns, ops)
         except Exception:  # noqa: BLE001 - never into the training loop; these spans are lost
             pass
