@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bubblescope.backend.db import migrate  # noqa: E402
 from bubblescope.collector.config import DEFAULT_FULL_SPANS_EVERY  # noqa: E402
 from bench.answer_only_service import start_answer_only  # noqa: E402
+from bench.stats import median_interval  # noqa: E402
 from bubblescope.thread_cpu import process_cpu_s  # noqa: E402
 from tests.support import start_server  # noqa: E402
 
@@ -113,13 +114,6 @@ def run_ab_job(args: argparse.Namespace, url: str, mode: str, workdir: Path, env
     shipper = document["shipper_cpu_s"]
     return AbRun(ratios("wall_s"), ratios("cpu_s"), statistics.median(collected), (sum(collected), sum(baseline)),
                  None if shipper is None else shipper / (len(steps) / 2))
-
-
-def median_interval(values: list[float], draws: int = 2000) -> tuple[float, float]:
-    """95% bootstrap interval of the median."""
-    rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
-    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
 @dataclass

@@ -40,7 +40,7 @@ from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 from bench.answer_only_service import start_answer_only  # noqa: E402
-from bench.collector_overhead import median_interval  # noqa: E402
+from bench.stats import median_interval  # noqa: E402
 from bubblescope import collector  # noqa: E402
 from bubblescope.thread_cpu import named_thread_cpu_s  # noqa: E402
 
