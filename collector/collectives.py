@@ -262,13 +262,13 @@ def _wrap_batch(original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             rows = [("send" if getattr(op.op, "__name__", "") == "isend" else "recv", start, int(op.peer),
                      tensor_bytes(op.tensor), group_label(op.group), "batch_isend_irecv") for op in p2p_op_list]
-            works = works or []
-            if len(works) == len(rows):
-                for row, work in zip(rows, works):
+            handles = list(works or [])
+            if len(handles) == len(rows):
+                for row, work in zip(rows, handles):
                     gpu = None if gpu_start is None else (gpu_start, clock.mark_done(work))
                     _remember(work, [row], [None], gpu)
-            elif works:  # one coalesced Work for all the ops (NCCL): they end at its wait
-                _remember(works[-1], rows, [None], None if gpu_start is None else (gpu_start, None))
+            elif handles:  # one coalesced Work for all the ops (NCCL): they end at its wait
+                _remember(handles[-1], rows, [None], None if gpu_start is None else (gpu_start, None))
         except Exception:  # noqa: BLE001
             pass
         return works
