@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bubblescope.collector.clock import local_ns
-from bubblescope.collector.gpu_timing import is_cuda
+from bubblescope.collector.gpu_timing import first_tensor, issue_event
 from bubblescope.collector.recorder import Recorder
 
 GpuEnds = tuple[Any, Any] | None  # a GPU-timed op's start event and, when already known, its end event
@@ -197,15 +197,15 @@ def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]
         recorder = _State.recorder
         if recorder is None or recorder.quiet_depth or recorder.paused_depth or _State.is_compiling():
             return original(*args, **kwargs)
+        payload = _payload(name, args, kwargs)
         clock = recorder.gpu
-        gpu_start = _gpu_start(clock, _payload(name, args, kwargs)) if clock is not None else None
+        gpu_start = issue_event(clock, payload)
         start = local_ns()
         with recorder.quiet():  # torch composes some calls of others (send is isend + wait)
             result = original(*args, **kwargs)
         try:
             group = kwargs.get("group", args[group_at] if len(args) > group_at else None)
-            row = (kind, start, _peer(name, args, kwargs, group), tensor_bytes(_payload(name, args, kwargs)),
-                   group_label(group), name)
+            row = (kind, start, _peer(name, args, kwargs, group), tensor_bytes(payload), group_label(group), name)
             if gpu_start is not None:
                 if result is None or name in ("send", "recv"):  # waited inside: this stream waits for it
                     recorder.add_gpu(kind, gpu_start, clock.mark(), None, None, *row[2:], host_start_ns=start)
@@ -222,18 +222,6 @@ def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]
         return result
 
     return collective
-
-
-def _gpu_start(clock: Any, payload: Any) -> Any:
-    """A CUDA event on the current stream for an op on CUDA tensors; None otherwise (host times)."""
-    return clock.mark() if is_cuda(payload) else None
-
-
-def _first_tensor(p2p_op_list: Any) -> Any:
-    try:
-        return p2p_op_list[0].tensor
-    except Exception:  # noqa: BLE001 - torch reports a malformed list itself
-        return None
 
 
 def _watch_completion(work: Any, completed: list[int | None]) -> None:
@@ -255,7 +243,7 @@ def _wrap_batch(original: Callable[..., Any]) -> Callable[..., Any]:
         if recorder is None:
             return original(p2p_op_list)
         clock = recorder.gpu
-        gpu_start = _gpu_start(clock, _first_tensor(p2p_op_list)) if clock is not None else None
+        gpu_start = issue_event(clock, first_tensor(p2p_op_list))
         start = local_ns()
         with recorder.quiet():
             works = original(p2p_op_list)
@@ -293,8 +281,7 @@ def _wrap_functional(name: str, kind: str, group_at: int, original: Callable[...
         recorder = _active()
         if recorder is None:
             return original(tensor, *args, **kwargs)
-        clock = recorder.gpu
-        gpu_start = _gpu_start(clock, tensor) if clock is not None else None
+        gpu_start = issue_event(recorder.gpu, tensor)
         start = local_ns()
         group = kwargs.get("group", args[group_at] if len(args) > group_at else None)
         _State.functional_call = (kind, start, None, tensor_bytes(tensor), group, name, gpu_start)

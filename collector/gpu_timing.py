@@ -77,6 +77,21 @@ class CudaStepClock:
             return None
 
 
+def issue_event(clock: CudaStepClock | None, payload: Any) -> Any | None:
+    """An op's start: an event on the current stream when the job times its GPU (``clock``) and
+    the op works on CUDA tensors (``payload``); None otherwise, and the op keeps host times."""
+    return clock.mark() if clock is not None and is_cuda(payload) else None
+
+
+def first_tensor(p2p_ops: Any) -> Any:
+    """The tensor of a list of P2P ops' first op, which decides their device (None if malformed:
+    torch reports that itself)."""
+    try:
+        return p2p_ops[0].tensor
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def is_cuda(value: Any) -> bool:
     """Whether ``value`` (a tensor, or a list of tensors) lives on a CUDA device."""
     if isinstance(value, (list, tuple)):

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from bubblescope.collector.clock import local_ns
 from bubblescope.collector.collectives import group_label
-from bubblescope.collector.gpu_timing import is_cuda
+from bubblescope.collector.gpu_timing import issue_event
 from bubblescope.collector.recorder import Recorder
 
 Item = TypeVar("Item")
@@ -37,7 +37,8 @@ def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | No
         if recorder.paused_depth:  # records nothing: no events, no callback
             return hook(hook_state, bucket)
         buffer = bucket.buffer()
-        clock, start_event = _gpu_clock_and_start(recorder, buffer)
+        clock = recorder.gpu
+        start_event = issue_event(clock, buffer)
         start = local_ns()
         size = int(buffer.numel() * buffer.element_size())
         name = f"ddp_bucket_{bucket.index()}"
@@ -46,7 +47,7 @@ def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | No
 
         def finished(done: Any) -> Any:
             try:  # an error here would fail DDP's backward: the span is dropped instead
-                if clock is None:
+                if start_event is None or clock is None:
                     recorder.add("all_reduce", start, local_ns(), None, None, None, size, label, name)
                 else:  # runs on a stream made to wait for the bucket's collective: the event marks its end
                     recorder.add_gpu("all_reduce", start_event, clock.mark(), None, None, None, size, label, name,
@@ -60,15 +61,6 @@ def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | No
 
     timed_hook.__annotations__ = {}  # DDP checks annotations; postponed ones are strings here
     model.register_comm_hook(state, timed_hook)
-
-
-def _gpu_clock_and_start(recorder: Recorder, buffer: Any) -> tuple[Any, Any]:
-    """The recorder's CUDA clock and a start event for a bucket on CUDA; (None, None) for host times."""
-    clock = recorder.gpu if is_cuda(buffer) else None
-    if clock is None:
-        return None, None
-    start = clock.mark()  # None when no event can be recorded (CUDA graph capture)
-    return (clock, start) if start is not None else (None, None)
 
 
 def instrument_optimizer(optimizer: Any, recorder: Recorder) -> None:

@@ -21,7 +21,7 @@ import functools
 from typing import Any
 
 from bubblescope.collector.clock import local_ns
-from bubblescope.collector.gpu_timing import CudaStepClock, is_cuda
+from bubblescope.collector.gpu_timing import CudaStepClock, first_tensor, issue_event
 from bubblescope.collector.pipelining import _TAG, _UNTAGGED
 from bubblescope.collector.recorder import Recorder
 
@@ -40,12 +40,12 @@ def gpu_p2p_wrappers(host_batch: Any, host_wait: Any, state: dict[str, Any]) -> 
     @functools.wraps(original_batch)
     def batch_p2p(p2p_ops: list[Any], desc: str | None = None) -> Any:
         recorder: Recorder | None = state["recorder"]
-        clock: CudaStepClock | None = recorder.gpu if recorder is not None else None
-        if clock is None or recorder is None or recorder.paused_depth or not _on_cuda(p2p_ops):
+        if recorder is None or recorder.paused_depth:
             return host_batch(p2p_ops, desc=desc)
+        clock: CudaStepClock = recorder.gpu
         posted_ns = local_ns()
-        posted = clock.mark()
-        if posted is None:  # no event can be recorded now (CUDA graph capture): host times
+        posted = issue_event(clock, first_tensor(p2p_ops))
+        if posted is None:  # no GPU timing, CPU tensors, or no event now (CUDA graph capture)
             return host_batch(p2p_ops, desc=desc)
         recorder.quiet_depth += 1
         try:
@@ -80,13 +80,6 @@ def gpu_p2p_wrappers(host_batch: Any, host_wait: Any, state: dict[str, Any]) -> 
         return result
 
     return batch_p2p, wait_batch_p2p
-
-
-def _on_cuda(p2p_ops: list[Any]) -> bool:
-    try:
-        return bool(p2p_ops) and is_cuda(p2p_ops[0].tensor)
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def _describe(op: Any, end: Any) -> GpuOp:

@@ -23,6 +23,7 @@ from typing import Any
 
 from bubblescope import wire
 from bubblescope.collector.clock import local_ns
+from bubblescope.collector.gpu_timing import GpuEvents
 
 SpanRow = tuple[Any, ...]
 StepSink = Callable[["StepRecord"], None]
@@ -51,7 +52,7 @@ class StepRecord:
         self.spans = spans
         self.clock = clock  # (offset to rank 0, uncertainty) in force for this step, when known
         self.detailed = detailed  # False: recorded with only what its aggregates need
-        self.gpu_events: list[tuple[int, Any, Any, tuple[Any, ...]]] = []  # CUDA-timed rows, resolved off-thread
+        self.gpu_events: GpuEvents = []  # CUDA-timed rows, resolved off-thread
         self.gpu_anchor: tuple[Any, int] | None = None
 
 
@@ -191,7 +192,7 @@ class Recorder:
         self.clock: tuple[int, int] | None = None  # set by the session after each clock round
         self.after_step: Callable[[int], None] | None = None  # runs between steps (clock rounds)
         self.gpu: Any = None  # a gpu_timing.CudaStepClock when the job computes on CUDA
-        self._gpu_events: list[tuple[int, Any, Any, tuple[Any, ...]]] = []
+        self._gpu_events: GpuEvents = []
         self._detail_for = detail_for  # None: every step in full
         # The current step travels in full: decided at its start, and only while a listener
         # records differently without detail (else every step is complete).
