@@ -20,8 +20,10 @@ def step_aggregate(record: StepRecord) -> dict[str, Any]:
     if record.gpu_events:
         from bubblescope.collector.gpu_timing import resolve
 
-        resolve(record.spans, record.gpu_events, record.gpu_anchor)
+        record.gpu_anchor = resolve(record.spans, record.gpu_events, record.gpu_anchor)
         record.gpu_events = []
+        if record.gpu_anchor is not None:  # the step begins on the GPU once the last step's work is done
+            record.start_ns = max(record.start_ns, record.gpu_anchor[1])
     window_start = min([record.start_ns, *(row[2] for row in record.spans)])
     window_end = max([record.end_ns, *(row[3] for row in record.spans)])
     split = split_window(((row[1], row[2], row[3]) for row in record.spans), window_start, window_end)

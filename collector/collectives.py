@@ -199,8 +199,8 @@ def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]
             return original(*args, **kwargs)
         payload = _payload(name, args, kwargs)
         clock = recorder.gpu
+        start = local_ns()  # before the start event: the GPU placement's bound
         gpu_start = issue_event(clock, payload)
-        start = local_ns()
         with recorder.quiet():  # torch composes some calls of others (send is isend + wait)
             result = original(*args, **kwargs)
         try:
@@ -243,8 +243,8 @@ def _wrap_batch(original: Callable[..., Any]) -> Callable[..., Any]:
         if recorder is None:
             return original(p2p_op_list)
         clock = recorder.gpu
+        start = local_ns()  # before the start event: the GPU placement's bound
         gpu_start = issue_event(clock, first_tensor(p2p_op_list))
-        start = local_ns()
         with recorder.quiet():
             works = original(p2p_op_list)
         try:
@@ -281,8 +281,8 @@ def _wrap_functional(name: str, kind: str, group_at: int, original: Callable[...
         recorder = _active()
         if recorder is None:
             return original(tensor, *args, **kwargs)
+        start = local_ns()  # before the start event: the GPU placement's bound
         gpu_start = issue_event(recorder.gpu, tensor)
-        start = local_ns()
         group = kwargs.get("group", args[group_at] if len(args) > group_at else None)
         _State.functional_call = (kind, start, None, tensor_bytes(tensor), group, name, gpu_start)
         try:

@@ -18,10 +18,14 @@ Where each event is recorded:
   future is complete at launch, the end is an event on the current stream right after
   ``Work.wait``, which makes that stream wait for the op: the time the op's result was usable.
 
-The anchor assumes the GPU reaches the step's first event when the host records it. When the
-GPU runs behind the host (a deep launch queue), every span of that step is placed early by the
-same lag; durations and the order within the rank are exact. A row whose events cannot be read
-(never recorded) keeps its host times.
+Where the anchor is placed (``anchor_host_ns``): the GPU runs an event no earlier than the host
+queued it, so the anchor's GPU time is at least each span's host start (read just before its
+start event is recorded) minus the GPU time from the anchor to that event. The latest of these
+bounds, and the anchor's own host time, places the step. When the GPU runs behind the host (a
+deep launch queue) a span queued after the host waited for the GPU (``loss.item()``) makes that
+bound exact; a step with no such wait is placed early by whatever lag no span reveals. Durations
+and the order within the rank are exact either way. A row whose events cannot be read (never
+recorded) keeps its host times.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 
 from bubblescope.collector.clock import local_ns
 
-# (row index in the step, start event, end event, the row's fields but its times)
+# (row index in the step, start event, end event, the row's fields but its end time)
 GpuEvents = list[tuple[int, Any, Any, tuple[Any, ...]]]
 
 
@@ -45,7 +49,8 @@ class CudaStepClock:
         self.anchor: tuple[Any, int] | None = None
 
     def begin_step(self) -> None:
-        self.anchor = (self.mark(), local_ns())
+        host_ns = local_ns()  # before the event: a lower bound of its GPU time, as spans' host starts
+        self.anchor = (self.mark(), host_ns)
 
     def mark(self) -> Any:
         """An event on the current stream: it fires when the work queued before it is done.
@@ -99,24 +104,39 @@ def is_cuda(value: Any) -> bool:
     return bool(getattr(value, "is_cuda", False))
 
 
-def resolve(rows: list[tuple[Any, ...]], events: GpuEvents, anchor: tuple[Any, int] | None) -> None:
-    """Replace the host times of ``rows`` listed in ``events`` by their GPU times (in place).
+def resolve(rows: list[tuple[Any, ...]], events: GpuEvents, anchor: tuple[Any, int] | None) -> tuple[Any, int] | None:
+    """Replace the host times of ``rows`` listed in ``events`` by their GPU times (in place);
+    returns the anchor as placed (its event and host time), or ``anchor`` if nothing was read.
 
-    A row is only rewritten while it is still the one its events were taken for (same fields
-    but the times): a callback on another thread that slipped a span in between cannot move
-    events onto someone else's row."""
+    A row is only rewritten, and only bounds the anchor, while it is still the one its events
+    were taken for (same fields but the end, its host start included): a callback on another
+    thread that slipped a span in between cannot move events onto someone else's row, nor place
+    the step by another row's start. That host start was read before the start event."""
     if not events or anchor is None or anchor[0] is None:
-        return
-    anchor_event, anchor_ns = anchor
+        return anchor
+    anchor_event = anchor[0]
+    read: list[tuple[int, tuple[Any, ...], int, int]] = []  # index, row, start and end after the anchor (ns)
     for index, start, end, identity in events:
         try:
             row = rows[index]
-            if row[1:2] + row[4:] != identity:
+            if row[1:3] + row[4:] != identity:
                 continue
             start.synchronize()
             end.synchronize()
-            start_ns = anchor_ns + int(anchor_event.elapsed_time(start) * 1e6)
-            end_ns = anchor_ns + int(anchor_event.elapsed_time(end) * 1e6)
+            read.append((index, row, int(anchor_event.elapsed_time(start) * 1e6),
+                         int(anchor_event.elapsed_time(end) * 1e6)))
         except Exception:  # noqa: BLE001 - an event never recorded: the row keeps its host times
             continue
-        rows[index] = row[:2] + (start_ns, max(start_ns, end_ns)) + row[4:]
+    anchor_ns = anchor_host_ns(anchor[1], [(row[2], start_ns) for _index, row, start_ns, _end_ns in read])
+    for index, row, start_ns, end_ns in read:
+        rows[index] = row[:2] + (anchor_ns + start_ns, anchor_ns + max(start_ns, end_ns)) + row[4:]
+    return anchor_event, anchor_ns
+
+
+def anchor_host_ns(recorded_ns: int, queued: list[tuple[int, int]]) -> int:
+    """When the GPU reached the step's anchor event, on the host clock: no earlier than the host
+    recorded it (``recorded_ns``), nor than any event's host queue time minus the GPU time from
+    the anchor to it (``queued``: pairs of those, in ns), since the GPU never runs an event
+    before the host has queued it. The latest such bound, exact once any event found the GPU
+    idle."""
+    return max([recorded_ns, *(host_ns - after_anchor_ns for host_ns, after_anchor_ns in queued)])

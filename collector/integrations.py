@@ -38,8 +38,8 @@ def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | No
             return hook(hook_state, bucket)
         buffer = bucket.buffer()
         clock = recorder.gpu
+        start = local_ns()  # before the start event: the GPU placement's bound
         start_event = issue_event(clock, buffer)
-        start = local_ns()
         size = int(buffer.numel() * buffer.element_size())
         name = f"ddp_bucket_{bucket.index()}"
         with recorder.quiet():  # the bucket span below covers the collective inside

@@ -301,15 +301,16 @@ class Recorder:
     def step(self) -> StepTimer:
         return StepTimer(self)
 
-    def add_gpu(self, kind: str, start_event: Any, end_event: Any, *fields: Any, host_start_ns: int | None = None) -> None:
+    def add_gpu(self, kind: str, start_event: Any, end_event: Any, *fields: Any, host_start_ns: int) -> None:
         """A span timed by two CUDA events, ``fields`` as ``add``'s after the times. Its times are
         filled in on the shipper thread; until then, and for good if the events cannot be read,
-        host times: ``host_start_ns`` (default now) to now."""
+        host times: ``host_start_ns`` (read just before ``start_event`` was recorded, which
+        ``gpu_timing.resolve`` relies on) to now."""
         now = local_ns()
-        index = self.add(kind, now if host_start_ns is None else host_start_ns, now, *fields)
+        index = self.add(kind, host_start_ns, now, *fields)
         if index >= 0:
             row = self.spans[index]
-            self._gpu_events.append((index, start_event, end_event, row[1:2] + row[4:]))
+            self._gpu_events.append((index, start_event, end_event, row[1:3] + row[4:]))
 
     def begin_step(self) -> None:
         if self._detail_listeners:

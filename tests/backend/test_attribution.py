@@ -8,7 +8,7 @@ from bubblescope.backend.analysis.attribution import LayerMove, attribute_bubble
 from bubblescope.backend.analysis.pipeline_profile import MeasuredPipeline
 from bubblescope.backend.analysis.schedules import closed_form_bubble
 from bubblescope.backend.analysis.simulator import PipelineSetup, StageCost, simulate, uniform_costs
-from bubblescope.backend.analysis.suggestions import RunEvidence, StragglerNote, suggest
+from bubblescope.backend.analysis.suggestions import RunEvidence, StragglerNote, suggest, torchtitan_layer_split
 from bubblescope.backend.analysis.whatif import Change, predict
 
 MS = 1e6
@@ -93,6 +93,8 @@ def test_an_imbalanced_pipeline_gets_its_layers_moved() -> None:
     rebalance = next(s for s in found if s.kind == "rebalance_stages")
     assert rebalance.apply == {"layers_per_stage": [2, 2]}
     assert "move 1 layer from stage 0 to stage 1" in rebalance.title
+    # torchtitan's field is an int (layers per stage), valid to paste into its config
+    assert rebalance.torchtitan["parallelism.pipeline_parallel_layers_per_stage"] == 2
     assert rebalance.gain_fraction > 0.1
     assert all(a.gain_fraction >= b.gain_fraction for a, b in zip(found, found[1:]))
 
@@ -211,3 +213,10 @@ def test_step_overhead_follows_the_layers_of_the_rank_holding_the_most_when_laye
     assert same.result.step_ns - same.result.makespan_ns == pytest.approx(run.setup.step_overhead_ns)
     # 5 -> 3 layers on the largest rank: 6 ms less outside the pipeline
     assert balanced.result.step_ns - balanced.result.makespan_ns == pytest.approx(run.setup.step_overhead_ns - 6 * MS)
+
+
+def test_an_uneven_layer_split_is_given_to_torchtitan_as_module_names_per_stage() -> None:
+    assert torchtitan_layer_split((3, 2, 2, 1)) == {"parallelism.module_fqns_per_model_part": [
+        ["tok_embeddings", "layers.0", "layers.1", "layers.2"], ["layers.3", "layers.4"], ["layers.5", "layers.6"],
+        ["layers.7", "norm", "output"]]}
+    assert torchtitan_layer_split([4, 4]) == {"parallelism.pipeline_parallel_layers_per_stage": 4}

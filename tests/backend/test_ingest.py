@@ -137,16 +137,23 @@ def test_registration_errors_name_the_field(server: LiveServer) -> None:
         extra = client.put(f"/api/v1/runs/{key}/ranks/0", json={"host": "h", "pid": 1, "colour": "red"})
         assert_names(extra, 422, ["body", "colour"], "Extra inputs")
         assert client.get("/api/v1/runs/nope").status_code == 404
+        worded = client.put(f"/api/v1/runs/{key}", json={"name": "x", "world_size": 2, "config": {"num_microbatches": "eight"}})
+        assert_names(worded, 422, ["body", "config", "num_microbatches"], "integer")
+        no_stages = client.put(f"/api/v1/runs/{key}", json={"name": "x", "world_size": 2, "config": {"virtual_stages": 0}})
+        assert_names(no_stages, 422, ["body", "config", "virtual_stages"], "greater than or equal to 1")
+        split = client.put(f"/api/v1/runs/{key}", json={"name": "x", "world_size": 2, "config": {"layers_per_stage": [2, "x"]}})
+        assert_names(split, 422, ["body", "config", "layers_per_stage"], "integer")
+        assert client.get(f"/api/v1/runs/{key}").json()["config"] == {"schedule": "ScheduleGPipe"}  # nothing written
 
 
 def test_run_config_merges_across_registrations(server: LiveServer) -> None:
     with server.client() as client:
         key = register(client)
         again = client.put(f"/api/v1/runs/{key}", json={"name": "ingest-test", "world_size": 2,
-                                                         "config": {"num_stages": 2}})
+                                                         "config": {"num_stages": 2, "model": {"layers": 8}}})
         assert again.status_code == 200
         config = client.get(f"/api/v1/runs/{key}").json()["config"]
-    assert config == {"schedule": "ScheduleGPipe", "num_stages": 2}
+    assert config == {"schedule": "ScheduleGPipe", "num_stages": 2, "model": {"layers": 8}}  # other keys kept as sent
 
 
 def test_openapi_docs_describe_the_api(server: LiveServer) -> None:

@@ -34,3 +34,17 @@ def test_gpu_spans_keep_their_host_times_when_no_cuda_event_can_be_recorded() ->
     assert row[1] == "forward" and row[4:6] == (0, 1)
     assert before <= row[2] and row[2] + 2_000_000 <= after <= row[3] == after + 1_000_000
     assert totals["compute_ns"] >= 3_000_000
+
+
+def test_the_anchor_is_placed_by_the_latest_bound_that_causality_gives() -> None:
+    from bubblescope.collector.gpu_timing import anchor_host_ns
+
+    # No span reveals a lag (each ran when queued, or later): the anchor's own host time.
+    assert anchor_host_ns(1_000, [(1_500, 600), (2_000, 1_200)]) == 1_000
+    # A span queued at 50_000, only 10_000 after the anchor on the GPU: the GPU reached the
+    # anchor no earlier than 40_000, so it was 39_000 behind the host there.
+    assert anchor_host_ns(1_000, [(1_500, 600), (50_000, 10_000), (51_000, 12_000)]) == 40_000
+    # An event recorded before the anchor (an op issued in the last step, waited in this one)
+    # bounds it as well.
+    assert anchor_host_ns(1_000, [(900, -5_000)]) == 5_900
+    assert anchor_host_ns(1_000, []) == 1_000
