@@ -24,6 +24,8 @@ def create_app(db_url: str) -> FastAPI:
         title="Bubblescope",
         version=__version__,
         description="Where every GPU's time goes in distributed PyTorch training, and what to change.",
+        docs_url=None,  # /docs is served with local assets (web.routes)
+        redoc_url=None,
     )
     app.state.engine = engine
     app.state.session_factory = build_session_factory(engine)

@@ -1,18 +1,37 @@
-"""The dashboard's pages and assets; plotly.js comes from the installed plotly package (offline)."""
+"""The dashboard's pages and assets, and the API docs page. Third-party assets come from installed
+packages, so every page works offline: plotly.js from plotly, Swagger UI from swagger-ui-py."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import plotly
 from fastapi import APIRouter, FastAPI
-from fastapi.responses import FileResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 import bubblescope.frontend as frontend_package
+from bubblescope.backend.errors import ApiError
 
 FRONTEND_DIR = Path(frontend_package.__file__).parent
-PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+def _package_dir(name: str) -> Path:
+    """An installed package's folder, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+SWAGGER_UI_DIR = _package_dir("swagger_ui") / "static"
+VENDOR_FILES = {  # name under /vendor -> (file, media type)
+    "plotly.min.js": (Path(plotly.__file__).parent / "package_data" / "plotly.min.js", "text/javascript"),
+    "swagger-ui-bundle.js": (SWAGGER_UI_DIR / "swagger-ui-bundle.js", "text/javascript"),
+    "swagger-ui.css": (SWAGGER_UI_DIR / "swagger-ui.css", "text/css"),
+}
 
 router = APIRouter(include_in_schema=False)
 
@@ -27,9 +46,20 @@ def run_page(run_key: str) -> FileResponse:
     return FileResponse(FRONTEND_DIR / "run.html")
 
 
-@router.get("/vendor/plotly.min.js")
-def plotly_js() -> FileResponse:
-    return FileResponse(PLOTLY_JS, media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
+@router.get("/vendor/{name}")
+def vendor_file(name: str) -> FileResponse:
+    if name not in VENDOR_FILES:
+        raise ApiError(404, ("path", "name"), f"no vendored file {name!r}", "not_found")
+    path, media_type = VENDOR_FILES[name]
+    return FileResponse(path, media_type=media_type, headers={"Cache-Control": "max-age=86400"})
+
+
+@router.get("/docs")
+def api_docs() -> HTMLResponse:
+    """Swagger UI over ``/openapi.json``, served from this service (FastAPI's own loads a CDN)."""
+    return get_swagger_ui_html(openapi_url="/openapi.json", title="Bubblescope API",
+                               swagger_js_url="/vendor/swagger-ui-bundle.js", swagger_css_url="/vendor/swagger-ui.css",
+                               swagger_favicon_url="data:,")
 
 
 def mount_frontend(app: FastAPI) -> None:
