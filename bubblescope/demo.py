@@ -15,9 +15,12 @@ DEFAULT_PORT = 8765
 
 
 def free_port(host: str = "127.0.0.1", preferred: int = 0) -> int:
-    """``preferred`` when it is free, else any free port."""
+    """``preferred`` when a server could listen there, else any free port. The probe allows
+    address reuse as uvicorn does, so a port whose old connections linger in TIME_WAIT counts
+    as free."""
     for candidate in (preferred, 0) if preferred else (0,):
         with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((host, candidate))
             except OSError:
@@ -69,13 +72,19 @@ def main(args: argparse.Namespace) -> int:
 
     url_db = prepare_database(args.db)
     port = args.port or free_port(args.host, preferred=DEFAULT_PORT)
+    if not args.port and port != DEFAULT_PORT:
+        print(f"port {DEFAULT_PORT} is taken on {args.host}: serving on {port} instead (--port to choose)", flush=True)
     server = build_server(url_db, args.host, port)
     start_in_thread(server)
     base = f"http://{args.host}:{port}"
     print(f"bubblescope service on {base} (database {url_db})", flush=True)
     print(f"dashboard: {base}/runs/{run_key}", flush=True)
     code = run_job(args, base, run_key)
-    print(f"training job finished with exit code {code}", flush=True)
+    if code == 0:
+        print("training job finished", flush=True)
+    else:
+        print(f"bubblescope demo: the training job FAILED (exit code {code}); its error is above. The "
+              f"dashboard shows only what it streamed before failing.", file=sys.stderr, flush=True)
     print(f"open the dashboard: {base}/runs/{run_key}", flush=True)
     if args.exit_after_job:
         server.should_exit = True
