@@ -88,6 +88,5 @@
       error.hidden = false;
     }
   }
-  refresh();
-  setInterval(refresh, 5000);
+  bs.poll(refresh, 5000);
 })();

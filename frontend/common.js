@@ -6,10 +6,18 @@ const bs = {
     if (!response.ok) {
       let message = `${response.status} ${response.statusText}`;
       try { const body = await response.json(); message = body.detail.map((d) => d.msg).join("; "); } catch (_) { /* keep status */ }
-      throw new Error(message);
+      const error = new Error(message);
+      error.status = response.status;
+      throw error;
     }
     return response.json();
   },
+  // Runs `load` now and every `ms` ms, until the page learns its run does not exist (bs.missing).
+  poll(load, ms) {
+    load();
+    const timer = setInterval(() => (bs.missing ? clearInterval(timer) : load()), ms);
+  },
+  missing: false,
   ms(ns) { return (ns / 1e6).toFixed(1); },
   pct(part, whole) { return whole ? `${((100 * part) / whole).toFixed(1)}%` : "—"; },
   el(tag, attrs = {}, ...children) {

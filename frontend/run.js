@@ -6,10 +6,14 @@ const KIND_COLORS = {
   optimizer: "#2e9e5b", data_loading: "#9aa3b2", send: "#8e5bd0", recv: "#d0457a",
   all_reduce: "#0f9fb0", all_gather: "#13b3a0", reduce_scatter: "#5fc2d6", all_to_all: "#7a86c2", broadcast: "#b06fb0",
 };
-const state = { run: null, step: null, followLatest: true };
+// wanted: the step the user picked (also ?step=N, so a step view can be linked); null follows the
+// latest step. requests: showStep calls so far; only the latest one may render.
+const linkedStep = new URLSearchParams(location.search).get("step");
+const state = { run: null, step: null, wanted: linkedStep === null ? null : Number(linkedStep), requests: 0 };
 
 function rankLabel(rank) {
   const info = state.run.ranks.find((r) => r.rank === rank);
+  if (info && info.stages && info.stages.length > 1) return `rank ${rank} · stages ${info.stages.join(", ")}`;
   return info && info.stage !== null ? `rank ${rank} · stage ${info.stage}` : `rank ${rank}`;
 }
 
@@ -32,11 +36,10 @@ function renderFacts(run) {
 function renderStepOptions(run) {
   const select = document.getElementById("step-select");
   const steps = run.steps.filter((s) => s.has_spans);
-  const current = state.step;
   select.replaceChildren(...steps.map((s) => bs.el("option", { value: String(s.step) }, `${s.step} — ${bs.ms(s.wall_ns)} ms`)));
   if (!steps.length) return null;
-  const latest = steps[steps.length - 1].step;
-  const chosen = state.followLatest || current === null ? latest : current;
+  const picked = steps.some((s) => s.step === state.wanted);
+  const chosen = picked ? state.wanted : steps[steps.length - 1].step;
   select.value = String(chosen);
   return chosen;
 }
@@ -103,7 +106,9 @@ function renderBreakdown(detail) {
 }
 
 async function showStep(step) {
+  const request = ++state.requests;
   const detail = await bs.getJson(`/api/v1/runs/${encodeURIComponent(runKey)}/steps/${step}`);
+  if (request !== state.requests) return; // a later pick or refresh asked for another step meanwhile
   state.step = step;
   document.getElementById("step-note").textContent = `${detail.spans.length} spans`;
   renderBubble(detail);
@@ -123,7 +128,13 @@ async function refresh() {
     if (step === null) document.getElementById("step-note").textContent = "no step with spans yet";
     error.hidden = true;
   } catch (e) {
-    error.textContent = `Could not load run ${runKey}: ${e.message}`;
+    if (e.status === 404) { // no such run: say so once, hide the empty panels, stop polling
+      bs.missing = true;
+      document.querySelector("main").classList.add("missing");
+      error.textContent = `No run "${runKey}" here (${e.message}). The runs this service knows are listed at /.`;
+    } else {
+      error.textContent = `Could not load run ${runKey}: ${e.message}`;
+    }
     error.hidden = false;
   }
 }
@@ -131,8 +142,11 @@ async function refresh() {
 document.getElementById("step-select").addEventListener("change", async (event) => {
   const steps = state.run.steps.filter((s) => s.has_spans);
   const chosen = Number(event.target.value);
-  state.followLatest = chosen === steps[steps.length - 1].step;
+  state.wanted = chosen === steps[steps.length - 1].step ? null : chosen;
+  const url = new URL(location.href);
+  if (state.wanted === null) url.searchParams.delete("step");
+  else url.searchParams.set("step", String(chosen));
+  history.replaceState(null, "", url);
   await showStep(chosen);
 });
-refresh();
-setInterval(refresh, 3000);
+bs.poll(refresh, 3000);

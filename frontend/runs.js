@@ -21,5 +21,4 @@ async function loadRuns() {
     error.hidden = false;
   }
 }
-loadRuns();
-setInterval(loadRuns, 5000);
+bs.poll(loadRuns, 5000);

@@ -74,6 +74,5 @@
   }
 
   window.refreshStragglers = refreshStragglers;
-  refreshStragglers();
-  setInterval(refreshStragglers, 3000);
+  bs.poll(refreshStragglers, 3000);
 })();

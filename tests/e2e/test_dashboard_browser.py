@@ -65,7 +65,56 @@ def test_run_page_shows_one_timeline_row_per_rank(
     assert len(options) == 3
     page.select_option("#step-select", "1")
     page.wait_for_selector("body[data-rendered-step='1']", timeout=10_000)
-    assert errors == [] and requests_outside == []
+    assert "step=1" in page.url  # the step view can be linked
+    assert errors == [] and requests_outside == [] and not any("favicon" in url for url in requests_seen(page))
+    page.close()
+    assert_a_picked_step_survives_a_slower_refresh(browser, f"{sqlite_server.url}/runs/{job.run_key}")
+
+
+def requests_seen(page: Any) -> list[str]:
+    return page.evaluate("() => performance.getEntriesByType('resource').map((e) => e.name)")
+
+
+SLOW_LATEST_STEP = """
+const realFetch = window.fetch;
+window.fetch = async (input, init) => {
+  const response = await realFetch(input, init);
+  if (String(input).endsWith("/steps/2")) await new Promise((done) => setTimeout(done, 1500));
+  return response;
+};
+"""
+
+
+def assert_a_picked_step_survives_a_slower_refresh(browser: Any, run_url: str) -> None:
+    """The page loads the latest step (2), slowly; the user picks step 1 meanwhile. The late
+    answer for step 2 must not replace the pick, nor later refreshes move it; ?step=0 links."""
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    page.add_init_script(SLOW_LATEST_STEP)
+    page.goto(run_url)
+    page.wait_for_function("() => document.querySelectorAll('#step-select option').length === 3", timeout=15_000)
+    page.select_option("#step-select", "1")
+    page.wait_for_selector("body[data-rendered-step='1']", timeout=10_000)
+    page.wait_for_timeout(4_000)  # the slow answer for step 2 and one more 3-s refresh
+    assert page.evaluate("() => [document.body.dataset.renderedStep, document.getElementById('step-select').value]") == ["1", "1"]
+    page.goto(f"{run_url}?step=0")
+    page.wait_for_selector("body[data-rendered-step='0']", timeout=15_000)
+    page.wait_for_timeout(3_500)
+    assert page.evaluate("() => [document.body.dataset.renderedStep, document.getElementById('step-select').value]") == ["0", "0"]
+    page.close()
+
+
+def test_an_unknown_run_says_so_and_stops_polling(browser: Any, sqlite_server: LiveServer, output_dir: Path) -> None:
+    page = browser.new_page(viewport={"width": 1300, "height": 800})
+    api_calls: list[str] = []
+    page.on("request", lambda r: api_calls.append(r.url) if "/api/v1/runs/no-such-run" in r.url else None)
+    page.goto(f"{sqlite_server.url}/runs/no-such-run")
+    page.wait_for_selector("#run-error:not([hidden])", timeout=10_000)
+    assert "No run \"no-such-run\"" in page.locator("#run-error").inner_text()
+    assert not page.locator("#timeline").is_visible() and not page.locator("#straggler-heatmap").is_visible()
+    settled = len(api_calls)
+    page.wait_for_timeout(6_500)  # more than one period of every poller (3 s and 5 s)
+    assert len(api_calls) == settled, api_calls
+    page.screenshot(path=str(output_dir / "missing-run.png"), full_page=True)
     page.close()
 
 
@@ -95,4 +144,18 @@ def test_run_page_explains_the_bubble_and_lists_suggestions(
     page.locator("#suggestions").scroll_into_view_if_needed()
     page.screenshot(path=str(output_dir / "run-page-analysis.png"), full_page=True)
     assert errors == []
+    page.close()
+
+
+def test_the_api_docs_page_renders_without_leaving_the_service(browser: Any, sqlite_server: LiveServer) -> None:
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    outside: list[str] = []
+    page.on("request", lambda r: outside.append(r.url) if "127.0.0.1" not in r.url and not r.url.startswith("data:") else None)
+    page.goto(f"{sqlite_server.url}/docs")
+    page.wait_for_selector(".swagger-ui .opblock", timeout=15_000)  # one block per operation
+    paths = page.locator(".opblock-summary-path").all_inner_texts()
+    assert any("/api/v1/runs/{run_key}/analysis" in text for text in paths), paths
+    assert errors == [] and outside == [], (errors, outside)
     page.close()
