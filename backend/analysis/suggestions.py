@@ -247,7 +247,7 @@ def _suggestion(evidence: RunEvidence, kind: str, prediction: Prediction, *, tit
         torchtitan["parallelism.pipeline_parallel_microbatch_size"] = apply["microbatch_size"]
         megatron.append(f"--micro-batch-size {apply['microbatch_size']}")
     if prediction.layers_per_stage is not None and "layers_per_stage" in apply:
-        torchtitan["parallelism.pipeline_parallel_layers_per_stage"] = "per stage: " + ",".join(map(str, prediction.layers_per_stage))
+        torchtitan.update(torchtitan_layer_split(prediction.layers_per_stage))
         megatron += [f"--decoder-first-pipeline-num-layers {prediction.layers_per_stage[0]}",
                      f"--decoder-last-pipeline-num-layers {prediction.layers_per_stage[-1]}"]
     if prediction.stages_per_rank > 1:
@@ -260,6 +260,23 @@ def _suggestion(evidence: RunEvidence, kind: str, prediction: Prediction, *, tit
     torch = f"torch.distributed.pipelining.{TORCH_CLASSES.get(schedule, schedule)}({stage_arg}, {args})"
     return build_suggestion(evidence, kind, prediction.step_ns, prediction.bubble_fraction, title, why, memory, apply,
                   torch, torchtitan, megatron)
+
+
+def torchtitan_layer_split(layers_per_stage: tuple[int, ...] | list[int]) -> dict[str, Any]:
+    """A layer split in torchtitan's terms: ``pipeline_parallel_layers_per_stage`` (one int) when
+    every stage has as many layers, else ``module_fqns_per_model_part`` (each stage's module
+    names, torchtitan's Llama naming: the embedding with the first stage, norm and output with
+    the last)."""
+    if len(set(layers_per_stage)) == 1:
+        return {"parallelism.pipeline_parallel_layers_per_stage": layers_per_stage[0]}
+    parts: list[list[str]] = []
+    first = 0
+    for count in layers_per_stage:
+        parts.append([f"layers.{index}" for index in range(first, first + count)])
+        first += count
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "output"]
+    return {"parallelism.module_fqns_per_model_part": parts}
 
 
 def _plain(evidence: RunEvidence, kind: str, predicted_ns: float, *, title: str, why: str, memory: str,
