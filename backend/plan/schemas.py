@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-PositiveInt = Annotated[int, Strict(), Field(ge=1)]
+from bubblescope.backend.fields import PositiveInt
+
 PositiveFloat = Annotated[float, Field(gt=0)]
 
 

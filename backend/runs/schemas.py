@@ -8,6 +8,31 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from bubblescope.backend.analysis.model import RankBreakdown, StepBubble
+from bubblescope.backend.fields import NonNegativeInt, PositiveInt
+
+StageIndex = NonNegativeInt
+
+
+class RunConfig(BaseModel):
+    """A run's configuration: any keys, but those the analysis reads must have their types (a
+    ``"num_microbatches": "eight"`` is refused at registration, not failed on later)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schedule: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    num_stages: PositiveInt | None = None
+    num_microbatches: PositiveInt | None = None
+    virtual_stages: PositiveInt | None = None
+    pipeline_ranks: PositiveInt | None = None
+    stage_indices: Annotated[list[StageIndex], Field(max_length=4096)] | None = None
+    layers_per_stage: PositiveInt | Annotated[list[NonNegativeInt], Field(max_length=4096)] | None = None
+    microbatch_size: PositiveInt | None = None
+    global_batch: PositiveInt | None = None
+    tp: PositiveInt | None = None
+    pp: PositiveInt | None = None
+    dp: PositiveInt | None = None
+    zero: Annotated[int, Strict(), Field(ge=0, le=3)] | None = None
+    recompute: Annotated[str, Field(max_length=32)] | None = None
 
 
 class RunRegistration(BaseModel):
@@ -15,12 +40,11 @@ class RunRegistration(BaseModel):
 
     name: Annotated[str, Field(min_length=1, max_length=128)]
     world_size: Annotated[int, Strict(), Field(ge=1, le=1_000_000)]
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: RunConfig = Field(default_factory=RunConfig)
 
 
-StageIndex = Annotated[int, Strict(), Field(ge=0)]
 MeshDimension = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
-MeshCoordinate = Annotated[int, Strict(), Field(ge=0)]
+MeshCoordinate = NonNegativeInt
 
 
 class RankRegistration(BaseModel):

@@ -34,7 +34,7 @@ def require_run(session: Session, key: str) -> Run:
 
 def register_run(session: Session, key: str, registration: RunRegistration) -> RunSummary:
     run = repository.register_run(
-        session, key, registration.name, registration.world_size, registration.config
+        session, key, registration.name, registration.world_size, registration.config.model_dump(exclude_unset=True)
     )
     return _summary(run, step_count=0)
 
