@@ -69,7 +69,10 @@ def structural_problems(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelCon
         problems.append(("tp", f"tp={cfg.tp} does not split the {model.kv_heads} KV heads evenly"))
     if cfg.pp > model.layers:
         problems.append(("pp", f"pp={cfg.pp} exceeds the {model.layers} layers"))
-    if cfg.tp * cfg.pp * cfg.dp != cluster.gpus:
+    if cluster.gpus % (cfg.tp * cfg.pp):  # no whole number of replicas, whatever dp is
+        field = "tp" if cluster.gpus % cfg.tp else "pp"
+        problems.append((field, f"tp·pp = {cfg.tp}·{cfg.pp} does not divide the {cluster.gpus} GPUs of the cluster"))
+    elif cfg.tp * cfg.pp * cfg.dp != cluster.gpus:
         problems.append(("dp", f"tp·pp·dp = {cfg.tp}·{cfg.pp}·{cfg.dp} is not the {cluster.gpus} GPUs of the cluster"))
     if cfg.dp < 1 or global_batch % (cfg.dp * cfg.mbs):
         problems.append(("mbs", f"global batch {global_batch} is not divisible by dp·mbs = {cfg.dp}·{cfg.mbs}"))
