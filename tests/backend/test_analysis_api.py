@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def analysed(server: LiveServer) -> tuple[str, dict[str, Any]]:
-    return run_and_analyse(server.url, server.client(), JobShape("1f1b", 4, (3, 1), microbatch_size=32, hidden=256, steps=5))
+    return run_and_analyse(server.url, server.client(), JobShape("1f1b", 4, (3, 1), microbatch_size=64, hidden=768, steps=5))
 
 
 def test_analysis_attributes_the_bubble_and_describes_the_pipeline(server: LiveServer, analysed: tuple[str, dict[str, Any]]) -> None:
