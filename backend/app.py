@@ -12,12 +12,15 @@ from bubblescope.backend.errors import install_error_handlers
 from bubblescope.backend.ingest.router import router as ingest_router
 from bubblescope.backend.plan.router import router as plan_router
 from bubblescope.backend.runs.router import router as runs_router
+from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S
 from bubblescope.backend.runs.straggler_router import router as stragglers_router
 from bubblescope.backend.web.routes import mount_frontend
 
 
-def create_app(db_url: str) -> FastAPI:
-    """Build the service on ``db_url``; refuses a database whose schema is not at head."""
+def create_app(db_url: str, silent_after_s: float = DEFAULT_SILENT_AFTER_S) -> FastAPI:
+    """Build the service on ``db_url``; refuses a database whose schema is not at head.
+
+    ``silent_after_s``: a run not ended and not heard from for this long is shown as silent."""
     engine = build_engine(db_url)
     require_current(engine, db_url)
     app = FastAPI(
@@ -28,6 +31,7 @@ def create_app(db_url: str) -> FastAPI:
         redoc_url=None,
     )
     app.state.engine = engine
+    app.state.silent_after_s = silent_after_s
     app.state.session_factory = build_session_factory(engine)
     install_error_handlers(app)
     app.add_middleware(GZipMiddleware, minimum_size=4096)

@@ -12,6 +12,7 @@ from platformdirs import user_data_dir
 from bubblescope.backend.app import create_app
 from bubblescope.backend.db import migrate
 from bubblescope.backend.db.engine import is_sqlite, normalise_url
+from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S
 
 
 def default_db_url() -> str:
@@ -26,8 +27,9 @@ def prepare_database(db: str | None) -> str:
     return url
 
 
-def build_server(url: str, host: str, port: int) -> uvicorn.Server:
-    config = uvicorn.Config(create_app(url), host=host, port=port, log_level="warning", access_log=False)
+def build_server(url: str, host: str, port: int, silent_after_s: float = DEFAULT_SILENT_AFTER_S) -> uvicorn.Server:
+    app = create_app(url, silent_after_s)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     return uvicorn.Server(config)
 
 

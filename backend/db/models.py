@@ -56,6 +56,10 @@ class RankInfo(Base):
     clock_offset_ns: Mapped[int]
     clock_uncertainty_ns: Mapped[int]
     dropped_spans: Mapped[int] = mapped_column(server_default="0")
+    outcome: Mapped[str | None] = mapped_column(String(16))  # "finished" / "failed"; NULL: not ended
+    error: Mapped[str | None] = mapped_column(String(1000))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # received, service clock
+    end_ns: Mapped[int | None]  # when the rank ended, epoch ns on its own clock
 
     run: Mapped[Run] = relationship(back_populates="ranks")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -10,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from bubblescope.backend.db.models import RankInfo, Run, Span, StepAggregate
 from bubblescope.backend.db.upsert import insert_on_conflict
+from bubblescope.backend.runs.state import RankEnd
 
 
 def find_run(session: Session, key: str, for_update: bool = False) -> Run | None:
@@ -38,6 +40,37 @@ def register_run(session: Session, key: str, name: str, world_size: int, config:
 def register_rank(session: Session, run_id: int, rank: int, values: dict[str, Any]) -> None:
     row = {"run_id": run_id, "rank": rank, **values}
     insert_on_conflict(session, RankInfo.__table__, [row], ("run_id", "rank"), tuple(values))
+
+
+def end_rank(session: Session, run_id: int, rank: int, values: dict[str, Any]) -> bool:
+    """Record how the rank ended (a repeat overwrites); False when the rank is not registered."""
+    ended = session.execute(
+        update(RankInfo)
+        .where(RankInfo.run_id == run_id, RankInfo.rank == rank)
+        .values(**values, ended_at=func.now())
+    )
+    return bool(ended.rowcount)
+
+
+def rank_ends(session: Session, run_ids: Sequence[int]) -> dict[int, list[RankEnd]]:
+    """How every registered rank ended (outcome None: not yet), per run."""
+    ends: dict[int, list[RankEnd]] = {run_id: [] for run_id in run_ids}
+    if not run_ids:
+        return ends
+    for info in session.scalars(select(RankInfo).where(RankInfo.run_id.in_(run_ids))):
+        ends[info.run_id].append(rank_end(info))
+    return ends
+
+
+def rank_end(info: RankInfo) -> RankEnd:
+    """How the rank ended, its end time put on rank 0's clock."""
+    at_ns = None if info.end_ns is None else info.end_ns - info.clock_offset_ns
+    return RankEnd(info.rank, info.outcome, info.error, at_ns)
+
+
+def database_now(session: Session) -> datetime:
+    """The database's clock: the one that stamped every ``updated_at``."""
+    return session.scalars(select(func.now())).one()
 
 
 def touch_run(session: Session, run_id: int) -> None:

@@ -14,6 +14,7 @@ from bubblescope.backend.runs.analysis_schemas import AnalysisOut, PredictionOut
 from bubblescope.backend.runs.schemas import (
     CaptureOut,
     CaptureRequestIn,
+    RankEndIn,
     RankOut,
     RankRegistration,
     RunDetail,
@@ -42,18 +43,38 @@ async def put_rank(run_key: RunKey, rank: RankIndex, request: Request, session: 
     return await run_in_threadpool(service.register_rank, session, run_key, rank, registration)
 
 
-@router.get("", response_model=list[RunSummary], summary="Runs, most recently active first")
+@router.put("/{run_key}/ranks/{rank}/end", response_model=RankOut, openapi_extra=json_body_doc(RankEndIn),
+            summary="Record how one rank ended: finished, or failed with its error (sent by the collector on exit)")
+async def put_rank_end(run_key: RunKey, rank: RankIndex, request: Request, session: DbSession) -> RankOut:
+    end = parse_document(RankEndIn, await read_json(request))
+    return await run_in_threadpool(service.end_rank, session, run_key, rank, end)
+
+
+SilentAfter = Annotated[float | None, Query(
+    gt=0, le=30 * 86400,
+    description="seconds without news after which a run that has not ended is 'silent' (default: the service's "
+                "--silent-after)",
+)]
+
+
+def _silent_after(request: Request, asked: float | None) -> float:
+    return asked if asked is not None else float(request.app.state.silent_after_s)
+
+
+@router.get("", response_model=list[RunSummary], summary="Runs, most recently active first, each with its state")
 def get_runs(
     session: DbSession,
+    request: Request,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
+    silent_after_s: SilentAfter = None,
 ) -> list[RunSummary]:
-    return service.list_runs(session, limit, offset)
+    return service.list_runs(session, limit, offset, _silent_after(request, silent_after_s))
 
 
-@router.get("/{run_key}", response_model=RunDetail, summary="A run: config, ranks and per-step summary")
-def get_run(run_key: RunKey, session: DbSession) -> RunDetail:
-    return service.run_detail(session, run_key)
+@router.get("/{run_key}", response_model=RunDetail, summary="A run: state, config, ranks and per-step summary")
+def get_run(run_key: RunKey, session: DbSession, request: Request, silent_after_s: SilentAfter = None) -> RunDetail:
+    return service.run_detail(session, run_key, _silent_after(request, silent_after_s))
 
 
 @router.get("/{run_key}/steps/{step}", response_model=StepDetail,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from bubblescope.backend.analysis.model import RankBreakdown, StepBubble
 from bubblescope.backend.fields import NonNegativeInt, PositiveInt
+from bubblescope.backend.runs.state import RunStateName
 
 StageIndex = NonNegativeInt
 
@@ -63,6 +64,17 @@ class RankRegistration(BaseModel):
     clock_uncertainty_ns: Annotated[int, Strict(), Field(ge=0)] = 0
 
 
+class RankEndIn(BaseModel):
+    """How a rank's process ended, sent by the collector on its way out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: Literal["finished", "failed"]
+    error: Annotated[str, Field(max_length=1000, description="the uncaught exception, for a failed rank")] | None = None
+    end_ns: Annotated[int, Strict(), Field(ge=0, description="when it ended: epoch ns on the rank's own clock, "
+                                                            "like its spans")] | None = None
+
+
 class RankOut(BaseModel):
     rank: int
     host: str
@@ -73,6 +85,9 @@ class RankOut(BaseModel):
     clock_offset_ns: int
     clock_uncertainty_ns: int
     dropped_spans: int
+    outcome: Literal["finished", "failed"] | None = Field(description="how the rank ended; null: not (yet) reported")
+    error: str | None
+    ended_at: datetime | None = Field(description="when the service received the end")
 
 
 class RunSummary(BaseModel):
@@ -81,8 +96,11 @@ class RunSummary(BaseModel):
     world_size: int
     config: dict[str, Any]
     created_at: datetime
-    updated_at: datetime
+    updated_at: datetime = Field(description="when the service last heard from any rank")
     step_count: int
+    state: RunStateName = Field(description="running, finished, failed (a rank ended on an error) or silent "
+                                            "(not ended, nothing heard for silent_after_s)")
+    state_detail: str
 
 
 class StepSummary(BaseModel):

@@ -13,7 +13,9 @@ from bubblescope.backend.analysis.model import RankBreakdown, StepBubble, TimedS
 from bubblescope.backend.db.models import RankInfo, Run, Span, StepAggregate
 from bubblescope.backend.errors import ApiError
 from bubblescope.backend.runs import repository
+from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S, RankEnd, as_utc, run_state
 from bubblescope.backend.runs.schemas import (
+    RankEndIn,
     RankOut,
     RankRegistration,
     RunDetail,
@@ -36,7 +38,7 @@ def register_run(session: Session, key: str, registration: RunRegistration) -> R
     run = repository.register_run(
         session, key, registration.name, registration.world_size, registration.config.model_dump(exclude_unset=True)
     )
-    return _summary(run, step_count=0)
+    return _summary(session, run, 0, repository.rank_ends(session, [run.id])[run.id], DEFAULT_SILENT_AFTER_S)
 
 
 def register_rank(session: Session, key: str, rank: int, registration: RankRegistration) -> RankOut:
@@ -44,16 +46,30 @@ def register_rank(session: Session, key: str, rank: int, registration: RankRegis
     if rank >= run.world_size:
         raise ApiError(422, ["path", "rank"], f"rank {rank} is not below the run's world_size {run.world_size}")
     values = registration.model_dump(exclude_none=True)
+    # A rank that registers is alive: a restarted worker (torchrun --max-restarts keeps the run
+    # key) clears the end its previous process reported.
+    values.update(outcome=None, error=None, ended_at=None, end_ns=None)
     repository.register_rank(session, run.id, rank, values)
     info = next(r for r in repository.ranks_of(session, run.id) if r.rank == rank)
     return _rank_out(info)
 
 
-def list_runs(session: Session, limit: int, offset: int) -> list[RunSummary]:
-    return [_summary(run, count) for run, count in repository.list_runs(session, limit, offset)]
+def end_rank(session: Session, key: str, rank: int, end: RankEndIn) -> RankOut:
+    run = require_run(session, key)
+    if not repository.end_rank(session, run.id, rank, {"outcome": end.outcome, "error": end.error, "end_ns": end.end_ns}):
+        raise ApiError(404, ["path", "rank"], f"rank {rank} of run {key!r} is not registered")
+    repository.touch_run(session, run.id)
+    info = next(r for r in repository.ranks_of(session, run.id) if r.rank == rank)
+    return _rank_out(info)
 
 
-def run_detail(session: Session, key: str) -> RunDetail:
+def list_runs(session: Session, limit: int, offset: int, silent_after_s: float) -> list[RunSummary]:
+    listed = repository.list_runs(session, limit, offset)
+    ends = repository.rank_ends(session, [run.id for run, _ in listed])
+    return [_summary(session, run, count, ends[run.id], silent_after_s) for run, count in listed]
+
+
+def run_detail(session: Session, key: str, silent_after_s: float) -> RunDetail:
     run = require_run(session, key)
     ranks = repository.ranks_of(session, run.id)
     offsets = {info.rank: info.clock_offset_ns for info in ranks}
@@ -63,7 +79,8 @@ def run_detail(session: Session, key: str) -> RunDetail:
         by_step[aggregate.step].append(aggregate)
     steps = [_step_summary(step, rows, offsets, step in with_spans) for step, rows in sorted(by_step.items())]
     return RunDetail(
-        **_summary(run, len(steps)).model_dump(),
+        **_summary(session, run, len(steps), [repository.rank_end(info) for info in ranks],
+                   silent_after_s).model_dump(),
         ranks=[_rank_out(info) for info in ranks],
         steps=steps,
     )
@@ -138,10 +155,12 @@ def step_detail(session: Session, key: str, step: int) -> StepDetail:
     )
 
 
-def _summary(run: Run, step_count: int) -> RunSummary:
+def _summary(session: Session, run: Run, step_count: int, ends: Sequence[RankEnd], silent_after_s: float) -> RunSummary:
+    state = run_state(run.world_size, ends, run.updated_at, repository.database_now(session), silent_after_s)
     return RunSummary(
         key=run.key, name=run.name, world_size=run.world_size, config=run.config or {},
-        created_at=run.created_at, updated_at=run.updated_at, step_count=step_count,
+        created_at=as_utc(run.created_at), updated_at=as_utc(run.updated_at), step_count=step_count,
+        state=state.state, state_detail=state.detail,
     )
 
 
@@ -154,7 +173,8 @@ def _rank_out(info: RankInfo) -> RankOut:
     return RankOut(
         rank=info.rank, host=info.host, pid=info.pid, stage=info.stage,
         stages=info.stages, coords=info.coords, clock_offset_ns=info.clock_offset_ns, clock_uncertainty_ns=info.clock_uncertainty_ns,
-        dropped_spans=info.dropped_spans,
+        dropped_spans=info.dropped_spans, outcome=info.outcome, error=info.error,
+        ended_at=None if info.ended_at is None else as_utc(info.ended_at),
     )
 
 

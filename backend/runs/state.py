@@ -1,0 +1,78 @@
+"""A run's state, read from what its ranks reported: running, finished, failed or silent.
+
+- **failed**: a rank reported that it ended on an uncaught exception (the collector notes it on
+  the way out). Wins over everything else: the other ranks are usually killed by the launcher
+  next, which they cannot report, or fail in turn on the broken connection, so the detail names
+  the rank that failed first (on the aligned clock): usually the cause.
+- **finished**: every rank of the world reported a clean end (``collector.shutdown()``, which
+  also runs at interpreter exit).
+- **silent**: not ended, and nothing heard from any rank for ``silent_after_s``: killed
+  (SIGKILL, out of memory), hung (a collective that never completes), or cut off from the
+  service. Also a long pause with no steps (evaluation, checkpointing), which the detail says.
+- **running**: otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Literal
+
+RunStateName = Literal["running", "finished", "failed", "silent"]
+RANK_OUTCOMES = ("finished", "failed")
+DEFAULT_SILENT_AFTER_S = 120.0
+
+
+@dataclass(frozen=True)
+class RankEnd:
+    rank: int
+    outcome: str | None  # None: the rank has not reported an end
+    error: str | None = None
+    at_ns: int | None = None  # when it ended, on rank 0's clock (None: not told)
+
+
+@dataclass(frozen=True)
+class RunState:
+    state: RunStateName
+    detail: str
+
+
+def as_utc(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes that are UTC (CURRENT_TIMESTAMP); PostgreSQL aware ones."""
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
+
+
+def run_state(
+    world_size: int, ranks: Sequence[RankEnd], last_contact: datetime, now: datetime, silent_after_s: float
+) -> RunState:
+    failed = sorted((r for r in ranks if r.outcome == "failed"), key=lambda r: (r.at_ns is None, r.at_ns or 0, r.rank))
+    if failed:
+        first = failed[0]
+        if len(failed) == 1:
+            return RunState("failed", f"rank {first.rank} failed: {first.error or 'no error text'}")
+        others = ", ".join(str(r.rank) for r in failed[1:])
+        return RunState("failed", f"rank {first.rank} failed first: {first.error or 'no error text'} "
+                                  f"(then rank{'s' if len(failed) > 2 else ''} {others})")
+    finished = {r.rank for r in ranks if r.outcome == "finished"}
+    if len(finished) >= world_size:
+        return RunState("finished", f"all {world_size} ranks finished")
+    quiet_s = (as_utc(now) - as_utc(last_contact)).total_seconds()
+    ended = f"; {len(finished)} of {world_size} ranks finished" if finished else ""
+    if quiet_s >= silent_after_s:
+        open_ranks = world_size - len(finished)
+        return RunState(
+            "silent",
+            f"nothing heard for {_duration(quiet_s)}, and {open_ranks} of {world_size} ranks never reported an "
+            f"end: killed, hung, paused without steps, or cut off from the service{ended}",
+        )
+    return RunState("running", f"last heard {_duration(max(0.0, quiet_s))} ago{ended}")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
