@@ -10,7 +10,11 @@
     for batch in collector.timed_batches(loader):
         with collector.step():
             schedule.step(...)
-    collector.shutdown()
+    collector.shutdown()                   # also at exit: reports the rank finished
+
+An uncaught exception that ends the process reports the rank failed, with its type and message
+(``sys.excepthook`` is chained, not replaced); a killed rank reports nothing, and the service
+shows its run as silent once nothing has been heard for a while.
 
 Every torch.distributed collective and point-to-point call (and the functional collectives of
 DTensor / tensor parallelism, which FSDP2 and TP use) is recorded once ``init`` has run after
@@ -27,9 +31,11 @@ import atexit
 import contextlib
 import logging
 import os
+import sys
 from typing import Any
 
 from bubblescope import wire
+from bubblescope.collector.clock import now_ns
 from bubblescope.collector.config import CollectorConfig
 from bubblescope.collector.model_parallel import LayerwiseStage
 from bubblescope.collector.session import CollectorSession
@@ -58,6 +64,7 @@ log = logging.getLogger("bubblescope.collector")
 _NOOP = contextlib.nullcontext()
 _session: CollectorSession | None = None
 _warned_kinds: set[str] = set()
+_uncaught: tuple[str, int] | None = None  # the exception ending this process and when (epoch ns)
 
 
 def init(
@@ -92,9 +99,27 @@ def init(
             return
         _session = CollectorSession(resolved, config)
         atexit.register(shutdown)
+        _note_uncaught_exceptions()
     except Exception as error:  # noqa: BLE001 - a broken collector must not stop training
         log.warning("bubblescope: collector disabled, init failed: %r", error)
         _session = None
+
+
+def _note_uncaught_exceptions() -> None:
+    """Chain ``sys.excepthook`` (it runs before the atexit shutdown) so that the rank's end is
+    reported as failed, with the exception's type and message. The previous hook still runs."""
+    global _uncaught
+    previous = sys.excepthook
+
+    def note_and_pass_on(kind: type[BaseException], value: BaseException, traceback: Any) -> None:
+        global _uncaught
+        try:
+            _uncaught = (f"{kind.__name__}: {value}" if str(value) else kind.__name__, now_ns())
+        finally:
+            previous(kind, value, traceback)
+
+    _uncaught = None
+    sys.excepthook = note_and_pass_on
 
 
 def is_enabled() -> bool:
@@ -233,6 +258,8 @@ def shutdown() -> None:
 
         pipelining.detach()
         collectives.detach()
+        error, at_ns = _uncaught or (None, now_ns())
+        session.report_end(error, at_ns)
         session.close()
     except Exception as error:  # noqa: BLE001
         log.warning("bubblescope: shutdown error ignored: %r", error)

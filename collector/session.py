@@ -167,6 +167,13 @@ class CollectorSession:
         }
         self._put(f"{wire.API_PREFIX}/runs/{self.run_key}/ranks/{self.rank}", body)
 
+    def report_end(self, error: str | None, at_ns: int) -> None:
+        """Tell the service how this rank ended (at ``at_ns``, epoch ns): failed with ``error``, or finished."""
+        body: dict[str, Any] = {"outcome": "finished", "end_ns": at_ns}
+        if error is not None:
+            body.update(outcome="failed", error=error[:1000])
+        self._put(f"{wire.API_PREFIX}/runs/{self.run_key}/ranks/{self.rank}/end", body)
+
     def _put(self, path: str, body: dict[str, Any]) -> None:
         self.shipper.submit_message(Message("PUT", path, wire.encode_batch(body)))
 

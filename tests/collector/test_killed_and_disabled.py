@@ -1,7 +1,8 @@
 """A job killed with SIGKILL while the service is down, and a collector turned off.
 
 Killed: the spool files written so far survive and ``bubblescope upload-spool`` delivers them;
-what a writer killed mid-write leaves (a temporary file) and a corrupt file do not break it.
+what a writer killed mid-write leaves (a temporary file) and a corrupt file do not break it; the
+run, never ended, turns silent.
 Disabled: every collector call is a no-op, no thread starts, nothing is sent or spooled.
 """
 
@@ -56,6 +57,12 @@ def test_a_job_killed_while_the_server_is_down_leaves_a_spool_that_upload_spool_
         detail = client.get(f"/api/v1/runs/{run_key}").json()
     assert [step["step"] for step in detail["steps"]] == sorted(steps)
     assert count_rows(sqlite_server.db_url, "spans", run_key) == spans
+    # Killed, it never reported an end: running while recently heard of, then silent.
+    assert detail["state"] == "running" and detail["ranks"][0]["outcome"] is None
+    time.sleep(2.2)  # SQLite stamps whole seconds
+    with sqlite_server.client() as client:
+        later = client.get(f"/api/v1/runs/{run_key}", params={"silent_after_s": 1}).json()
+    assert later["state"] == "silent" and "1 of 1 ranks never reported an end" in later["state_detail"]
 
 
 def test_disabled_collector_starts_no_thread_and_sends_nothing(sqlite_server: LiveServer, tmp_path: Path) -> None:

@@ -117,5 +117,7 @@ def test_a_server_that_answers_after_30_s_is_cut_off_by_the_request_timeout_and_
 
     result = upload_spool(tmp_path / "spool", sqlite_server.url)
     assert result.remaining == 0 and result.rejected == 0 and result.delivered > 0
-    assert [s["step"] for s in run_detail(sqlite_server, run_key)["steps"]] == list(range(STEPS))
+    detail = run_detail(sqlite_server, run_key)
+    assert [s["step"] for s in detail["steps"]] == list(range(STEPS))
+    assert detail["state"] == "finished", detail["state_detail"]  # the end, spooled at shutdown, came last
     assert_every_span_stored_or_counted(sqlite_server, run_key, report)

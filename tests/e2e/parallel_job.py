@@ -7,6 +7,7 @@ Run under torchrun (gloo, CPU)::
 Modes: naive (layer-wise model parallelism, hand-written send/recv), ddp, fsdp (FSDP2
 ``fully_shard``), tp (tensor parallelism on a 1-D DeviceMesh), collectives (every
 torch.distributed call once), compiled (a torch.compile'd region), hybrid2d (dp x pp), hybrid3d (dp x tp x pp, 8 processes).
+``--raise-at=RANK:STEP`` makes a rank of the naive job fail (an uncaught exception).
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def naive(args: argparse.Namespace) -> None:
     layers = mlp(args.layers, seed=rank)
     stage = collector.LayerwiseStage(stage=rank, num_stages=world)
     optimizer = collector.instrument_optimizer(torch.optim.SGD(layers.parameters(), lr=1e-3))
-    for _ in range(args.steps):
+    for step in range(args.steps):
+        if args.raise_at == (rank, step):
+            raise RuntimeError(f"injected failure on rank {rank} at step {step}")
         with collector.step():
             if rank == 0:
                 with collector.span("data_loading"):
@@ -215,6 +218,8 @@ def main() -> None:
     parser.add_argument("--no-collector", action="store_true")
     parser.add_argument("--skew", default=None, help="RANK:MS shifts that rank's clock by MS milliseconds")
     parser.add_argument("--disable-rank", type=int, default=None, help="this rank never initialises the collector")
+    parser.add_argument("--raise-at", type=lambda text: tuple(map(int, text.split(":"))), default=None,
+                        help="RANK:STEP (naive mode): that rank raises before that step")
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
