@@ -27,6 +27,10 @@ const bs = {
     return node;
   },
   cell(text, cls) { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; return td; },
+  // A run's state (running, finished, failed, silent) as a coloured badge; its detail on hover.
+  stateBadge(run) {
+    return bs.el("span", { class: `state state-${run.state}`, title: run.state_detail }, run.state);
+  },
   fact(label, value, small) {
     return bs.el("div", { class: "fact" }, bs.el("div", { class: "label" }, label), bs.el("div", { class: small ? "value small" : "value" }, value));
   },

@@ -22,6 +22,9 @@ function renderFacts(run) {
   document.getElementById("run-title").textContent = `${run.name}`;
   document.getElementById("crumb").textContent = run.key;
   document.title = `Bubblescope — ${run.name}`;
+  const state = document.getElementById("run-state");
+  state.replaceChildren(bs.stateBadge(run), bs.el("span", { class: run.state === "failed" ? "detail error" : "detail muted" }, run.state_detail));
+  state.hidden = false;
   const dropped = run.ranks.reduce((sum, r) => sum + r.dropped_spans, 0);
   document.getElementById("run-facts").replaceChildren(
     bs.fact("Ranks", String(run.world_size)),

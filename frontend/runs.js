@@ -10,7 +10,8 @@ async function loadRuns() {
       const link = bs.el("a", { href: `/runs/${encodeURIComponent(run.key)}` }, run.name);
       const name = document.createElement("td"); name.className = "text"; name.append(link);
       const c = run.config;
-      row.append(name, bs.cell(run.key, "text"), bs.cell(run.world_size), bs.cell(c.schedule || "—", "text"),
+      const state = bs.cell("", "text"); state.append(bs.stateBadge(run));
+      row.append(name, state, bs.cell(run.key, "text"), bs.cell(run.world_size), bs.cell(c.schedule || "—", "text"),
         bs.cell(c.num_stages ? `${c.num_stages} × ${c.num_microbatches}` : "—"), bs.cell(run.step_count),
         bs.cell(new Date(run.updated_at).toLocaleString(), "text"));
       return row;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,9 @@ def test_run_page_shows_one_timeline_row_per_rank(
 
     page.goto(f"{sqlite_server.url}/")
     page.wait_for_selector(f"a[href='/runs/{job.run_key}']", timeout=15_000)
+    row = page.locator("#runs tbody tr", has=page.locator(f"a[href='/runs/{job.run_key}']"))
+    assert row.locator(".state").inner_text() == "finished"
+    assert row.locator(".state").get_attribute("title") == f"all {stages} ranks finished"
     page.click(f"a[href='/runs/{job.run_key}']")
     page.wait_for_selector("body[data-rendered-step]", timeout=20_000)
     rows = page.evaluate(
@@ -144,6 +148,29 @@ def test_run_page_explains_the_bubble_and_lists_suggestions(
     page.locator("#suggestions").scroll_into_view_if_needed()
     page.screenshot(path=str(output_dir / "run-page-analysis.png"), full_page=True)
     assert errors == []
+    page.close()
+
+
+def test_a_failed_run_is_marked_in_the_list_and_on_its_page(
+    browser: Any, sqlite_server: LiveServer, output_dir: Path
+) -> None:
+    key = f"failed-{uuid.uuid4().hex[:8]}"
+    error = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    with sqlite_server.client() as client:
+        assert client.put(f"/api/v1/runs/{key}", json={"name": "oom-run", "world_size": 2}).status_code == 200
+        for rank in (0, 1):
+            assert client.put(f"/api/v1/runs/{key}/ranks/{rank}", json={"host": "h", "pid": rank}).status_code == 200
+        assert client.put(f"/api/v1/runs/{key}/ranks/1/end", json={"outcome": "failed", "error": error}).status_code == 200
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.goto(f"{sqlite_server.url}/")
+    row = page.locator("#runs tbody tr", has=page.locator(f"a[href='/runs/{key}']"))
+    row.wait_for(timeout=15_000)
+    assert row.locator(".state").inner_text() == "failed"
+    page.goto(f"{sqlite_server.url}/runs/{key}")
+    page.wait_for_selector("#run-state:not([hidden]) .state", timeout=15_000)
+    assert page.locator("#run-state .state").inner_text() == "failed"
+    assert page.locator("#run-state .detail").inner_text() == f"rank 1 failed: {error}"
+    page.screenshot(path=str(output_dir / "failed-run.png"))
     page.close()
 
 
