@@ -76,12 +76,12 @@ class LiveServer:
             self.process.kill()
 
 
-def start_server(db_url: str, log_dir: Path, port: int | None = None) -> LiveServer:
+def start_server(db_url: str, log_dir: Path, port: int | None = None, extra_args: Sequence[str] = ()) -> LiveServer:
     port = port or free_port()
     log_path = log_dir / f"server-{port}.log"
     handle = open(log_path, "wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "bubblescope.cli", "serve", "--db", db_url, "--port", str(port)],
+        [sys.executable, "-m", "bubblescope.cli", "serve", "--db", db_url, "--port", str(port), *extra_args],
         stdout=handle,
         stderr=subprocess.STDOUT,
     )

@@ -3,16 +3,20 @@ PUT /api/v1/runs/{key}/ranks/{rank}/end with the state it gives, on SQLite and P
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from bubblescope.backend.db import migrate
 from bubblescope.backend.runs.state import RankEnd, run_state
 from tests.backend.test_ingest import assert_names, register
-from tests.support import LiveServer
+from tests.support import LiveServer, start_server
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -140,3 +144,20 @@ def test_failures_are_ordered_on_rank_0s_clock(server: LiveServer) -> None:
         assert end(client, key, 1, {"outcome": "failed", "error": "ValueError: nan", "end_ns": 12_000}).status_code == 200
         detail = client.get(f"/api/v1/runs/{key}").json()["state_detail"]
         assert detail == "rank 1 failed first: ValueError: nan (then rank 0)"
+
+
+def test_serve_silent_after_sets_the_default_threshold(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'bubblescope.db'}"
+    migrate.upgrade(url)
+    live = start_server(url, tmp_path, extra_args=["--silent-after", "1"])
+    try:
+        with live.client() as client:
+            key = register(client, world_size=1)
+            time.sleep(2.2)
+            assert client.get(f"/api/v1/runs/{key}").json()["state"] == "silent"
+            assert client.get(f"/api/v1/runs/{key}", params={"silent_after_s": 60}).json()["state"] == "running"
+    finally:
+        live.stop()
+    refused = subprocess.run([sys.executable, "-m", "bubblescope.cli", "serve", "--db", url, "--silent-after", "0"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--silent-after: 0 is not between 0 (excluded) and 30 days" in refused.stderr
