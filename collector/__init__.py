@@ -12,9 +12,10 @@
             schedule.step(...)
     collector.shutdown()                   # also at exit: reports the rank finished
 
-An uncaught exception that ends the process reports the rank failed, with its type and message
-(``sys.excepthook`` is chained, not replaced); a killed rank reports nothing, and the service
-shows its run as silent once nothing has been heard for a while.
+An uncaught exception that ends the process (``sys.excepthook`` is chained, not replaced), or
+one propagating through the ``finally`` that calls ``shutdown()``, reports the rank failed with
+its type and message; a killed rank reports nothing, and the service shows its run as silent
+once nothing has been heard for a while.
 
 Every torch.distributed collective and point-to-point call (and the functional collectives of
 DTensor / tensor parallelism, which FSDP2 and TP use) is recorded once ``init`` has run after
@@ -65,6 +66,7 @@ _NOOP = contextlib.nullcontext()
 _session: CollectorSession | None = None
 _warned_kinds: set[str] = set()
 _uncaught: tuple[str, int] | None = None  # the exception ending this process and when (epoch ns)
+_hook_installed = False
 
 
 def init(
@@ -106,20 +108,45 @@ def init(
 
 
 def _note_uncaught_exceptions() -> None:
-    """Chain ``sys.excepthook`` (it runs before the atexit shutdown) so that the rank's end is
-    reported as failed, with the exception's type and message. The previous hook still runs."""
-    global _uncaught
+    """Chain ``sys.excepthook`` once per process (it runs before the atexit shutdown) so that the
+    rank's end is reported as failed, with the exception's type and message. The previous hook
+    still runs."""
+    global _uncaught, _hook_installed
+    _uncaught = None
+    if _hook_installed:
+        return
     previous = sys.excepthook
 
     def note_and_pass_on(kind: type[BaseException], value: BaseException, traceback: Any) -> None:
         global _uncaught
         try:
-            _uncaught = (f"{kind.__name__}: {value}" if str(value) else kind.__name__, now_ns())
+            _uncaught = (_describe(value), now_ns())
+        except Exception:  # noqa: BLE001 - e.g. a __str__ that raises: the previous hook still runs
+            _uncaught = (kind.__name__, now_ns())
         finally:
             previous(kind, value, traceback)
 
-    _uncaught = None
     sys.excepthook = note_and_pass_on
+    _hook_installed = True
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _ending_error() -> tuple[str | None, int]:
+    """The exception this process ends on, and when: one the excepthook saw, or one still
+    propagating through the ``finally`` (or ``__exit__``) that called ``shutdown()``."""
+    if _uncaught is not None:
+        return _uncaught
+    propagating = sys.exc_info()[1]
+    if propagating is None or (isinstance(propagating, SystemExit) and propagating.code in (None, 0)):
+        return None, now_ns()
+    try:
+        return _describe(propagating), now_ns()
+    except Exception:  # noqa: BLE001
+        return type(propagating).__name__, now_ns()
 
 
 def is_enabled() -> bool:
@@ -258,8 +285,7 @@ def shutdown() -> None:
 
         pipelining.detach()
         collectives.detach()
-        error, at_ns = _uncaught or (None, now_ns())
-        session.report_end(error, at_ns)
+        session.report_end(*_ending_error())
         session.close()
     except Exception as error:  # noqa: BLE001
         log.warning("bubblescope: shutdown error ignored: %r", error)

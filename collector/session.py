@@ -169,10 +169,12 @@ class CollectorSession:
 
     def report_end(self, error: str | None, at_ns: int) -> None:
         """Tell the service how this rank ended (at ``at_ns``, epoch ns): failed with ``error``, or finished."""
-        body: dict[str, Any] = {"outcome": "finished", "end_ns": at_ns}
+        clock = self.clock or ClockOffset(0, 0)
+        body: dict[str, Any] = {"outcome": "finished", "end_ns": at_ns, "clock_offset_ns": clock.offset_ns}
         if error is not None:
             body.update(outcome="failed", error=error[:1000])
-        self._put(f"{wire.API_PREFIX}/runs/{self.run_key}/ranks/{self.rank}/end", body)
+        path = f"{wire.API_PREFIX}/runs/{self.run_key}/ranks/{self.rank}/end"
+        self.shipper.submit_message(Message("PUT", path, wire.encode_batch(body)), past_a_full_inbox=True)
 
     def _put(self, path: str, body: dict[str, Any]) -> None:
         self.shipper.submit_message(Message("PUT", path, wire.encode_batch(body)))

@@ -87,8 +87,10 @@ class Shipper:
     def count_dropped(self, spans: int) -> None:
         self._dropped_in_job += spans
 
-    def submit_message(self, message: Message) -> None:
-        if len(self._inbox) >= self.config.queue_steps:
+    def submit_message(self, message: Message, past_a_full_inbox: bool = False) -> None:
+        """Queue a registration; one past a full inbox only for the last (the rank's end): one
+        item more, sent (or spooled) before the stop."""
+        if len(self._inbox) >= self.config.queue_steps and not past_a_full_inbox:
             self._warn_once("queue-full", "bubblescope: queue full, a registration was dropped")
             return
         self._inbox.append(message)

@@ -59,7 +59,7 @@ class RankInfo(Base):
     outcome: Mapped[str | None] = mapped_column(String(16))  # "finished" / "failed"; NULL: not ended
     error: Mapped[str | None] = mapped_column(String(1000))
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # received, service clock
-    end_ns: Mapped[int | None]  # when the rank ended, epoch ns on its own clock
+    end_ns: Mapped[int | None]  # when the rank ended, epoch ns on rank 0's clock
 
     run: Mapped[Run] = relationship(back_populates="ranks")
 

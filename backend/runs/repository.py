@@ -63,9 +63,7 @@ def rank_ends(session: Session, run_ids: Sequence[int]) -> dict[int, list[RankEn
 
 
 def rank_end(info: RankInfo) -> RankEnd:
-    """How the rank ended, its end time put on rank 0's clock."""
-    at_ns = None if info.end_ns is None else info.end_ns - info.clock_offset_ns
-    return RankEnd(info.rank, info.outcome, info.error, at_ns)
+    return RankEnd(info.rank, info.outcome, info.error, info.end_ns)
 
 
 def database_now(session: Session) -> datetime:

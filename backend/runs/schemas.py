@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
 
 from bubblescope.backend.analysis.model import RankBreakdown, StepBubble
 from bubblescope.backend.fields import NonNegativeInt, PositiveInt
@@ -71,8 +71,17 @@ class RankEndIn(BaseModel):
 
     outcome: Literal["finished", "failed"]
     error: Annotated[str, Field(max_length=1000, description="the uncaught exception, for a failed rank")] | None = None
-    end_ns: Annotated[int, Strict(), Field(ge=0, description="when it ended: epoch ns on the rank's own clock, "
-                                                            "like its spans")] | None = None
+    end_ns: Annotated[int, Strict(), Field(ge=0, le=2**63 - 1, description="when it ended: epoch ns on the rank's "
+                                                                         "own clock, like its spans")] | None = None
+    clock_offset_ns: Annotated[int, Strict(), Field(ge=-(2**62), le=2**62, description=(
+        "this rank's clock minus rank 0's when it ended (default: the offset it registered)"))] | None = None
+
+    @field_validator("error")
+    @classmethod
+    def error_only_when_failed(cls, error: str | None, info: ValidationInfo) -> str | None:
+        if error is not None and info.data.get("outcome") != "failed":
+            raise ValueError("an error is given only with outcome 'failed'")
+        return error
 
 
 class RankOut(BaseModel):

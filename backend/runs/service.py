@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy.orm import Session
 
@@ -38,7 +39,8 @@ def register_run(session: Session, key: str, registration: RunRegistration) -> R
     run = repository.register_run(
         session, key, registration.name, registration.world_size, registration.config.model_dump(exclude_unset=True)
     )
-    return _summary(session, run, 0, repository.rank_ends(session, [run.id])[run.id], DEFAULT_SILENT_AFTER_S)
+    now = repository.database_now(session)
+    return _summary(run, 0, repository.rank_ends(session, [run.id])[run.id], now, DEFAULT_SILENT_AFTER_S)
 
 
 def register_rank(session: Session, key: str, rank: int, registration: RankRegistration) -> RankOut:
@@ -50,23 +52,29 @@ def register_rank(session: Session, key: str, rank: int, registration: RankRegis
     # key) clears the end its previous process reported.
     values.update(outcome=None, error=None, ended_at=None, end_ns=None)
     repository.register_rank(session, run.id, rank, values)
+    repository.touch_run(session, run.id)
     info = next(r for r in repository.ranks_of(session, run.id) if r.rank == rank)
     return _rank_out(info)
 
 
 def end_rank(session: Session, key: str, rank: int, end: RankEndIn) -> RankOut:
     run = require_run(session, key)
-    if not repository.end_rank(session, run.id, rank, {"outcome": end.outcome, "error": end.error, "end_ns": end.end_ns}):
+    info = next((r for r in repository.ranks_of(session, run.id) if r.rank == rank), None)
+    if info is None:
         raise ApiError(404, ["path", "rank"], f"rank {rank} of run {key!r} is not registered")
+    offset = end.clock_offset_ns if end.clock_offset_ns is not None else info.clock_offset_ns
+    on_rank0_clock = None if end.end_ns is None else end.end_ns - offset
+    repository.end_rank(session, run.id, rank, {"outcome": end.outcome, "error": end.error, "end_ns": on_rank0_clock})
     repository.touch_run(session, run.id)
-    info = next(r for r in repository.ranks_of(session, run.id) if r.rank == rank)
+    session.refresh(info)
     return _rank_out(info)
 
 
 def list_runs(session: Session, limit: int, offset: int, silent_after_s: float) -> list[RunSummary]:
     listed = repository.list_runs(session, limit, offset)
     ends = repository.rank_ends(session, [run.id for run, _ in listed])
-    return [_summary(session, run, count, ends[run.id], silent_after_s) for run, count in listed]
+    now = repository.database_now(session)
+    return [_summary(run, count, ends[run.id], now, silent_after_s) for run, count in listed]
 
 
 def run_detail(session: Session, key: str, silent_after_s: float) -> RunDetail:
@@ -79,7 +87,7 @@ def run_detail(session: Session, key: str, silent_after_s: float) -> RunDetail:
         by_step[aggregate.step].append(aggregate)
     steps = [_step_summary(step, rows, offsets, step in with_spans) for step, rows in sorted(by_step.items())]
     return RunDetail(
-        **_summary(session, run, len(steps), [repository.rank_end(info) for info in ranks],
+        **_summary(run, len(steps), [repository.rank_end(info) for info in ranks], repository.database_now(session),
                    silent_after_s).model_dump(),
         ranks=[_rank_out(info) for info in ranks],
         steps=steps,
@@ -155,8 +163,10 @@ def step_detail(session: Session, key: str, step: int) -> StepDetail:
     )
 
 
-def _summary(session: Session, run: Run, step_count: int, ends: Sequence[RankEnd], silent_after_s: float) -> RunSummary:
-    state = run_state(run.world_size, ends, run.updated_at, repository.database_now(session), silent_after_s)
+def _summary(
+    run: Run, step_count: int, ends: Sequence[RankEnd], now: datetime, silent_after_s: float
+) -> RunSummary:
+    state = run_state(run.world_size, ends, run.updated_at, now, silent_after_s)
     return RunSummary(
         key=run.key, name=run.name, world_size=run.world_size, config=run.config or {},
         created_at=as_utc(run.created_at), updated_at=as_utc(run.updated_at), step_count=step_count,

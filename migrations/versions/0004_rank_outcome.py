@@ -4,8 +4,9 @@
   the rank has not reported an end (running, or killed before it could).
 - ``ranks.error``: for a failed rank, the uncaught exception (type and message).
 - ``ranks.ended_at``: when the service received the end.
-- ``ranks.end_ns``: when the rank ended, epoch ns on the rank's own clock (like its spans), so
-  failures on several ranks can be put in order: the first is usually the cause.
+- ``ranks.end_ns``: when the rank ended, epoch ns on rank 0's clock (the rank's own time less its
+  clock offset at the end), so failures on several ranks can be put in order: the first is
+  usually the cause.
 
 Revision ID: 0004
 Revises: 0003

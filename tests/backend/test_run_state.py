@@ -114,6 +114,8 @@ def test_a_run_not_heard_from_turns_silent_at_the_asked_threshold(server: LiveSe
     ({"outcome": "finished", "exit_code": 0}, ["body", "exit_code"], "Extra inputs"),
     ({"outcome": "finished", "end_ns": -1}, ["body", "end_ns"], "greater than or equal to 0"),
     ({"outcome": "finished", "end_ns": "5"}, ["body", "end_ns"], "valid integer"),
+    ({"outcome": "finished", "end_ns": 2**63}, ["body", "end_ns"], "less than or equal to"),
+    ({"outcome": "finished", "error": "x"}, ["body", "error"], "only with outcome 'failed'"),
 ])
 def test_a_bad_end_names_the_field_and_changes_nothing(server: LiveServer, body: Any, loc: list[str], words: str) -> None:
     with server.client() as client:
@@ -144,6 +146,12 @@ def test_failures_are_ordered_on_rank_0s_clock(server: LiveServer) -> None:
         assert end(client, key, 1, {"outcome": "failed", "error": "ValueError: nan", "end_ns": 12_000}).status_code == 200
         detail = client.get(f"/api/v1/runs/{key}").json()["state_detail"]
         assert detail == "rank 1 failed first: ValueError: nan (then rank 0)"
+        # The offset re-estimated during the run and sent with the end wins over the registered one:
+        # rank 1's clock has drifted to 2 µs ahead, so its end at 12 µs is 10 µs, after rank 0's 5 µs.
+        body = {"outcome": "failed", "error": "ValueError: nan", "end_ns": 12_000, "clock_offset_ns": 2_000}
+        assert end(client, key, 1, body).status_code == 200
+        detail = client.get(f"/api/v1/runs/{key}").json()["state_detail"]
+        assert detail == "rank 0 failed first: RuntimeError: peer gone (then rank 1)"
 
 
 def test_serve_silent_after_sets_the_default_threshold(tmp_path: Path) -> None:

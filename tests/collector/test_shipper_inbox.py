@@ -13,6 +13,8 @@ from bubblescope.collector.config import CollectorConfig
 from bubblescope.collector.recorder import StepRecord
 from bubblescope.collector.shipper import Shipper
 from bubblescope.collector.spool import Spool
+from bubblescope.collector.transport import Message
+from bubblescope.wire import encode_batch
 
 
 def shipper_for(tmp_path: Path, **settings: float) -> Shipper:
@@ -81,3 +83,19 @@ def test_steps_are_flushed_when_the_loop_stops_submitting_and_all_arrive_in_orde
         shipper.stop(timeout_s=2.0)
     assert spooled_steps(shipper) == list(range(60))
     assert len(list(shipper.spool.pending())) >= 3  # flushed per interval, not in one batch at stop
+
+
+def test_a_full_inbox_still_takes_the_ranks_end_after_the_steps_it_holds(tmp_path: Path) -> None:
+    shipper = shipper_for(tmp_path, queue_steps=3, flush_interval_s=60.0)
+    for step in range(5):  # two of them dropped: the inbox is full
+        shipper.submit(record(step, 2))
+    registration = Message("PUT", "/api/v1/runs/inbox-run/ranks/0", encode_batch({"host": "h", "pid": 1}))
+    end = Message("PUT", "/api/v1/runs/inbox-run/ranks/0/end", encode_batch({"outcome": "finished"}))
+    shipper.submit_message(registration)  # an ordinary registration is dropped past a full inbox
+    shipper.submit_message(end, past_a_full_inbox=True)
+    shipper.start()
+    shipper.stop(timeout_s=2.0)
+    spooled = [message for _, message in shipper.spool.pending()]
+    assert [m.path for m in spooled] == ["/api/v1/ingest", "/api/v1/runs/inbox-run/ranks/0/end"]  # steps, then end
+    assert [s["step"] for s in json.loads(gzip.decompress(spooled[0].body))["steps"]] == [0, 1, 2]
+    assert shipper.dropped_spans == 4

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.support import LiveServer, run_pipeline_job, wait_for_steps
 
@@ -48,7 +49,8 @@ def test_run_page_shows_one_timeline_row_per_rank(
     page.goto(f"{sqlite_server.url}/")
     page.wait_for_selector(f"a[href='/runs/{job.run_key}']", timeout=15_000)
     row = page.locator("#runs tbody tr", has=page.locator(f"a[href='/runs/{job.run_key}']"))
-    assert row.locator(".state").inner_text() == "finished"
+    # the list refreshes every 5 s: an end still on its way (a loaded machine) shows at the next one
+    expect(row.locator(".state")).to_have_text("finished", timeout=15_000)
     assert row.locator(".state").get_attribute("title") == f"all {stages} ranks finished"
     page.click(f"a[href='/runs/{job.run_key}']")
     page.wait_for_selector("body[data-rendered-step]", timeout=20_000)
@@ -165,7 +167,7 @@ def test_a_failed_run_is_marked_in_the_list_and_on_its_page(
     page.goto(f"{sqlite_server.url}/")
     row = page.locator("#runs tbody tr", has=page.locator(f"a[href='/runs/{key}']"))
     row.wait_for(timeout=15_000)
-    assert row.locator(".state").inner_text() == "failed"
+    expect(row.locator(".state")).to_have_text("failed")
     page.goto(f"{sqlite_server.url}/runs/{key}")
     page.wait_for_selector("#run-state:not([hidden]) .state", timeout=15_000)
     assert page.locator("#run-state .state").inner_text() == "failed"
