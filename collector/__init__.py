@@ -121,9 +121,7 @@ def _note_uncaught_exceptions() -> None:
         global _uncaught
         try:
             _uncaught = (_describe(value), now_ns())
-        except Exception:  # noqa: BLE001 - e.g. a __str__ that raises: the previous hook still runs
-            _uncaught = (kind.__name__, now_ns())
-        finally:
+        finally:  # the previous hook runs whatever happened here
             previous(kind, value, traceback)
 
     sys.excepthook = note_and_pass_on
@@ -131,7 +129,11 @@ def _note_uncaught_exceptions() -> None:
 
 
 def _describe(error: BaseException) -> str:
-    text = str(error)
+    """``Type: message``, or the type alone (no message, or a ``__str__`` that raises)."""
+    try:
+        text = str(error)
+    except Exception:  # noqa: BLE001
+        text = ""
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
@@ -143,10 +145,7 @@ def _ending_error() -> tuple[str | None, int]:
     propagating = sys.exc_info()[1]
     if propagating is None or (isinstance(propagating, SystemExit) and propagating.code in (None, 0)):
         return None, now_ns()
-    try:
-        return _describe(propagating), now_ns()
-    except Exception:  # noqa: BLE001
-        return type(propagating).__name__, now_ns()
+    return _describe(propagating), now_ns()
 
 
 def is_enabled() -> bool:

@@ -173,11 +173,10 @@ class CollectorSession:
         body: dict[str, Any] = {"outcome": "finished", "end_ns": at_ns, "clock_offset_ns": clock.offset_ns}
         if error is not None:
             body.update(outcome="failed", error=error[:1000])
-        path = f"{wire.API_PREFIX}/runs/{self.run_key}/ranks/{self.rank}/end"
-        self.shipper.submit_message(Message("PUT", path, wire.encode_batch(body)), past_a_full_inbox=True)
+        self._put(f"{wire.API_PREFIX}/runs/{self.run_key}/ranks/{self.rank}/end", body, past_a_full_inbox=True)
 
-    def _put(self, path: str, body: dict[str, Any]) -> None:
-        self.shipper.submit_message(Message("PUT", path, wire.encode_batch(body)))
+    def _put(self, path: str, body: dict[str, Any], past_a_full_inbox: bool = False) -> None:
+        self.shipper.submit_message(Message("PUT", path, wire.encode_batch(body)), past_a_full_inbox)
 
     def close(self) -> None:
         self.shipper.stop(self.config.shutdown_timeout_s)

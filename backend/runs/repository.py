@@ -42,6 +42,10 @@ def register_rank(session: Session, run_id: int, rank: int, values: dict[str, An
     insert_on_conflict(session, RankInfo.__table__, [row], ("run_id", "rank"), tuple(values))
 
 
+def find_rank(session: Session, run_id: int, rank: int) -> RankInfo | None:
+    return session.scalars(select(RankInfo).where(RankInfo.run_id == run_id, RankInfo.rank == rank)).one_or_none()
+
+
 def end_rank(session: Session, run_id: int, rank: int, values: dict[str, Any]) -> bool:
     """Record how the rank ended (a repeat overwrites); False when the rank is not registered."""
     ended = session.execute(

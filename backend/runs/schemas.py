@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
 
 from bubblescope.backend.analysis.model import RankBreakdown, StepBubble
 from bubblescope.backend.fields import NonNegativeInt, PositiveInt
-from bubblescope.backend.runs.state import RunStateName
+from bubblescope.backend.runs.state import RankOutcome, RunStateName
 
 StageIndex = NonNegativeInt
 
@@ -69,7 +69,7 @@ class RankEndIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    outcome: Literal["finished", "failed"]
+    outcome: RankOutcome
     error: Annotated[str, Field(max_length=1000, description="the uncaught exception, for a failed rank")] | None = None
     end_ns: Annotated[int, Strict(), Field(ge=0, le=2**63 - 1, description="when it ended: epoch ns on the rank's "
                                                                          "own clock, like its spans")] | None = None
@@ -94,7 +94,7 @@ class RankOut(BaseModel):
     clock_offset_ns: int
     clock_uncertainty_ns: int
     dropped_spans: int
-    outcome: Literal["finished", "failed"] | None = Field(description="how the rank ended; null: not (yet) reported")
+    outcome: RankOutcome | None = Field(description="how the rank ended; null: not (yet) reported")
     error: str | None
     ended_at: datetime | None = Field(description="when the service received the end")
 

@@ -53,13 +53,14 @@ def register_rank(session: Session, key: str, rank: int, registration: RankRegis
     values.update(outcome=None, error=None, ended_at=None, end_ns=None)
     repository.register_rank(session, run.id, rank, values)
     repository.touch_run(session, run.id)
-    info = next(r for r in repository.ranks_of(session, run.id) if r.rank == rank)
+    info = repository.find_rank(session, run.id, rank)
+    assert info is not None
     return _rank_out(info)
 
 
 def end_rank(session: Session, key: str, rank: int, end: RankEndIn) -> RankOut:
     run = require_run(session, key)
-    info = next((r for r in repository.ranks_of(session, run.id) if r.rank == rank), None)
+    info = repository.find_rank(session, run.id, rank)
     if info is None:
         raise ApiError(404, ["path", "rank"], f"rank {rank} of run {key!r} is not registered")
     offset = end.clock_offset_ns if end.clock_offset_ns is not None else info.clock_offset_ns

@@ -20,14 +20,14 @@ from datetime import datetime, timezone
 from typing import Literal
 
 RunStateName = Literal["running", "finished", "failed", "silent"]
-RANK_OUTCOMES = ("finished", "failed")
+RankOutcome = Literal["finished", "failed"]
 DEFAULT_SILENT_AFTER_S = 120.0
 
 
 @dataclass(frozen=True)
 class RankEnd:
     rank: int
-    outcome: str | None  # None: the rank has not reported an end
+    outcome: RankOutcome | None  # None: the rank has not reported an end
     error: str | None = None
     at_ns: int | None = None  # when it ended, on rank 0's clock (None: not told)
 
