@@ -6,6 +6,9 @@ from fastapi import FastAPI
 from fastapi.middleware.gzip import GZipMiddleware
 
 from bubblescope import __version__
+from bubblescope import wire
+from bubblescope.backend.analysis.router import router as analysis_router
+from bubblescope.backend.capture.router import router as capture_router
 from bubblescope.backend.db.engine import build_engine, build_session_factory
 from bubblescope.backend.db.migrate import require_current
 from bubblescope.backend.errors import install_error_handlers
@@ -13,8 +16,10 @@ from bubblescope.backend.ingest.router import router as ingest_router
 from bubblescope.backend.plan.router import router as plan_router
 from bubblescope.backend.runs.router import router as runs_router
 from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S
-from bubblescope.backend.runs.straggler_router import router as stragglers_router
+from bubblescope.backend.stragglers.router import router as stragglers_router
 from bubblescope.backend.web.routes import mount_frontend
+
+FEATURE_ROUTERS = (ingest_router, runs_router, capture_router, analysis_router, stragglers_router, plan_router)
 
 
 def create_app(db_url: str, silent_after_s: float = DEFAULT_SILENT_AFTER_S) -> FastAPI:
@@ -35,12 +40,10 @@ def create_app(db_url: str, silent_after_s: float = DEFAULT_SILENT_AFTER_S) -> F
     app.state.session_factory = build_session_factory(engine)
     install_error_handlers(app)
     app.add_middleware(GZipMiddleware, minimum_size=4096)
-    app.include_router(ingest_router)
-    app.include_router(runs_router)
-    app.include_router(plan_router)
-    app.include_router(stragglers_router)
+    for router in FEATURE_ROUTERS:
+        app.include_router(router)
 
-    @app.get("/api/v1/health", tags=["meta"])
+    @app.get(f"{wire.API_PREFIX}/health", tags=["meta"])
     def health() -> dict[str, str]:
         return {"status": "ok", "version": __version__}
 

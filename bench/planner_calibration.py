@@ -16,14 +16,14 @@ import csv
 from dataclasses import asdict
 from pathlib import Path
 
-from bubblescope.backend.analysis.planner.calibration import (
+from bubblescope.analysis.planner.calibration import (
     UNKNOWN_MICROBATCH_RULE,
     CalibrationRow,
     calibrate,
     predict_row,
     summarize,
 )
-from bubblescope.backend.analysis.planner.step_time import DEFAULT_EFFICIENCIES
+from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES
 
 DEFAULT_CSV = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "published_runs.csv"
 #: (micro-batch, virtual stages) per model in examples/sc21/run_table_1.sh, for the cross-check only

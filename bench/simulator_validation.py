@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bubblescope.backend.db import migrate  # noqa: E402
-from tests.replay_support import JobShape, run_and_analyse, what_if  # noqa: E402
+from tests.analysis.replay_support import JobShape, run_and_analyse, what_if  # noqa: E402
 from tests.support import start_server  # noqa: E402
 
 

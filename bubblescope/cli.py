@@ -6,7 +6,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bubblescope.pipeline_layout import SCHEDULES
+from bubblescope.analysis.schedules import NAMES, ScheduleError, lookup
+
+
+def schedule_argument(text: str) -> str:
+    """A schedule by any of its names (``zbv``, ``ZBVZeroBubble``, ``ScheduleZBVZeroBubble``) → its short name."""
+    try:
+        return lookup(text).name
+    except ScheduleError as error:
+        raise argparse.ArgumentTypeError(error.message) from None
 
 
 def _positive_seconds(value: str) -> float:
@@ -91,9 +99,9 @@ def _key_values(text: str | None, option: str) -> dict[str, str] | None:
 def _plan(args: argparse.Namespace) -> int:
     import json
 
-    from bubblescope.backend.analysis.planner.render import render_outcome
-    from bubblescope.backend.analysis.planner.request import plan_document
-    from bubblescope.backend.analysis.planner.specs import PlanInputError
+    from bubblescope.analysis.planner.render import render_outcome
+    from bubblescope.analysis.planner.request import plan_document
+    from bubblescope.analysis.planner.specs import PlanInputError
 
     try:
         if (args.cluster is None) == (args.gpu is None):
@@ -128,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(handler=_serve)
 
     demo = commands.add_parser("demo", help="service + a real CPU pipeline-parallel job streaming into it")
-    demo.add_argument("--schedule", choices=sorted(SCHEDULES), default="1f1b", help="pipeline schedule (default: %(default)s)")
+    demo.add_argument("--schedule", type=schedule_argument, default="1f1b", metavar="|".join(NAMES),
+                      help="pipeline schedule, any of these or torch's class name (default: %(default)s)")
     demo.add_argument("--stages", type=int, default=4, help="pipeline stages = processes (default: %(default)s)")
     demo.add_argument("--microbatches", type=int, default=8, help="micro-batches per step (default: %(default)s)")
     demo.add_argument("--steps", type=int, default=20, help="training steps (default: %(default)s)")

@@ -22,14 +22,16 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 
 from bubblescope import collector
-from bubblescope.pipeline_layout import SCHEDULES, build_schedule, local_stage_indices
+from bubblescope.analysis.schedules import NAMES, Schedule, lookup
+from bubblescope.cli import schedule_argument
 from bubblescope.thread_cpu import named_thread_cpu_s
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--schedule", choices=sorted(SCHEDULES) + ["naive"], default="1f1b",
-                        help="naive: layer-wise model parallelism, no micro-batches (use --microbatches 1)")
+    parser.add_argument("--schedule", type=schedule_argument, default="1f1b", metavar="|".join(NAMES),
+                        help="any of these or torch's class name; naive: layer-wise model parallelism, no "
+                             "micro-batches (use --microbatches 1)")
     parser.add_argument("--microbatches", type=int, default=8)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--hidden", type=int, default=512)
@@ -48,6 +50,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "steps without it (the same stages under an uninstrumented schedule, inside "
                              "collector.paused()); not for --schedule naive")
     return parser.parse_args(argv)
+
+
+def build_schedule(schedule: Schedule, stages: list[Any], microbatches: int, loss_fn: Callable[..., Any]) -> Any:
+    """The torch.distributed.pipelining schedule object for this rank's ``stages``."""
+    from torch.distributed import pipelining
+
+    schedule_class = getattr(pipelining.schedules, str(schedule.torch_class))
+    if schedule.placement == "single":
+        return schedule_class(stages[0], n_microbatches=microbatches, loss_fn=loss_fn)
+    return schedule_class(stages, n_microbatches=microbatches, loss_fn=loss_fn)
 
 
 def parse_layer_split(text: str) -> list[int]:
@@ -163,7 +175,11 @@ def train(args: argparse.Namespace) -> list[StepTiming]:
         if args.ab_block:
             raise SystemExit("--ab-block: needs a pipelining schedule, not --schedule naive")
         return train_naive(args)
-    indices = local_stage_indices(args.schedule, rank, world, args.stages_per_rank)
+    schedule_kind = lookup(args.schedule)
+    try:
+        indices = schedule_kind.local_stages(rank, world, args.stages_per_rank)
+    except ValueError as error:
+        raise SystemExit(f"--stages-per-rank: {error}") from None
     num_stages = world * len(indices)
     layers = layer_split(args, num_stages)
     modules = [build_stage_module(args.hidden, layers[index], seed=index) for index in indices]
@@ -171,7 +187,7 @@ def train(args: argparse.Namespace) -> list[StepTiming]:
     def make_schedule() -> Any:
         stages = [PipelineStage(module, stage_index=index, num_stages=num_stages, device=torch.device("cpu"))
                   for module, index in zip(modules, indices)]
-        return build_schedule(args.schedule, stages, args.microbatches, nn.functional.mse_loss)
+        return build_schedule(schedule_kind, stages, args.microbatches, nn.functional.mse_loss)
 
     schedule = collector.instrument(make_schedule())
     plain_schedule = make_schedule() if args.ab_block else schedule  # the baseline: not instrumented

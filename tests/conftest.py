@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +20,7 @@ from tests.support import (
 )
 
 BACKENDS = ["sqlite", "postgres"]
+CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +69,19 @@ def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServ
     live = start_server(url, tmp_path_factory.mktemp("server"))
     yield live
     live.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's headless Chromium, driven by Playwright (a test tool's own browser download does not work here)."""
+    if not shutil.which(CHROMIUM):
+        pytest.skip(f"Debian chromium not installed at {CHROMIUM} (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield instance
+        instance.close()

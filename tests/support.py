@@ -192,7 +192,7 @@ def wait_until(condition: Any, timeout_s: float, what: str, interval_s: float = 
 
 def run_parallel_job(url: str, mode: str, nproc: int, *args: str, timeout_s: float = 300,
                      extra_env: dict[str, str] | None = None) -> JobResult:
-    """A real torchrun job of ``tests/e2e/parallel_job.py`` in ``mode`` (naive, ddp, fsdp, tp, ...)."""
+    """A real torchrun job of ``tests/collector/parallel_job.py`` in ``mode`` (naive, ddp, fsdp, tp, ...)."""
     run_key = f"test-{mode}-{uuid.uuid4().hex[:8]}"
     env = {
         **os.environ,
@@ -203,7 +203,25 @@ def run_parallel_job(url: str, mode: str, nproc: int, *args: str, timeout_s: flo
         **(extra_env or {}),
     }
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               str(REPO / "tests" / "e2e" / "parallel_job.py"), f"--mode={mode}", *args]
+               str(REPO / "tests" / "collector" / "parallel_job.py"), f"--mode={mode}", *args]
     started = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
     return JobResult(run_key, done.returncode, done.stdout + done.stderr, time.monotonic() - started)
+
+
+# API helpers shared by the feature tests
+def register(client: httpx.Client, world_size: int = 2) -> str:
+    key = f"ingest-{uuid.uuid4().hex[:10]}"
+    response = client.put(f"/api/v1/runs/{key}", json={"name": "ingest-test", "world_size": world_size,
+                                                       "config": {"schedule": "ScheduleGPipe"}})
+    assert response.status_code == 200, response.text
+    return key
+
+def post_gzip(client: httpx.Client, document: Any) -> httpx.Response:
+    return client.post("/api/v1/ingest", content=gzip_json(document),
+                       headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
+
+def assert_names(response: httpx.Response, status: int, loc: list[Any], words: str) -> None:
+    assert response.status_code == status, response.text
+    detail = response.json()["detail"]
+    assert any(item["loc"][: len(loc)] == loc and words in item["msg"] for item in detail), detail

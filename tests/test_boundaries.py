@@ -16,12 +16,12 @@ RULES = [
     ("bubblescope.collector.pipelining", [*SERVER_MODULES, "torch", "bubblescope.backend"]),
     ("bubblescope.wire", [*SERVER_MODULES, "torch"]),
     ("bubblescope.cli", [*SERVER_MODULES, "torch", "bubblescope.backend"]),
-    ("bubblescope.backend.analysis.breakdown",
+    ("bubblescope.analysis.breakdown",
      ["fastapi", "starlette", "sqlalchemy", "pydantic", "plotly", "uvicorn", "torch", "bubblescope.collector"]),
-    ("bubblescope.backend.analysis.stragglers", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"]),
-    ("bubblescope.backend.analysis.planner", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"]),
-    *[(f"bubblescope.backend.analysis.{name}", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"])
-      for name in ("simulator", "pipeline_orders", "pipeline_profile", "whatif", "attribution", "suggestions",
+    ("bubblescope.analysis.stragglers", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"]),
+    ("bubblescope.analysis.planner", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"]),
+    *[(f"bubblescope.analysis.{name}", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"])
+      for name in ("simulator", "schedules", "schedule_orders", "pipeline_profile", "whatif", "attribution", "suggestions",
                    "memory_fixes")],
     ("bubblescope.backend.app", ["torch", "bubblescope.collector"]),
 ]

@@ -1,1 +1,0 @@
-"""Pure analysis over plain dataclasses: no database, web framework or plotting here."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
+from bubblescope import wire
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.ingest.schemas import IngestBatchIn, IngestResult
 from bubblescope.backend.ingest.service import ingest
 
-router = APIRouter(prefix="/api/v1", tags=["ingest"])
+router = APIRouter(prefix=wire.API_PREFIX, tags=["ingest"])
 
 
 @router.post(

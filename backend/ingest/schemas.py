@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from bubblescope import wire
-from bubblescope.backend.runs.schemas import CaptureOut
+from bubblescope.backend.capture.schemas import CaptureOut
 
 Nanos = Annotated[int, Strict(), Field(ge=0, le=2**63 - 1)]
 Count = Annotated[int, Strict(), Field(ge=0, le=2**62)]

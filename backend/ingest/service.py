@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from bubblescope.backend.errors import ApiError
-from bubblescope.backend.ingest import repository
+from bubblescope import wire
+from bubblescope.backend.capture.schemas import CaptureOut
+from bubblescope.backend.capture.service import pending_captures
+from bubblescope.backend.errors import NotFound
+from bubblescope.backend.ingest import queries
 from bubblescope.backend.ingest.schemas import IngestBatchIn, IngestResult
 from bubblescope.backend.ingest.validation import check_batch
-from bubblescope.backend.runs.schemas import CaptureOut
-from bubblescope.backend.runs.capture import pending_captures
-from bubblescope.backend.runs.repository import find_run, touch_run
+from bubblescope.backend.runs.queries import find_run, touch_run
 
 
 def ingest(session: Session, batch: IngestBatchIn) -> IngestResult:
@@ -20,20 +21,18 @@ def ingest(session: Session, batch: IngestBatchIn) -> IngestResult:
     """
     run = find_run(session, batch.run_key)
     if run is None:
-        raise ApiError(
-            404,
-            ["body", "run_key"],
-            f"unknown run {batch.run_key!r}: register it first with PUT /api/v1/runs/{batch.run_key}",
+        raise NotFound(
+            "run_key", f"unknown run {batch.run_key!r}: register it first with PUT {wire.API_PREFIX}/runs/{batch.run_key}"
         )
     check_batch(batch, run.world_size)
     span_count = len(batch.spans.step)
     captures = _captures_for(session, run.id, batch)
-    if not repository.claim_batch(session, run.id, batch.rank, batch.seq, span_count, len(batch.steps)):
+    if not queries.claim_batch(session, run.id, batch.rank, batch.seq, span_count, len(batch.steps)):
         return IngestResult(stored_spans=0, stored_steps=0, duplicate=True, captures=captures)
-    stored_steps = repository.upsert_steps(session, run.id, batch.rank, batch.steps)
-    stored_spans = repository.insert_spans(session, run.id, batch.rank, batch.spans)
+    stored_steps = queries.upsert_steps(session, run.id, batch.rank, batch.steps)
+    stored_spans = queries.insert_spans(session, run.id, batch.rank, batch.spans)
     if batch.dropped_spans:
-        repository.record_dropped(session, run.id, batch.rank, batch.dropped_spans)
+        queries.record_dropped(session, run.id, batch.rank, batch.dropped_spans)
     touch_run(session, run.id)
     return IngestResult(stored_spans=stored_spans, stored_steps=stored_steps, duplicate=False, captures=captures)
 

@@ -2,46 +2,34 @@
 
 from __future__ import annotations
 
-from bubblescope.backend.errors import ApiError
+from bubblescope import wire
+from bubblescope.backend.errors import Invalid, TooLarge
 from bubblescope.backend.ingest.schemas import IngestBatchIn, SpanColumns
 
 MAX_SPANS_PER_BATCH = 1_000_000
-_OPTIONAL_COLUMNS = ("stage", "microbatch", "peer", "bytes", "group", "name")
 
 
 def check_batch(batch: IngestBatchIn, world_size: int) -> None:
     if batch.rank >= world_size:
-        raise ApiError(422, ["body", "rank"], f"rank {batch.rank} is not below the run's world_size {world_size}")
+        raise Invalid("rank", f"rank {batch.rank} is not below the run's world_size {world_size}")
     _check_spans(batch.spans)
     seen: set[int] = set()
     for index, step in enumerate(batch.steps):
         if step.step in seen:
-            raise ApiError(422, ["body", "steps", index, "step"], f"step {step.step} appears more than once in the batch")
+            raise Invalid(("steps", index, "step"), f"step {step.step} appears more than once in the batch")
         seen.add(step.step)
         if step.end_ns < step.start_ns:
-            raise ApiError(
-                422,
-                ["body", "steps", index, "end_ns"],
-                f"end_ns ({step.end_ns}) is before start_ns ({step.start_ns})",
-            )
+            raise Invalid(("steps", index, "end_ns"), f"end_ns ({step.end_ns}) is before start_ns ({step.start_ns})")
 
 
 def _check_spans(spans: SpanColumns) -> None:
     count = len(spans.step)
     if count > MAX_SPANS_PER_BATCH:
-        raise ApiError(413, ["body", "spans"], f"{count} spans exceed the limit of {MAX_SPANS_PER_BATCH} per batch")
-    for column in ("kind", "start_ns", "end_ns", *_OPTIONAL_COLUMNS):
+        raise TooLarge("spans", f"{count} spans exceed the limit of {MAX_SPANS_PER_BATCH} per batch")
+    for column in wire.SPAN_FIELDS[1:]:  # every column but step, whose length is the count
         values = getattr(spans, column)
         if values is not None and len(values) != count:
-            raise ApiError(
-                422,
-                ["body", "spans", column],
-                f"has {len(values)} entries but spans.step has {count}; every column needs one per span",
-            )
+            raise Invalid(("spans", column), f"has {len(values)} entries but spans.step has {count}; every column needs one per span")
     for index, (start, end) in enumerate(zip(spans.start_ns, spans.end_ns)):
         if end < start:
-            raise ApiError(
-                422,
-                ["body", "spans", "end_ns", index],
-                f"end_ns ({end}) is before start_ns ({start}): times are reversed",
-            )
+            raise Invalid(("spans", "end_ns", index), f"end_ns ({end}) is before start_ns ({start}): times are reversed")

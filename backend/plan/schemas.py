@@ -1,5 +1,5 @@
 """API shapes of a plan request and answer (the planner itself takes plain dicts: see
-``bubblescope.backend.analysis.planner.request``)."""
+``bubblescope.analysis.planner.request``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
+from bubblescope.analysis.schedules import NAMES
 from bubblescope.backend.fields import PositiveInt
 
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -59,7 +60,7 @@ class ConfigIn(BaseModel):
     dp: PositiveInt | None = None
     vpp: PositiveInt | None = None
     mbs: PositiveInt | None = None
-    schedule: str | None = Field(default=None, description="1f1b, gpipe, interleaved1f1b, naive")
+    schedule: str | None = Field(default=None, description=f"{', '.join(NAMES)}, or torch's class name")
     zero: Literal[0, 1, 2, 3] | None = None
     recompute: Literal["none", "selective", "full"] | None = None
     sequence_parallel: Annotated[bool, Strict()] | None = None

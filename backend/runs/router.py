@@ -7,13 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 
+from bubblescope import wire
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
-from bubblescope.backend.runs import analysis_service, capture, service
-from bubblescope.backend.runs.analysis_schemas import AnalysisOut, PredictionOut, WhatIfIn
+from bubblescope.backend.fields import RankIndex, RunKey
+from bubblescope.backend.runs import service
 from bubblescope.backend.runs.schemas import (
-    CaptureOut,
-    CaptureRequestIn,
     RankEndIn,
     RankOut,
     RankRegistration,
@@ -23,10 +22,7 @@ from bubblescope.backend.runs.schemas import (
     StepDetail,
 )
 
-router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
-
-RunKey = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
-RankIndex = Annotated[int, Path(ge=0, le=2**31 - 1)]
+router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["runs"])
 
 
 @router.put("/{run_key}", response_model=RunSummary, openapi_extra=json_body_doc(RunRegistration),
@@ -81,30 +77,3 @@ def get_run(run_key: RunKey, session: DbSession, request: Request, silent_after_
             summary="One step: aligned spans, per-rank breakdown, measured vs theoretical bubble")
 def get_step(run_key: RunKey, step: Annotated[int, Path(ge=0)], session: DbSession) -> StepDetail:
     return service.step_detail(session, run_key, step)
-
-
-@router.post("/{run_key}/capture", response_model=CaptureOut, status_code=201,
-             openapi_extra=json_body_doc(CaptureRequestIn),
-             summary="Capture the full spans of the next K steps on every rank (the same steps)",
-             description="Ranks learn of it from their next ingest answers. `from_step` is the highest "
-                         "step ingested + 1 + twice the most steps a rank recently sent per batch, so "
-                         "that no rank has shipped it yet when it learns (see backend/runs/capture.py).")
-async def post_capture(run_key: RunKey, request: Request, session: DbSession) -> CaptureOut:
-    body = parse_document(CaptureRequestIn, await read_json(request))
-    return await run_in_threadpool(capture.request_capture, session, run_key, body)
-
-
-StepBound = Annotated[int | None, Query(ge=0, description="first/last step of the range (default: every step with spans)")]
-
-
-@router.get("/{run_key}/analysis", response_model=AnalysisOut,
-            summary="Why the bubble is what it is, and what to change: attribution, imbalance, ranked suggestions")
-def get_analysis(run_key: RunKey, session: DbSession, from_step: StepBound = None, to_step: StepBound = None) -> AnalysisOut:
-    return analysis_service.run_analysis(session, run_key, from_step, to_step)
-
-
-@router.post("/{run_key}/whatif", response_model=PredictionOut, openapi_extra=json_body_doc(WhatIfIn),
-             summary="Replay the measured run with one thing changed: micro-batches, schedule, layer split, ...")
-async def post_whatif(run_key: RunKey, request: Request, session: DbSession) -> PredictionOut:
-    body = parse_document(WhatIfIn, await read_json(request))
-    return await run_in_threadpool(analysis_service.what_if, session, run_key, body)

@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
 
-from bubblescope.backend.analysis.model import RankBreakdown, StepBubble
 from bubblescope.backend.fields import NonNegativeInt, PositiveInt
 from bubblescope.backend.runs.state import RankOutcome, RunStateName
 
@@ -140,24 +139,44 @@ class SpanOut(BaseModel):
     name: str | None
 
 
+class RankBreakdownOut(BaseModel):
+    """Where one rank's step window went, ns: ``window = compute + exposed_comm + idle``;
+    ``exposed_comm = dependency_wait + transfer``; ``bubble = idle + dependency_wait`` (docs/time.md)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    rank: int
+    stage: int | None
+    window_ns: int
+    compute_ns: int
+    comm_ns: int
+    overlapped_comm_ns: int
+    exposed_comm_ns: int
+    dependency_wait_ns: int
+    transfer_ns: int
+    idle_ns: int
+    bubble_ns: int
+    bubble_fraction: float
+
+
+class StepBubbleOut(BaseModel):
+    """The step's measured bubble (mean over ranks, wall window of all ranks) beside the schedule's closed form."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    schedule: str | None
+    num_stages: int | None
+    num_microbatches: int | None
+    wall_ns: int
+    measured_fraction: float
+    theoretical_fraction: float | None
+    formula: str | None
+
+
 class StepDetail(BaseModel):
     run_key: str
     step: int
     origin_ns: int = Field(description="aligned epoch ns that span times are relative to")
     spans: list[SpanOut]
-    breakdown: list[RankBreakdown]
-    bubble: StepBubble
-
-
-class CaptureRequestIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    steps: Annotated[int, Strict(), Field(ge=1, le=10_000, description="how many consecutive steps to capture")]
-
-
-class CaptureOut(BaseModel):
-    """A capture request: every rank ships full spans of steps [from_step, from_step + steps)."""
-
-    id: int
-    steps: int
-    from_step: int
+    breakdown: list[RankBreakdownOut]
+    bubble: StepBubbleOut

@@ -9,11 +9,11 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from bubblescope.backend.analysis.breakdown import step_breakdown, step_bubble
-from bubblescope.backend.analysis.model import RankBreakdown, StepBubble, TimedSpan
+from bubblescope.analysis.breakdown import step_breakdown, step_bubble
+from bubblescope.analysis.model import RankBreakdown, StepBubble, TimedSpan
 from bubblescope.backend.db.models import RankInfo, Run, Span, StepAggregate
-from bubblescope.backend.errors import ApiError
-from bubblescope.backend.runs import repository
+from bubblescope.backend.errors import Invalid, NotFound
+from bubblescope.backend.runs import queries
 from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S, RankEnd, as_utc, run_state
 from bubblescope.backend.runs.schemas import (
     RankEndIn,
@@ -22,73 +22,75 @@ from bubblescope.backend.runs.schemas import (
     RunDetail,
     RunRegistration,
     RunSummary,
+    RankBreakdownOut,
     SpanOut,
+    StepBubbleOut,
     StepDetail,
     StepSummary,
 )
 
 
 def require_run(session: Session, key: str) -> Run:
-    run = repository.find_run(session, key)
+    run = queries.find_run(session, key)
     if run is None:
-        raise ApiError(404, ["path", "run_key"], f"no run with key {key!r}")
+        raise NotFound("run_key", f"no run with key {key!r}")
     return run
 
 
 def register_run(session: Session, key: str, registration: RunRegistration) -> RunSummary:
-    run = repository.register_run(
+    run = queries.register_run(
         session, key, registration.name, registration.world_size, registration.config.model_dump(exclude_unset=True)
     )
-    now = repository.database_now(session)
-    return _summary(run, 0, repository.rank_ends(session, [run.id])[run.id], now, DEFAULT_SILENT_AFTER_S)
+    now = queries.database_now(session)
+    return _summary(run, 0, queries.rank_ends(session, [run.id])[run.id], now, DEFAULT_SILENT_AFTER_S)
 
 
 def register_rank(session: Session, key: str, rank: int, registration: RankRegistration) -> RankOut:
     run = require_run(session, key)
     if rank >= run.world_size:
-        raise ApiError(422, ["path", "rank"], f"rank {rank} is not below the run's world_size {run.world_size}")
+        raise Invalid("rank", f"rank {rank} is not below the run's world_size {run.world_size}")
     values = registration.model_dump(exclude_none=True)
     # A rank that registers is alive: a restarted worker (torchrun --max-restarts keeps the run
     # key) clears the end its previous process reported.
     values.update(outcome=None, error=None, ended_at=None, end_ns=None)
-    repository.register_rank(session, run.id, rank, values)
-    repository.touch_run(session, run.id)
-    info = repository.find_rank(session, run.id, rank)
+    queries.register_rank(session, run.id, rank, values)
+    queries.touch_run(session, run.id)
+    info = queries.find_rank(session, run.id, rank)
     assert info is not None
     return _rank_out(info)
 
 
 def end_rank(session: Session, key: str, rank: int, end: RankEndIn) -> RankOut:
     run = require_run(session, key)
-    info = repository.find_rank(session, run.id, rank)
+    info = queries.find_rank(session, run.id, rank)
     if info is None:
-        raise ApiError(404, ["path", "rank"], f"rank {rank} of run {key!r} is not registered")
+        raise NotFound("rank", f"rank {rank} of run {key!r} is not registered")
     offset = end.clock_offset_ns if end.clock_offset_ns is not None else info.clock_offset_ns
     on_rank0_clock = None if end.end_ns is None else end.end_ns - offset
-    repository.end_rank(session, run.id, rank, {"outcome": end.outcome, "error": end.error, "end_ns": on_rank0_clock})
-    repository.touch_run(session, run.id)
+    queries.end_rank(session, run.id, rank, {"outcome": end.outcome, "error": end.error, "end_ns": on_rank0_clock})
+    queries.touch_run(session, run.id)
     session.refresh(info)
     return _rank_out(info)
 
 
 def list_runs(session: Session, limit: int, offset: int, silent_after_s: float) -> list[RunSummary]:
-    listed = repository.list_runs(session, limit, offset)
-    ends = repository.rank_ends(session, [run.id for run, _ in listed])
-    now = repository.database_now(session)
+    listed = queries.list_runs(session, limit, offset)
+    ends = queries.rank_ends(session, [run.id for run, _ in listed])
+    now = queries.database_now(session)
     return [_summary(run, count, ends[run.id], now, silent_after_s) for run, count in listed]
 
 
 def run_detail(session: Session, key: str, silent_after_s: float) -> RunDetail:
     run = require_run(session, key)
-    ranks = repository.ranks_of(session, run.id)
+    ranks = queries.ranks_of(session, run.id)
     offsets = {info.rank: info.clock_offset_ns for info in ranks}
-    with_spans = repository.steps_with_spans(session, run.id)
+    with_spans = queries.steps_with_spans(session, run.id)
     by_step: dict[int, list[StepAggregate]] = defaultdict(list)
-    for aggregate in repository.step_aggregates(session, run.id):
+    for aggregate in queries.step_aggregates(session, run.id):
         by_step[aggregate.step].append(aggregate)
     steps = [_step_summary(step, rows, offsets, step in with_spans) for step, rows in sorted(by_step.items())]
     return RunDetail(
-        **_summary(run, len(steps), [repository.rank_end(info) for info in ranks], repository.database_now(session),
+        **_summary(run, len(steps), [queries.rank_end(info) for info in ranks], queries.database_now(session),
                    silent_after_s).model_dump(),
         ranks=[_rank_out(info) for info in ranks],
         steps=steps,
@@ -108,9 +110,9 @@ class AlignedStep:
 def aligned_step(session: Session, run: Run, ranks: Sequence[RankInfo], step: int) -> AlignedStep | None:
     """None when the step has neither aggregates nor spans."""
     offsets = {info.rank: info.clock_offset_ns for info in ranks}
-    aggregates = repository.step_aggregates(session, run.id, step)
+    aggregates = queries.step_aggregates(session, run.id, step)
     offsets.update(_step_offsets(aggregates))
-    rows = repository.spans_of_step(session, run.id, step)
+    rows = queries.spans_of_step(session, run.id, step)
     if not aggregates and not rows:
         return None
     spans = [
@@ -142,9 +144,9 @@ def run_bubble(run: Run, breakdowns: list[RankBreakdown], windows: dict[int, tup
 def step_detail(session: Session, key: str, step: int) -> StepDetail:
     """Spans of one step on an aligned time axis, each rank's breakdown, and the step's bubble."""
     run = require_run(session, key)
-    aligned = aligned_step(session, run, repository.ranks_of(session, run.id), step)
+    aligned = aligned_step(session, run, queries.ranks_of(session, run.id), step)
     if aligned is None:
-        raise ApiError(404, ["path", "step"], f"run {key!r} has no data for step {step}")
+        raise NotFound("step", f"run {key!r} has no data for step {step}")
     breakdowns = step_breakdown(aligned.spans, aligned.windows, aligned.stages)
     origin = min(lo for lo, _ in aligned.windows.values())
     return StepDetail(
@@ -159,8 +161,8 @@ def step_detail(session: Session, key: str, step: int) -> StepDetail:
             )
             for row, span in zip(aligned.rows, aligned.spans)
         ],
-        breakdown=breakdowns,
-        bubble=run_bubble(run, breakdowns, aligned.windows),
+        breakdown=[RankBreakdownOut.model_validate(b) for b in breakdowns],
+        bubble=StepBubbleOut.model_validate(run_bubble(run, breakdowns, aligned.windows)),
     )
 
 

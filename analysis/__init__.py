@@ -1,0 +1,1 @@
+"""Pure analysis over plain dataclasses: no database, web framework or plotting here."""

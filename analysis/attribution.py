@@ -1,0 +1,132 @@
+"""Why the bubble is as large as it is: the measured bubble split into named causes that add up.
+
+Algorithm, for a run's steps (all times are per-rank means, ns):
+1. measured bubble = mean over steps of ``StepBubble.measured_fraction × wall``;
+2. schedule-inherent = the replay's idle with every stage at the mean measured stage cost and free
+   communication — for equal stages that is exactly the closed form of DESIGN.md §5;
+3. stage imbalance = the replay's idle with the *measured* stage costs (the simulated floor), minus 2;
+4. communication wait = the replay's idle with the measured transfer latency too, minus 3;
+5. straggler / jitter = measured minus 4: what the medians cannot explain — micro-batches or steps
+   slower than their median, per-action overhead, other work on the host.
+Each cause is reported in ns and as a fraction of the measured step; they sum to the measured bubble.
+
+Stage imbalance is also described: the slowest stage (forward + backward per micro-batch), its
+excess over the mean stage, and, when the run reports layers per stage, the balanced split with the
+moves that reach it and the replay's step time after them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from bubblescope.analysis.pipeline_profile import MeasuredPipeline
+from bubblescope.analysis.schedules import closed_form_bubble
+from bubblescope.analysis.simulator import PipelineSetup, StageCost, simulate
+from bubblescope.analysis.whatif import Change, balanced_split, predict
+
+
+@dataclass(frozen=True)
+class Cause:
+    name: str
+    ns: float
+    fraction_of_step: float
+    explanation: str
+
+
+@dataclass(frozen=True)
+class BubbleAttribution:
+    step_ns: float
+    measured_bubble_ns: float
+    measured_bubble_fraction: float
+    closed_form_fraction: float | None
+    closed_form_formula: str | None
+    simulated_floor_fraction: float
+    simulated_floor_ns: float
+    causes: tuple[Cause, ...]
+
+
+@dataclass(frozen=True)
+class LayerMove:
+    layers: int
+    from_stage: int
+    to_stage: int
+
+
+@dataclass(frozen=True)
+class StageImbalance:
+    stage_cost_ns: tuple[float, ...]  # forward + backward per micro-batch, per (virtual) stage
+    slowest_stage: int
+    slowest_excess: float  # slowest / mean - 1
+    layers_per_stage: tuple[int, ...] | None
+    balanced_layers: tuple[int, ...] | None
+    moves: tuple[LayerMove, ...]
+    balanced_step_ns: float | None
+
+
+def attribute_bubble(measured: MeasuredPipeline, measured_bubble_ns: float, step_ns: float) -> BubbleAttribution:
+    setup = replace(measured.setup, p2p_ns=0.0, action_overhead_ns=0.0)
+    mean_cost = _mean_cost(setup.stage_costs)
+    inherent = _mean_idle(replace(setup, stage_costs=(mean_cost,) * len(setup.stage_costs)))
+    floor = simulate(setup)
+    floor_idle = sum(floor.idle_ns) / setup.ranks
+    with_comm = _mean_idle(replace(setup, p2p_ns=measured.setup.p2p_ns))
+    parts = [
+        ("schedule_inherent", inherent, "the schedule's own warm-up and cool-down with equal stages (closed form)"),
+        ("stage_imbalance", floor_idle - inherent, "stages of unequal cost: the others wait for the slowest"),
+        ("communication_wait", with_comm - floor_idle, "activations and gradients in transit between stages"),
+        ("straggler_jitter", measured_bubble_ns - with_comm,
+         "slower-than-median micro-batches and steps, per-action overhead, other load on the hosts"),
+    ]
+    closed = closed_form_bubble(setup.schedule, setup.ranks, setup.microbatches, setup.stages_per_rank)
+    return BubbleAttribution(
+        step_ns=step_ns,
+        measured_bubble_ns=measured_bubble_ns,
+        measured_bubble_fraction=measured_bubble_ns / step_ns if step_ns else 0.0,
+        closed_form_fraction=closed.fraction if closed else None,
+        closed_form_formula=closed.formula if closed else None,
+        simulated_floor_fraction=floor.bubble_fraction,
+        simulated_floor_ns=floor_idle,
+        causes=tuple(Cause(name, ns, ns / step_ns if step_ns else 0.0, why) for name, ns, why in parts),
+    )
+
+
+def stage_imbalance(measured: MeasuredPipeline) -> StageImbalance:
+    costs = tuple(c.forward_ns + c.backward_ns for c in measured.setup.stage_costs)
+    mean = sum(costs) / len(costs)
+    slowest = max(range(len(costs)), key=costs.__getitem__)
+    layers = measured.layers_per_stage
+    balanced: tuple[int, ...] | None = None
+    balanced_step: float | None = None
+    moves: tuple[LayerMove, ...] = ()
+    if measured.layer_costs is not None and layers is not None:
+        balanced = balanced_split(measured.layer_costs, len(costs))
+        if balanced != layers:
+            moves = layer_moves(layers, balanced)
+            balanced_step = predict(measured, Change(layers_per_stage=balanced)).step_ns
+    return StageImbalance(costs, slowest, costs[slowest] / mean - 1 if mean else 0.0, layers, balanced, moves, balanced_step)
+
+
+def layer_moves(current: tuple[int, ...], target: tuple[int, ...]) -> tuple[LayerMove, ...]:
+    """Moves of layers across each stage boundary that turn ``current`` into ``target``."""
+    moves = []
+    before = after = 0
+    for boundary in range(len(current) - 1):
+        before += current[boundary]
+        after += target[boundary]
+        if after < before:  # stage `boundary` hands its last layers to the next stage
+            moves.append(LayerMove(before - after, boundary, boundary + 1))
+        elif after > before:
+            moves.append(LayerMove(after - before, boundary + 1, boundary))
+    return tuple(moves)
+
+
+def _mean_idle(setup: PipelineSetup) -> float:
+    result = simulate(setup)
+    return sum(result.idle_ns) / setup.ranks
+
+
+def _mean_cost(costs: tuple[StageCost, ...]) -> StageCost:
+    n = len(costs)
+    weights = [c.weight_ns for c in costs]
+    weight = None if any(w is None for w in weights) else sum(w for w in weights if w is not None) / n
+    return StageCost(sum(c.forward_ns for c in costs) / n, sum(c.backward_ns for c in costs) / n, weight)

@@ -1,0 +1,145 @@
+"""Per-rank time breakdown of one step, with pipeline dependency waits split out.
+
+Algorithm:
+1. Dependency waits. A ``recv`` on rank r (stage s) for micro-batch j, direction n, from peer q
+   is matched with the ``send`` on rank q for the same j and n to peer r whose stage feeds s
+   (s-1 for activations, s+1 for gradients; looped schedules send between the same two ranks
+   once per virtual stage). The part of the recv before the send started is waiting for the
+   peer to *produce* (bubble); the rest is transfer. An unmatched recv (peer's spans missing)
+   counts wholly as transfer. Spans without stage ids match on ranks alone.
+2. Per rank, over its window: compute C, communication M, overlapped, exposed and idle from
+   ``bubblescope.timesplit`` (the same split the collector computes in the job); dependency
+   wait D = union of the waits from 1; dependency_wait = |D| - |D ∩ C|;
+   transfer = exposed - dependency_wait; bubble = idle + dependency_wait.
+3. Step bubble (fraction of wall time, comparable with the closed forms): the step's wall
+   window runs from the first rank's start to the last rank's end; each rank's bubble there is
+   wall - (time computing or transferring); the step's figure is the mean over ranks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from bubblescope import intervals, wire
+from bubblescope.analysis.model import RankBreakdown, StepBubble, TimedSpan
+from bubblescope.analysis.schedules import closed_form_bubble
+from bubblescope.timesplit import split_window
+
+Window = tuple[int, int]
+
+
+def matched_recvs(spans: Iterable[TimedSpan]) -> list[tuple[TimedSpan, int]]:
+    """Every recv whose peer's matching send was recorded, with the time that send started (step 1)."""
+    send_start: dict[tuple[int, int, int | None, str | None, int | None], int] = {}
+    recvs: list[TimedSpan] = []
+    for span in spans:
+        if span.kind == "send" and span.peer is not None:
+            for stage in {_receiving_stage(span), None}:
+                key = (span.rank, span.peer, span.microbatch, span.name, stage)
+                send_start[key] = min(span.start_ns, send_start.get(key, span.start_ns))
+        elif span.kind == "recv" and span.peer is not None:
+            recvs.append(span)
+    matched = []
+    for recv in recvs:
+        key = (recv.peer, recv.rank, recv.microbatch, recv.name, recv.stage)
+        started = send_start.get(key, send_start.get(key[:4] + (None,)))  # type: ignore[arg-type]
+        if started is not None:
+            matched.append((recv, started))
+    return matched
+
+
+def dependency_waits(spans: Iterable[TimedSpan]) -> dict[int, list[intervals.Interval]]:
+    """Per receiving rank, the intervals of its recvs spent before the matching send began."""
+    waits: dict[int, list[intervals.Interval]] = defaultdict(list)
+    for recv, started in matched_recvs(spans):
+        if started > recv.start_ns:
+            waits[recv.rank].append((recv.start_ns, min(started, recv.end_ns)))
+    return waits
+
+
+def _receiving_stage(send: TimedSpan) -> int | None:
+    """The stage a pipeline send feeds: the next one for activations, the previous for gradients."""
+    if send.stage is None:
+        return None
+    if send.name == wire.P2P_FORWARD:
+        return send.stage + 1
+    if send.name == wire.P2P_BACKWARD:
+        return send.stage - 1
+    return None
+
+
+def rank_breakdown(
+    rank: int,
+    stage: int | None,
+    spans: Iterable[TimedSpan],
+    window: Window,
+    waits: list[intervals.Interval],
+) -> RankBreakdown:
+    lo, hi = window
+    split = split_window(((s.kind, s.start_ns, s.end_ns) for s in spans if s.rank == rank), lo, hi)
+    dependency = intervals.merge(intervals.clip(waits, lo, hi))
+    exposed = split.exposed_comm_ns
+    dependency_ns = min(
+        exposed, intervals.total_length(dependency) - intervals.intersect_length(dependency, split.compute)
+    )
+    bubble = split.idle_ns + dependency_ns
+    return RankBreakdown(
+        rank=rank,
+        stage=stage,
+        window_ns=split.window_ns,
+        compute_ns=split.compute_ns,
+        comm_ns=split.comm_ns,
+        overlapped_comm_ns=split.overlapped_comm_ns,
+        exposed_comm_ns=exposed,
+        dependency_wait_ns=dependency_ns,
+        transfer_ns=exposed - dependency_ns,
+        idle_ns=split.idle_ns,
+        bubble_ns=bubble,
+        bubble_fraction=bubble / split.window_ns if split.window_ns else 0.0,
+    )
+
+
+def step_breakdown(
+    spans: list[TimedSpan],
+    windows: Mapping[int, Window],
+    stages: Mapping[int, int | None],
+) -> list[RankBreakdown]:
+    """Breakdown of every rank that has a window, in rank order."""
+    waits = dependency_waits(spans)
+    by_rank: dict[int, list[TimedSpan]] = defaultdict(list)
+    for span in spans:
+        by_rank[span.rank].append(span)
+    return [
+        rank_breakdown(rank, stages.get(rank), by_rank.get(rank, []), windows[rank], waits.get(rank, []))
+        for rank in sorted(windows)
+    ]
+
+
+def step_bubble(
+    breakdowns: list[RankBreakdown],
+    windows: Mapping[int, Window],
+    schedule: str | None,
+    num_stages: int | None,
+    num_microbatches: int | None,
+    virtual_stages: int = 1,
+) -> StepBubble:
+    if not windows:
+        return StepBubble(schedule, num_stages, num_microbatches, 0, 0.0, None, None)
+    wall_ns = max(hi for _, hi in windows.values()) - min(lo for lo, _ in windows.values())
+    fractions = [
+        1.0 - (b.compute_ns + b.transfer_ns) / wall_ns if wall_ns else 0.0 for b in breakdowns
+    ]
+    floor = None
+    if num_stages and num_microbatches:  # the closed forms count ranks, not virtual stages
+        ranks = max(1, num_stages // max(1, virtual_stages))
+        floor = closed_form_bubble(schedule, ranks, num_microbatches, virtual_stages)
+    return StepBubble(
+        schedule=schedule,
+        num_stages=num_stages,
+        num_microbatches=num_microbatches,
+        wall_ns=wall_ns,
+        measured_fraction=sum(fractions) / len(fractions) if fractions else 0.0,
+        theoretical_fraction=floor.fraction if floor else None,
+        formula=floor.formula if floor else None,
+    )

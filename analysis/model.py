@@ -1,0 +1,54 @@
+"""Plain data the analysis functions take and return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TimedSpan:
+    """A span with times already aligned to rank 0's clock."""
+
+    rank: int
+    kind: str
+    start_ns: int
+    end_ns: int
+    stage: int | None = None
+    microbatch: int | None = None
+    peer: int | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class RankBreakdown:
+    """Where one rank's step window went (docs/time.md); all times in ns.
+
+    ``window = compute + exposed_comm + idle``; ``exposed_comm = dependency_wait + transfer``;
+    ``bubble = idle + dependency_wait``.
+    """
+
+    rank: int
+    stage: int | None
+    window_ns: int
+    compute_ns: int
+    comm_ns: int
+    overlapped_comm_ns: int
+    exposed_comm_ns: int
+    dependency_wait_ns: int
+    transfer_ns: int
+    idle_ns: int
+    bubble_ns: int
+    bubble_fraction: float
+
+
+@dataclass(frozen=True)
+class StepBubble:
+    """The step's measured bubble next to the schedule's closed-form floor."""
+
+    schedule: str | None
+    num_stages: int | None
+    num_microbatches: int | None
+    wall_ns: int
+    measured_fraction: float
+    theoretical_fraction: float | None
+    formula: str | None

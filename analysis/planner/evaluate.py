@@ -1,0 +1,133 @@
+"""One configuration judged: memory by part, step time, MFU, bubble, and whether it can run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from bubblescope.analysis.planner.memory import GIB, MemoryBreakdown, memory_per_gpu
+from bubblescope.analysis.schedules import ScheduleError, lookup
+from bubblescope.analysis.planner.specs import RECOMPUTE, ClusterSpec, ModelSpec, ParallelConfig
+from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficiencies, StepTime, step_time
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A configuration with its predicted cost. ``problems`` lists why it cannot run (empty if it can);
+    ``fits`` is the memory verdict alone. ``step`` is None when the configuration is not runnable."""
+
+    config: ParallelConfig
+    memory: MemoryBreakdown | None
+    step: StepTime | None
+    mfu: float | None
+    problems: tuple[str, ...]
+
+    @property
+    def fits(self) -> bool:
+        return self.memory is not None and self.memory.fits
+
+    @property
+    def feasible(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        """The machine-readable shape the CLI (``--json``) and the API print."""
+        step = self.step
+        memory = self.memory
+        return {
+            "config": self.config.as_dict(),
+            "feasible": self.feasible,
+            "fits": self.fits,
+            "problems": list(self.problems),
+            "step_time_s": None if step is None else step.total,
+            "mfu": self.mfu,
+            "bubble_fraction": None if step is None else step.bubble_fraction,
+            "microbatches": None if step is None else step.microbatches,
+            "memory_gib_per_gpu": None if memory is None else memory.total / GIB,
+            "memory_gib": None if memory is None else {**memory.gib(), "available": memory.available / GIB},
+            "step_time_parts_s": None if step is None else {
+                "compute": step.compute, "recompute": step.recompute, "tp_comm": step.tp_comm,
+                "pp_comm": step.pp_comm, "bubble": step.bubble, "dp_comm": step.dp_comm,
+                "optimizer": step.optimizer},
+        }
+
+
+def model_flops_per_step(model: ModelSpec, global_batch: int) -> float:
+    """Training FLOPs without recompute (DESIGN.md §5): tokens · (6·N + 12·L·h·s)."""
+    tokens = global_batch * model.seq
+    return tokens * (6.0 * model.params + 12.0 * model.layers * model.hidden * model.seq)
+
+
+def structural_problems(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig,
+                        global_batch: int) -> list[tuple[str, str]]:
+    """(config field, why) for everything that stops a configuration from running, memory aside;
+    ``cfg.dp`` is resolved."""
+    problems: list[tuple[str, str]] = []
+    if model.heads % cfg.tp:
+        problems.append(("tp", f"tp={cfg.tp} does not divide the {model.heads} attention heads"))
+    elif cfg.tp > model.kv_heads and cfg.tp % model.kv_heads:
+        problems.append(("tp", f"tp={cfg.tp} does not split the {model.kv_heads} KV heads evenly"))
+    if cfg.pp > model.layers:
+        problems.append(("pp", f"pp={cfg.pp} exceeds the {model.layers} layers"))
+    if cluster.gpus % (cfg.tp * cfg.pp):  # no whole number of replicas, whatever dp is
+        field = "tp" if cluster.gpus % cfg.tp else "pp"
+        problems.append((field, f"tp·pp = {cfg.tp}·{cfg.pp} does not divide the {cluster.gpus} GPUs of the cluster"))
+    elif cfg.tp * cfg.pp * cfg.dp != cluster.gpus:
+        problems.append(("dp", f"tp·pp·dp = {cfg.tp}·{cfg.pp}·{cfg.dp} is not the {cluster.gpus} GPUs of the cluster"))
+    if cfg.dp < 1 or global_batch % (cfg.dp * cfg.mbs):
+        problems.append(("mbs", f"global batch {global_batch} is not divisible by dp·mbs = {cfg.dp}·{cfg.mbs}"))
+        return problems
+    if cfg.recompute not in RECOMPUTE:
+        problems.append(("recompute", f"must be one of {', '.join(RECOMPUTE)}, got {cfg.recompute!r}"))
+    if cfg.zero not in (0, 1, 2, 3):
+        problems.append(("zero", f"must be 0, 1, 2 or 3, got {cfg.zero}"))
+    elif cfg.zero >= 2 and cfg.pp > 1:
+        problems.append(("zero", "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "
+                                 "micro-batches; use zero ≤ 1 with pp > 1"))
+    if cfg.sequence_parallel and cfg.tp == 1:
+        problems.append(("sequence_parallel", "sequence parallelism needs tp > 1"))
+    microbatches = global_batch // (cfg.dp * cfg.mbs)
+    problem = schedule_problem(cfg, microbatches, model.layers)
+    if problem:
+        problems.append(problem)
+    return problems
+
+
+def schedule_problem(cfg: ParallelConfig, microbatches: int, layers: int) -> tuple[str, str] | None:
+    """(config field, why) when the schedule cannot run this pipeline: torch's rules (the registry's),
+    a closed-form bubble to price it with, and the planner's own: equal chunks of layers, and
+    Megatron-LM's micro-batches divisible by p for interleaved 1F1B (where its closed form is exact)."""
+    try:
+        schedule = lookup(cfg.schedule)
+    except ScheduleError as error:
+        return "schedule", error.message
+    if cfg.pp == 1:
+        return None
+    shape = schedule.shape_problem(cfg.pp, microbatches, cfg.vpp)
+    if shape is not None:
+        return ("vpp" if shape.field == "stages_per_rank" else "schedule"), shape.message
+    if schedule.bubble(cfg.pp, microbatches, cfg.vpp) is None:
+        return "schedule", f"{schedule.label} has no closed-form bubble for p={cfg.pp}, m={microbatches}"
+    if cfg.vpp > 1 and layers % (cfg.pp * cfg.vpp):
+        return "vpp", f"{layers} layers do not split into {cfg.pp}·{cfg.vpp} equal chunks"
+    if schedule.name == "interleaved1f1b" and microbatches % cfg.pp:
+        return "schedule", f"interleaved 1F1B needs micro-batches ({microbatches}) divisible by p={cfg.pp}"
+    return None
+
+
+def evaluate(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, global_batch: int,
+             eff: Efficiencies = DEFAULT_EFFICIENCIES) -> Plan:
+    """Memory per GPU by part, step time, MFU and bubble of ``config``; problems if it cannot run."""
+    cfg = config.with_dp(cluster.gpus)
+    if cfg.pp == 1 and (cfg.schedule != "1f1b" or cfg.vpp != 1):
+        cfg = replace(cfg, schedule="1f1b", vpp=1)  # no pipeline: every schedule is plain accumulation
+    problems = [message for _field, message in structural_problems(model, cluster, cfg, global_batch)]
+    if problems:
+        return Plan(cfg, None, None, None, tuple(problems))
+    microbatches = global_batch // (cfg.dp * cfg.mbs)
+    memory = memory_per_gpu(model, cluster, cfg, microbatches)
+    step = step_time(model, cluster, cfg, global_batch, eff)
+    mfu = model_flops_per_step(model, global_batch) / (step.total * cluster.gpus * cluster.gpu.peak_tflops * 1e12)
+    if not memory.fits:
+        problems.append(f"needs {memory.total / GIB:.1f} GiB per GPU, {memory.available / GIB:.1f} GiB available")
+    return Plan(cfg, memory, step, mfu, tuple(problems))

@@ -1,0 +1,132 @@
+"""Memory per GPU by part (DESIGN.md §5), on the worst pipeline stage.
+
+Model state: mixed-precision Adam keeps 16 bytes per parameter, 2 weights + 2 gradients + 12
+optimizer (fp32 master weights, momentum, variance); ZeRO-1/2/3 shard the 12, 14 or 16 of them over
+the data-parallel group. Weights of GEMMs are split over tensor parallelism; norms and biases of
+width h are replicated (as Megatron does). The word embedding lives on the first stage and the output
+layer on the last (Megatron keeps a copy of a tied embedding there when p > 1).
+
+Activations per layer and micro-batch, Korthikanti et al. 2022 (s sequence, b micro-batch, h hidden,
+a heads, t tensor parallel):
+  no recompute            s·b·h·(10 + 24/t + 5·a·s/(h·t))   (34/t + 5as/(ht) with sequence parallelism)
+  selective recompute     s·b·h·(10 + 24/t)                 (34/t with sequence parallelism)
+  full recompute          2·s·b·h                           (2/t with sequence parallelism)
+The 34 = 10 replicated + 24 split generalises to other FFN widths and grouped-query attention:
+  attention 2h (QKV input) + 2h (Q) + 2k (K) + 2k (V) + 2h (projection input) + h (dropout mask),
+  MLP 2h (input) + 4f (activation input and output; 6f gated) + h (dropout mask), norms 4h,
+where k is the K/V width and f the FFN width; of these, 10h (norm inputs, the two block inputs, the
+two dropout masks) are replicated across t unless sequence parallelism splits them.
+
+Activations in flight on the first stage, in micro-batch·layers: 1F1B p·L/p, GPipe m·L/p,
+interleaved 1F1B (p·v + p − 1) chunks of L/(p·v) layers. Full recompute also rebuilds one layer's
+whole activations during its backward: one layer's no-recompute activations are added.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bubblescope.analysis.schedules import lookup
+from bubblescope.analysis.planner.specs import ClusterSpec, ModelSpec, ParallelConfig
+
+GIB = 1024**3
+BYTES_WEIGHTS, BYTES_GRADS, BYTES_OPTIMIZER = 2, 2, 12
+#: Kept free of model state and activations: CUDA context, NCCL buffers, allocator fragmentation and
+#: temporary buffers (logits, communication staging). 10 % of the GPU, at least 4 GiB.
+RESERVE_FRACTION, RESERVE_MIN_GIB = 0.10, 4.0
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per GPU on the worst stage; ``available`` is the GPU's memory less the reserve."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    params_on_gpu: float
+    available: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.available
+
+    def gib(self) -> dict[str, float]:
+        return {"weights": self.weights / GIB, "gradients": self.gradients / GIB, "optimizer": self.optimizer / GIB,
+                "activations": self.activations / GIB, "total": self.total / GIB}
+
+
+def layers_on_stage(model: ModelSpec, pp: int) -> int:
+    """Layers on the fullest stage (uneven splits put the extra layers on some stages)."""
+    return math.ceil(model.layers / pp)
+
+
+def stage_params(model: ModelSpec, tp: int, pp: int) -> float:
+    """Parameters held by one GPU of the worst stage (first or last)."""
+    h = model.hidden
+    replicated = model.layer_params - model.layer_matmul_params
+    per_layer = model.layer_matmul_params / tp + replicated
+    layers = layers_on_stage(model, pp) * per_layer
+    embedding = model.vocab * h / tp + (model.embedding_params - model.vocab * h)
+    output = model.vocab * h / tp if (not model.tied_embeddings or pp > 1) else 0.0
+    final_norm = 2 * h
+    if pp == 1:
+        return layers + embedding + output + final_norm
+    return layers + max(embedding, output + final_norm)
+
+
+def activation_bytes_per_layer(model: ModelSpec, mbs: int, tp: int, sequence_parallel: bool, recompute: str,
+                               flash_attention: bool = False) -> float:
+    """Stored activations of one layer for one micro-batch on one GPU (Korthikanti et al. 2022);
+    fused (flash) attention stores no s×s scores, like selective recompute."""
+    s, b, h, a = model.seq, mbs, model.hidden, model.heads
+    sb = s * b
+    if recompute == "full":
+        return 2 * sb * h / (tp if sequence_parallel else 1)
+    mlp_width = (6 if model.gated_mlp else 4) * model.ffn_hidden
+    linear_total = sb * (4 * h + 7 * h + 4 * model.kv_dim + 3 * h + mlp_width)
+    replicated = 10 * sb * h
+    if sequence_parallel:
+        linear = linear_total / tp
+    else:
+        linear = replicated + (linear_total - replicated) / tp
+    scores = 0.0 if recompute == "selective" or flash_attention else 5 * a * s * s * b / tp
+    return linear + scores
+
+
+def in_flight_microbatch_layers(cfg: ParallelConfig, microbatches: int, layers: int) -> float:
+    """Micro-batch·layers of activations the worst rank holds at once (gradient accumulation
+    without pipelining holds one micro-batch)."""
+    if cfg.pp == 1:
+        return float(layers)
+    return lookup(cfg.schedule).in_flight(cfg.pp, microbatches, cfg.vpp) * layers / cfg.vpp
+
+
+def memory_per_gpu(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, microbatches: int) -> MemoryBreakdown:
+    """Model state and activations per GPU on the worst stage, for ``microbatches`` per step."""
+    cfg = config.with_dp(cluster.gpus)
+    params = stage_params(model, cfg.tp, cfg.pp)
+    shard = {0: (1, 1, 1), 1: (1, 1, cfg.dp), 2: (1, cfg.dp, cfg.dp), 3: (cfg.dp, cfg.dp, cfg.dp)}[cfg.zero]
+    layers = layers_on_stage(model, cfg.pp)
+    in_flight = in_flight_microbatch_layers(cfg, microbatches, layers)
+    per_layer = activation_bytes_per_layer(model, cfg.mbs, cfg.tp, cfg.sequence_parallel, cfg.recompute,
+                                           cfg.flash_attention)
+    activations = in_flight * per_layer
+    if cfg.recompute == "full":
+        activations += activation_bytes_per_layer(model, cfg.mbs, cfg.tp, cfg.sequence_parallel, "none",
+                                                  cfg.flash_attention)
+    capacity = cluster.gpu.memory_gib * GIB
+    reserve = max(RESERVE_FRACTION * capacity, RESERVE_MIN_GIB * GIB)
+    return MemoryBreakdown(
+        weights=params * BYTES_WEIGHTS / shard[0],
+        gradients=params * BYTES_GRADS / shard[1],
+        optimizer=params * BYTES_OPTIMIZER / shard[2],
+        activations=activations,
+        params_on_gpu=params,
+        available=capacity - reserve,
+    )

@@ -1,0 +1,146 @@
+"""One plan request as plain data, shared by the CLI and the API so both mean the same thing.
+
+A request is ``{"model": preset | {fields}, "cluster": preset | {"gpu", "gpus", "gpus_per_node"},
+"global_batch": B, "config": {fields} | null, "fixed": {fields} | null, "top": N}``. With ``config``
+the one configuration is evaluated (missing fields take ``ParallelConfig``'s defaults; sequence
+parallelism defaults to on when tp > 1, the schedule to interleaved 1F1B when vpp > 1); without it
+the space is searched, holding any ``fixed`` fields. Errors are ``PlanInputError`` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bubblescope.analysis.planner.evaluate import Plan, evaluate, structural_problems
+from bubblescope.analysis.planner.search import search
+from bubblescope.analysis.schedules import ScheduleError, lookup
+from bubblescope.analysis.planner.specs import (
+    RECOMPUTE,
+    ClusterSpec,
+    ModelSpec,
+    ParallelConfig,
+    PlanInputError,
+    cluster_preset,
+    make_cluster,
+    model_from,
+    positive_int,
+)
+
+CONFIG_ALIASES = {"t": "tp", "p": "pp", "d": "dp", "v": "vpp", "microbatch": "mbs", "micro_batch_size": "mbs",
+                  "sp": "sequence_parallel", "flash": "flash_attention"}
+_INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs")
+MAX_TOP = 1000
+
+
+def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, Any]:
+    """Validated, canonical configuration fields (aliases such as t, p, d, v, sp accepted)."""
+    if not isinstance(raw, Mapping):
+        raise PlanInputError(where, "expected an object of configuration fields")
+    fields: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = CONFIG_ALIASES.get(str(key).lower(), str(key).lower())
+        at = f"{where}.{key}"
+        if name in _INT_FIELDS:
+            fields[name] = positive_int(value, at)
+        elif name == "zero":
+            zero = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+            if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
+                raise PlanInputError(at, f"expected 0, 1, 2 or 3, got {value!r}")
+            fields[name] = int(zero)
+        elif name == "recompute":
+            if not isinstance(value, str) or value.lower() not in RECOMPUTE:
+                raise PlanInputError(at, f"expected one of {', '.join(RECOMPUTE)}, got {value!r}")
+            fields[name] = value.lower()
+        elif name == "schedule":
+            try:
+                fields[name] = lookup(value, at).name
+            except ScheduleError as error:
+                raise PlanInputError(at, error.message) from None
+        elif name in ("sequence_parallel", "flash_attention"):
+            fields[name] = _boolean(value, at)
+        else:
+            raise PlanInputError(at, "unknown field; expected tp, pp, dp, vpp, mbs, schedule, zero, recompute, "
+                                     "sequence_parallel or flash_attention")
+    return fields
+
+
+def _boolean(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+        return value.lower() in ("true", "1", "yes", "on")
+    raise PlanInputError(where, f"expected true or false, got {value!r}")
+
+
+def config_from(fields: Mapping[str, Any]) -> ParallelConfig:
+    values = dict(fields)
+    values.setdefault("schedule", "interleaved1f1b" if values.get("vpp", 1) > 1 else "1f1b")
+    values.setdefault("vpp", lookup(values["schedule"]).default_stages_per_rank)
+    values.setdefault("sequence_parallel", values.get("tp", 1) > 1)
+    return ParallelConfig(**values)
+
+
+def cluster_from(value: Any, where: str = "cluster") -> ClusterSpec:
+    """A preset name (``a100-80gb-x64``) or ``{"gpu": name | {fields}, "gpus": n, "gpus_per_node": k}``."""
+    if isinstance(value, str):
+        return cluster_preset(value)
+    if not isinstance(value, Mapping):
+        raise PlanInputError(where, "expected a cluster preset name or an object with gpu, gpus, gpus_per_node")
+    extra = sorted(set(value) - {"gpu", "gpus", "gpus_per_node"})
+    if extra:
+        raise PlanInputError(f"{where}.{extra[0]}", "unknown field; expected gpu, gpus, gpus_per_node")
+    for key in ("gpu", "gpus"):
+        if key not in value:
+            raise PlanInputError(f"{where}.{key}", "field required")
+    return make_cluster(value["gpu"], value["gpus"], value.get("gpus_per_node", 8), where)
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    model: ModelSpec
+    cluster: ClusterSpec
+    global_batch: int
+    searched: bool
+    plans: list[Plan]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "mode": "search" if self.searched else "evaluate",
+            "model": {"name": self.model.name, "params": self.model.params, "layers": self.model.layers,
+                      "hidden": self.model.hidden, "ffn_hidden": self.model.ffn_hidden, "heads": self.model.heads,
+                      "kv_heads": self.model.kv_heads, "seq": self.model.seq, "vocab": self.model.vocab},
+            "cluster": {"gpu": self.cluster.gpu.name, "gpus": self.cluster.gpus,
+                        "gpus_per_node": self.cluster.gpus_per_node, "peak_tflops": self.cluster.gpu.peak_tflops,
+                        "memory_gib": self.cluster.gpu.memory_gib},
+            "global_batch": self.global_batch,
+            "plans": [plan.as_dict() for plan in self.plans],
+        }
+
+
+def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
+    """Run one request (see the module docstring)."""
+    if not isinstance(document, Mapping):
+        raise PlanInputError("body", "expected an object")
+    extra = sorted(set(document) - {"model", "cluster", "global_batch", "config", "fixed", "top"})
+    if extra:
+        raise PlanInputError(extra[0], "unknown field; expected model, cluster, global_batch, config, fixed, top")
+    for key in ("model", "cluster", "global_batch"):
+        if document.get(key) is None:
+            raise PlanInputError(key, "field required")
+    model = model_from(document["model"])
+    cluster = cluster_from(document["cluster"])
+    batch = positive_int(document["global_batch"], "global_batch")
+    top = positive_int(document.get("top") or 10, "top")
+    if top > MAX_TOP:
+        raise PlanInputError("top", f"at most {MAX_TOP}")
+    if document.get("config") is not None:
+        if document.get("fixed") is not None:
+            raise PlanInputError("fixed", "give either config (evaluate one) or fixed (search), not both")
+        config = config_from(config_fields(document["config"])).with_dp(cluster.gpus)
+        for field_name, message in structural_problems(model, cluster, config, batch):
+            raise PlanInputError(f"config.{field_name}", message)
+        return PlanOutcome(model, cluster, batch, False, [evaluate(model, cluster, config, batch)])
+    fixed = config_fields(document.get("fixed") or {}, "fixed")
+    return PlanOutcome(model, cluster, batch, True, search(model, cluster, batch, top, fixed))

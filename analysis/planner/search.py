@@ -1,0 +1,96 @@
+"""Enumerate configurations, keep the runnable ones, rank them by predicted step time.
+
+The space: t a power of two up to the GPUs of a node dividing the heads; p any divisor of
+gpus/t up to the layers (uneven stages allowed); d the rest; micro-batch sizes powers of two
+dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that splits the
+stage's layers evenly, up to 8); ZeRO 0–3 (0–1 with pipelining); recompute none, selective, full;
+sequence parallelism whenever t > 1 (same communication volume, less memory). Any field given in
+``fixed`` is held at that value (``flash_attention`` is off unless fixed on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from bubblescope.analysis.planner.evaluate import Plan, evaluate
+from bubblescope.analysis.schedules import lookup
+from bubblescope.analysis.planner.specs import RECOMPUTE, ClusterSpec, ModelSpec, ParallelConfig
+from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficiencies
+
+MAX_VPP = 8
+SEARCHED = ("1f1b", "interleaved1f1b", "gpipe")
+"""Schedules the search tries; any other is evaluated when fixed or asked for."""
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    values, k = [], 1
+    while k <= limit:
+        values.append(k)
+        k *= 2
+    return values
+
+
+def candidates(model: ModelSpec, cluster: ClusterSpec, global_batch: int,
+               fixed: Mapping[str, Any] | None = None) -> Iterator[ParallelConfig]:
+    """Every configuration of the space above (not yet checked for memory or schedule rules)."""
+    fix = dict(fixed or {})
+
+    def choose(key: str, values: list[Any]) -> list[Any]:
+        return [fix[key]] if key in fix else values
+
+    tps = [t for t in _powers_of_two(min(cluster.gpus_per_node, cluster.gpus)) if model.heads % t == 0]
+    for tp in choose("tp", tps):
+        if cluster.gpus % tp:
+            continue
+        for pp in choose("pp", [p for p in _divisors(cluster.gpus // tp) if p <= model.layers]):
+            if cluster.gpus % (tp * pp):
+                continue
+            dp = cluster.gpus // (tp * pp)
+            if "dp" in fix and fix["dp"] != dp:
+                continue
+            per_replica = global_batch // dp if global_batch % dp == 0 else 0
+            for mbs in choose("mbs", [b for b in _powers_of_two(per_replica) if per_replica % b == 0]):
+                for schedule, vpp in _schedules(model, pp, fix):
+                    zeros = [0, 1] if pp > 1 else [0, 1, 2, 3]
+                    for zero in choose("zero", zeros if dp > 1 else [0]):
+                        for recompute in choose("recompute", list(RECOMPUTE)):
+                            yield ParallelConfig(tp, pp, dp, vpp, mbs, schedule, zero, recompute,
+                                                 bool(fix.get("sequence_parallel", tp > 1)),
+                                                 bool(fix.get("flash_attention", False)))
+
+
+def _schedules(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> Iterator[tuple[str, int]]:
+    if pp == 1:
+        yield str(fix.get("schedule", "1f1b")), 1
+        return
+    for schedule in (lookup(name) for name in ([fix["schedule"]] if "schedule" in fix else SEARCHED)):
+        name = schedule.name
+        if schedule.placement != "loop":
+            if fix.get("vpp", schedule.default_stages_per_rank) == schedule.default_stages_per_rank:
+                yield name, schedule.default_stages_per_rank
+            continue
+        per_stage = model.layers // pp if model.layers % pp == 0 else 0
+        vpps = [v for v in range(2, MAX_VPP + 1) if per_stage and per_stage % v == 0]
+        for vpp in ([fix["vpp"]] if "vpp" in fix else vpps):
+            yield name, vpp
+
+
+def rank_key(plan: Plan) -> tuple[float, int, int, float]:
+    """Fastest first; among equals the simpler (lower ZeRO stage, less recompute), then less memory."""
+    assert plan.step is not None and plan.memory is not None
+    return (plan.step.total, plan.config.zero, RECOMPUTE.index(plan.config.recompute), plan.memory.total)
+
+
+def search(model: ModelSpec, cluster: ClusterSpec, global_batch: int, top: int = 10,
+           fixed: Mapping[str, Any] | None = None, eff: Efficiencies = DEFAULT_EFFICIENCIES) -> list[Plan]:
+    """The ``top`` fastest configurations that run and fit in memory, fastest first."""
+    runnable = [plan for plan in (evaluate(model, cluster, cfg, global_batch, eff)
+                                  for cfg in candidates(model, cluster, global_batch, fixed))
+                if plan.feasible]
+    runnable.sort(key=rank_key)
+    return runnable[:top]

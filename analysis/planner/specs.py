@@ -1,0 +1,293 @@
+"""What the planner plans for: a model, a cluster, a parallel configuration; presets and GPU catalog.
+
+Everything here is plain data. ``PlanInputError`` names the field that is wrong, so the CLI and the
+API can both say which input to fix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from bubblescope.analysis.errors import InputError
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+class PlanInputError(InputError):
+    """A bad planner input; ``field`` is a dotted path such as ``model.hidden`` or ``config.tp``."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer. ``ffn_hidden`` defaults to 4·hidden, ``kv_heads`` to ``heads``.
+
+    ``gated_mlp``: SwiGLU-style MLP (three weight matrices). ``tied_embeddings``: the output layer
+    shares the input embedding (GPT); ``learned_positions``: a learned s×h position table (GPT).
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    seq: int
+    vocab: int
+    ffn_hidden: int = 0
+    kv_heads: int = 0
+    gated_mlp: bool = False
+    tied_embeddings: bool = True
+    learned_positions: bool = True
+
+    def __post_init__(self) -> None:
+        if self.ffn_hidden == 0:
+            object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
+        if self.kv_heads == 0:
+            object.__setattr__(self, "kv_heads", self.heads)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of K (and of V): kv_heads · head_dim; equals hidden without grouped-query attention."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def layer_matmul_params(self) -> int:
+        """Weights of one layer's GEMMs: Q, K, V, output projection and the MLP matrices."""
+        attention = 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_dim
+        mlp = (3 if self.gated_mlp else 2) * self.hidden * self.ffn_hidden
+        return attention + mlp
+
+    @property
+    def layer_params(self) -> int:
+        """GEMM weights plus biases and two norms (GPT: 12h² + 13h)."""
+        if self.gated_mlp:  # Llama style: no biases, RMSNorm weights only
+            return self.layer_matmul_params + 2 * self.hidden
+        biases = self.hidden + 2 * self.kv_dim + self.hidden + self.ffn_hidden + self.hidden
+        return self.layer_matmul_params + biases + 4 * self.hidden
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden + (self.seq * self.hidden if self.learned_positions else 0)
+
+    @property
+    def output_params(self) -> int:
+        """Output-layer weights not shared with the embedding (0 when tied)."""
+        return 0 if self.tied_embeddings else self.vocab * self.hidden
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.layer_params + self.embedding_params + self.output_params + 2 * self.hidden
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Peak dense bf16 TFLOP/s, memory, HBM bandwidth, NVLink and network bandwidth per GPU.
+
+    Bandwidths are one direction per GPU, in GB/s (10⁹ bytes): NVLink as NVIDIA quotes it halved
+    (A100: 600 GB/s bidirectional → 300), network as the GPU's own NIC (DGX A100: 200 Gb/s HDR → 25).
+    """
+
+    name: str
+    peak_tflops: float
+    memory_gib: float
+    hbm_gbps: float
+    nvlink_gbps: float
+    network_gbps: float
+
+
+GPU_CATALOG: dict[str, GpuSpec] = {
+    spec.name.lower(): spec
+    for spec in (
+        GpuSpec("A100-40GB", 312.0, 40.0, 1555.0, 300.0, 25.0),
+        GpuSpec("A100-80GB", 312.0, 80.0, 2039.0, 300.0, 25.0),
+        GpuSpec("H100-SXM", 989.0, 80.0, 3350.0, 450.0, 50.0),
+        GpuSpec("H100-PCIe", 756.0, 80.0, 2000.0, 300.0, 50.0),
+        GpuSpec("H200", 989.0, 140.0, 4800.0, 450.0, 50.0),
+        GpuSpec("B200", 2250.0, 179.0, 8000.0, 900.0, 50.0),
+    )
+}
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    gpu: GpuSpec
+    gpus: int
+    gpus_per_node: int = 8
+
+    @property
+    def name(self) -> str:
+        return f"{self.gpu.name.lower()}-x{self.gpus}"
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """One way to run the job. ``dp`` 0 means "the rest": gpus / (tp·pp).
+
+    ``vpp`` is the number of virtual stages (model chunks) per rank, used by interleaved 1F1B.
+    ``zero`` 0–3 shards optimizer (1), +gradients (2), +weights (3) over the data-parallel group.
+    ``flash_attention``: fused attention that never stores the s×s scores (FlashAttention); the
+    calibration papers' Megatron did store them, so the default is off.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 0
+    vpp: int = 1
+    mbs: int = 1
+    schedule: str = "1f1b"
+    zero: int = 0
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    flash_attention: bool = False
+
+    def with_dp(self, gpus: int) -> ParallelConfig:
+        return self if self.dp else replace(self, dp=gpus // (self.tp * self.pp))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "vpp": self.vpp, "mbs": self.mbs,
+                "schedule": self.schedule, "zero": self.zero, "recompute": self.recompute,
+                "sequence_parallel": self.sequence_parallel, "flash_attention": self.flash_attention}
+
+
+def _gpt(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
+    return ModelSpec(name, layers, hidden, heads, seq=2048, vocab=51200)
+
+
+def _llama(name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, seq: int, vocab: int) -> ModelSpec:
+    return ModelSpec(name, layers, hidden, heads, seq, vocab, ffn_hidden=ffn, kv_heads=kv, gated_mlp=True,
+                     tied_embeddings=False, learned_positions=False)
+
+
+MODEL_PRESETS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        # Narayanan et al. 2021, Table 1, and Korthikanti et al. 2022, Table 5
+        _gpt("gpt-1.7b", 24, 2304, 24),
+        _gpt("gpt-3.6b", 30, 3072, 32),
+        _gpt("gpt-7.5b", 36, 4096, 32),
+        _gpt("gpt-18.4b", 40, 6144, 48),
+        _gpt("gpt-22b", 48, 6144, 64),
+        _gpt("gpt-39.1b", 48, 8192, 64),
+        _gpt("gpt-76.1b", 60, 10240, 80),
+        _gpt("gpt-145.6b", 80, 12288, 96),
+        _gpt("gpt-175b", 96, 12288, 96),
+        _gpt("gpt-310.1b", 96, 16384, 128),
+        _gpt("gpt-529.6b", 105, 20480, 128),
+        _gpt("gpt-530b", 105, 20480, 128),
+        _gpt("gpt-1008b", 128, 25600, 160),
+        _gpt("gpt-1t", 128, 25600, 160),
+        _llama("llama-2-7b", 32, 4096, 32, 32, 11008, 4096, 32000),
+        _llama("llama-2-70b", 80, 8192, 64, 8, 28672, 4096, 32000),
+        _llama("llama-3-8b", 32, 4096, 32, 8, 14336, 8192, 128256),
+        _llama("llama-3-70b", 80, 8192, 64, 8, 28672, 8192, 128256),
+    )
+}
+
+_CLUSTER_NAME = re.compile(r"^(?P<gpu>.+)-x(?P<count>\d+)$")
+
+
+def cluster_preset(name: str, gpus_per_node: int = 8) -> ClusterSpec:
+    """``<gpu>-x<count>``, e.g. ``a100-80gb-x8`` or ``h100-sxm-x1024`` (8 GPUs per node)."""
+    found = _CLUSTER_NAME.match(name.strip().lower())
+    if not found or found["gpu"] not in GPU_CATALOG:
+        raise PlanInputError("cluster", f"unknown cluster {name!r}; use <gpu>-x<count> with gpu one of "
+                                        f"{', '.join(sorted(GPU_CATALOG))} (e.g. a100-80gb-x8)")
+    return make_cluster(found["gpu"], int(found["count"]), gpus_per_node, "cluster")
+
+
+def make_cluster(gpu: str | Mapping[str, Any], gpus: Any, gpus_per_node: Any = 8,
+                 where: str = "cluster") -> ClusterSpec:
+    """A cluster from a catalog GPU name (or a dict of GpuSpec fields), a GPU count and GPUs per node."""
+    gpu_spec = gpu_from(gpu, f"{where}.gpu")
+    count = positive_int(gpus, f"{where}.gpus")
+    per_node = positive_int(gpus_per_node, f"{where}.gpus_per_node")
+    if count > per_node and count % per_node:
+        raise PlanInputError(f"{where}.gpus", f"{count} GPUs is not a whole number of {per_node}-GPU nodes")
+    return ClusterSpec(gpu_spec, count, min(per_node, count))
+
+
+def _named_or_fields(table: Mapping[str, Any], value: Any, where: str, what: str) -> Any:
+    """The table's entry for a name; the value itself if it is a mapping of fields; else an error."""
+    if isinstance(value, str):
+        spec = table.get(value.strip().lower())
+        if spec is None:
+            known = ", ".join(getattr(entry, "name", key) for key, entry in table.items())
+            raise PlanInputError(where, f"unknown {what} {value!r}; known: {known}")
+        return spec
+    if not isinstance(value, Mapping):
+        raise PlanInputError(where, f"expected a {what} name or an object of {what} fields")
+    return value
+
+
+def gpu_from(value: str | Mapping[str, Any], where: str) -> GpuSpec:
+    found = _named_or_fields(GPU_CATALOG, value, where, "GPU")
+    if isinstance(found, GpuSpec):
+        return found
+    fields = dict(found)
+    known = {"name", "peak_tflops", "memory_gib", "hbm_gbps", "nvlink_gbps", "network_gbps"}
+    _no_extra(fields, known, where)
+    numbers = {key: positive_float(fields.get(key), f"{where}.{key}") for key in sorted(known - {"name"})}
+    return GpuSpec(name=str(fields.get("name", "custom")), **numbers)
+
+
+def model_from(value: str | Mapping[str, Any], where: str = "model") -> ModelSpec:
+    """A preset name, or a dict of ModelSpec fields (``preset`` may name a base to override)."""
+    found = _named_or_fields(MODEL_PRESETS, value, where, "model")
+    if isinstance(found, ModelSpec):
+        return found
+    fields = dict(found)
+    base = model_from(fields.pop("preset"), f"{where}.preset") if "preset" in fields else None
+    ints = ("layers", "hidden", "heads", "seq", "vocab", "ffn_hidden", "kv_heads")
+    flags = ("gated_mlp", "tied_embeddings", "learned_positions")
+    _no_extra(fields, {"name", *ints, *flags}, where)
+    values: dict[str, Any] = {} if base is None else {k: getattr(base, k) for k in ("name", *ints, *flags)}
+    values.setdefault("name", "custom")
+    for key in ints:
+        if key in fields:
+            values[key] = positive_int(fields[key], f"{where}.{key}")
+        elif key in ("layers", "hidden", "heads", "seq", "vocab") and key not in values:
+            raise PlanInputError(f"{where}.{key}", "field required")
+    for key in flags:
+        if key in fields:
+            if not isinstance(fields[key], bool):
+                raise PlanInputError(f"{where}.{key}", "expected true or false")
+            values[key] = fields[key]
+    if "name" in fields:
+        values["name"] = str(fields["name"])
+    spec = ModelSpec(**values)
+    if spec.hidden % spec.heads:
+        raise PlanInputError(f"{where}.heads", f"hidden {spec.hidden} is not divisible by heads {spec.heads}")
+    if spec.heads % spec.kv_heads:
+        raise PlanInputError(f"{where}.kv_heads", f"heads {spec.heads} is not divisible by kv_heads {spec.kv_heads}")
+    return spec
+
+
+def positive_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        else:
+            raise PlanInputError(where, f"expected a positive integer, got {value!r}")
+    if value < 1:
+        raise PlanInputError(where, f"must be at least 1, got {value}")
+    return int(value)
+
+
+def positive_float(value: Any, where: str) -> float:
+    if value is None:
+        raise PlanInputError(where, "field required")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise PlanInputError(where, f"expected a positive number, got {value!r}")
+    return float(value)
+
+
+def _no_extra(fields: Mapping[str, Any], known: set[str], where: str) -> None:
+    extra = sorted(set(fields) - known)
+    if extra:
+        raise PlanInputError(f"{where}.{extra[0]}", f"unknown field; expected one of {', '.join(sorted(known))}")
+

@@ -1,0 +1,234 @@
+"""Step time from first principles, for one configuration on one cluster.
+
+Per micro-batch, on one GPU of the slowest stage (the last: it also runs the output layer):
+
+* **GEMMs** — every matrix product of a layer (QKV, projection, MLP; attention scores and
+  attention·V per head) is timed on the roofline: max(FLOPs / (peak·gemm), bytes / (HBM·hbm)). The
+  backward pass runs two GEMMs of the same shape per forward GEMM (input and weight gradients).
+  Small heads (head dim 64–160) make the attention GEMMs memory-bound; that is where size matters.
+* **Memory-bound kernels** (norms, softmax, dropout, GeLU, bias and residual adds) move about
+  ``elementwise_traffic`` bytes of HBM per byte of the activations they leave behind (the
+  Korthikanti stored-activation count, which is what those kernels write), twice that backward.
+* **Tensor parallelism** — per layer, two all-reduces forward and two backward (with sequence
+  parallelism, all-gather + reduce-scatter pairs of the same volume), ring cost
+  2(t−1)/t·bytes / (bandwidth·efficiency) + latency, over NVLink inside a node, else the network.
+  Megatron does not overlap them with compute.
+* **Recompute** — full: the whole forward again (with its all-reduces); selective: the attention
+  scores, softmax, dropout and attention·V again.
+* **Pipeline** — two blocking point-to-point transfers (activation in, gradient in) per model chunk,
+  each 1/t of the activation (Megatron's scatter/gather), over the network when stages sit in
+  different nodes.
+
+Step = m·T_stage / (1 − bubble) with the bubble from the schedule's closed form (for 1F1B:
+(m + p − 1)·T_stage), then the exposed part of the data-parallel gradient reduction, the tied
+embedding's gradient all-reduce between the first and last stage, and the optimizer step
+(memory-bound: ``optimizer_bytes_per_param`` of HBM traffic per local parameter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bubblescope.analysis.planner.memory import activation_bytes_per_layer, layers_on_stage, stage_params
+from bubblescope.analysis.schedules import lookup
+from bubblescope.analysis.planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelConfig
+
+
+@dataclass(frozen=True)
+class Efficiencies:
+    """The planner's only tuned constants, the same for every model and cluster.
+
+    Chosen by a coarse grid search over physically plausible ranges against the 18 published runs
+    (``calibration``; in-sample, so the errors reported there are fit errors), then kept if they
+    stay in those ranges:
+
+    gemm 0.74: fraction of peak a bf16 GEMM of a transformer layer sustains (cuBLAS on A100: 70–85 %
+      depending on shape; tile and wave quantisation make the layer average lower than the best).
+    hbm 0.85: fraction of HBM bandwidth a streaming kernel sustains.
+    nvlink 0.65, network 0.80: NCCL bus bandwidth over link peak for the 10–100 MB messages of
+      tensor parallelism (nccl-tests on DGX A100 reach ≈ 230 of 300 GB/s only for GB messages) and
+      for point-to-point and data-parallel traffic over one HDR NIC per GPU.
+    collective_latency_s 10 µs: fixed cost of one NCCL collective or point-to-point transfer.
+    elementwise_traffic 2.0: HBM bytes the memory-bound kernels of a layer move forward per byte of
+      activation they leave stored (each written once and read about once more).
+    dp_overlap 0.5: fraction of the last micro-batch's backward pass under which the data-parallel
+      gradient reduction runs (bucketed reduction: PyTorch DDP, FSDP, Megatron's
+      --overlap-grad-reduce); only the rest of the reduction is exposed.
+    optimizer_bytes_per_param 36: Adam with fp32 master weights reads the gradient and 12 bytes of
+      state, writes the state back and the bf16 copy of the weight.
+    """
+
+    gemm: float = 0.74
+    hbm: float = 0.85
+    nvlink: float = 0.65
+    network: float = 0.80
+    collective_latency_s: float = 10e-6
+    elementwise_traffic: float = 2.0
+    dp_overlap: float = 0.5
+    optimizer_bytes_per_param: float = 36.0
+
+
+DEFAULT_EFFICIENCIES = Efficiencies()
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per training step on the slowest rank, by part; ``total`` is the step time.
+
+    compute, recompute, tp_comm, pp_comm are summed over the step's micro-batches; bubble is the
+    pipeline's idle time; dp_comm the exposed part of the gradient reduction (plus the embedding
+    all-reduce); optimizer the parameter update.
+    """
+
+    compute: float
+    recompute: float
+    tp_comm: float
+    pp_comm: float
+    bubble: float
+    dp_comm: float
+    optimizer: float
+    microbatches: int
+    bubble_fraction: float
+
+    @property
+    def total(self) -> float:
+        return (self.compute + self.recompute + self.tp_comm + self.pp_comm + self.bubble + self.dp_comm
+                + self.optimizer)
+
+
+@dataclass(frozen=True)
+class _Cost:
+    """One piece of work per micro-batch: compute, recompute and communication seconds."""
+
+    compute: float = 0.0
+    recompute: float = 0.0
+    comm: float = 0.0
+
+    def __add__(self, other: _Cost) -> _Cost:
+        return _Cost(self.compute + other.compute, self.recompute + other.recompute, self.comm + other.comm)
+
+    def scale(self, factor: float) -> _Cost:
+        return _Cost(self.compute * factor, self.recompute * factor, self.comm * factor)
+
+
+def gemm_seconds(m: float, n: float, k: float, gpu: GpuSpec, eff: Efficiencies, batch: float = 1.0) -> float:
+    """Roofline time of ``batch`` (m×k)·(k×n) bf16 products."""
+    flops = 2.0 * m * n * k * batch
+    traffic = 2.0 * (m * k + k * n + m * n) * batch
+    return max(flops / (gpu.peak_tflops * 1e12 * eff.gemm), traffic / (gpu.hbm_gbps * 1e9 * eff.hbm))
+
+
+def ring_seconds(bytes_: float, ranks: int, bandwidth_gbps: float, link_eff: float, eff: Efficiencies,
+                 passes: float) -> float:
+    """``passes`` ring phases (all-reduce 2, all-gather or reduce-scatter 1) over ``ranks``."""
+    if ranks <= 1 or bytes_ <= 0:
+        return 0.0
+    return passes * (eff.collective_latency_s + (ranks - 1) / ranks * bytes_ / (bandwidth_gbps * 1e9 * link_eff))
+
+
+def _tp_bandwidth(cluster: ClusterSpec, ranks: int, eff: Efficiencies) -> tuple[float, float]:
+    if ranks <= cluster.gpus_per_node:
+        return cluster.gpu.nvlink_gbps, eff.nvlink
+    return cluster.gpu.network_gbps, eff.network
+
+
+def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies) -> _Cost:
+    """Forward + backward (+ recompute) of one transformer layer, one micro-batch, one GPU."""
+    gpu, t, s, h = cluster.gpu, cfg.tp, model.seq, model.hidden
+    tokens = cfg.mbs * s
+    mlp_out = model.ffn_hidden * (2 if model.gated_mlp else 1)
+    dense = (gemm_seconds(tokens, (h + 2 * model.kv_dim) / t, h, gpu, eff)
+             + gemm_seconds(tokens, h, h / t, gpu, eff)
+             + gemm_seconds(tokens, mlp_out / t, h, gpu, eff)
+             + gemm_seconds(tokens, h, model.ffn_hidden / t, gpu, eff))
+    heads = cfg.mbs * model.heads / t
+    if cfg.flash_attention:  # scores stay on chip: compute-bound, at the GEMM efficiency
+        attention = 4.0 * s * s * model.head_dim * heads / (gpu.peak_tflops * 1e12 * eff.gemm)
+    else:
+        attention = (gemm_seconds(s, s, model.head_dim, gpu, eff, heads)
+                     + gemm_seconds(s, model.head_dim, s, gpu, eff, heads))
+    stored = activation_bytes_per_layer(model, cfg.mbs, t, cfg.sequence_parallel, "none", cfg.flash_attention)
+    stored_scores = stored - activation_bytes_per_layer(model, cfg.mbs, t, cfg.sequence_parallel, "selective")
+    hbm = gpu.hbm_gbps * 1e9 * eff.hbm
+    elementwise = eff.elementwise_traffic * stored / hbm
+    score_elementwise = eff.elementwise_traffic * stored_scores / hbm
+    bandwidth, link_eff = _tp_bandwidth(cluster, t, eff)
+    # two all-reduces (or all-gather + reduce-scatter pairs: the same ring volume) per pass
+    tp_pass = 2 * ring_seconds(2.0 * tokens * h, t, bandwidth, link_eff, eff, passes=2)
+    forward = dense + attention + elementwise
+    backward = 2 * (dense + attention) + 2 * elementwise
+    if cfg.recompute == "full":
+        return _Cost(forward + backward, forward, 2 * tp_pass + tp_pass)
+    if cfg.recompute == "selective":
+        return _Cost(forward + backward, attention + score_elementwise, 2 * tp_pass)
+    return _Cost(forward + backward, 0.0, 2 * tp_pass)
+
+
+def output_layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies) -> _Cost:
+    """Logits GEMM forward and backward plus the fp32 softmax cross-entropy, on the last stage."""
+    gpu, t, h = cluster.gpu, cfg.tp, model.hidden
+    tokens = cfg.mbs * model.seq
+    gemm = 3 * gemm_seconds(tokens, model.vocab / t, h, gpu, eff)
+    softmax = 3 * eff.elementwise_traffic * tokens * model.vocab / t * 4 / (gpu.hbm_gbps * 1e9 * eff.hbm)
+    bandwidth, link_eff = _tp_bandwidth(cluster, t, eff)
+    return _Cost(gemm + softmax, 0.0, 2 * ring_seconds(2.0 * tokens * h, t, bandwidth, link_eff, eff, passes=1))
+
+
+def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies) -> float:
+    """Blocking pipeline transfers per micro-batch on one stage: activation in and gradient in, per chunk."""
+    if cfg.pp == 1:
+        return 0.0
+    message = 2.0 * cfg.mbs * model.seq * model.hidden / cfg.tp
+    crosses_nodes = cfg.tp * cfg.pp > cluster.gpus_per_node
+    bandwidth = cluster.gpu.network_gbps * eff.network if crosses_nodes else cluster.gpu.nvlink_gbps * eff.nvlink
+    one = eff.collective_latency_s + message / (bandwidth * 1e9)
+    return 2 * cfg.vpp * one
+
+
+def dp_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies,
+               last_backward_s: float) -> float:
+    """Gradient reduction over data parallelism (ZeRO-3 also gathers weights: 1.5× the volume), the
+    part not hidden under the last micro-batch's backward pass (gradients are accumulated locally
+    before it, so only that pass can hide the reduction), plus the tied embedding's all-reduce
+    between the first and the last stage."""
+    params = stage_params(model, cfg.tp, cfg.pp)
+    group_in_node = cfg.tp * cfg.pp * cfg.dp <= cluster.gpus_per_node
+    bandwidth, link_eff = ((cluster.gpu.nvlink_gbps, eff.nvlink) if group_in_node
+                           else (cluster.gpu.network_gbps, eff.network))
+    passes = 3.0 if cfg.zero == 3 else 2.0
+    reduce = ring_seconds(2.0 * params, cfg.dp, bandwidth, link_eff, eff, passes)
+    reduce = max(0.0, reduce - eff.dp_overlap * last_backward_s)
+    embedding = 0.0
+    if cfg.pp > 1 and model.tied_embeddings:
+        crosses = cfg.tp * cfg.pp > cluster.gpus_per_node
+        bw, link = (cluster.gpu.network_gbps, eff.network) if crosses else (cluster.gpu.nvlink_gbps, eff.nvlink)
+        embedding = ring_seconds(2.0 * model.vocab * model.hidden / cfg.tp, 2, bw, link, eff, passes=2)
+    return reduce + embedding
+
+
+def step_time(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, global_batch: int,
+              eff: Efficiencies = DEFAULT_EFFICIENCIES) -> StepTime:
+    """Seconds per step; the caller has checked feasibility (see ``evaluate.evaluate``)."""
+    cfg = config.with_dp(cluster.gpus)
+    microbatches = global_batch // (cfg.dp * cfg.mbs)
+    stage = layer_cost(model, cluster, cfg, eff).scale(layers_on_stage(model, cfg.pp))
+    stage = stage + output_layer_cost(model, cluster, cfg, eff)
+    p2p = p2p_seconds(model, cluster, cfg, eff)
+    floor = lookup(cfg.schedule).bubble(cfg.pp, microbatches, cfg.vpp) if cfg.pp > 1 else None
+    if cfg.pp > 1 and floor is None:
+        raise ValueError(f"schedule {cfg.schedule!r} has no closed-form bubble")
+    bubble = 0.0 if floor is None else floor.fraction
+    busy = microbatches * (stage.compute + stage.recompute + stage.comm + p2p)
+    local_params = stage_params(model, cfg.tp, cfg.pp) / (cfg.dp if cfg.zero >= 1 else 1)
+    optimizer = local_params * eff.optimizer_bytes_per_param / (cluster.gpu.hbm_gbps * 1e9 * eff.hbm)
+    return StepTime(
+        compute=microbatches * stage.compute,
+        recompute=microbatches * stage.recompute,
+        tp_comm=microbatches * stage.comm,
+        pp_comm=microbatches * p2p,
+        bubble=busy * bubble / (1.0 - bubble),
+        dp_comm=dp_seconds(model, cluster, cfg, eff, stage.compute * 2 / 3 + stage.recompute),
+        optimizer=optimizer,
+        microbatches=microbatches,
+        bubble_fraction=bubble,
+    )

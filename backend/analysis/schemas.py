@@ -1,0 +1,149 @@
+"""API shapes of a run's analysis and of what-if replays: the API's own models, filled from the
+analysis dataclasses (``from_attributes``) so the analysis can change inside without the API moving."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, Strict
+
+from bubblescope.analysis.schedules import NAMES
+
+Count = Annotated[int, Strict(), Field(ge=1, le=100_000)]
+
+
+class _FromAnalysis(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class StageBreakdownOut(BaseModel):
+    """Means over the stage's ranks and the analysed steps, ns."""
+
+    stage: int | None
+    ranks: list[int]
+    window_ns: float
+    compute_ns: float
+    exposed_comm_ns: float
+    overlapped_comm_ns: float
+    dependency_wait_ns: float
+    transfer_ns: float
+    idle_ns: float
+    bubble_fraction: float
+
+
+class StageCostOut(_FromAnalysis):
+    """One (virtual) stage's cost per micro-batch, ns; ``weight_ns`` is the weight-gradient part of a
+    split backward (zero-bubble schedules), null when not measured."""
+
+    forward_ns: float
+    backward_ns: float
+    weight_ns: float | None
+
+
+class PipelineSetupOut(_FromAnalysis):
+    schedule: str
+    ranks: int
+    microbatches: int
+    stage_costs: list[StageCostOut] = Field(description="one per virtual stage, in stage order")
+    stages_per_rank: int
+    p2p_ns: float = Field(description="transfer latency of a pipeline recv that waited for its send")
+    action_overhead_ns: float = Field(description="the schedule's own cost per action, fitted to the measured step")
+    step_overhead_ns: float = Field(description="outside the pipeline: data loading, optimizer, gradient all-reduce")
+
+
+class MeasuredPipelineOut(_FromAnalysis):
+    setup: PipelineSetupOut
+    layers_per_stage: list[int] | None
+    measured_step_ns: float
+    steps_used: int
+    fixed_cost: StageCostOut = Field(description="per action, whatever its layers and micro-batch size")
+    overhead_per_layer_ns: float = Field(description="step overhead per layer of the rank holding the most")
+
+
+class CauseOut(_FromAnalysis):
+    name: str
+    ns: float
+    fraction_of_step: float
+    explanation: str
+
+
+class BubbleAttributionOut(_FromAnalysis):
+    step_ns: float
+    measured_bubble_ns: float
+    measured_bubble_fraction: float
+    closed_form_fraction: float | None
+    closed_form_formula: str | None
+    simulated_floor_fraction: float
+    simulated_floor_ns: float
+    causes: list[CauseOut] = Field(description="add up to the measured bubble")
+
+
+class LayerMoveOut(_FromAnalysis):
+    layers: int
+    from_stage: int
+    to_stage: int
+
+
+class StageImbalanceOut(_FromAnalysis):
+    stage_cost_ns: list[float] = Field(description="forward + backward per micro-batch, per (virtual) stage")
+    slowest_stage: int
+    slowest_excess: float = Field(description="slowest / mean - 1")
+    layers_per_stage: list[int] | None
+    balanced_layers: list[int] | None
+    moves: list[LayerMoveOut]
+    balanced_step_ns: float | None
+
+
+class SuggestionOut(_FromAnalysis):
+    kind: str
+    title: str
+    evidence: str
+    current_step_ns: float
+    predicted_step_ns: float
+    predicted_bubble_fraction: float | None
+    gain_fraction: float
+    memory_cost: str
+    apply: dict[str, Any] = Field(description="the run-config keys to change: everything the prediction assumed")
+    torch_pipelining: str | None
+    torchtitan: dict[str, Any]
+    megatron: list[str]
+
+
+class AnalysisOut(BaseModel):
+    run_key: str
+    steps: list[int] = Field(description="the steps analysed (with spans; step 0 left out when others exist)")
+    step_ns: float = Field(description="median step wall time over those steps")
+    stages: list[StageBreakdownOut]
+    exposed_comm_ns_by_group: dict[str, float] = Field(description="mean per rank per step, pipeline p2p excluded")
+    pipeline: MeasuredPipelineOut | None = Field(description="the run in the simulator's terms")
+    pipeline_unavailable: str | None = Field(description="why there is no pipeline replay, when there is none")
+    attribution: BubbleAttributionOut | None
+    imbalance: StageImbalanceOut | None
+    suggestions: list[SuggestionOut] = Field(description="ranked by predicted gain")
+
+
+class WhatIfIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schedule: str | None = Field(default=None, description=f"{', '.join(NAMES)}, or torch's class name")
+    microbatches: Count | None = None
+    microbatch_scale: Annotated[float, Field(gt=0, le=1000)] = Field(
+        default=1.0, description="scale of every action's duration: b'/b for another micro-batch size")
+    stages_per_rank: Annotated[int, Strict(), Field(ge=1, le=64)] | None = None
+    layers_per_stage: Annotated[list[Count], Field(min_length=1, max_length=4096)] | None = None
+    slowest_rank_to_median: bool = False
+    overlap_communication: bool = False
+    from_step: Annotated[int, Strict(), Field(ge=0)] | None = None
+    to_step: Annotated[int, Strict(), Field(ge=0)] | None = None
+
+
+class PredictionOut(BaseModel):
+    measured_step_ns: float
+    schedule: str
+    microbatches: int
+    stages_per_rank: int
+    layers_per_stage: list[int] | None
+    step_ns: float
+    bubble_fraction: float
+    peak_activations: int
+    idle_ns_per_rank: list[float]

@@ -1,0 +1,196 @@
+"""A run's analysis over a step range: attribution, stage imbalance, suggestions, what-if replays."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from bubblescope import intervals, wire
+from bubblescope.analysis.attribution import attribute_bubble, stage_imbalance
+from bubblescope.analysis.breakdown import step_breakdown
+from bubblescope.analysis.memory_fixes import memory_suggestions
+from bubblescope.analysis.model import RankBreakdown, TimedSpan
+from bubblescope.analysis.errors import InputError
+from bubblescope.analysis.pipeline_profile import MeasuredPipeline, StepSpans, measure_pipeline
+from bubblescope.analysis.suggestions import RunEvidence, StragglerNote, suggest
+from bubblescope.analysis.whatif import Change, predict
+from bubblescope.backend.analysis.schemas import (
+    AnalysisOut,
+    BubbleAttributionOut,
+    MeasuredPipelineOut,
+    PredictionOut,
+    StageBreakdownOut,
+    StageImbalanceOut,
+    SuggestionOut,
+    WhatIfIn,
+)
+from bubblescope.backend.db.models import RankInfo, Run, Span
+from bubblescope.backend.errors import DomainError, Invalid, NotFound
+from bubblescope.backend.runs import queries
+from bubblescope.backend.runs.service import aligned_step, require_run, run_bubble
+from bubblescope.backend.stragglers.service import straggler_view
+
+MAX_STEPS = 50  # the newest steps with spans in the range; enough for stable medians
+
+
+@dataclass(frozen=True)
+class _Window:
+    steps: list[StepSpans]
+    breakdowns: list[list[RankBreakdown]]
+    bubble_ns: list[float]
+    walls: list[int]
+    exposed_by_group: dict[str, float]
+
+
+def run_analysis(session: Session, key: str, from_step: int | None, to_step: int | None) -> AnalysisOut:
+    run = require_run(session, key)
+    ranks = queries.ranks_of(session, run.id)
+    window = _load(session, run, ranks, from_step, to_step)
+    step_ns = float(statistics.median(window.walls))
+    measured, why_not = _measure(run, window)
+    attribution = imbalance = None
+    if measured is not None:
+        attribution = attribute_bubble(measured, statistics.mean(window.bubble_ns), step_ns)
+        imbalance = stage_imbalance(measured)
+    evidence = RunEvidence(
+        config=run.config or {}, step_ns=step_ns, measured=measured, attribution=attribution,
+        imbalance=imbalance, exposed_comm_ns=window.exposed_by_group, tp_hosts_per_group=_tp_hosts(ranks),
+        memory_notes=memory_suggestions(run.config or {}, step_ns),
+        stragglers=_straggler_notes(session, key, from_step, to_step),
+    )
+    return AnalysisOut(
+        run_key=key,
+        steps=[s.step for s in window.steps],
+        step_ns=step_ns,
+        stages=_per_stage(window.breakdowns),
+        exposed_comm_ns_by_group=window.exposed_by_group,
+        pipeline=None if measured is None else MeasuredPipelineOut.model_validate(measured),
+        pipeline_unavailable=why_not,
+        attribution=None if attribution is None else BubbleAttributionOut.model_validate(attribution),
+        imbalance=None if imbalance is None else StageImbalanceOut.model_validate(imbalance),
+        suggestions=[SuggestionOut.model_validate(s) for s in suggest(evidence)],
+    )
+
+
+def what_if(session: Session, key: str, body: WhatIfIn) -> PredictionOut:
+    run = require_run(session, key)
+    window = _load(session, run, queries.ranks_of(session, run.id), body.from_step, body.to_step)
+    measured, why_not = _measure(run, window)
+    if measured is None:
+        raise Invalid("run_key", f"run {key!r} cannot be replayed: {why_not}")
+    change = Change(
+        schedule=body.schedule, microbatches=body.microbatches, microbatch_scale=body.microbatch_scale,
+        stages_per_rank=body.stages_per_rank,
+        layers_per_stage=tuple(body.layers_per_stage) if body.layers_per_stage else None,
+        slowest_rank_to_median=body.slowest_rank_to_median, overlap_communication=body.overlap_communication,
+    )
+    prediction = predict(measured, change)  # an InputError names the body field it is about
+    return PredictionOut(
+        measured_step_ns=measured.measured_step_ns, schedule=prediction.schedule,
+        microbatches=prediction.microbatches, stages_per_rank=prediction.stages_per_rank,
+        layers_per_stage=list(prediction.layers_per_stage) if prediction.layers_per_stage else None,
+        step_ns=prediction.step_ns, bubble_fraction=prediction.bubble_fraction,
+        peak_activations=prediction.peak_activations, idle_ns_per_rank=list(prediction.result.idle_ns),
+    )
+
+
+def _load(session: Session, run: Run, ranks: Sequence[RankInfo], from_step: int | None, to_step: int | None) -> _Window:
+    if from_step is not None and to_step is not None and from_step > to_step:
+        raise Invalid("from_step", f"from_step {from_step} is after to_step {to_step}")
+    candidates = sorted(
+        s for s in queries.steps_with_spans(session, run.id)
+        if (from_step is None or s >= from_step) and (to_step is None or s <= to_step)
+    )
+    if len(candidates) > 1 and candidates[0] == 0 and from_step is None:
+        candidates = candidates[1:]  # step 0 warms up (shape inference, first allocations)
+    candidates = candidates[-MAX_STEPS:]
+    if not candidates:
+        raise NotFound("from_step", f"run {run.key!r} has no step with spans in the range")
+    window = _Window([], [], [], [], {})
+    exposed: dict[str, list[float]] = defaultdict(list)
+    for step in candidates:
+        aligned = aligned_step(session, run, ranks, step)
+        assert aligned is not None
+        breakdowns = step_breakdown(aligned.spans, aligned.windows, aligned.stages)
+        bubble = run_bubble(run, breakdowns, aligned.windows)
+        window.steps.append(StepSpans(step, aligned.spans, aligned.windows))
+        window.breakdowns.append(breakdowns)
+        window.bubble_ns.append(bubble.measured_fraction * bubble.wall_ns)
+        window.walls.append(bubble.wall_ns)
+        for group, ns in _exposed_comm_by_group(aligned.rows, aligned.spans, len(aligned.windows)).items():
+            exposed[group].append(ns)
+    steps = len(candidates)
+    window.exposed_by_group.update({g: sum(v) / steps for g, v in exposed.items()})
+    return window
+
+
+def _exposed_comm_by_group(rows: Sequence[Span], spans: Sequence[TimedSpan], ranks: int) -> dict[str, float]:
+    """Mean per rank of each group's communication not under compute (pipeline p2p excluded)."""
+    compute: dict[int, list[intervals.Interval]] = defaultdict(list)
+    comm: dict[tuple[int, str], list[intervals.Interval]] = defaultdict(list)
+    for row, span in zip(rows, spans):
+        if span.kind in wire.COMPUTE_KINDS:
+            compute[span.rank].append((span.start_ns, span.end_ns))
+        elif row.group and span.name not in (wire.P2P_FORWARD, wire.P2P_BACKWARD):
+            comm[(span.rank, row.group)].append((span.start_ns, span.end_ns))
+    totals: dict[str, float] = defaultdict(float)
+    merged_compute = {rank: intervals.merge(c) for rank, c in compute.items()}
+    for (rank, group), parts in comm.items():
+        merged = intervals.merge(parts)
+        totals[group] += intervals.total_length(merged) - intervals.intersect_length(merged, merged_compute.get(rank, []))
+    return {group: total / max(1, ranks) for group, total in totals.items()}
+
+
+def _measure(run: Run, window: _Window) -> tuple[MeasuredPipeline | None, str | None]:
+    try:
+        return measure_pipeline(window.steps, run.config or {}), None
+    except InputError as error:
+        return None, str(error)
+
+
+def _per_stage(breakdowns: list[list[RankBreakdown]]) -> list[StageBreakdownOut]:
+    by_stage: dict[int | None, list[RankBreakdown]] = defaultdict(list)
+    for step in breakdowns:
+        for b in step:
+            by_stage[b.stage].append(b)
+    out = []
+    for stage, rows in sorted(by_stage.items(), key=lambda item: (item[0] is None, item[0] or 0)):
+        n = len(rows)
+        out.append(StageBreakdownOut(
+            stage=stage, ranks=sorted({b.rank for b in rows}),
+            window_ns=sum(b.window_ns for b in rows) / n, compute_ns=sum(b.compute_ns for b in rows) / n,
+            exposed_comm_ns=sum(b.exposed_comm_ns for b in rows) / n,
+            overlapped_comm_ns=sum(b.overlapped_comm_ns for b in rows) / n,
+            dependency_wait_ns=sum(b.dependency_wait_ns for b in rows) / n,
+            transfer_ns=sum(b.transfer_ns for b in rows) / n, idle_ns=sum(b.idle_ns for b in rows) / n,
+            bubble_fraction=sum(b.bubble_fraction for b in rows) / n,
+        ))
+    return out
+
+
+def _tp_hosts(ranks: Sequence[RankInfo]) -> int:
+    """The most hosts any tensor-parallel group spans (ranks equal in every mesh coordinate but tp)."""
+    groups: dict[tuple[tuple[str, int], ...], set[str]] = defaultdict(set)
+    for info in ranks:
+        coords = info.coords or {}
+        if "tp" in coords:
+            groups[tuple(sorted((k, v) for k, v in coords.items() if k != "tp"))].add(info.host)
+    return max((len(hosts) for hosts in groups.values()), default=1)
+
+
+def _straggler_notes(session: Session, key: str, from_step: int | None, to_step: int | None) -> list[StragglerNote]:
+    """Persistent slow ranks and hosts, from the straggler analysis of the same range."""
+    try:
+        view = straggler_view(session, key, from_step, to_step)
+    except DomainError:
+        return []  # a range the straggler view refuses (too long): no straggler evidence
+    hosts = {score.rank: score.host for score in view.rank_scores}
+    return [
+        StragglerNote(finding.ranks[0], hosts.get(finding.ranks[0]), finding.ratio or 1.0, finding.message)
+        for finding in view.findings
+        if finding.verdict == "persistent" and finding.kind in ("slow rank", "slow host") and finding.ranks
+    ]

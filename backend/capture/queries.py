@@ -1,0 +1,43 @@
+"""Queries of capture-on-request: steps per batch, requests a rank has not finished."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from bubblescope.backend.db.models import CaptureRequest, IngestedBatch
+
+RECENT_BATCHES = 4
+MAX_PENDING_IN_ANSWER = 16
+
+
+def steps_per_batch(session: Session, run_id: int) -> int:
+    """The most steps in one of each rank's last ``RECENT_BATCHES`` batches (0 when none)."""
+    newest = (
+        select(IngestedBatch.rank, func.max(IngestedBatch.seq).label("top"))
+        .where(IngestedBatch.run_id == run_id)
+        .group_by(IngestedBatch.rank)
+        .subquery()
+    )
+    query = (
+        select(func.max(IngestedBatch.step_count))
+        .join(newest, newest.c.rank == IngestedBatch.rank)
+        .where(IngestedBatch.run_id == run_id, IngestedBatch.seq > newest.c.top - RECENT_BATCHES)
+    )
+    return int(session.scalar(query) or 0)
+
+
+def unfinished_requests(session: Session, run_id: int, shipped_through: int) -> Sequence[CaptureRequest]:
+    """The newest ``MAX_PENDING_IN_ANSWER`` requests that end past ``shipped_through``, oldest first."""
+    query = (
+        select(CaptureRequest)
+        .where(
+            CaptureRequest.run_id == run_id,
+            CaptureRequest.from_step + CaptureRequest.steps - 1 > shipped_through,
+        )
+        .order_by(CaptureRequest.id.desc())
+        .limit(MAX_PENDING_IN_ANSWER)
+    )
+    return list(reversed(session.scalars(query).all()))

@@ -1,0 +1,57 @@
+"""Capture-on-request: "ship the full spans of the next K steps", on every rank alike.
+
+Ranks learn of a request only from the answer to their next ingest batch, so the service picks
+a ``from_step`` that no rank has shipped yet when it learns, and every rank captures the same
+step numbers. The rule::
+
+    from_step = S + 1 + 3 * B
+
+- ``S``: the highest step of the run ingested so far (any rank); -1 when none.
+- ``B``: the most steps any rank put in one of its last ``RECENT_BATCHES`` batches. A rank ships
+  one batch per flush interval, so ``B`` is "steps per flush interval", measured (it already
+  folds in the rank's steps/s, its flush interval and its batch-size cut-offs, which the service
+  does not otherwise know).
+
+Why two intervals: when the request is stored, a rank may have one batch under way that the
+service has not stored yet (up to ``B`` steps past ``S``) and that misses the request; the answer
+to its next batch (``B`` further steps) carries it. Every step after ``S + 2B`` is therefore
+still unshipped, on every rank, when that rank learns of the request. The third interval is for
+the steps a rank runs while that answer is on its way: the collector decides at each step's
+start whether to record it in full detail, so a captured step must not have started yet when
+its rank learns of the request (an answer taking up to one flush interval is covered; a step
+that started earlier travels as its aggregate only). A rank that is behind
+(a straggler) simply reaches the range later. A rank that is further ahead than this (its
+batches were spooled while the service was down) captures what remains of the range.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from bubblescope.backend.capture import queries
+from bubblescope.backend.capture.schemas import CaptureOut, CaptureRequestIn
+from bubblescope.backend.db.models import CaptureRequest
+from bubblescope.backend.runs import queries as run_queries
+from bubblescope.backend.runs.service import require_run
+
+
+def choose_from_step(last_step: int | None, steps_per_batch: int) -> int:
+    """The rule of this module's docstring; ``last_step`` None when nothing was ingested yet."""
+    highest = -1 if last_step is None else last_step
+    return highest + 1 + 3 * max(0, steps_per_batch)
+
+
+def request_capture(session: Session, key: str, body: CaptureRequestIn) -> CaptureOut:
+    """Store a capture request for run ``key`` (404 when unknown) with ``from_step`` by the rule."""
+    run = require_run(session, key)
+    first = choose_from_step(run_queries.newest_step(session, run.id), queries.steps_per_batch(session, run.id))
+    request = CaptureRequest(run_id=run.id, from_step=first, steps=body.steps)
+    session.add(request)
+    session.flush()
+    return CaptureOut(id=request.id, steps=request.steps, from_step=first)
+
+
+def pending_captures(session: Session, run_id: int, shipped_through: int) -> list[CaptureOut]:
+    """Requests a rank that has shipped steps up to ``shipped_through`` has not finished, oldest first."""
+    rows = queries.unfinished_requests(session, run_id, shipped_through)
+    return [CaptureOut(id=row.id, steps=row.steps, from_step=row.from_step) for row in rows]

@@ -1,0 +1,51 @@
+"""Queries that write an ingest batch."""
+
+from __future__ import annotations
+
+from itertools import repeat
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from bubblescope import wire
+from bubblescope.backend.db.bulk import insert_rows
+from bubblescope.backend.db.models import IngestedBatch, RankInfo, StepAggregate
+from bubblescope.backend.db.upsert import conflict_insert, insert_on_conflict
+from bubblescope.backend.ingest.schemas import SpanColumns, StepAggregateIn
+
+_STEP_UPDATE = (
+    "start_ns", "end_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns", "span_count",
+    "clock_offset_ns", "clock_uncertainty_ns",
+)
+
+
+def claim_batch(session: Session, run_id: int, rank: int, seq: int, span_count: int, step_count: int) -> bool:
+    """Record (run, rank, seq); False when it was already stored (a retry)."""
+    row = {"run_id": run_id, "rank": rank, "seq": seq, "span_count": span_count, "step_count": step_count}
+    statement = conflict_insert(session, IngestedBatch.__table__, ("run_id", "rank", "seq"))
+    return session.execute(statement.values(row).returning(IngestedBatch.seq)).first() is not None
+
+
+def insert_spans(session: Session, run_id: int, rank: int, spans: SpanColumns) -> int:
+    count = len(spans.step)
+    if count == 0:
+        return 0
+    nothing: list[None] = [None] * count
+    columns = [getattr(spans, name) or nothing for name in wire.SPAN_FIELDS]
+    rows = zip(repeat(run_id, count), repeat(rank, count), *columns)
+    insert_rows(session, "spans", ("run_id", "rank", *wire.SPAN_FIELDS), rows)
+    return count
+
+
+def upsert_steps(session: Session, run_id: int, rank: int, steps: list[StepAggregateIn]) -> int:
+    rows = [{"run_id": run_id, "rank": rank, **step.model_dump()} for step in steps]
+    insert_on_conflict(session, StepAggregate.__table__, rows, ("run_id", "rank", "step"), _STEP_UPDATE)
+    return len(rows)
+
+
+def record_dropped(session: Session, run_id: int, rank: int, dropped: int) -> None:
+    session.execute(
+        update(RankInfo)
+        .where(RankInfo.run_id == run_id, RankInfo.rank == rank, RankInfo.dropped_spans < dropped)
+        .values(dropped_spans=dropped)
+    )

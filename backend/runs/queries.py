@@ -1,0 +1,120 @@
+"""Queries about runs, ranks, step aggregates and spans."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from bubblescope.backend.db.models import RankInfo, Run, Span, StepAggregate
+from bubblescope.backend.db.upsert import insert_on_conflict
+from bubblescope.backend.runs.state import RankEnd
+
+
+def find_run(session: Session, key: str, for_update: bool = False) -> Run | None:
+    query = select(Run).where(Run.key == key)
+    if for_update:
+        query = query.with_for_update()
+    return session.scalars(query).one_or_none()
+
+
+def register_run(session: Session, key: str, name: str, world_size: int, config: dict[str, Any]) -> Run:
+    """Create the run or merge into it (every rank registers; later keys win)."""
+    row = {"key": key, "name": name, "world_size": world_size, "config": config}
+    insert_on_conflict(session, Run.__table__, [row], ("key",))
+    run = find_run(session, key, for_update=True)
+    assert run is not None
+    merged = {**(run.config or {}), **config}
+    session.execute(
+        update(Run)
+        .where(Run.id == run.id)
+        .values(name=name, world_size=max(world_size, run.world_size), config=merged, updated_at=func.now())
+    )
+    session.refresh(run)
+    return run
+
+
+def register_rank(session: Session, run_id: int, rank: int, values: dict[str, Any]) -> None:
+    row = {"run_id": run_id, "rank": rank, **values}
+    insert_on_conflict(session, RankInfo.__table__, [row], ("run_id", "rank"), tuple(values))
+
+
+def find_rank(session: Session, run_id: int, rank: int) -> RankInfo | None:
+    return session.scalars(select(RankInfo).where(RankInfo.run_id == run_id, RankInfo.rank == rank)).one_or_none()
+
+
+def end_rank(session: Session, run_id: int, rank: int, values: dict[str, Any]) -> bool:
+    """Record how the rank ended (a repeat overwrites); False when the rank is not registered."""
+    ended = session.execute(
+        update(RankInfo)
+        .where(RankInfo.run_id == run_id, RankInfo.rank == rank)
+        .values(**values, ended_at=func.now())
+    )
+    return bool(ended.rowcount)
+
+
+def rank_ends(session: Session, run_ids: Sequence[int]) -> dict[int, list[RankEnd]]:
+    """How every registered rank ended (outcome None: not yet), per run."""
+    ends: dict[int, list[RankEnd]] = {run_id: [] for run_id in run_ids}
+    if not run_ids:
+        return ends
+    for info in session.scalars(select(RankInfo).where(RankInfo.run_id.in_(run_ids))):
+        ends[info.run_id].append(rank_end(info))
+    return ends
+
+
+def rank_end(info: RankInfo) -> RankEnd:
+    return RankEnd(info.rank, info.outcome, info.error, info.end_ns)
+
+
+def database_now(session: Session) -> datetime:
+    """The database's clock: the one that stamped every ``updated_at``."""
+    return session.scalars(select(func.now())).one()
+
+
+def touch_run(session: Session, run_id: int) -> None:
+    session.execute(update(Run).where(Run.id == run_id).values(updated_at=func.now()))
+
+
+def list_runs(session: Session, limit: int, offset: int) -> Sequence[tuple[Run, int]]:
+    step_counts = (
+        select(StepAggregate.run_id, func.count(func.distinct(StepAggregate.step)).label("steps"))
+        .group_by(StepAggregate.run_id)
+        .subquery()
+    )
+    query = (
+        select(Run, func.coalesce(step_counts.c.steps, 0))
+        .outerjoin(step_counts, step_counts.c.run_id == Run.id)
+        .order_by(Run.updated_at.desc(), Run.id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    return [(run, int(count)) for run, count in session.execute(query).all()]
+
+
+def ranks_of(session: Session, run_id: int) -> Sequence[RankInfo]:
+    return session.scalars(select(RankInfo).where(RankInfo.run_id == run_id).order_by(RankInfo.rank)).all()
+
+
+def step_aggregates(session: Session, run_id: int, step: int | None = None) -> Sequence[StepAggregate]:
+    query = select(StepAggregate).where(StepAggregate.run_id == run_id)
+    if step is not None:
+        query = query.where(StepAggregate.step == step)
+    return session.scalars(query.order_by(StepAggregate.step, StepAggregate.rank)).all()
+
+
+def newest_step(session: Session, run_id: int) -> int | None:
+    """The highest step any rank of the run reported (None: none yet)."""
+    return session.scalar(select(func.max(StepAggregate.step)).where(StepAggregate.run_id == run_id))
+
+
+def steps_with_spans(session: Session, run_id: int) -> set[int]:
+    return set(session.scalars(select(Span.step).where(Span.run_id == run_id).distinct()).all())
+
+
+def spans_of_step(session: Session, run_id: int, step: int) -> Sequence[Span]:
+    query = select(Span).where(Span.run_id == run_id, Span.step == step).order_by(Span.rank, Span.start_ns)
+    return session.scalars(query).all()

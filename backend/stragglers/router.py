@@ -1,0 +1,29 @@
+"""GET /api/v1/runs/{run_key}/stragglers: which ranks, hosts, stages or replicas are slow."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from bubblescope import wire
+from bubblescope.backend.db.session import DbSession
+from bubblescope.backend.fields import RunKey, StepBound
+from bubblescope.backend.stragglers.schemas import StragglersOut
+from bubblescope.backend.stragglers.service import DEFAULT_STEPS, MAX_STEPS, straggler_view
+
+router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["stragglers"])
+
+
+@router.get(
+    "/{run_key}/stragglers", response_model=StragglersOut,
+    summary="Stragglers: rank × step matrices, robust per-rank scores, slow hosts / stages / replicas",
+    description=f"Scores the steps in [from_step, to_step] (inclusive). Without from_step the range is the "
+                f"{DEFAULT_STEPS} steps up to to_step (default: the newest step); at most {MAX_STEPS} steps. "
+                "The algorithm is written out in analysis/stragglers.py.",
+)
+def get_stragglers(
+    run_key: RunKey,
+    session: DbSession,
+    from_step: StepBound = None,
+    to_step: StepBound = None,
+) -> StragglersOut:
+    return straggler_view(session, run_key, from_step, to_step)

@@ -1,0 +1,83 @@
+"""API shape of the stragglers view: the API's own models, filled from ``analysis.stragglers``'s report."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _FromAnalysis(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class PhaseMatrixOut(_FromAnalysis):
+    """One phase's rank × step times and their ratio to the step's median over all ranks."""
+
+    phase: str
+    values_ns: list[list[int | None]]
+    ratio_to_step_median: list[list[float | None]]
+
+
+class RankScoreOut(_FromAnalysis):
+    rank: int
+    host: str | None
+    stage: int | None
+    dp: int | None
+    basis: str = Field(description='"stage peers", "all ranks" or "own history": what the rank is compared with')
+    peers: list[int] = Field(description="the stage peers (empty for all ranks and own history)")
+    steps_scored: int
+    median_ratio: float | None = Field(description="compute / baseline, median over the scored steps")
+    median_z: float | None
+    flagged_steps: list[int]
+    flagged_fraction: float
+    flagged_median_ratio: float | None
+    verdict: str = Field(description="persistent, one-off, intermittent, noise or normal")
+
+
+class GroupFindingOut(_FromAnalysis):
+    dimension: str = Field(description="host, stage or dp")
+    group: str
+    kind: str = Field(description="slow host, slow stage or slow replica")
+    ranks: list[int]
+    flagged_steps: list[int]
+    steps_scored: int
+    flagged_fraction: float
+    median_ratio: float | None
+    verdict: str
+    basis: str = Field(description="peers: flagged against comparable ranks; own history: against their own medians")
+    aliases: list[str]
+
+
+class FindingOut(_FromAnalysis):
+    kind: str = Field(description="slow rank, slow host, slow stage or slow replica")
+    verdict: str
+    ranks: list[int]
+    steps: list[int]
+    ratio: float | None
+    message: str
+
+
+class StragglerThresholdsOut(_FromAnalysis):
+    z_score: float
+    min_ratio: float
+    min_excess_of_window: float
+    min_relative_spread: float
+    persistent_fraction: float
+    max_one_off_episodes: int
+    intermittent_fraction: float
+    max_outside_fraction: float
+    group_min_share: float
+    min_values_for_z: int
+
+
+class StragglersOut(_FromAnalysis):
+    run_key: str
+    from_step: int | None = Field(description="first step of the range (None: the run has no steps yet)")
+    to_step: int | None
+    ranks: list[int] = Field(description="row order of every matrix")
+    steps: list[int] = Field(description="column order of every matrix (steps some rank reported)")
+    matrices: dict[str, PhaseMatrixOut] = Field(description="window, compute, comm, exposed_comm, idle")
+    flagged: list[list[bool]] = Field(description="compute cells flagged against the rank's basis")
+    rank_scores: list[RankScoreOut]
+    groups: list[GroupFindingOut]
+    findings: list[FindingOut] = Field(description="what to read first, in plain English")
+    thresholds: StragglerThresholdsOut

@@ -1,0 +1,49 @@
+"""The stragglers view of a run: its per-step aggregates over a step range, scored by
+``analysis.stragglers``."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from sqlalchemy.orm import Session
+
+from bubblescope.analysis.stragglers import RankPlacement, RankStepTimes, find_stragglers
+from bubblescope.backend.errors import Invalid
+from bubblescope.backend.runs import queries as run_queries
+from bubblescope.backend.runs.service import require_run
+from bubblescope.backend.stragglers import queries
+from bubblescope.backend.stragglers.schemas import StragglersOut
+
+DEFAULT_STEPS = 100  # without from_step, the range ends at to_step (default: the newest) and holds this many
+MAX_STEPS = 1000
+
+
+def step_range(newest: int | None, from_step: int | None, to_step: int | None) -> tuple[int, int] | None:
+    """The inclusive range to score, or None when the run has no steps and none was asked for."""
+    if from_step is not None and to_step is not None:
+        if from_step > to_step:
+            raise Invalid("from_step", f"from_step {from_step} is after to_step {to_step}")
+        if to_step - from_step + 1 > MAX_STEPS:
+            raise Invalid("to_step", f"the range holds more than {MAX_STEPS} steps")
+        return from_step, to_step
+    if from_step is not None:  # up to the newest step, at most MAX_STEPS
+        return from_step, max(from_step, min(from_step if newest is None else newest, from_step + MAX_STEPS - 1))
+    end = to_step if to_step is not None else newest
+    if end is None:
+        return None
+    return max(0, end - DEFAULT_STEPS + 1), end
+
+
+def straggler_view(session: Session, key: str, from_step: int | None, to_step: int | None) -> StragglersOut:
+    run = require_run(session, key)
+    chosen = step_range(run_queries.newest_step(session, run.id), from_step, to_step)
+    rows = queries.aggregates_between(session, run.id, *chosen) if chosen else []
+    placements = [RankPlacement(info.rank, info.host, info.stage, info.coords or {})
+                  for info in run_queries.ranks_of(session, run.id)]
+    report = find_stragglers((RankStepTimes(*row) for row in rows), placements)
+    return StragglersOut.model_validate({
+        "run_key": key,
+        "from_step": chosen[0] if chosen else None,
+        "to_step": chosen[1] if chosen else None,
+        **{f.name: getattr(report, f.name) for f in fields(report)},
+    })

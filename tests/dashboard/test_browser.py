@@ -1,0 +1,173 @@
+"""Real headless Chromium (Debian's) opens the pages of a run streamed by a real job."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.support import LiveServer, run_pipeline_job, wait_for_steps
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def test_run_page_shows_one_timeline_row_per_rank(
+    browser: Any, sqlite_server: LiveServer, output_dir: Path
+) -> None:
+    stages = 3
+    job = run_pipeline_job(sqlite_server.url, stages=stages, schedule="gpipe", microbatches=4, steps=3)
+    assert job.returncode == 0, job.output[-3000:]
+    with sqlite_server.client() as client:
+        wait_for_steps(client, job.run_key, ranks=stages, steps=3)
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    requests_outside: list[str] = []
+    page.on("request", lambda r: requests_outside.append(r.url) if "127.0.0.1" not in r.url else None)
+
+    page.goto(f"{sqlite_server.url}/")
+    page.wait_for_selector(f"a[href='/runs/{job.run_key}']", timeout=15_000)
+    row = page.locator("#runs tbody tr", has=page.locator(f"a[href='/runs/{job.run_key}']"))
+    # the list refreshes every 5 s: an end still on its way (a loaded machine) shows at the next one
+    expect(row.locator(".state")).to_have_text("finished", timeout=15_000)
+    assert row.locator(".state").get_attribute("title") == f"all {stages} ranks finished"
+    page.click(f"a[href='/runs/{job.run_key}']")
+    page.wait_for_selector("body[data-rendered-step]", timeout=20_000)
+    rows = page.evaluate(
+        "() => [...new Set(document.getElementById('timeline').data.flatMap((t) => t.y))]"
+    )
+    assert sorted(rows) == sorted(f"rank {r} · stage {r}" for r in range(stages))
+    bars = page.locator("#timeline .barlayer .point").count()
+    assert bars >= stages * 2 * 4  # at least m forward and m backward bars per rank
+    assert page.locator("#breakdown tbody tr").count() == stages
+    measured = page.locator("#bubble-facts .fact").first.inner_text()
+    assert "MEASURED BUBBLE" in measured.upper() and "%" in measured
+    theory = page.locator("#bubble-facts").inner_text()
+    assert f"{100 * (stages - 1) / (4 + stages - 1):.1f}%" in theory
+    page.screenshot(path=str(output_dir / "run-page.png"), full_page=True)
+
+    options = page.locator("#step-select option").all_inner_texts()
+    assert len(options) == 3
+    page.select_option("#step-select", "1")
+    page.wait_for_selector("body[data-rendered-step='1']", timeout=10_000)
+    assert "step=1" in page.url  # the step view can be linked
+    assert errors == [] and requests_outside == [] and not any("favicon" in url for url in requests_seen(page))
+    page.close()
+    assert_a_picked_step_survives_a_slower_refresh(browser, f"{sqlite_server.url}/runs/{job.run_key}")
+
+
+def requests_seen(page: Any) -> list[str]:
+    return page.evaluate("() => performance.getEntriesByType('resource').map((e) => e.name)")
+
+
+SLOW_LATEST_STEP = """
+const realFetch = window.fetch;
+window.fetch = async (input, init) => {
+  const response = await realFetch(input, init);
+  if (String(input).endsWith("/steps/2")) await new Promise((done) => setTimeout(done, 1500));
+  return response;
+};
+"""
+
+
+def assert_a_picked_step_survives_a_slower_refresh(browser: Any, run_url: str) -> None:
+    """The page loads the latest step (2), slowly; the user picks step 1 meanwhile. The late
+    answer for step 2 must not replace the pick, nor later refreshes move it; ?step=0 links."""
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    page.add_init_script(SLOW_LATEST_STEP)
+    page.goto(run_url)
+    page.wait_for_function("() => document.querySelectorAll('#step-select option').length === 3", timeout=15_000)
+    page.select_option("#step-select", "1")
+    page.wait_for_selector("body[data-rendered-step='1']", timeout=10_000)
+    page.wait_for_timeout(4_000)  # the slow answer for step 2 and one more 3-s refresh
+    assert page.evaluate("() => [document.body.dataset.renderedStep, document.getElementById('step-select').value]") == ["1", "1"]
+    page.goto(f"{run_url}?step=0")
+    page.wait_for_selector("body[data-rendered-step='0']", timeout=15_000)
+    page.wait_for_timeout(3_500)
+    assert page.evaluate("() => [document.body.dataset.renderedStep, document.getElementById('step-select').value]") == ["0", "0"]
+    page.close()
+
+
+def test_an_unknown_run_says_so_and_stops_polling(browser: Any, sqlite_server: LiveServer, output_dir: Path) -> None:
+    page = browser.new_page(viewport={"width": 1300, "height": 800})
+    api_calls: list[str] = []
+    page.on("request", lambda r: api_calls.append(r.url) if "/api/v1/runs/no-such-run" in r.url else None)
+    page.goto(f"{sqlite_server.url}/runs/no-such-run")
+    page.wait_for_selector("#run-error:not([hidden])", timeout=10_000)
+    assert "No run \"no-such-run\"" in page.locator("#run-error").inner_text()
+    assert not page.locator("#timeline").is_visible() and not page.locator("#straggler-heatmap").is_visible()
+    settled = len(api_calls)
+    page.wait_for_timeout(6_500)  # more than one period of every poller (3 s and 5 s)
+    assert len(api_calls) == settled, api_calls
+    page.screenshot(path=str(output_dir / "missing-run.png"), full_page=True)
+    page.close()
+
+
+def test_run_page_explains_the_bubble_and_lists_suggestions(
+    browser: Any, sqlite_server: LiveServer, output_dir: Path
+) -> None:
+    job = run_pipeline_job(sqlite_server.url, stages=2, schedule="1f1b", microbatches=4, steps=4,
+                           hidden=256, extra_args=["--layers=5,1"])
+    assert job.returncode == 0, job.output[-3000:]
+    with sqlite_server.client() as client:
+        wait_for_steps(client, job.run_key, ranks=2, steps=4)
+        analysis = client.get(f"/api/v1/runs/{job.run_key}/analysis").json()
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(f"{sqlite_server.url}/runs/{job.run_key}")
+    page.wait_for_selector("body[data-suggestions]", timeout=20_000)
+    causes = page.locator("#causes tbody tr").all_inner_texts()
+    assert [row.split("\t")[0] for row in causes] == [
+        "schedule-inherent", "stage imbalance", "communication wait", "straggler / jitter"]
+    traces = page.evaluate("() => document.getElementById('attribution-chart').data.map((t) => t.x[0])")
+    assert sum(traces) == pytest.approx(analysis["attribution"]["measured_bubble_ns"] / 1e6, rel=1e-6)
+    assert "stage 0" in page.locator("#imbalance-note").inner_text()
+    shown = page.locator("#suggestions li .title").all_inner_texts()
+    assert shown == [s["title"] for s in analysis["suggestions"]]
+    assert any("move 2 layers from stage 0 to stage 1" in title for title in shown)
+    page.locator("#suggestions").scroll_into_view_if_needed()
+    page.screenshot(path=str(output_dir / "run-page-analysis.png"), full_page=True)
+    assert errors == []
+    page.close()
+
+
+def test_a_failed_run_is_marked_in_the_list_and_on_its_page(
+    browser: Any, sqlite_server: LiveServer, output_dir: Path
+) -> None:
+    key = f"failed-{uuid.uuid4().hex[:8]}"
+    error = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    with sqlite_server.client() as client:
+        assert client.put(f"/api/v1/runs/{key}", json={"name": "oom-run", "world_size": 2}).status_code == 200
+        for rank in (0, 1):
+            assert client.put(f"/api/v1/runs/{key}/ranks/{rank}", json={"host": "h", "pid": rank}).status_code == 200
+        assert client.put(f"/api/v1/runs/{key}/ranks/1/end", json={"outcome": "failed", "error": error}).status_code == 200
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.goto(f"{sqlite_server.url}/")
+    row = page.locator("#runs tbody tr", has=page.locator(f"a[href='/runs/{key}']"))
+    row.wait_for(timeout=15_000)
+    expect(row.locator(".state")).to_have_text("failed")
+    page.goto(f"{sqlite_server.url}/runs/{key}")
+    page.wait_for_selector("#run-state:not([hidden]) .state", timeout=15_000)
+    assert page.locator("#run-state .state").inner_text() == "failed"
+    assert page.locator("#run-state .detail").inner_text() == f"rank 1 failed: {error}"
+    page.screenshot(path=str(output_dir / "failed-run.png"))
+    page.close()
+
+
+def test_the_api_docs_page_renders_without_leaving_the_service(browser: Any, sqlite_server: LiveServer) -> None:
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    outside: list[str] = []
+    page.on("request", lambda r: outside.append(r.url) if "127.0.0.1" not in r.url and not r.url.startswith("data:") else None)
+    page.goto(f"{sqlite_server.url}/docs")
+    page.wait_for_selector(".swagger-ui .opblock", timeout=15_000)  # one block per operation
+    paths = page.locator(".opblock-summary-path").all_inner_texts()
+    assert any("/api/v1/runs/{run_key}/analysis" in text for text in paths), paths
+    assert errors == [] and outside == [], (errors, outside)
+    page.close()

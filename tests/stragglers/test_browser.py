@@ -1,0 +1,40 @@
+"""Real headless Chromium shows the stragglers heatmap and findings of a real job with a slow rank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.stragglers.test_api_jobs import HOSTS, RANKS, STEPS, run_straggler_job, stragglers_when_complete
+from tests.support import LiveServer
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def test_run_page_shows_the_heatmap_and_names_the_straggler(
+    browser: Any, sqlite_server: LiveServer, output_dir: Path  # noqa: F811
+) -> None:
+    job = run_straggler_job(sqlite_server.url, HOSTS, "--slow=3:1.6", "--slow=1:2.5@4-5")
+    assert job.returncode == 0, job.output[-3000:]
+    with sqlite_server.client() as client:
+        stragglers_when_complete(client, job.run_key)
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(f"{sqlite_server.url}/runs/{job.run_key}")
+    page.wait_for_selector(f"body[data-stragglers-steps='{STEPS}']", timeout=20_000)
+    page.wait_for_selector("#straggler-heatmap .heatmaplayer image, #straggler-heatmap .hm", timeout=10_000)
+    rows = page.evaluate("() => document.getElementById('straggler-heatmap').data[0].y")
+    assert rows == ["rank 0 · hA", "rank 1 · hA", "rank 2 · hB", "rank 3 · hB"]
+    ringed = page.evaluate("() => document.getElementById('straggler-heatmap').data[1].y")
+    assert ringed.count("rank 3 · hB") >= 8 and ringed.count("rank 1 · hA") in (2, 3)  # steps 4-5 (+ a possible hiccup)
+    findings = page.locator("#straggler-findings li").all_inner_texts()
+    assert any("rank 3 (host hB)" in f and "a persistent straggler" in f for f in findings), findings
+    assert any("rank 1 (host hA)" in f and "a one-off slowdown" in f for f in findings), findings
+    assert len(page.evaluate("() => document.getElementById('straggler-heatmap').data[0].z")) == RANKS
+    page.locator("#straggler-heatmap").scroll_into_view_if_needed()
+    page.screenshot(path=str(output_dir / "stragglers.png"), full_page=True)
+    assert errors == []
+    page.close()
