@@ -74,8 +74,11 @@ def attribute_bubble(measured: MeasuredPipeline, measured_bubble_ns: float, step
         ("schedule_inherent", inherent, "the schedule's own warm-up and cool-down with equal stages (closed form)"),
         ("stage_imbalance", floor_idle - inherent, "stages of unequal cost: the others wait for the slowest"),
         ("communication_wait", with_comm - floor_idle, "activations and gradients in transit between stages"),
-        ("straggler_jitter", measured_bubble_ns - with_comm,
-         "slower-than-median micro-batches and steps, per-action overhead, other load on the hosts"),
+        (
+            "straggler_jitter",
+            measured_bubble_ns - with_comm,
+            "slower-than-median micro-batches and steps, per-action overhead, other load on the hosts",
+        ),
     ]
     closed = closed_form_bubble(setup.schedule, setup.ranks, setup.microbatches, setup.stages_per_rank)
     return BubbleAttribution(
@@ -103,7 +106,9 @@ def stage_imbalance(measured: MeasuredPipeline) -> StageImbalance:
         if balanced != layers:
             moves = layer_moves(layers, balanced)
             balanced_step = predict(measured, Change(layers_per_stage=balanced)).step_ns
-    return StageImbalance(costs, slowest, costs[slowest] / mean - 1 if mean else 0.0, layers, balanced, moves, balanced_step)
+    return StageImbalance(
+        costs, slowest, costs[slowest] / mean - 1 if mean else 0.0, layers, balanced, moves, balanced_step
+    )
 
 
 def layer_moves(current: tuple[int, ...], target: tuple[int, ...]) -> tuple[LayerMove, ...]:

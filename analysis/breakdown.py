@@ -127,9 +127,7 @@ def step_bubble(
     if not windows:
         return StepBubble(schedule, num_stages, num_microbatches, 0, 0.0, None, None)
     wall_ns = max(hi for _, hi in windows.values()) - min(lo for lo, _ in windows.values())
-    fractions = [
-        1.0 - (b.compute_ns + b.transfer_ns) / wall_ns if wall_ns else 0.0 for b in breakdowns
-    ]
+    fractions = [1.0 - (b.compute_ns + b.transfer_ns) / wall_ns if wall_ns else 0.0 for b in breakdowns]
     floor = None
     if num_stages and num_microbatches:  # the closed forms count ranks, not virtual stages
         ranks = max(1, num_stages // max(1, virtual_stages))

@@ -14,7 +14,16 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from bubblescope.analysis.planner import ParallelConfig, PlanInputError, cluster_preset, evaluate, make_cluster, model_from, search, step_time
+from bubblescope.analysis.planner import (
+    ParallelConfig,
+    PlanInputError,
+    cluster_preset,
+    evaluate,
+    make_cluster,
+    model_from,
+    search,
+    step_time,
+)
 from bubblescope.analysis.suggestions import RunEvidence, Suggestion, build_suggestion
 
 PRESSURE = 0.9
@@ -25,12 +34,19 @@ def memory_suggestions(config: Mapping[str, Any], step_ns: float) -> list[Sugges
     try:
         model = model_from(config["model"])
         cluster_spec = config["cluster"]
-        cluster = cluster_preset(cluster_spec) if isinstance(cluster_spec, str) else make_cluster(
-            cluster_spec["gpu"], cluster_spec["gpus"], cluster_spec.get("gpus_per_node", 8))
+        cluster = (
+            cluster_preset(cluster_spec)
+            if isinstance(cluster_spec, str)
+            else make_cluster(cluster_spec["gpu"], cluster_spec["gpus"], cluster_spec.get("gpus_per_node", 8))
+        )
         current_config = ParallelConfig(
-            tp=int(config.get("tp", 1)), pp=int(config.get("pp", config.get("num_stages", 1))), dp=int(config.get("dp", 0)),
-            mbs=int(config.get("microbatch_size", 1)), schedule=str(config.get("schedule", "1f1b")),
-            zero=int(config.get("zero", 0)), recompute=str(config.get("recompute", "none")),
+            tp=int(config.get("tp", 1)),
+            pp=int(config.get("pp", config.get("num_stages", 1))),
+            dp=int(config.get("dp", 0)),
+            mbs=int(config.get("microbatch_size", 1)),
+            schedule=str(config.get("schedule", "1f1b")),
+            zero=int(config.get("zero", 0)),
+            recompute=str(config.get("recompute", "none")),
         )
         batch = int(config["global_batch"])
     except (KeyError, TypeError, ValueError, PlanInputError):
@@ -52,29 +68,51 @@ def memory_suggestions(config: Mapping[str, Any], step_ns: float) -> list[Sugges
         if not plan.feasible or not plan.fits or plan.step is None or plan.memory is None:
             continue
         predicted = step_ns * plan.step.total / current_step
-        out.append(build_suggestion(
-            evidence, "memory_pressure", predicted, plan.step.bubble_fraction, title,
-            f"the planner puts memory per GPU at {current.memory.total / GIB:.1f} GiB of "
-            f"{current.memory.available / GIB:.1f} GiB usable ({used:.0%})",
-            f"memory per GPU {current.memory.total / GIB:.1f} → {plan.memory.total / GIB:.1f} GiB",
-            {k: v for k, v in change.as_dict().items() if current.config.as_dict().get(k) != v},
-            None, torchtitan, megatron,
-        ))
+        out.append(
+            build_suggestion(
+                evidence,
+                "memory_pressure",
+                predicted,
+                plan.step.bubble_fraction,
+                title,
+                f"the planner puts memory per GPU at {current.memory.total / GIB:.1f} GiB of "
+                f"{current.memory.available / GIB:.1f} GiB usable ({used:.0%})",
+                f"memory per GPU {current.memory.total / GIB:.1f} → {plan.memory.total / GIB:.1f} GiB",
+                {k: v for k, v in change.as_dict().items() if current.config.as_dict().get(k) != v},
+                None,
+                torchtitan,
+                megatron,
+            )
+        )
     if not out:  # no single change fits: the planner's fastest layout that does
         for plan in search(model, cluster, batch, top=1):
             if plan.step is not None and plan.memory is not None:
-                out.append(build_suggestion(
-                    evidence, "memory_pressure", step_ns * plan.step.total / current_step, plan.step.bubble_fraction,
-                    "Re-plan the layout: " + ", ".join(f"{k}={v}" for k, v in plan.config.as_dict().items()),
-                    f"memory per GPU {current.memory.total / GIB:.1f} GiB of {current.memory.available / GIB:.1f} "
-                    "GiB usable, and no single change (ZeRO, recompute, more PP) fits",
-                    f"memory per GPU {current.memory.total / GIB:.1f} → {plan.memory.total / GIB:.1f} GiB",
-                    plan.config.as_dict(), None,
-                    {"parallelism.tensor_parallel_degree": plan.config.tp, "parallelism.pipeline_parallel_degree": plan.config.pp},
-                    [f"--tensor-model-parallel-size {plan.config.tp}", f"--pipeline-model-parallel-size {plan.config.pp}",
-                     f"--micro-batch-size {plan.config.mbs}", f"--recompute-granularity {plan.config.recompute}"
-                     if plan.config.recompute != "none" else ""],
-                ))
+                out.append(
+                    build_suggestion(
+                        evidence,
+                        "memory_pressure",
+                        step_ns * plan.step.total / current_step,
+                        plan.step.bubble_fraction,
+                        "Re-plan the layout: " + ", ".join(f"{k}={v}" for k, v in plan.config.as_dict().items()),
+                        f"memory per GPU {current.memory.total / GIB:.1f} GiB of {current.memory.available / GIB:.1f} "
+                        "GiB usable, and no single change (ZeRO, recompute, more PP) fits",
+                        f"memory per GPU {current.memory.total / GIB:.1f} → {plan.memory.total / GIB:.1f} GiB",
+                        plan.config.as_dict(),
+                        None,
+                        {
+                            "parallelism.tensor_parallel_degree": plan.config.tp,
+                            "parallelism.pipeline_parallel_degree": plan.config.pp,
+                        },
+                        [
+                            f"--tensor-model-parallel-size {plan.config.tp}",
+                            f"--pipeline-model-parallel-size {plan.config.pp}",
+                            f"--micro-batch-size {plan.config.mbs}",
+                            f"--recompute-granularity {plan.config.recompute}"
+                            if plan.config.recompute != "none"
+                            else "",
+                        ],
+                    )
+                )
     return out
 
 
@@ -82,16 +120,31 @@ def _candidates(config: ParallelConfig) -> list[tuple[str, ParallelConfig, dict[
     out = []
     if config.zero < 3:
         zero = config.zero + 1
-        out.append((f"Shard optimizer state with ZeRO-{zero}", replace(config, zero=zero),
-                    {"parallelism.data_parallel_shard_degree": config.dp},
-                    ["--use-distributed-optimizer"] if zero == 1 else [f"(ZeRO-{zero}: use FSDP2 fully_shard)"]))
+        out.append(
+            (
+                f"Shard optimizer state with ZeRO-{zero}",
+                replace(config, zero=zero),
+                {"parallelism.data_parallel_shard_degree": config.dp},
+                ["--use-distributed-optimizer"] if zero == 1 else [f"(ZeRO-{zero}: use FSDP2 fully_shard)"],
+            )
+        )
     for mode in ("selective", "full"):
         if config.recompute != mode and not (mode == "selective" and config.recompute == "full"):
-            out.append((f"Recompute activations ({mode})", replace(config, recompute=mode),
-                        {"activation_checkpoint.mode": mode}, [f"--recompute-granularity {mode}"]))
+            out.append(
+                (
+                    f"Recompute activations ({mode})",
+                    replace(config, recompute=mode),
+                    {"activation_checkpoint.mode": mode},
+                    [f"--recompute-granularity {mode}"],
+                )
+            )
     if config.dp % 2 == 0:
-        out.append((f"Double pipeline stages to {config.pp * 2} (data parallel {config.dp // 2})",
-                    replace(config, pp=config.pp * 2, dp=config.dp // 2),
-                    {"parallelism.pipeline_parallel_degree": config.pp * 2},
-                    [f"--pipeline-model-parallel-size {config.pp * 2}"]))
+        out.append(
+            (
+                f"Double pipeline stages to {config.pp * 2} (data parallel {config.dp // 2})",
+                replace(config, pp=config.pp * 2, dp=config.dp // 2),
+                {"parallelism.pipeline_parallel_degree": config.pp * 2},
+                [f"--pipeline-model-parallel-size {config.pp * 2}"],
+            )
+        )
     return out

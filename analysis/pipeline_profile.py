@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 
 from bubblescope import intervals, wire
 from bubblescope.analysis.breakdown import matched_recvs
-from bubblescope.analysis.model import TimedSpan
 from bubblescope.analysis.errors import InputError
+from bubblescope.analysis.model import TimedSpan
 from bubblescope.analysis.schedules import lookup
 from bubblescope.analysis.simulator import PipelineSetup, StageCost, simulate
 
@@ -54,7 +54,7 @@ class MeasuredPipeline:
     layers_per_stage: tuple[int, ...] | None
     measured_step_ns: float
     steps_used: int
-    fixed_cost: StageCost = StageCost(0.0, 0.0)  # per action, whatever its layers and micro-batch size
+    fixed_cost: StageCost = StageCost(0.0, 0.0)  # noqa: RUF009 (frozen: shared safely)  per action, whatever its layers and micro-batch size
     overhead_per_layer_ns: float = 0.0  # step overhead per layer of the rank holding the most
 
     def rank_layers(self, layers_per_stage: Sequence[int], schedule: str | None = None) -> tuple[int, ...]:

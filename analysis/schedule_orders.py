@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT = "F", "B", "I", "W"
 
+
 @dataclass(frozen=True)
 class Action:
     kind: str
@@ -92,23 +93,34 @@ def zbv(rank: int, p: int, m: int, v: int) -> list[Action]:
     f0 = f1 = b0 = b1 = 0
     out: list[Action] = []
     for _ in range(2 * (p - rank) - 1):
-        out.append(Action(FORWARD, chunk0, f0)); f0 += 1
+        out.append(Action(FORWARD, chunk0, f0))
+        f0 += 1
     for _ in range(rank):
-        out += [Action(FORWARD, chunk1, f1), Action(FORWARD, chunk0, f0)]; f1 += 1; f0 += 1
+        out += [Action(FORWARD, chunk1, f1), Action(FORWARD, chunk0, f0)]
+        f1 += 1
+        f0 += 1
     for _ in range(p - rank):
         out += [Action(FORWARD, chunk1, f1), Action(BACKWARD_INPUT, chunk1, b1), Action(BACKWARD_WEIGHT, chunk1, b1)]
-        f1 += 1; b1 += 1
+        f1 += 1
+        b1 += 1
     while f1 < f0 or f0 < n:
         if f0 < n:
-            out.append(Action(FORWARD, chunk0, f0)); f0 += 1
-        out += [Action(BACKWARD_INPUT, chunk0, b0), Action(BACKWARD_WEIGHT, chunk0, b0)]; b0 += 1
+            out.append(Action(FORWARD, chunk0, f0))
+            f0 += 1
+        out += [Action(BACKWARD_INPUT, chunk0, b0), Action(BACKWARD_WEIGHT, chunk0, b0)]
+        b0 += 1
         out += [Action(FORWARD, chunk1, f1), Action(BACKWARD_INPUT, chunk1, b1), Action(BACKWARD_WEIGHT, chunk1, b1)]
-        f1 += 1; b1 += 1
+        f1 += 1
+        b1 += 1
     w0, w1 = b0, b1
     for _ in range(rank):
-        out += [Action(BACKWARD_INPUT, chunk0, b0), Action(BACKWARD_INPUT, chunk1, b1)]; b0 += 1; b1 += 1
+        out += [Action(BACKWARD_INPUT, chunk0, b0), Action(BACKWARD_INPUT, chunk1, b1)]
+        b0 += 1
+        b1 += 1
     for _ in range(p - rank):
-        out += [Action(BACKWARD_INPUT, chunk0, b0), Action(BACKWARD_WEIGHT, chunk0, w0)]; b0 += 1; w0 += 1
+        out += [Action(BACKWARD_INPUT, chunk0, b0), Action(BACKWARD_WEIGHT, chunk0, w0)]
+        b0 += 1
+        w0 += 1
     out += [Action(BACKWARD_WEIGHT, chunk1, j) for j in range(w1, b1)]
     out += [Action(BACKWARD_WEIGHT, chunk0, j) for j in range(w0, b0)]
     return [a for a in out if a.microbatch < m]
@@ -141,17 +153,22 @@ def dualpipev(rank: int, p: int, m: int, v: int) -> list[Action]:
     for _ in range((p - rank - 1) * 2):
         add(stage0, FORWARD)
     for _ in range(rank + 1):
-        add(stage0, FORWARD); add(stage1, FORWARD)
+        add(stage0, FORWARD)
+        add(stage1, FORWARD)
     for _ in range(p - rank - 1):
-        add(stage1, BACKWARD_INPUT); add_weight(); add(stage1, FORWARD)
+        add(stage1, BACKWARD_INPUT)
+        add_weight()
+        add(stage1, FORWARD)
     for i in range(m - 2 * p + rank + 1):
         if i == 0 and rank == p - 1:
-            add(stage0, FORWARD); add(stage1, BACKWARD)
+            add(stage0, FORWARD)
+            add(stage1, BACKWARD)
         else:
             add_pair(stage0, stage1)
         add_pair(stage1, stage0)
     for _ in range(p - rank - 1):
-        add(stage1, BACKWARD); add_pair(stage1, stage0)
+        add(stage1, BACKWARD)
+        add_pair(stage1, stage0)
     zero_bubble = False
     half = (rank + 1) // 2
     for i in range(rank + 1):
@@ -162,7 +179,8 @@ def dualpipev(rank: int, p: int, m: int, v: int) -> list[Action]:
             zero_bubble = True
         add(stage0, BACKWARD_INPUT if zero_bubble else BACKWARD)
     for _ in range(p - rank - 1):
-        add_weight(); add(stage0, BACKWARD_INPUT if zero_bubble else BACKWARD)
+        add_weight()
+        add(stage0, BACKWARD_INPUT if zero_bubble else BACKWARD)
     for _ in range(rank + 1):
         add_weight()
     return out

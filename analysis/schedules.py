@@ -132,13 +132,15 @@ class Schedule:
             return ScheduleError("microbatches", f"{self.label} runs 1 micro-batch per step, got {microbatches}")
         if self.min_microbatches == "stages" and ranks > 1 and microbatches < ranks * v:
             return ScheduleError(
-                "microbatches", f"{self.label} needs at least as many micro-batches as stages ({ranks * v}), "
-                f"got {microbatches}")
+                "microbatches",
+                f"{self.label} needs at least as many micro-batches as stages ({ranks * v}), got {microbatches}",
+            )
         rounds = max(1, microbatches // ranks)
         if self.rounds and microbatches % rounds:
             return ScheduleError(
-                "microbatches", f"{self.label} needs a multiple of its rounds, max(1, m // p) = {rounds}, "
-                f"got {microbatches}")
+                "microbatches",
+                f"{self.label} needs a multiple of its rounds, max(1, m // p) = {rounds}, got {microbatches}",
+            )
         return None
 
     def bubble(self, ranks: int, microbatches: int, stages_per_rank: int = 1) -> BubbleFloor | None:
@@ -170,23 +172,68 @@ class Schedule:
 
 
 SCHEDULES: tuple[Schedule, ...] = (
-    Schedule(name="naive", torch_class=None, placement="single", orders=orders.gpipe, in_flight=lambda p, m, v: 1,
-             aliases=("layerwise", "modelparallel"), min_microbatches="one"),
-    Schedule(name="gpipe", torch_class="ScheduleGPipe", placement="single", orders=orders.gpipe,
-             in_flight=lambda p, m, v: m),
-    Schedule(name="1f1b", torch_class="Schedule1F1B", placement="single", orders=orders.one_f_one_b,
-             in_flight=lambda p, m, v: min(p, m), min_microbatches="stages"),
-    Schedule(name="interleaved1f1b", torch_class="ScheduleInterleaved1F1B", placement="loop",
-             orders=orders.interleaved_1f1b, in_flight=lambda p, m, v: min(p * v + p - 1, m * v), rounds=True),
-    Schedule(name="loopedbfs", torch_class="ScheduleLoopedBFS", placement="loop", orders=orders.looped_bfs,
-             in_flight=lambda p, m, v: m * v),
-    Schedule(name="interleavedzb", torch_class="ScheduleInterleavedZeroBubble", placement="loop",
-             orders=orders.interleaved_zero_bubble, in_flight=lambda p, m, v: min(p * v + p - 1, m * v),
-             aliases=("zbh1", "zb1p"), rounds=True, splits_backward=True),
-    Schedule(name="zbv", torch_class="ScheduleZBVZeroBubble", placement="v", orders=orders.zbv,
-             in_flight=lambda p, m, v: min(2 * p, 2 * m), splits_backward=True),
-    Schedule(name="dualpipev", torch_class="ScheduleDualPipeV", placement="v", orders=orders.dualpipev,
-             in_flight=lambda p, m, v: min(2 * p + 1, 2 * m), min_microbatches="stages", splits_backward=True),
+    Schedule(
+        name="naive",
+        torch_class=None,
+        placement="single",
+        orders=orders.gpipe,
+        in_flight=lambda p, m, v: 1,
+        aliases=("layerwise", "modelparallel"),
+        min_microbatches="one",
+    ),
+    Schedule(
+        name="gpipe", torch_class="ScheduleGPipe", placement="single", orders=orders.gpipe, in_flight=lambda p, m, v: m
+    ),
+    Schedule(
+        name="1f1b",
+        torch_class="Schedule1F1B",
+        placement="single",
+        orders=orders.one_f_one_b,
+        in_flight=lambda p, m, v: min(p, m),
+        min_microbatches="stages",
+    ),
+    Schedule(
+        name="interleaved1f1b",
+        torch_class="ScheduleInterleaved1F1B",
+        placement="loop",
+        orders=orders.interleaved_1f1b,
+        in_flight=lambda p, m, v: min(p * v + p - 1, m * v),
+        rounds=True,
+    ),
+    Schedule(
+        name="loopedbfs",
+        torch_class="ScheduleLoopedBFS",
+        placement="loop",
+        orders=orders.looped_bfs,
+        in_flight=lambda p, m, v: m * v,
+    ),
+    Schedule(
+        name="interleavedzb",
+        torch_class="ScheduleInterleavedZeroBubble",
+        placement="loop",
+        orders=orders.interleaved_zero_bubble,
+        in_flight=lambda p, m, v: min(p * v + p - 1, m * v),
+        aliases=("zbh1", "zb1p"),
+        rounds=True,
+        splits_backward=True,
+    ),
+    Schedule(
+        name="zbv",
+        torch_class="ScheduleZBVZeroBubble",
+        placement="v",
+        orders=orders.zbv,
+        in_flight=lambda p, m, v: min(2 * p, 2 * m),
+        splits_backward=True,
+    ),
+    Schedule(
+        name="dualpipev",
+        torch_class="ScheduleDualPipeV",
+        placement="v",
+        orders=orders.dualpipev,
+        in_flight=lambda p, m, v: min(2 * p + 1, 2 * m),
+        min_microbatches="stages",
+        splits_backward=True,
+    ),
 )
 NAMES: tuple[str, ...] = tuple(schedule.name for schedule in SCHEDULES)
 

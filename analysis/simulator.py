@@ -88,8 +88,9 @@ def simulate(setup: PipelineSetup) -> SimulationResult:
     v = 1 if schedule.placement == "single" else setup.stages_per_rank
     if len(setup.stage_costs) != setup.ranks * v:
         raise ScheduleError(
-            "stage_costs", f"{name} on {setup.ranks} ranks × {v} stages per rank needs "
-            f"{setup.ranks * v} stage costs, got {len(setup.stage_costs)}"
+            "stage_costs",
+            f"{name} on {setup.ranks} ranks × {v} stages per rank needs "
+            f"{setup.ranks * v} stage costs, got {len(setup.stage_costs)}",
         )
     orders = schedule.build_orders(setup.ranks, setup.microbatches, v)
     last_stage = setup.ranks * v - 1
@@ -168,5 +169,7 @@ def _activation_change(kind: str) -> int:
     return 0
 
 
-def uniform_costs(stages: int, forward_ns: float, backward_ns: float, weight_ns: float | None = None) -> tuple[StageCost, ...]:
+def uniform_costs(
+    stages: int, forward_ns: float, backward_ns: float, weight_ns: float | None = None
+) -> tuple[StageCost, ...]:
     return tuple(StageCost(forward_ns, backward_ns, weight_ns) for _ in range(stages))

@@ -188,8 +188,10 @@ def find_stragglers(
         if basis == "stage peers":
             peers.update({r: [q for q in group if q != r] for r in group})
     bases = {r: basis if cells[r] is not history[r] else "own history" for r in ranks}
-    scores = [_rank_score(r, where[r], bases[r], peers[r], cells[r], steps, matrices, i, thresholds)
-              for i, r in enumerate(ranks)]
+    scores = [
+        _rank_score(r, where[r], bases[r], peers[r], cells[r], steps, matrices, i, thresholds)
+        for i, r in enumerate(ranks)
+    ]
     groups = _group_findings(where, ranks, steps, cells, history, thresholds)
     return StragglerReport(
         ranks=ranks,
@@ -203,8 +205,9 @@ def find_stragglers(
     )
 
 
-def _phase_matrix(phase: str, table: Mapping[tuple[int, int], RankStepTimes], ranks: list[int],
-                  steps: list[int]) -> PhaseMatrix:
+def _phase_matrix(
+    phase: str, table: Mapping[tuple[int, int], RankStepTimes], ranks: list[int], steps: list[int]
+) -> PhaseMatrix:
     values = [[_value(table.get((r, s)), phase) for s in steps] for r in ranks]
     medians = [_median_of(column) for column in zip(*values)] if values else []
     ratios = [[_ratio(v, m) for v, m in zip(row, medians)] for row in values]
@@ -234,8 +237,9 @@ def _comparable_groups(where: Mapping[int, RankPlacement], ranks: list[int]) -> 
     return "all ranks", [ranks] if ranks else []
 
 
-def _score(value: int | None, baseline: float | None, mad: float, count: int, window: float | None,
-           t: StragglerThresholds) -> _Cell:
+def _score(
+    value: int | None, baseline: float | None, mad: float, count: int, window: float | None, t: StragglerThresholds
+) -> _Cell:
     if value is None or not baseline or baseline <= 0:
         return _Cell(None, None, False)
     spread = max(MAD_TO_SIGMA * mad, t.min_relative_spread * baseline)
@@ -256,12 +260,13 @@ def _baseline_leaving_out(ordered: list[int], index: int) -> tuple[float, float]
     """(median, MAD) of the others. The MAD is exact for small groups; in a large group one rank
     hardly moves it, so the whole group's MAD about the others' median stands in (O(n) per step)."""
     centre = _median_leaving_out(ordered, index)
-    others = ordered[:index] + ordered[index + 1:] if len(ordered) <= EXACT_MAD_UP_TO else ordered
+    others = ordered[:index] + ordered[index + 1 :] if len(ordered) <= EXACT_MAD_UP_TO else ordered
     return centre, float(median(abs(v - centre) for v in others))
 
 
-def _group_cells(group: list[int], compute: Mapping[int, list[int | None]], windows: list[float | None],
-                 t: StragglerThresholds) -> dict[int, list[_Cell]]:
+def _group_cells(
+    group: list[int], compute: Mapping[int, list[int | None]], windows: list[float | None], t: StragglerThresholds
+) -> dict[int, list[_Cell]]:
     """Each rank of ``group`` scored at each step against the group's other ranks at that step."""
     cells: dict[int, list[_Cell]] = {r: [] for r in group}
     for j, window in enumerate(windows):
@@ -302,8 +307,17 @@ def _verdict(flagged: list[bool], scored: int, t: StragglerThresholds) -> str:
     return "intermittent" if count / scored >= t.intermittent_fraction else "noise"
 
 
-def _rank_score(rank: int, where: RankPlacement, basis: str, peers: list[int], cells: list[_Cell],
-                steps: list[int], matrices: Mapping[str, PhaseMatrix], row: int, t: StragglerThresholds) -> RankScore:
+def _rank_score(
+    rank: int,
+    where: RankPlacement,
+    basis: str,
+    peers: list[int],
+    cells: list[_Cell],
+    steps: list[int],
+    matrices: Mapping[str, PhaseMatrix],
+    row: int,
+    t: StragglerThresholds,
+) -> RankScore:
     scored = [c for c in cells if c.ratio is not None]
     flagged = [c.flagged for c in cells]
     count = sum(flagged)
@@ -330,9 +344,14 @@ def _group_key(where: RankPlacement, dimension: str) -> str | None:
     return None if value is None else str(value)
 
 
-def _group_findings(where: Mapping[int, RankPlacement], ranks: list[int], steps: list[int],
-                    cells: Mapping[int, list[_Cell]], history: Mapping[int, list[_Cell]],
-                    t: StragglerThresholds) -> list[GroupFinding]:
+def _group_findings(
+    where: Mapping[int, RankPlacement],
+    ranks: list[int],
+    steps: list[int],
+    cells: Mapping[int, list[_Cell]],
+    history: Mapping[int, list[_Cell]],
+    t: StragglerThresholds,
+) -> list[GroupFinding]:
     found: list[GroupFinding] = []
     for dimension in GROUP_KINDS:
         members: dict[str, list[int]] = {}
@@ -354,9 +373,16 @@ def _group_findings(where: Mapping[int, RankPlacement], ranks: list[int], steps:
     return found
 
 
-def _group_finding(dimension: str, group: str, inside: list[int], ranks: list[int], steps: list[int],
-                   cells: Mapping[int, list[_Cell]], history: Mapping[int, list[_Cell]],
-                   t: StragglerThresholds) -> GroupFinding | None:
+def _group_finding(
+    dimension: str,
+    group: str,
+    inside: list[int],
+    ranks: list[int],
+    steps: list[int],
+    cells: Mapping[int, list[_Cell]],
+    history: Mapping[int, list[_Cell]],
+    t: StragglerThresholds,
+) -> GroupFinding | None:
     outside = [r for r in ranks if r not in inside]
     if len(inside) < 2 or not outside:
         return None
@@ -373,8 +399,7 @@ def _group_finding(dimension: str, group: str, inside: list[int], ranks: list[in
         return min(excess) >= t.group_min_share * max(excess)
 
     flagged = [
-        (together(cells, j) or together(history, j))
-        and slow_outside(j) <= t.max_outside_fraction * len(outside)
+        (together(cells, j) or together(history, j)) and slow_outside(j) <= t.max_outside_fraction * len(outside)
         for j in scored
     ]
     verdict = _verdict(flagged, len(scored), t)
@@ -382,20 +407,34 @@ def _group_finding(dimension: str, group: str, inside: list[int], ranks: list[in
         return None
     hits = [j for j, f in zip(scored, flagged) if f]
     by_peers = all(cells[r][j].flagged and cells[r][j] is not history[r][j] for r in inside for j in hits)
-    ratios = [(cells[r][j] if by_peers or not history[r][j].flagged else history[r][j]).ratio
-              for r in inside for j in hits]
+    ratios = [
+        (cells[r][j] if by_peers or not history[r][j].flagged else history[r][j]).ratio for r in inside for j in hits
+    ]
     return GroupFinding(
-        dimension=dimension, group=group, kind=GROUP_KINDS[dimension], ranks=inside,
-        flagged_steps=[steps[j] for j in hits], steps_scored=len(scored),
-        flagged_fraction=len(hits) / len(scored), median_ratio=_median_of(ratios), verdict=verdict,
-        basis="peers" if by_peers else "own history", aliases=[],
+        dimension=dimension,
+        group=group,
+        kind=GROUP_KINDS[dimension],
+        ranks=inside,
+        flagged_steps=[steps[j] for j in hits],
+        steps_scored=len(scored),
+        flagged_fraction=len(hits) / len(scored),
+        median_ratio=_median_of(ratios),
+        verdict=verdict,
+        basis="peers" if by_peers else "own history",
+        aliases=[],
     )
 
 
-VERDICT_WORDS = {"persistent": "a persistent straggler", "one-off": "a one-off slowdown",
-                 "intermittent": "an intermittent straggler"}
-BASIS_WORDS = {"stage peers": "the median of its stage peers", "all ranks": "the median of the other ranks",
-               "own history": "its own median step"}
+VERDICT_WORDS = {
+    "persistent": "a persistent straggler",
+    "one-off": "a one-off slowdown",
+    "intermittent": "an intermittent straggler",
+}
+BASIS_WORDS = {
+    "stage peers": "the median of its stage peers",
+    "all ranks": "the median of the other ranks",
+    "own history": "its own median step",
+}
 
 
 def _steps_text(flagged: list[int], total: int) -> str:
@@ -417,15 +456,19 @@ def _findings(groups: list[GroupFinding], scores: list[RankScore]) -> list[Findi
         names = ", ".join([f"{g.dimension} {g.group}", *g.aliases])
         ranks = ", ".join(str(r) for r in g.ranks)
         than = "the median of comparable ranks" if g.basis == "peers" else "their own median step"
-        message = (f"{names} (ranks {ranks}): all its ranks compute {g.median_ratio or 0:.2f}× {than} "
-                   f"{_steps_text(g.flagged_steps, g.steps_scored)} while the other ranks do not: "
-                   f"a {g.kind} ({g.verdict})")
+        message = (
+            f"{names} (ranks {ranks}): all its ranks compute {g.median_ratio or 0:.2f}× {than} "
+            f"{_steps_text(g.flagged_steps, g.steps_scored)} while the other ranks do not: "
+            f"a {g.kind} ({g.verdict})"
+        )
         findings.append(Finding(g.kind, g.verdict, g.ranks, g.flagged_steps, g.median_ratio, message))
     grouped = {r for g in groups for r in g.ranks}
     for s in scores:
         if s.verdict not in VERDICT_WORDS or s.rank in grouped:
             continue
-        message = (f"{_rank_label(s)} computes {s.flagged_median_ratio or 0:.2f}× {BASIS_WORDS[s.basis]} "
-                   f"{_steps_text(s.flagged_steps, s.steps_scored)}: {VERDICT_WORDS[s.verdict]}")
+        message = (
+            f"{_rank_label(s)} computes {s.flagged_median_ratio or 0:.2f}× {BASIS_WORDS[s.basis]} "
+            f"{_steps_text(s.flagged_steps, s.steps_scored)}: {VERDICT_WORDS[s.verdict]}"
+        )
         findings.append(Finding("slow rank", s.verdict, [s.rank], s.flagged_steps, s.flagged_median_ratio, message))
     return findings

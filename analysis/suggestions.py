@@ -114,16 +114,22 @@ def _pipeline_a_naive_split(evidence: RunEvidence, measured: MeasuredPipeline) -
         return []
     best = predict(measured, Change(schedule="1f1b", microbatches=m, microbatch_scale=1 / m))
     micro = batch // m if batch else None
-    return [_suggestion(
-        evidence, "pipeline_naive_split", best,
-        title=f"Pipeline the layer-wise split: 1F1B with {m} micro-batches",
-        why=(f"naive model parallelism over {p} ranks: each rank idles while the others compute "
-             f"(measured bubble {_pct(evidence.attribution.measured_bubble_fraction if evidence.attribution else None)}, "
-             f"floor (p-1)/p = {(p - 1) / p:.0%})"),
-        memory=f"activations in flight: {best.peak_activations} micro-batches of 1/{m} of the batch "
-               f"= {best.peak_activations / m:.2f}× today's single full-batch activation per stage",
-        apply={"schedule": "1f1b", "num_microbatches": m, **({"microbatch_size": micro} if micro else {})},
-    )]
+    return [
+        _suggestion(
+            evidence,
+            "pipeline_naive_split",
+            best,
+            title=f"Pipeline the layer-wise split: 1F1B with {m} micro-batches",
+            why=(
+                f"naive model parallelism over {p} ranks: each rank idles while the others compute "
+                f"(measured bubble {_pct(evidence.attribution.measured_bubble_fraction if evidence.attribution else None)}, "
+                f"floor (p-1)/p = {(p - 1) / p:.0%})"
+            ),
+            memory=f"activations in flight: {best.peak_activations} micro-batches of 1/{m} of the batch "
+            f"= {best.peak_activations / m:.2f}× today's single full-batch activation per stage",
+            apply={"schedule": "1f1b", "num_microbatches": m, **({"microbatch_size": micro} if micro else {})},
+        )
+    ]
 
 
 def _more_microbatches_or_better_schedule(evidence: RunEvidence, measured: MeasuredPipeline) -> list[Suggestion]:
@@ -136,13 +142,17 @@ def _more_microbatches_or_better_schedule(evidence: RunEvidence, measured: Measu
         if batch is not None and batch % m:
             continue
         prediction = predict(measured, Change(microbatches=m, microbatch_scale=1 / factor))
-        out.append(_suggestion(
-            evidence, "more_microbatches", prediction,
-            title=f"Raise micro-batches from {setup.microbatches} to {m} (same global batch)",
-            why=_bubble_evidence(evidence),
-            memory=_activation_memory(prediction, now_peak, 1 / factor),
-            apply={"num_microbatches": m, **({"microbatch_size": batch // m} if batch else {})},
-        ))
+        out.append(
+            _suggestion(
+                evidence,
+                "more_microbatches",
+                prediction,
+                title=f"Raise micro-batches from {setup.microbatches} to {m} (same global batch)",
+                why=_bubble_evidence(evidence),
+                memory=_activation_memory(prediction, now_peak, 1 / factor),
+                apply={"num_microbatches": m, **({"microbatch_size": batch // m} if batch else {})},
+            )
+        )
     for schedule in ("interleaved1f1b", "interleavedzb", "zbv"):
         if schedule == setup.schedule:
             continue
@@ -153,14 +163,21 @@ def _more_microbatches_or_better_schedule(evidence: RunEvidence, measured: Measu
         # The replay re-cuts the layers into p·v stages of equal cost: the split is part of the change
         layers = list(prediction.layers_per_stage) if prediction.layers_per_stage is not None else None
         split = f", layers per stage {','.join(map(str, layers))}" if layers else ""
-        out.append(_suggestion(
-            evidence, "better_schedule", prediction,
-            title=f"Switch to {lookup(schedule).label} ({prediction.stages_per_rank} stages per rank{split})",
-            why=_bubble_evidence(evidence),
-            memory=_activation_memory(prediction, now_peak, 1 / prediction.stages_per_rank),
-            apply={"schedule": schedule, "virtual_stages": prediction.stages_per_rank,
-                   **({"layers_per_stage": layers} if layers else {})},
-        ))
+        out.append(
+            _suggestion(
+                evidence,
+                "better_schedule",
+                prediction,
+                title=f"Switch to {lookup(schedule).label} ({prediction.stages_per_rank} stages per rank{split})",
+                why=_bubble_evidence(evidence),
+                memory=_activation_memory(prediction, now_peak, 1 / prediction.stages_per_rank),
+                apply={
+                    "schedule": schedule,
+                    "virtual_stages": prediction.stages_per_rank,
+                    **({"layers_per_stage": layers} if layers else {}),
+                },
+            )
+        )
     return out
 
 
@@ -170,16 +187,24 @@ def _rebalance(evidence: RunEvidence, imbalance: StageImbalance) -> list[Suggest
         return []
     assert imbalance.balanced_layers is not None
     prediction = predict(measured, Change(layers_per_stage=imbalance.balanced_layers))
-    moves = "; ".join(f"move {m.layers} layer{'s' if m.layers > 1 else ''} from stage {m.from_stage} to stage {m.to_stage}"
-                      for m in imbalance.moves)
-    return [_suggestion(
-        evidence, "rebalance_stages", prediction,
-        title=f"Rebalance stages: {moves}",
-        why=(f"stage {imbalance.slowest_stage} costs {imbalance.stage_cost_ns[imbalance.slowest_stage] / 1e6:.1f} ms per "
-             f"micro-batch, {imbalance.slowest_excess:.0%} above the mean stage; layers now {list(imbalance.layers_per_stage or ())}"),
-        memory="per-stage weights and activations follow the moved layers; the total is unchanged",
-        apply={"layers_per_stage": list(imbalance.balanced_layers)},
-    )]
+    moves = "; ".join(
+        f"move {m.layers} layer{'s' if m.layers > 1 else ''} from stage {m.from_stage} to stage {m.to_stage}"
+        for m in imbalance.moves
+    )
+    return [
+        _suggestion(
+            evidence,
+            "rebalance_stages",
+            prediction,
+            title=f"Rebalance stages: {moves}",
+            why=(
+                f"stage {imbalance.slowest_stage} costs {imbalance.stage_cost_ns[imbalance.slowest_stage] / 1e6:.1f} ms per "
+                f"micro-batch, {imbalance.slowest_excess:.0%} above the mean stage; layers now {list(imbalance.layers_per_stage or ())}"
+            ),
+            memory="per-stage weights and activations follow the moved layers; the total is unchanged",
+            apply={"layers_per_stage": list(imbalance.balanced_layers)},
+        )
+    ]
 
 
 def _communication_fixes(evidence: RunEvidence) -> list[Suggestion]:
@@ -187,29 +212,42 @@ def _communication_fixes(evidence: RunEvidence) -> list[Suggestion]:
     step = evidence.step_ns
     dp = sum(evidence.exposed_comm_ns.get(group, 0.0) for group in ("dp", "ddp", "fsdp"))
     if step and dp / step >= EXPOSED_COMM_MARGIN:
-        out.append(_plain(
-            evidence, "overlap_dp_communication", step - dp,
-            title="Overlap data-parallel gradient communication with the backward pass",
-            why=f"exposed data-parallel communication is {dp / 1e6:.1f} ms per step ({dp / step:.0%} of the step)",
-            memory="larger buckets hold more gradient copies in flight (bucket size × 2)",
-            apply={"overlap_dp_communication": True},
-            torchtitan={"training.gradient_accumulation_steps": "raise to communicate less often"},
-            megatron=["--overlap-grad-reduce", "--overlap-param-gather", "--ddp-bucket-size <bytes>"],
-            torch="DDP(model, bucket_cap_mb=...) / fully_shard(..., reshard_after_forward=False); no_sync() for accumulation",
-        ))
+        out.append(
+            _plain(
+                evidence,
+                "overlap_dp_communication",
+                step - dp,
+                title="Overlap data-parallel gradient communication with the backward pass",
+                why=f"exposed data-parallel communication is {dp / 1e6:.1f} ms per step ({dp / step:.0%} of the step)",
+                memory="larger buckets hold more gradient copies in flight (bucket size × 2)",
+                apply={"overlap_dp_communication": True},
+                torchtitan={"training.gradient_accumulation_steps": "raise to communicate less often"},
+                megatron=["--overlap-grad-reduce", "--overlap-param-gather", "--ddp-bucket-size <bytes>"],
+                torch="DDP(model, bucket_cap_mb=...) / fully_shard(..., reshard_after_forward=False); no_sync() for accumulation",
+            )
+        )
     tp = evidence.exposed_comm_ns.get("tp", 0.0)
     if evidence.tp_hosts_per_group > 1 and tp > 0:
-        saved = tp * 0.85  # NVLink moves ~8x what a node's network does (planner catalog); assume most of TP's time goes
-        out.append(_plain(
-            evidence, "tp_inside_node", step - saved,
-            title="Keep tensor parallelism inside a node; pipeline across nodes",
-            why=f"each TP group spans {evidence.tp_hosts_per_group} hosts; exposed TP communication {tp / 1e6:.1f} ms per step",
-            memory="unchanged if t·p stays the same",
-            apply={"tp_within_node": True},
-            torchtitan={"parallelism.tensor_parallel_degree": "≤ GPUs per node", "parallelism.pipeline_parallel_degree": "nodes"},
-            megatron=["--tensor-model-parallel-size <≤ GPUs per node>", "--pipeline-model-parallel-size <nodes>"],
-            torch="init_device_mesh('cuda', (pp, dp, tp), mesh_dim_names=('pp','dp','tp')) with tp innermost",
-        ))
+        saved = (
+            tp * 0.85
+        )  # NVLink moves ~8x what a node's network does (planner catalog); assume most of TP's time goes
+        out.append(
+            _plain(
+                evidence,
+                "tp_inside_node",
+                step - saved,
+                title="Keep tensor parallelism inside a node; pipeline across nodes",
+                why=f"each TP group spans {evidence.tp_hosts_per_group} hosts; exposed TP communication {tp / 1e6:.1f} ms per step",
+                memory="unchanged if t·p stays the same",
+                apply={"tp_within_node": True},
+                torchtitan={
+                    "parallelism.tensor_parallel_degree": "≤ GPUs per node",
+                    "parallelism.pipeline_parallel_degree": "nodes",
+                },
+                megatron=["--tensor-model-parallel-size <≤ GPUs per node>", "--pipeline-model-parallel-size <nodes>"],
+                torch="init_device_mesh('cuda', (pp, dp, tp), mesh_dim_names=('pp','dp','tp')) with tp innermost",
+            )
+        )
     return out
 
 
@@ -220,18 +258,33 @@ def _straggler_fixes(evidence: RunEvidence) -> list[Suggestion]:
             continue
         # A persistent straggler sets everyone's pace (they wait for it at each synchronisation):
         # at its peers' speed the step shrinks by its slowdown — an upper bound of the gain.
-        out.append(_plain(
-            evidence, "drain_straggler", evidence.step_ns / note.slowdown,
-            title=f"Drain host {note.host or '?'} (rank {note.rank} is a persistent straggler)",
-            why=note.message, memory="none",
-            apply={"exclude_hosts": [note.host] if note.host else []},
-            torchtitan={}, megatron=[], torch="restart the job without the host (torchrun --rdzv with the remaining nodes)",
-        ))
+        out.append(
+            _plain(
+                evidence,
+                "drain_straggler",
+                evidence.step_ns / note.slowdown,
+                title=f"Drain host {note.host or '?'} (rank {note.rank} is a persistent straggler)",
+                why=note.message,
+                memory="none",
+                apply={"exclude_hosts": [note.host] if note.host else []},
+                torchtitan={},
+                megatron=[],
+                torch="restart the job without the host (torchrun --rdzv with the remaining nodes)",
+            )
+        )
     return out
 
 
-def _suggestion(evidence: RunEvidence, kind: str, prediction: Prediction, *, title: str, why: str, memory: str,
-                apply: dict[str, Any]) -> Suggestion:
+def _suggestion(
+    evidence: RunEvidence,
+    kind: str,
+    prediction: Prediction,
+    *,
+    title: str,
+    why: str,
+    memory: str,
+    apply: dict[str, Any],
+) -> Suggestion:
     schedule = lookup(prediction.schedule)
     torchtitan: dict[str, Any] = {"parallelism.pipeline_parallel_schedule": schedule.torchtitan_name}
     megatron = [f"--pipeline-model-parallel-size {len(prediction.result.idle_ns)}"]
@@ -240,8 +293,10 @@ def _suggestion(evidence: RunEvidence, kind: str, prediction: Prediction, *, tit
         megatron.append(f"--micro-batch-size {apply['microbatch_size']}")
     if prediction.layers_per_stage is not None and "layers_per_stage" in apply:
         torchtitan.update(torchtitan_layer_split(prediction.layers_per_stage))
-        megatron += [f"--decoder-first-pipeline-num-layers {prediction.layers_per_stage[0]}",
-                     f"--decoder-last-pipeline-num-layers {prediction.layers_per_stage[-1]}"]
+        megatron += [
+            f"--decoder-first-pipeline-num-layers {prediction.layers_per_stage[0]}",
+            f"--decoder-last-pipeline-num-layers {prediction.layers_per_stage[-1]}",
+        ]
     if prediction.stages_per_rank > 1:
         if schedule.name == "interleaved1f1b":
             megatron.append(f"--num-virtual-stages-per-pipeline-rank {prediction.stages_per_rank}")
@@ -250,8 +305,19 @@ def _suggestion(evidence: RunEvidence, kind: str, prediction: Prediction, *, tit
     args = f"n_microbatches={prediction.microbatches}, loss_fn=loss_fn"
     stage_arg = "stages" if prediction.stages_per_rank > 1 else "stage"
     torch = f"torch.distributed.pipelining.{schedule.torch_class}({stage_arg}, {args})"
-    return build_suggestion(evidence, kind, prediction.step_ns, prediction.bubble_fraction, title, why, memory, apply,
-                  torch, torchtitan, megatron)
+    return build_suggestion(
+        evidence,
+        kind,
+        prediction.step_ns,
+        prediction.bubble_fraction,
+        title,
+        why,
+        memory,
+        apply,
+        torch,
+        torchtitan,
+        megatron,
+    )
 
 
 def torchtitan_layer_split(layers_per_stage: tuple[int, ...] | list[int]) -> dict[str, Any]:
@@ -271,18 +337,49 @@ def torchtitan_layer_split(layers_per_stage: tuple[int, ...] | list[int]) -> dic
     return {"parallelism.module_fqns_per_model_part": parts}
 
 
-def _plain(evidence: RunEvidence, kind: str, predicted_ns: float, *, title: str, why: str, memory: str,
-           apply: dict[str, Any], torchtitan: dict[str, Any], megatron: list[str], torch: str) -> Suggestion:
+def _plain(
+    evidence: RunEvidence,
+    kind: str,
+    predicted_ns: float,
+    *,
+    title: str,
+    why: str,
+    memory: str,
+    apply: dict[str, Any],
+    torchtitan: dict[str, Any],
+    megatron: list[str],
+    torch: str,
+) -> Suggestion:
     return build_suggestion(evidence, kind, predicted_ns, None, title, why, memory, apply, torch, torchtitan, megatron)
 
 
-def build_suggestion(evidence: RunEvidence, kind: str, predicted_ns: float, bubble: float | None, title: str, why: str,
-           memory: str, apply: dict[str, Any], torch: str | None, torchtitan: dict[str, Any], megatron: list[str]) -> Suggestion:
+def build_suggestion(
+    evidence: RunEvidence,
+    kind: str,
+    predicted_ns: float,
+    bubble: float | None,
+    title: str,
+    why: str,
+    memory: str,
+    apply: dict[str, Any],
+    torch: str | None,
+    torchtitan: dict[str, Any],
+    megatron: list[str],
+) -> Suggestion:
     step = evidence.step_ns
     return Suggestion(
-        kind=kind, title=title, evidence=why, current_step_ns=step, predicted_step_ns=predicted_ns,
-        predicted_bubble_fraction=bubble, gain_fraction=(step - predicted_ns) / step if step else 0.0,
-        memory_cost=memory, apply=apply, torch_pipelining=torch, torchtitan=torchtitan, megatron=megatron,
+        kind=kind,
+        title=title,
+        evidence=why,
+        current_step_ns=step,
+        predicted_step_ns=predicted_ns,
+        predicted_bubble_fraction=bubble,
+        gain_fraction=(step - predicted_ns) / step if step else 0.0,
+        memory_cost=memory,
+        apply=apply,
+        torch_pipelining=torch,
+        torchtitan=torchtitan,
+        megatron=megatron,
     )
 
 
@@ -290,14 +387,18 @@ def _bubble_evidence(evidence: RunEvidence) -> str:
     a = evidence.attribution
     if a is None:
         return "pipeline bubble above the schedule's floor"
-    return (f"measured bubble {a.measured_bubble_fraction:.1%} of the step; closed-form floor "
-            f"{_pct(a.closed_form_fraction)} ({a.closed_form_formula}); simulated floor {a.simulated_floor_fraction:.1%}")
+    return (
+        f"measured bubble {a.measured_bubble_fraction:.1%} of the step; closed-form floor "
+        f"{_pct(a.closed_form_fraction)} ({a.closed_form_formula}); simulated floor {a.simulated_floor_fraction:.1%}"
+    )
 
 
 def _activation_memory(prediction: Prediction, now_peak: int, chunk_size: float) -> str:
     relative = prediction.peak_activations * chunk_size / now_peak if now_peak else 0.0
-    return (f"activations in flight on the busiest rank: {prediction.peak_activations} chunks "
-            f"of {chunk_size:.2g}× today's size = {relative:.2f}× today's peak ({now_peak} chunks)")
+    return (
+        f"activations in flight on the busiest rank: {prediction.peak_activations} chunks "
+        f"of {chunk_size:.2g}× today's size = {relative:.2f}× today's peak ({now_peak} chunks)"
+    )
 
 
 def _batch(config: Mapping[str, Any], measured: MeasuredPipeline) -> int | None:

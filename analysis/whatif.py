@@ -63,12 +63,18 @@ def predict(measured: MeasuredPipeline, change: Change) -> Prediction:
     if change.slowest_rank_to_median:
         costs = _slowest_rank_to_median(costs, chosen, base.ranks)
     setup = replace(
-        base, schedule=schedule, microbatches=m, stages_per_rank=v, stage_costs=costs,
+        base,
+        schedule=schedule,
+        microbatches=m,
+        stages_per_rank=v,
+        stage_costs=costs,
         p2p_ns=0.0 if change.overlap_communication else base.p2p_ns,
         step_overhead_ns=_step_overhead(measured, schedule, layers),
     )
     result = simulate(setup)
-    return Prediction(schedule, m, v, layers, result.step_ns, result.bubble_fraction, max(result.peak_activations), result)
+    return Prediction(
+        schedule, m, v, layers, result.step_ns, result.bubble_fraction, max(result.peak_activations), result
+    )
 
 
 def _step_overhead(measured: MeasuredPipeline, schedule: str, layers: tuple[int, ...] | None) -> float:
@@ -123,11 +129,13 @@ def _stage_costs(
     elif layers is None:
         layers = balanced_split(per_layer, stages)
     if sum(layers) != len(per_layer):
-        raise ScheduleError("layers_per_stage", f"the run has {len(per_layer)} layers, the split {layers} has {sum(layers)}")
+        raise ScheduleError(
+            "layers_per_stage", f"the run has {len(per_layer)} layers, the split {layers} has {sum(layers)}"
+        )
     costs, start = [], 0
     fixed = measured.fixed_cost if measured.layer_costs is not None else StageCost(0.0, 0.0)
     for count in layers:
-        costs.append(_plus(fixed, _sum_costs(per_layer[start:start + count])))
+        costs.append(_plus(fixed, _sum_costs(per_layer[start : start + count])))
         start += count
     return tuple(costs), layers if measured.layer_costs is not None else None
 
@@ -143,14 +151,17 @@ def _even_pieces(costs: tuple[StageCost, ...], stages: int) -> tuple[StageCost, 
         return tuple(_scaled(cost, 1 / pieces) for cost in costs for _ in range(pieces))
     if len(costs) % stages == 0:
         return costs
-    raise ScheduleError("stages_per_rank", f"{len(costs)} measured stages cannot be re-cut into {stages} "
-                        "without the run's layers per stage")
+    raise ScheduleError(
+        "stages_per_rank",
+        f"{len(costs)} measured stages cannot be re-cut into {stages} without the run's layers per stage",
+    )
 
 
 def _sum_costs(block: tuple[StageCost, ...]) -> StageCost:
     weights = [c.weight_ns for c in block]
     return StageCost(
-        sum(c.forward_ns for c in block), sum(c.backward_ns for c in block),
+        sum(c.forward_ns for c in block),
+        sum(c.backward_ns for c in block),
         None if any(w is None for w in weights) else sum(w for w in weights if w is not None),
     )
 

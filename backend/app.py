@@ -5,8 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.middleware.gzip import GZipMiddleware
 
-from bubblescope import __version__
-from bubblescope import wire
+from bubblescope import __version__, wire
 from bubblescope.backend.analysis.router import router as analysis_router
 from bubblescope.backend.capture.router import router as capture_router
 from bubblescope.backend.db.engine import build_engine, build_session_factory

@@ -13,6 +13,4 @@ NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 
 RunKey = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
 RankIndex = Annotated[int, Path(ge=0, le=2**31 - 1)]
-StepBound = Annotated[
-    int | None, Query(ge=0, le=2**62, description="first/last step of the range (inclusive)")
-]
+StepBound = Annotated[int | None, Query(ge=0, le=2**62, description="first/last step of the range (inclusive)")]

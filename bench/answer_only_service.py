@@ -19,7 +19,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support import LiveServer, free_port  # noqa: E402
+from tests.support import LiveServer, free_port
 
 
 class AnswerOnly(BaseHTTPRequestHandler):
@@ -42,7 +42,7 @@ class AnswerOnly(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PUT = answer
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -50,8 +50,10 @@ def start_answer_only(log_dir: Path) -> LiveServer:
     """Start the stand-in on a free loopback port; returns once it answers."""
     port = free_port()
     log_path = log_dir / f"answer-only-{port}.log"
-    process = subprocess.Popen([sys.executable, __file__, str(port)], stdout=open(log_path, "wb"),
-                               stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, __file__, str(port)],
+        stdout=open(log_path, "wb"),  # noqa: SIM115 (the child keeps it), stderr=subprocess.STDOUT
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and process.poll() is None:

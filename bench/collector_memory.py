@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bubblescope import collector  # noqa: E402
+from bubblescope import collector
 
 CHECKPOINTS = (1_000, 2_000, 5_000, 10_000)
 
@@ -92,8 +92,7 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as spool:
         if traced:
             tracemalloc.start()
-        collector.init(run="memory-bench", url=args.url or dead_url(), spool_dir=spool,
-                       run_key=f"memory-{os.getpid()}")
+        collector.init(run="memory-bench", url=args.url or dead_url(), spool_dir=spool, run_key=f"memory-{os.getpid()}")
         started = time.perf_counter()
         figures = measure(CHECKPOINTS[-1], args.spans, args.work, traced)
         wall_s = time.perf_counter() - started
@@ -109,8 +108,18 @@ def run_both(args: argparse.Namespace) -> dict[str, Any]:
     bookkeeping grows RSS by tens of MiB over 10k steps, which would hide the collector's)."""
     results = {}
     for child in ("traced", "plain"):
-        command = [sys.executable, __file__, "--child", child, "--spans", str(args.spans), "--work",
-                   str(args.work), "--spool-max-bytes", str(args.spool_max_bytes)]
+        command = [
+            sys.executable,
+            __file__,
+            "--child",
+            child,
+            "--spans",
+            str(args.spans),
+            "--work",
+            str(args.work),
+            "--spool-max-bytes",
+            str(args.spool_max_bytes),
+        ]
         if args.url:
             command += ["--url", args.url]
         done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=600)
@@ -119,8 +128,12 @@ def run_both(args: argparse.Namespace) -> dict[str, Any]:
         {"step": traced["step"], "traced_bytes": traced["traced_bytes"], "rss_bytes": plain["rss_bytes"]}
         for traced, plain in zip(results["traced"]["figures"], results["plain"]["figures"])
     ]
-    return {"figures": figures, "wall_s": results["plain"]["wall_s"],
-            "wall_traced_s": results["traced"]["wall_s"], "dropped_spans": results["plain"]["dropped_spans"]}
+    return {
+        "figures": figures,
+        "wall_s": results["plain"]["wall_s"],
+        "wall_traced_s": results["traced"]["wall_s"],
+        "dropped_spans": results["plain"]["dropped_spans"],
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -140,17 +153,21 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(result))
         return
     figures = result["figures"]
-    print(f"{CHECKPOINTS[-1]} steps x {args.spans} spans in {result['wall_s']:.1f} s "
-          f"({result['wall_traced_s']:.1f} s under tracemalloc); "
-          f"{'service ' + args.url if args.url else 'service down'}, spool bound {args.spool_max_bytes} B, "
-          f"dropped {result['dropped_spans']} spans")
+    print(
+        f"{CHECKPOINTS[-1]} steps x {args.spans} spans in {result['wall_s']:.1f} s "
+        f"({result['wall_traced_s']:.1f} s under tracemalloc); "
+        f"{'service ' + args.url if args.url else 'service down'}, spool bound {args.spool_max_bytes} B, "
+        f"dropped {result['dropped_spans']} spans"
+    )
     print(f"{'step':>7} {'tracemalloc KiB':>16} {'RSS MiB':>9}")
     for row in figures:
         print(f"{row['step']:>7} {row['traced_bytes'] / 1024:>16.1f} {row['rss_bytes'] / 2**20:>9.1f}")
     first, last = figures[1], figures[-1]
-    print(f"growth from step {first['step']} to {last['step']}: "
-          f"{(last['traced_bytes'] - first['traced_bytes']) / 1024:+.1f} KiB traced, "
-          f"{(last['rss_bytes'] - first['rss_bytes']) / 2**20:+.1f} MiB RSS")
+    print(
+        f"growth from step {first['step']} to {last['step']}: "
+        f"{(last['traced_bytes'] - first['traced_bytes']) / 1024:+.1f} KiB traced, "
+        f"{(last['rss_bytes'] - first['rss_bytes']) / 2**20:+.1f} MiB RSS"
+    )
 
 
 if __name__ == "__main__":

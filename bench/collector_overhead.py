@@ -47,12 +47,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bubblescope.backend.db import migrate  # noqa: E402
-from bubblescope.collector.config import DEFAULT_FULL_SPANS_EVERY  # noqa: E402
-from bench.answer_only_service import start_answer_only  # noqa: E402
-from bench.stats import median_interval  # noqa: E402
-from bubblescope.thread_cpu import process_cpu_s  # noqa: E402
-from tests.support import start_server  # noqa: E402
+from bench.answer_only_service import start_answer_only
+from bench.stats import median_interval
+from bubblescope.backend.db import migrate
+from bubblescope.collector.config import DEFAULT_FULL_SPANS_EVERY
+from bubblescope.thread_cpu import process_cpu_s
+from tests.support import start_server
 
 WARMUP_STEPS = 3
 
@@ -60,17 +60,40 @@ WARMUP_STEPS = 3
 MODES = ("off", "defaults", "full", "profiler")
 
 
-def launch_demo(args: argparse.Namespace, url: str, mode: str, workdir: Path, steps: int,
-                *extra: str, env: dict[str, str] | None = None) -> Path:
+def launch_demo(
+    args: argparse.Namespace,
+    url: str,
+    mode: str,
+    workdir: Path,
+    steps: int,
+    *extra: str,
+    env: dict[str, str] | None = None,
+) -> Path:
     """Run the demo job under torchrun; returns the file rank 0 wrote its step times to."""
     times_file = workdir / f"times-{random.random():.12f}.txt"
-    env = {**os.environ, **(env or {}), "BUBBLESCOPE_URL": url, "OMP_NUM_THREADS": "1",
-           "BUBBLESCOPE_DEMO_TIMES": str(times_file), "BUBBLESCOPE_SPOOL_DIR": str(workdir / "spool"),
-           "BUBBLESCOPE_FULL_SPANS_EVERY": "1" if mode == "full" else str(DEFAULT_FULL_SPANS_EVERY)}
+    env = {
+        **os.environ,
+        **(env or {}),
+        "BUBBLESCOPE_URL": url,
+        "OMP_NUM_THREADS": "1",
+        "BUBBLESCOPE_DEMO_TIMES": str(times_file),
+        "BUBBLESCOPE_SPOOL_DIR": str(workdir / "spool"),
+        "BUBBLESCOPE_FULL_SPANS_EVERY": "1" if mode == "full" else str(DEFAULT_FULL_SPANS_EVERY),
+    }
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.stages}",
-        "-m", "bubblescope.demo_job", f"--schedule={args.schedule}", f"--microbatches={args.microbatches}",
-        f"--steps={steps}", f"--hidden={args.hidden}", f"--microbatch-size={args.microbatch_size}", *extra,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={args.stages}",
+        "-m",
+        "bubblescope.demo_job",
+        f"--schedule={args.schedule}",
+        f"--microbatches={args.microbatches}",
+        f"--steps={steps}",
+        f"--hidden={args.hidden}",
+        f"--microbatch-size={args.microbatch_size}",
+        *extra,
     ]
     if mode in ("off", "profiler"):
         command.append("--no-collector")
@@ -102,18 +125,26 @@ def run_ab_job(args: argparse.Namespace, url: str, mode: str, workdir: Path, env
     steps = document["steps"]
     size = 2 * args.ab_block
     warmup_pairs = -(-2 * WARMUP_STEPS // size) + 1
-    pairs = [steps[i:i + size] for i in range(0, len(steps), size)][warmup_pairs:]
+    pairs = [steps[i : i + size] for i in range(0, len(steps), size)][warmup_pairs:]
     pairs = [pair for pair in pairs if len(pair) == size]
 
     def ratios(field: str) -> list[float]:
-        return [statistics.median(s[field] for s in pair if s["collected"])
-                / statistics.median(s[field] for s in pair if not s["collected"]) for pair in pairs]
+        return [
+            statistics.median(s[field] for s in pair if s["collected"])
+            / statistics.median(s[field] for s in pair if not s["collected"])
+            for pair in pairs
+        ]
 
     collected = [s["wall_s"] for pair in pairs for s in pair if s["collected"]]
     baseline = [s["wall_s"] for pair in pairs for s in pair if not s["collected"]]
     shipper = document["shipper_cpu_s"]
-    return AbRun(ratios("wall_s"), ratios("cpu_s"), statistics.median(collected), (sum(collected), sum(baseline)),
-                 None if shipper is None else shipper / (len(steps) / 2))
+    return AbRun(
+        ratios("wall_s"),
+        ratios("cpu_s"),
+        statistics.median(collected),
+        (sum(collected), sum(baseline)),
+        None if shipper is None else shipper / (len(steps) / 2),
+    )
 
 
 @dataclass
@@ -140,9 +171,12 @@ def within_job_modes(args: argparse.Namespace) -> list[WithinJobMode]:
 def within_job(args: argparse.Namespace, url: str, workdir: Path, service_pid: int) -> None:
     """Runs of every mode in turn (run 0 of each, then run 1, ...), so drift hits all alike."""
     modes = within_job_modes(args)
-    print(f"within one job: {args.ab_runs} runs per mode of {args.ab_steps} steps, blocks of {args.ab_block} "
-          f"steps alternating with/without the collector (warm-up pairs dropped); modes in turn: "
-          f"{', '.join(mode.name for mode in modes)}", flush=True)
+    print(
+        f"within one job: {args.ab_runs} runs per mode of {args.ab_steps} steps, blocks of {args.ab_block} "
+        f"steps alternating with/without the collector (warm-up pairs dropped); modes in turn: "
+        f"{', '.join(mode.name for mode in modes)}",
+        flush=True,
+    )
     for run in range(args.ab_runs):
         for mode in modes:
             service_cpu, started = process_cpu_s(service_pid) or 0.0, time.monotonic()
@@ -154,19 +188,24 @@ def within_job(args: argparse.Namespace, url: str, workdir: Path, service_pid: i
             mode.totals = [mode.totals[0] + result.wall_sums_s[0], mode.totals[1] + result.wall_sums_s[1]]
             if result.shipper_cpu_per_step_s is not None:
                 mode.shares.append(result.shipper_cpu_per_step_s / result.step_s)
-            print(f"  {mode.name} run {run}: median pair ratio wall {statistics.median(result.wall_ratios):.4f}, "
-                  f"training-thread CPU {statistics.median(result.cpu_ratios):.4f} over {len(result.wall_ratios)} "
-                  f"pairs; step {result.step_s * 1e3:.2f} ms", flush=True)
+            print(
+                f"  {mode.name} run {run}: median pair ratio wall {statistics.median(result.wall_ratios):.4f}, "
+                f"training-thread CPU {statistics.median(result.cpu_ratios):.4f} over {len(result.wall_ratios)} "
+                f"pairs; step {result.step_s * 1e3:.2f} ms",
+                flush=True,
+            )
     for mode in modes:
         low, high = median_interval(mode.wall)
         cpu_low, cpu_high = median_interval(mode.cpu)
         shipper = f"{100 * statistics.median(mode.shares):.2f}%" if mode.shares else "n/a"
-        print(f"{mode.name}: within-job median pair ratio: wall {statistics.median(mode.wall):.4f} "
-              f"(95% CI {low:.4f}-{high:.4f}), ratio of total step times {mode.totals[0] / mode.totals[1]:.4f}; "
-              f"training-thread CPU {statistics.median(mode.cpu):.4f} (95% CI {cpu_low:.4f}-{cpu_high:.4f}), "
-              f"{len(mode.wall)} pairs; shipper thread CPU {shipper} of a step; the {args.service} service (same "
-              f"2 cores) used {100 * mode.service_cpu_s / mode.elapsed_s:.2f}% of one core; target {mode.target}",
-              flush=True)
+        print(
+            f"{mode.name}: within-job median pair ratio: wall {statistics.median(mode.wall):.4f} "
+            f"(95% CI {low:.4f}-{high:.4f}), ratio of total step times {mode.totals[0] / mode.totals[1]:.4f}; "
+            f"training-thread CPU {statistics.median(mode.cpu):.4f} (95% CI {cpu_low:.4f}-{cpu_high:.4f}), "
+            f"{len(mode.wall)} pairs; shipper thread CPU {shipper} of a step; the {args.service} service (same "
+            f"2 cores) used {100 * mode.service_cpu_s / mode.elapsed_s:.2f}% of one core; target {mode.target}",
+            flush=True,
+        )
 
 
 def training_thread_cost_per_span(workdir: Path, iterations: int = 200_000) -> tuple[float, float]:
@@ -212,10 +251,17 @@ def main() -> None:
     parser.add_argument("--ab-runs", type=int, default=3, help="within-job runs per mode (0: skip)")
     parser.add_argument("--ab-steps", type=int, default=1500)
     parser.add_argument("--ab-block", type=int, default=1)
-    parser.add_argument("--python-wrappers-too", action="store_true",
-                        help="within one job, also the defaults without the C hot path (BUBBLESCOPE_PURE_PYTHON=1)")
-    parser.add_argument("--service", choices=("real", "answer-only"), default="real",
-                        help="answer-only: a stand-in that only acknowledges (the service's work off the job's cores)")
+    parser.add_argument(
+        "--python-wrappers-too",
+        action="store_true",
+        help="within one job, also the defaults without the C hot path (BUBBLESCOPE_PURE_PYTHON=1)",
+    )
+    parser.add_argument(
+        "--service",
+        choices=("real", "answer-only"),
+        default="real",
+        help="answer-only: a stand-in that only acknowledges (the service's work off the job's cores)",
+    )
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp())
     if args.service == "real":
@@ -238,25 +284,33 @@ def main() -> None:
                 medians[mode].append(value)
                 if mode != "off":
                     ratios[mode].append(value / result["off"])
-            print(f"round {round_index}: " + "  ".join(
-                f"{mode} {result[mode] * 1e3:7.2f} ms" for mode in MODES), flush=True)
+            print(
+                f"round {round_index}: " + "  ".join(f"{mode} {result[mode] * 1e3:7.2f} ms" for mode in MODES),
+                flush=True,
+            )
     finally:
         server.stop()
     if not args.rounds:
         return
     off = statistics.median(medians["off"])
-    print(f"\njob: {args.stages} stages, {args.schedule}, m={args.microbatches}, hidden={args.hidden}, "
-          f"{args.steps} steps/run (first {WARMUP_STEPS} dropped), {args.rounds} interleaved rounds")
+    print(
+        f"\njob: {args.stages} stages, {args.schedule}, m={args.microbatches}, hidden={args.hidden}, "
+        f"{args.steps} steps/run (first {WARMUP_STEPS} dropped), {args.rounds} interleaved rounds"
+    )
     print(f"median step time off: {off * 1e3:.2f} ms")
     targets = {"defaults": "<= 1.01", "full": "<= 1.03", "profiler": "(reference)"}
     for mode, values in ratios.items():
-        print(f"{mode:9s} median paired ratio {statistics.median(values):.4f}  "
-              f"ratio of medians {statistics.median(medians[mode]) / off:.4f}  target {targets[mode]}")
+        print(
+            f"{mode:9s} median paired ratio {statistics.median(values):.4f}  "
+            f"ratio of medians {statistics.median(medians[mode]) / off:.4f}  target {targets[mode]}"
+        )
     span_ns, wrapper_ns = training_thread_cost_per_span(workdir)
     spans_per_step = 4 * args.microbatches + 3
     bound = spans_per_step * max(span_ns, wrapper_ns) / (off * 1e9)
-    print(f"training-thread cost: collector.span {span_ns:.0f} ns/span, pipelining wrapper {wrapper_ns:.0f} ns/span; "
-          f"{spans_per_step} spans/step -> {100 * bound:.3f}% of the {off * 1e3:.1f} ms step")
+    print(
+        f"training-thread cost: collector.span {span_ns:.0f} ns/span, pipelining wrapper {wrapper_ns:.0f} ns/span; "
+        f"{spans_per_step} spans/step -> {100 * bound:.3f}% of the {off * 1e3:.1f} ms step"
+    )
 
 
 if __name__ == "__main__":

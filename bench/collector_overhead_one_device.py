@@ -34,15 +34,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
-from bench.answer_only_service import start_answer_only  # noqa: E402
-from bench.stats import median_interval  # noqa: E402
-from bubblescope import collector  # noqa: E402
-from bubblescope.thread_cpu import named_thread_cpu_s  # noqa: E402
+from bench.answer_only_service import start_answer_only
+from bench.stats import median_interval
+from bubblescope import collector
+from bubblescope.thread_cpu import named_thread_cpu_s
 
 WARMUP_STEPS = 10
 
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, device: torch.device) -> tuple[list[tuple[bool
 def report(args: argparse.Namespace, device: torch.device, timings: list[tuple[bool, float]], shipper_s: float) -> None:
     pairs: list[float] = []
     for start in range(0, len(timings) - 2 * args.block + 1, 2 * args.block):
-        pair = timings[start:start + 2 * args.block]
+        pair = timings[start : start + 2 * args.block]
         collected = [t for c, t in pair if c]
         baseline = [t for c, t in pair if not c]
         pairs.append(statistics.median(collected) / statistics.median(baseline))
@@ -118,15 +118,23 @@ def report(args: argparse.Namespace, device: torch.device, timings: list[tuple[b
     low, high = median_interval(pairs)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
     mode = "full capture" if args.full else "defaults"
-    print(f"device: {name}; torch {torch.__version__}; DDP world of one, {args.layers}×Linear({args.width}), "
-          f"batch {args.batch}, buckets of {args.bucket_mb} MB; collector at {mode}")
-    print(f"steps: {len(collected_all)} collected, {len(baseline_all)} baseline, blocks of {args.block} (ABBA); "
-          f"median step {statistics.median(collected_all) * 1e3:.3f} ms collected, "
-          f"{statistics.median(baseline_all) * 1e3:.3f} ms baseline")
-    print(f"step-time ratio (median of {len(pairs)} block pairs): {statistics.median(pairs):.4f} "
-          f"(95% CI {low:.4f}–{high:.4f}); ratio of totals {sum(collected_all) / sum(baseline_all):.4f}")
-    print(f"shipper thread: {shipper_s * 1e3 / max(1, len(collected_all)):.3f} ms CPU per collected step "
-          f"({shipper_s / max(1e-9, sum(collected_all)):.2%} of their time)")
+    print(
+        f"device: {name}; torch {torch.__version__}; DDP world of one, {args.layers}×Linear({args.width}), "
+        f"batch {args.batch}, buckets of {args.bucket_mb} MB; collector at {mode}"
+    )
+    print(
+        f"steps: {len(collected_all)} collected, {len(baseline_all)} baseline, blocks of {args.block} (ABBA); "
+        f"median step {statistics.median(collected_all) * 1e3:.3f} ms collected, "
+        f"{statistics.median(baseline_all) * 1e3:.3f} ms baseline"
+    )
+    print(
+        f"step-time ratio (median of {len(pairs)} block pairs): {statistics.median(pairs):.4f} "
+        f"(95% CI {low:.4f}–{high:.4f}); ratio of totals {sum(collected_all) / sum(baseline_all):.4f}"
+    )
+    print(
+        f"shipper thread: {shipper_s * 1e3 / max(1, len(collected_all)):.3f} ms CPU per collected step "
+        f"({shipper_s / max(1e-9, sum(collected_all)):.2%} of their time)"
+    )
 
 
 def main() -> None:
@@ -137,8 +145,13 @@ def main() -> None:
     service = start_answer_only(workdir)
     try:
         world_of_one(device)
-        collector.init("bench-one-device", url=service.url, run_key=f"one-device-{uuid.uuid4().hex[:8]}",
-                       spool_dir=workdir / "spool", full_spans_every=1 if args.full else None)
+        collector.init(
+            "bench-one-device",
+            url=service.url,
+            run_key=f"one-device-{uuid.uuid4().hex[:8]}",
+            spool_dir=workdir / "spool",
+            full_spans_every=1 if args.full else None,
+        )
         if not collector.is_enabled():
             raise SystemExit("the collector did not start (BUBBLESCOPE_DISABLED set?)")
         timings, shipper_s = run(args, device)

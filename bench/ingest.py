@@ -20,9 +20,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bubblescope import wire  # noqa: E402
-from bubblescope.backend.db import migrate  # noqa: E402
-from tests.support import (  # noqa: E402
+from bubblescope import wire
+from bubblescope.backend.db import migrate
+from tests.support import (
     create_postgres_database,
     drop_postgres_database,
     postgres_unreachable_reason,
@@ -35,16 +35,41 @@ KINDS = ["forward", "backward", "send", "recv"]
 def make_batch(run_key: str, rank: int, seq: int, spans: int) -> bytes:
     base = 1_760_000_000_000_000_000 + seq * 10**9
     rows = [
-        (seq, KINDS[i % 4], base + i * 1000, base + i * 1000 + 700, rank, i % 16,
-         rank + 1 if KINDS[i % 4] in ("send", "recv") else None, 4096, "pp", "fwd")
+        (
+            seq,
+            KINDS[i % 4],
+            base + i * 1000,
+            base + i * 1000 + 700,
+            rank,
+            i % 16,
+            rank + 1 if KINDS[i % 4] in ("send", "recv") else None,
+            4096,
+            "pp",
+            "fwd",
+        )
         for i in range(spans)
     ]
-    return wire.encode_batch({
-        "run_key": run_key, "rank": rank, "seq": seq, "dropped_spans": 0,
-        "steps": [{"step": seq, "start_ns": base, "end_ns": base + spans * 1000, "compute_ns": spans * 350,
-                   "comm_ns": spans * 350, "exposed_comm_ns": spans * 350, "idle_ns": 0, "span_count": spans}],
-        "spans": wire.spans_to_columns(rows),
-    })
+    return wire.encode_batch(
+        {
+            "run_key": run_key,
+            "rank": rank,
+            "seq": seq,
+            "dropped_spans": 0,
+            "steps": [
+                {
+                    "step": seq,
+                    "start_ns": base,
+                    "end_ns": base + spans * 1000,
+                    "compute_ns": spans * 350,
+                    "comm_ns": spans * 350,
+                    "exposed_comm_ns": spans * 350,
+                    "idle_ns": 0,
+                    "span_count": spans,
+                }
+            ],
+            "spans": wire.spans_to_columns(rows),
+        }
+    )
 
 
 def measure(db_url: str, label: str, batches: int, spans_per_batch: int, workers: int) -> float:
@@ -54,8 +79,9 @@ def measure(db_url: str, label: str, batches: int, spans_per_batch: int, workers
         with httpx.Client(base_url=server.url, timeout=120) as client:
             client.put(f"/api/v1/runs/{run_key}", json={"name": "bench", "world_size": workers}).raise_for_status()
             payloads = [(i % workers, make_batch(run_key, i % workers, i, spans_per_batch)) for i in range(batches)]
-            client.post("/api/v1/ingest", content=make_batch(run_key, 0, 10**6, 100),
-                        headers={"Content-Encoding": "gzip"}).raise_for_status()  # warm-up
+            client.post(
+                "/api/v1/ingest", content=make_batch(run_key, 0, 10**6, 100), headers={"Content-Encoding": "gzip"}
+            ).raise_for_status()  # warm-up
 
             def post(item: tuple[int, bytes]) -> None:
                 response = client.post("/api/v1/ingest", content=item[1], headers={"Content-Encoding": "gzip"})
@@ -67,8 +93,10 @@ def measure(db_url: str, label: str, batches: int, spans_per_batch: int, workers
             elapsed = time.perf_counter() - started
         rate = batches * spans_per_batch / elapsed
         mb = sum(len(p) for _, p in payloads) / 1e6
-        print(f"{label:10s} {batches * spans_per_batch:>9,d} spans in {elapsed:6.2f} s = {rate:>10,.0f} spans/s "
-              f"({mb:.1f} MB gzip on the wire, {spans_per_batch} spans/batch, {workers} connections)")
+        print(
+            f"{label:10s} {batches * spans_per_batch:>9,d} spans in {elapsed:6.2f} s = {rate:>10,.0f} spans/s "
+            f"({mb:.1f} MB gzip on the wire, {spans_per_batch} spans/batch, {workers} connections)"
+        )
         return rate
     finally:
         server.stop()

@@ -27,21 +27,37 @@ from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES
 
 DEFAULT_CSV = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "published_runs.csv"
 #: (micro-batch, virtual stages) per model in examples/sc21/run_table_1.sh, for the cross-check only
-SC21 = {"gpt-1.7b": (16, 1), "gpt-3.6b": (16, 1), "gpt-7.5b": (16, 1), "gpt-18.4b": (8, 1), "gpt-39.1b": (4, 1),
-        "gpt-76.1b": (2, 3), "gpt-145.6b": (2, 2), "gpt-310.1b": (1, 2), "gpt-529.6b": (1, 3), "gpt-1008b": (1, 1)}
+SC21 = {
+    "gpt-1.7b": (16, 1),
+    "gpt-3.6b": (16, 1),
+    "gpt-7.5b": (16, 1),
+    "gpt-18.4b": (8, 1),
+    "gpt-39.1b": (4, 1),
+    "gpt-76.1b": (2, 3),
+    "gpt-145.6b": (2, 2),
+    "gpt-310.1b": (1, 2),
+    "gpt-529.6b": (1, 3),
+    "gpt-1008b": (1, 1),
+}
 
 
 def print_table(rows: list[CalibrationRow]) -> None:
     print(f"{'row':>3}  {'source':<26} {'model':<11} {'metric':<15} {'measured':>9} {'predicted':>9} {'error %':>8}")
     for index, row in enumerate(rows, 1):
-        print(f"{index:>3}  {row.source:<26} {row.model:<11} {row.metric:<15} {row.measured:>9.2f} "
-              f"{row.predicted:>9.2f} {row.error_pct:>+8.1f}")
+        print(
+            f"{index:>3}  {row.source:<26} {row.model:<11} {row.metric:<15} {row.measured:>9.2f} "
+            f"{row.predicted:>9.2f} {row.error_pct:>+8.1f}"
+        )
     every = summarize(rows)
     korthikanti = summarize([row for row in rows if row.korthikanti])
-    print(f"all {len(rows)} rows: median |error| {every.median_abs_pct:.2f} %, mean {every.mean_abs_pct:.2f} %, "
-          f"max {every.max_abs_pct:.2f} %")
-    print(f"Korthikanti rows: mean |error| {korthikanti.mean_abs_pct:.2f} %, max {korthikanti.max_abs_pct:.2f} % "
-          f"(Calculon: mean 3.65 %, max 8.87 %)")
+    print(
+        f"all {len(rows)} rows: median |error| {every.median_abs_pct:.2f} %, mean {every.mean_abs_pct:.2f} %, "
+        f"max {every.max_abs_pct:.2f} %"
+    )
+    print(
+        f"Korthikanti rows: mean |error| {korthikanti.mean_abs_pct:.2f} %, max {korthikanti.max_abs_pct:.2f} % "
+        f"(Calculon: mean 3.65 %, max 8.87 %)"
+    )
 
 
 def main() -> None:

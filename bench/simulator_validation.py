@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bubblescope.backend.db import migrate  # noqa: E402
-from tests.analysis.replay_support import JobShape, run_and_analyse, what_if  # noqa: E402
-from tests.support import start_server  # noqa: E402
+from bubblescope.backend.db import migrate
+from tests.analysis.replay_support import JobShape, run_and_analyse, what_if
+from tests.support import start_server
 
 
 def targets(base: JobShape) -> list[JobShape]:
@@ -61,7 +61,9 @@ def main() -> None:
                     _, real = run_and_analyse(server.url, client, target)
                     error = (predicted - real["step_ns"]) / real["step_ns"]
                     errors[target.label].append(error)
-                    print(f"{target.label:40s} {predicted / 1e6:13.1f} {real['step_ns'] / 1e6:12.1f} {100 * error:+7.1f}%")
+                    print(
+                        f"{target.label:40s} {predicted / 1e6:13.1f} {real['step_ns'] / 1e6:12.1f} {100 * error:+7.1f}%"
+                    )
         finally:
             server.stop()
     print(f"\n{'target':40s} {'median error over rounds':>25s}")
@@ -69,11 +71,15 @@ def main() -> None:
     for label, values in errors.items():
         per_target.append(abs(statistics.median(values)))
         print(f"{label:40s} {100 * statistics.median(values):+24.1f}%")
-    print(f"per target (median over {args.rounds} rounds): median |error| {100 * statistics.median(per_target):.1f}%, "
-          f"max {100 * max(per_target):.1f}%")
+    print(
+        f"per target (median over {args.rounds} rounds): median |error| {100 * statistics.median(per_target):.1f}%, "
+        f"max {100 * max(per_target):.1f}%"
+    )
     flat = [abs(e) for values in errors.values() for e in values]
-    print(f"every single prediction ({len(flat)}): median |error| {100 * statistics.median(flat):.1f}%, "
-          f"max {100 * max(flat):.1f}%")
+    print(
+        f"every single prediction ({len(flat)}): median |error| {100 * statistics.median(flat):.1f}%, "
+        f"max {100 * max(flat):.1f}%"
+    )
 
 
 if __name__ == "__main__":

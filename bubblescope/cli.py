@@ -60,8 +60,10 @@ def _upload(args: argparse.Namespace) -> int:
     from bubblescope.collector.config import default_spool_dir
 
     result = upload_spool(args.spool_dir or default_spool_dir(), args.url, args.token)
-    print(f"delivered {result.delivered}, rejected {result.rejected}, still spooled {result.remaining}, "
-          f"unreadable (set aside as *.bad) {result.unreadable}")
+    print(
+        f"delivered {result.delivered}, rejected {result.rejected}, still spooled {result.remaining}, "
+        f"unreadable (set aside as *.bad) {result.unreadable}"
+    )
     return 0 if result.remaining == 0 else 1
 
 
@@ -106,11 +108,19 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         if (args.cluster is None) == (args.gpu is None):
             raise ValueError("cluster: give --cluster NAME|FILE, or --gpu TYPE --gpus N [--gpus-per-node K]")
-        cluster = (_plan_source(args.cluster, "--cluster") if args.cluster is not None
-                   else {"gpu": args.gpu, "gpus": args.gpus, "gpus_per_node": args.gpus_per_node})
-        document = {"model": _plan_source(args.model, "--model"), "cluster": cluster,
-                    "global_batch": args.global_batch, "config": _key_values(args.config, "--config"),
-                    "fixed": _key_values(args.fix, "--fix"), "top": args.top}
+        cluster = (
+            _plan_source(args.cluster, "--cluster")
+            if args.cluster is not None
+            else {"gpu": args.gpu, "gpus": args.gpus, "gpus_per_node": args.gpus_per_node}
+        )
+        document = {
+            "model": _plan_source(args.model, "--model"),
+            "cluster": cluster,
+            "global_batch": args.global_batch,
+            "config": _key_values(args.config, "--config"),
+            "fixed": _key_values(args.fix, "--fix"),
+            "top": args.top,
+        }
         outcome = plan_document(document)
     except (PlanInputError, ValueError) as error:
         print(f"bubblescope plan: {error}", file=sys.stderr)
@@ -131,18 +141,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--db", help="SQLAlchemy URL or SQLite file path (default: user data dir)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)
-    serve.add_argument("--silent-after", type=_positive_seconds, default=120.0, metavar="SECONDS",
-                       help="a run not ended and not heard from for this long is shown as silent (default: %(default)s)")
+    serve.add_argument(
+        "--silent-after",
+        type=_positive_seconds,
+        default=120.0,
+        metavar="SECONDS",
+        help="a run not ended and not heard from for this long is shown as silent (default: %(default)s)",
+    )
     serve.set_defaults(handler=_serve)
 
     demo = commands.add_parser("demo", help="service + a real CPU pipeline-parallel job streaming into it")
-    demo.add_argument("--schedule", type=schedule_argument, default="1f1b", metavar="|".join(NAMES),
-                      help="pipeline schedule, any of these or torch's class name (default: %(default)s)")
+    demo.add_argument(
+        "--schedule",
+        type=schedule_argument,
+        default="1f1b",
+        metavar="|".join(NAMES),
+        help="pipeline schedule, any of these or torch's class name (default: %(default)s)",
+    )
     demo.add_argument("--stages", type=int, default=4, help="pipeline stages = processes (default: %(default)s)")
     demo.add_argument("--microbatches", type=int, default=8, help="micro-batches per step (default: %(default)s)")
     demo.add_argument("--steps", type=int, default=20, help="training steps (default: %(default)s)")
     demo.add_argument("--hidden", type=int, default=512, help="the MLP's width (default: %(default)s)")
-    demo.add_argument("--layers-per-stage", type=int, default=2, help="linear layers on each stage (default: %(default)s)")
+    demo.add_argument(
+        "--layers-per-stage", type=int, default=2, help="linear layers on each stage (default: %(default)s)"
+    )
     demo.add_argument("--microbatch-size", type=int, default=32, help="samples per micro-batch (default: %(default)s)")
     demo.add_argument("--url", help="with --no-serve: the running service to stream into")
     demo.add_argument("--no-serve", action="store_true", help="only run the job, against --url")
@@ -163,18 +185,24 @@ def build_parser() -> argparse.ArgumentParser:
     upload.add_argument("--spool-dir")
     upload.set_defaults(handler=_upload)
 
-    plan = commands.add_parser("plan", help="predict memory, step time and MFU of parallel configurations",
-                               description="Evaluate one configuration (--config) or search for the fastest "
-                                           "that fit (ranked). Presets: gpt-1.7b … gpt-1t, llama-2-7b, "
-                                           "llama-3-8b, llama-3-70b; clusters <gpu>-x<count>, e.g. a100-80gb-x64.")
+    plan = commands.add_parser(
+        "plan",
+        help="predict memory, step time and MFU of parallel configurations",
+        description="Evaluate one configuration (--config) or search for the fastest "
+        "that fit (ranked). Presets: gpt-1.7b … gpt-1t, llama-2-7b, "
+        "llama-3-8b, llama-3-70b; clusters <gpu>-x<count>, e.g. a100-80gb-x64.",
+    )
     plan.add_argument("--model", required=True, help="model preset name or JSON file of model fields")
     plan.add_argument("--cluster", help="cluster preset (<gpu>-x<count>) or JSON file {gpu, gpus, gpus_per_node}")
     plan.add_argument("--gpu", help="instead of --cluster: GPU type (A100-40GB, A100-80GB, H100-SXM, H200, B200)")
     plan.add_argument("--gpus", type=int, help="with --gpu: number of GPUs")
     plan.add_argument("--gpus-per-node", type=int, default=8, help="with --gpu (default 8)")
     plan.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
-    plan.add_argument("--config", help="evaluate this configuration: K=V,... with tp, pp, dp, vpp, mbs, schedule, "
-                                       "zero, recompute (none|selective|full), sp, flash")
+    plan.add_argument(
+        "--config",
+        help="evaluate this configuration: K=V,... with tp, pp, dp, vpp, mbs, schedule, "
+        "zero, recompute (none|selective|full), sp, flash",
+    )
     plan.add_argument("--fix", help="search holding these K=V,... fields")
     plan.add_argument("--top", type=int, default=10, help="configurations to list when searching (default 10)")
     plan.add_argument("--json", action="store_true", help="one JSON object per configuration per line")
@@ -187,8 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except ModuleNotFoundError as error:
-        print(f"bubblescope {args.command}: missing {error.name!r}; install bubblescope[server] "
-              f"(and torch for the demo)", file=sys.stderr)
+        print(
+            f"bubblescope {args.command}: missing {error.name!r}; install bubblescope[server] (and torch for the demo)",
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -10,7 +10,6 @@ import sys
 import time
 import uuid
 
-
 DEFAULT_PORT = 8765
 
 
@@ -31,11 +30,19 @@ def free_port(host: str = "127.0.0.1", preferred: int = 0) -> int:
 
 def job_command(args: argparse.Namespace) -> list[str]:
     return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={args.stages}", "-m", "bubblescope.demo_job",
-        f"--schedule={args.schedule}", f"--microbatches={args.microbatches}",
-        f"--steps={args.steps}", f"--hidden={args.hidden}",
-        f"--layers-per-stage={args.layers_per_stage}", f"--microbatch-size={args.microbatch_size}",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={args.stages}",
+        "-m",
+        "bubblescope.demo_job",
+        f"--schedule={args.schedule}",
+        f"--microbatches={args.microbatches}",
+        f"--steps={args.steps}",
+        f"--hidden={args.hidden}",
+        f"--layers-per-stage={args.layers_per_stage}",
+        f"--microbatch-size={args.microbatch_size}",
     ]
 
 
@@ -47,8 +54,10 @@ def run_job(args: argparse.Namespace, url: str, run_key: str) -> int:
         "OMP_NUM_THREADS": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    print(f"training: {args.stages} stages, {args.schedule}, {args.microbatches} micro-batches, "
-          f"{args.steps} steps", flush=True)
+    print(
+        f"training: {args.stages} stages, {args.schedule}, {args.microbatches} micro-batches, {args.steps} steps",
+        flush=True,
+    )
     return subprocess.call(job_command(args), env=env)
 
 
@@ -83,8 +92,12 @@ def main(args: argparse.Namespace) -> int:
     if code == 0:
         print("training job finished", flush=True)
     else:
-        print(f"bubblescope demo: the training job FAILED (exit code {code}); its error is above. The "
-              f"dashboard shows only what it streamed before failing.", file=sys.stderr, flush=True)
+        print(
+            f"bubblescope demo: the training job FAILED (exit code {code}); its error is above. The "
+            f"dashboard shows only what it streamed before failing.",
+            file=sys.stderr,
+            flush=True,
+        )
     print(f"open the dashboard: {base}/runs/{run_key}", flush=True)
     if args.exit_after_job:
         server.should_exit = True

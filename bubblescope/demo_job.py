@@ -13,8 +13,8 @@ import json
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -29,26 +29,47 @@ from bubblescope.thread_cpu import named_thread_cpu_s
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--schedule", type=schedule_argument, default="1f1b", metavar="|".join(NAMES),
-                        help="any of these or torch's class name; naive: layer-wise model parallelism, no "
-                             "micro-batches (use --microbatches 1)")
+    parser.add_argument(
+        "--schedule",
+        type=schedule_argument,
+        default="1f1b",
+        metavar="|".join(NAMES),
+        help="any of these or torch's class name; naive: layer-wise model parallelism, no "
+        "micro-batches (use --microbatches 1)",
+    )
     parser.add_argument("--microbatches", type=int, default=8)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--layers-per-stage", type=int, default=2)
-    parser.add_argument("--layers", type=parse_layer_split, default=None,
-                        help="layers of each (virtual) stage, e.g. 3,1 (overrides --layers-per-stage)")
-    parser.add_argument("--stages-per-rank", type=int, default=None,
-                        help="virtual stages per rank (default: 1 for gpipe/1f1b, 2 otherwise)")
+    parser.add_argument(
+        "--layers",
+        type=parse_layer_split,
+        default=None,
+        help="layers of each (virtual) stage, e.g. 3,1 (overrides --layers-per-stage)",
+    )
+    parser.add_argument(
+        "--stages-per-rank",
+        type=int,
+        default=None,
+        help="virtual stages per rank (default: 1 for gpipe/1f1b, 2 otherwise)",
+    )
     parser.add_argument("--microbatch-size", type=int, default=32)
     parser.add_argument("--run", default=None, help="run name (default demo-<schedule>)")
     parser.add_argument("--no-collector", action="store_true", help="train without bubblescope")
-    parser.add_argument("--torch-profiler", action="store_true",
-                        help="record the whole job with torch.profiler (CPU activities) instead")
-    parser.add_argument("--ab-block", type=int, default=0, metavar="K",
-                        help="overhead benchmark: alternate blocks of K steps with the collector and K "
-                             "steps without it (the same stages under an uninstrumented schedule, inside "
-                             "collector.paused()); not for --schedule naive")
+    parser.add_argument(
+        "--torch-profiler",
+        action="store_true",
+        help="record the whole job with torch.profiler (CPU activities) instead",
+    )
+    parser.add_argument(
+        "--ab-block",
+        type=int,
+        default=0,
+        metavar="K",
+        help="overhead benchmark: alternate blocks of K steps with the collector and K "
+        "steps without it (the same stages under an uninstrumented schedule, inside "
+        "collector.paused()); not for --schedule naive",
+    )
     return parser.parse_args(argv)
 
 
@@ -118,8 +139,9 @@ class StepTiming:
 ForwardBackward = Callable[[torch.Tensor, torch.Tensor, bool], None]
 
 
-def run_steps(args: argparse.Namespace, parameters: list[torch.nn.Parameter],
-              forward_backward: ForwardBackward) -> list[StepTiming]:
+def run_steps(
+    args: argparse.Namespace, parameters: list[torch.nn.Parameter], forward_backward: ForwardBackward
+) -> list[StepTiming]:
     """The training loop every mode shares: data, ``forward_backward``, clipping, optimizer."""
     optimizer = torch.optim.SGD(parameters, lr=1e-3)
     batch_size = args.microbatches * args.microbatch_size
@@ -185,8 +207,10 @@ def train(args: argparse.Namespace) -> list[StepTiming]:
     modules = [build_stage_module(args.hidden, layers[index], seed=index) for index in indices]
 
     def make_schedule() -> Any:
-        stages = [PipelineStage(module, stage_index=index, num_stages=num_stages, device=torch.device("cpu"))
-                  for module, index in zip(modules, indices)]
+        stages = [
+            PipelineStage(module, stage_index=index, num_stages=num_stages, device=torch.device("cpu"))
+            for module, index in zip(modules, indices)
+        ]
         return build_schedule(schedule_kind, stages, args.microbatches, nn.functional.mse_loss)
 
     schedule = collector.instrument(make_schedule())

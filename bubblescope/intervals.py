@@ -60,8 +60,4 @@ def clip(intervals: Iterable[Interval], lo: int, hi: int) -> list[Interval]:
     """The parts of the intervals inside ``[lo, hi)`` (empty ones dropped)."""
     if hi <= lo:
         return []
-    return [
-        (s if s > lo else lo, e if e < hi else hi)
-        for s, e in intervals
-        if e > s and e > lo and s < hi
-    ]
+    return [(s if s > lo else lo, e if e < hi else hi) for s, e in intervals if e > s and e > lo and s < hi]

@@ -43,22 +43,22 @@ from bubblescope.collector.session import CollectorSession
 from bubblescope.collector.upload import UploadResult, upload_spool
 
 __all__ = [
+    "LayerwiseStage",
+    "UploadResult",
+    "describe_pipeline",
     "init",
     "instrument",
-    "register_mesh",
     "instrument_ddp",
     "instrument_optimizer",
-    "timed_batches",
-    "describe_pipeline",
-    "LayerwiseStage",
-    "step",
-    "span",
-    "paused",
-    "shutdown",
     "is_enabled",
+    "paused",
+    "register_mesh",
     "run_key",
+    "shutdown",
+    "span",
+    "step",
+    "timed_batches",
     "upload_spool",
-    "UploadResult",
 ]
 
 log = logging.getLogger("bubblescope.collector")
@@ -197,8 +197,7 @@ def instrument_ddp(model: Any, hook: Any = None, state: Any = None) -> Any:
     hook and state here instead of calling ``model.register_comm_hook``; returns the model."""
     from bubblescope.collector import integrations
 
-    _guarded("instrument DDP",
-             lambda: integrations.instrument_ddp(model, _session.recorder, hook, state))  # type: ignore[union-attr]
+    _guarded("instrument DDP", lambda: integrations.instrument_ddp(model, _session.recorder, hook, state))  # type: ignore[union-attr]
     return model
 
 
@@ -206,8 +205,7 @@ def instrument_optimizer(optimizer: Any) -> Any:
     """An ``optimizer`` span around every ``optimizer.step()``; returns the optimizer."""
     from bubblescope.collector import integrations
 
-    _guarded("instrument the optimizer",
-             lambda: integrations.instrument_optimizer(optimizer, _session.recorder))  # type: ignore[union-attr]
+    _guarded("instrument the optimizer", lambda: integrations.instrument_optimizer(optimizer, _session.recorder))  # type: ignore[union-attr]
     return optimizer
 
 
@@ -224,12 +222,16 @@ def describe_pipeline(
     """Tell the service how a hand-written pipeline is laid out (``instrument`` does this for
     torch's schedules): the schedule's name ("naive", "gpipe", "1f1b", ...), the stage count,
     micro-batches per step, and the stage indices this rank runs."""
+
     def register() -> None:
         assert _session is not None
         local = stages or []
         _session.register_run(
-            schedule=schedule, num_stages=num_stages, num_microbatches=num_microbatches,
-            virtual_stages=max(1, len(local)), pipeline_ranks=max(1, num_stages // max(1, len(local))),
+            schedule=schedule,
+            num_stages=num_stages,
+            num_microbatches=num_microbatches,
+            virtual_stages=max(1, len(local)),
+            pipeline_ranks=max(1, num_stages // max(1, len(local))),
         )
         _session.align_clock()
         if local:
@@ -258,8 +260,7 @@ def span(kind: str, **fields: Any) -> contextlib.AbstractContextManager[Any]:
     if kind not in wire.SPAN_KINDS:
         if kind not in _warned_kinds:
             _warned_kinds.add(kind)
-            log.warning("bubblescope: unknown span kind %r ignored; use one of %s",
-                        kind, sorted(wire.SPAN_KINDS))
+            log.warning("bubblescope: unknown span kind %r ignored; use one of %s", kind, sorted(wire.SPAN_KINDS))
         return _NOOP
     return _session.recorder.span(kind, **fields)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from bubblescope.collector.clock import local_ns
 from bubblescope.collector.gpu_timing import first_tensor, issue_event
@@ -71,10 +71,10 @@ class _State:
     installed = False
     is_compiling: Callable[[], bool] = staticmethod(lambda: False)  # torch.compiler's, once installed
     functional_call: tuple[Any, ...] | None = None  # set between a functional op and its result
-    labels: dict[int, str] = {}
+    labels: ClassVar[dict[int, str]] = {}
     # id(work or tensor) -> (weak reference, span rows without end (several for a coalesced
     #                        batch), [completion ns or None], CUDA events (start, end or None) or None)
-    pending: dict[int, tuple[Any, list[tuple[Any, ...]], list[int | None], GpuEnds]] = {}
+    pending: ClassVar[dict[int, tuple[Any, list[tuple[Any, ...]], list[int | None], GpuEnds]]] = {}
 
 
 def register_group(group: Any, label: str) -> None:
@@ -248,8 +248,17 @@ def _wrap_batch(original: Callable[..., Any]) -> Callable[..., Any]:
         with recorder.quiet():
             works = original(p2p_op_list)
         try:
-            rows = [("send" if getattr(op.op, "__name__", "") == "isend" else "recv", start, int(op.peer),
-                     tensor_bytes(op.tensor), group_label(op.group), "batch_isend_irecv") for op in p2p_op_list]
+            rows = [
+                (
+                    "send" if getattr(op.op, "__name__", "") == "isend" else "recv",
+                    start,
+                    int(op.peer),
+                    tensor_bytes(op.tensor),
+                    group_label(op.group),
+                    "batch_isend_irecv",
+                )
+                for op in p2p_op_list
+            ]
             handles = list(works or [])
             if len(handles) == len(rows):
                 for row, work in zip(rows, handles):

@@ -86,9 +86,7 @@ class CollectorConfig:
         request_timeout_s: float | None = None,
     ) -> CollectorConfig:
         env = os.environ
-        every = full_spans_every or env_number(
-            "BUBBLESCOPE_FULL_SPANS_EVERY", DEFAULT_FULL_SPANS_EVERY, int, 1
-        )
+        every = full_spans_every or env_number("BUBBLESCOPE_FULL_SPANS_EVERY", DEFAULT_FULL_SPANS_EVERY, int, 1)
         return cls(
             url=(url or env.get("BUBBLESCOPE_URL") or None),
             token=token or env.get("BUBBLESCOPE_TOKEN") or None,
@@ -102,7 +100,5 @@ class CollectorConfig:
             request_timeout_s=request_timeout_s
             or env_number("BUBBLESCOPE_REQUEST_TIMEOUT_S", cls.request_timeout_s, float, 0.001),
             spool_max_bytes=env_number("BUBBLESCOPE_SPOOL_MAX_BYTES", cls.spool_max_bytes, int, 0),
-            shutdown_timeout_s=env_number(
-                "BUBBLESCOPE_SHUTDOWN_TIMEOUT_S", cls.shutdown_timeout_s, float, 0.0
-            ),
+            shutdown_timeout_s=env_number("BUBBLESCOPE_SHUTDOWN_TIMEOUT_S", cls.shutdown_timeout_s, float, 0.0),
         )

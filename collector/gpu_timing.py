@@ -123,8 +123,9 @@ def resolve(rows: list[tuple[Any, ...]], events: GpuEvents, anchor: tuple[Any, i
                 continue
             start.synchronize()
             end.synchronize()
-            read.append((index, row, int(anchor_event.elapsed_time(start) * 1e6),
-                         int(anchor_event.elapsed_time(end) * 1e6)))
+            read.append(
+                (index, row, int(anchor_event.elapsed_time(start) * 1e6), int(anchor_event.elapsed_time(end) * 1e6))
+            )
         except Exception:  # noqa: BLE001 - an event never recorded: the row keeps its host times
             continue
     anchor_ns = anchor_host_ns(anchor[1], [(row[2], start_ns) for _index, row, start_ns, _end_ns in read])

@@ -50,8 +50,18 @@ def instrument_ddp(model: Any, recorder: Recorder, hook: Callable[..., Any] | No
                 if start_event is None or clock is None:
                     recorder.add("all_reduce", start, local_ns(), None, None, None, size, label, name)
                 else:  # runs on a stream made to wait for the bucket's collective: the event marks its end
-                    recorder.add_gpu("all_reduce", start_event, clock.mark(), None, None, None, size, label, name,
-                                     host_start_ns=start)
+                    recorder.add_gpu(
+                        "all_reduce",
+                        start_event,
+                        clock.mark(),
+                        None,
+                        None,
+                        None,
+                        size,
+                        label,
+                        name,
+                        host_start_ns=start,
+                    )
             except Exception:  # noqa: BLE001
                 pass
             return done.value()

@@ -48,8 +48,15 @@ _BLOCKED_NS = 30_000  # a wait on an already finished op returns in a few micros
 _UNTAGGED = (None, None, None)  # (direction, stage, micro-batch) of an op on a step without detail
 _GETTERS = "_bubblescope_getters"  # on a stage: [(attribute, tagging wrapper, own attribute or None)]
 # "stages": the instrumented stages, weakly (a job may build schedules anew; none is kept alive)
-_state: dict[str, Any] = {"recorder": None, "patched": False, "pending": {}, "stages": weakref.WeakSet(),
-                          "listening": None, "gpu_patched": False, "gpu_pending": {}}
+_state: dict[str, Any] = {
+    "recorder": None,
+    "patched": False,
+    "pending": {},
+    "stages": weakref.WeakSet(),
+    "listening": None,
+    "gpu_patched": False,
+    "gpu_pending": {},
+}
 
 
 # The wrappers below run for every pipeline action of the job (tens per step), and each Python
@@ -66,7 +73,8 @@ def _patch_p2p_once() -> None:
     from torch.distributed.pipelining import schedules
 
     schedules._batch_p2p, schedules._wait_batch_p2p = _p2p_wrappers(
-        schedules._batch_p2p, schedules._wait_batch_p2p, _state, hotpath)
+        schedules._batch_p2p, schedules._wait_batch_p2p, _state, hotpath
+    )
     _state["patched"] = True
 
 
@@ -79,12 +87,14 @@ def _patch_gpu_p2p_once() -> None:
     from bubblescope.collector.pipelining_gpu import gpu_p2p_wrappers
 
     schedules._batch_p2p, schedules._wait_batch_p2p = gpu_p2p_wrappers(
-        schedules._batch_p2p, schedules._wait_batch_p2p, _state)
+        schedules._batch_p2p, schedules._wait_batch_p2p, _state
+    )
     _state["gpu_patched"] = True
 
 
-def _p2p_wrappers(original_batch: Any, original_wait: Any, state: dict[str, Any],
-                  native: ModuleType | None) -> tuple[Any, Any]:
+def _p2p_wrappers(
+    original_batch: Any, original_wait: Any, state: dict[str, Any], native: ModuleType | None
+) -> tuple[Any, Any]:
     """The recording ``_batch_p2p`` and ``_wait_batch_p2p`` (C ones when ``native`` is given)."""
     # id(works) -> (works kept alive, recvs (stage, microbatch, peer, name, bytes),
     #               send indices in the buffer, the buffer and its length right after posting)
@@ -112,8 +122,18 @@ def _p2p_wrappers(original_batch: Any, original_wait: Any, state: dict[str, Any]
         for op in p2p_ops:
             name, stage, microbatch = getattr(op, _TAG, _UNTAGGED)
             if getattr(op.op, "__name__", "") == "isend":  # never raises in the training loop
-                row = (recorder.step_index, "send", posted, done, stage, microbatch, op.peer,
-                       getattr(op.tensor, "nbytes", 0), "pp", name)
+                row = (
+                    recorder.step_index,
+                    "send",
+                    posted,
+                    done,
+                    stage,
+                    microbatch,
+                    op.peer,
+                    getattr(op.tensor, "nbytes", 0),
+                    "pp",
+                    name,
+                )
                 if len(spans) < recorder.capacity:
                     spans.append(row)
                     sends.append(len(spans) - 1)
@@ -185,8 +205,7 @@ def _tagging(method: Any, name: str, stage_index: int) -> Any:
     return get_ops
 
 
-def _timed(method: Any, recorder: Recorder, stage_index: int, kind: str,
-           native: ModuleType | None = hotpath) -> Any:
+def _timed(method: Any, recorder: Recorder, stage_index: int, kind: str, native: ModuleType | None = hotpath) -> Any:
     """``method`` (a stage's ``*_one_chunk``) timed as a span of ``kind``; a backward that is
     only the input-gradient part (``full_backward=False``) becomes ``backward_input``."""
     split_backward = kind == "backward"
@@ -272,11 +291,15 @@ def instrument_schedule(schedule: Any, recorder: Recorder) -> None:
             getters += [("get_fwd_recv_ops", wire.P2P_FORWARD), ("get_bwd_send_ops", wire.P2P_BACKWARD)]
         if not getattr(stage, "is_last", False):
             getters += [("get_fwd_send_ops", wire.P2P_FORWARD), ("get_bwd_recv_ops", wire.P2P_BACKWARD)]
-        setattr(stage, _GETTERS, [
-            # own: an instance attribute set before us, put back on steps without detail
-            (attribute, _tagging(getattr(stage, attribute), direction, index), vars(stage).get(attribute))
-            for attribute, direction in getters
-        ])
+        setattr(
+            stage,
+            _GETTERS,
+            [
+                # own: an instance attribute set before us, put back on steps without detail
+                (attribute, _tagging(getattr(stage, attribute), direction, index), vars(stage).get(attribute))
+                for attribute, direction in getters
+            ],
+        )
         setattr(stage, _TAG, True)
         _state["stages"].add(stage)
     if _state["listening"] is recorder:
@@ -311,9 +334,7 @@ def _loss_wrapper(compute_loss: Any, recorder: Recorder, native: ModuleType | No
         return functools.update_wrapper(native.loss(compute_loss, recorder), compute_loss)
 
     @functools.wraps(compute_loss)
-    def maybe_compute_loss(
-        stage: Any, output: Any, target_mbs: Any, mb_index: int, *args: Any, **kwargs: Any
-    ) -> Any:
+    def maybe_compute_loss(stage: Any, output: Any, target_mbs: Any, mb_index: int, *args: Any, **kwargs: Any) -> Any:
         try:
             return compute_loss(stage, output, target_mbs, mb_index, *args, **kwargs)
         finally:

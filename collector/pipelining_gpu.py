@@ -100,8 +100,18 @@ def _record(recorder: Recorder, clock: CudaStepClock, entry: tuple[Any, Any, int
     recvs: dict[tuple[Any, ...], tuple[int, Any]] = {}
     for kind, direction, stage, microbatch, peer, size, end in ops:
         if kind == "send":
-            recorder.add_gpu("send", posted, end if end is not None else waited(), stage, microbatch, peer, size,
-                             "pp", direction, host_start_ns=posted_ns)
+            recorder.add_gpu(
+                "send",
+                posted,
+                end if end is not None else waited(),
+                stage,
+                microbatch,
+                peer,
+                size,
+                "pp",
+                direction,
+                host_start_ns=posted_ns,
+            )
             continue
         key = (stage, microbatch, peer, direction)
         if key in recvs:  # several tensors of one micro-batch: ready once the wait returned
@@ -109,5 +119,15 @@ def _record(recorder: Recorder, clock: CudaStepClock, entry: tuple[Any, Any, int
         else:
             recvs[key] = (size, end)
     for (stage, microbatch, peer, direction), (size, end) in recvs.items():
-        recorder.add_gpu("recv", posted, end if end is not None else waited(), stage, microbatch, peer, size,
-                         "pp", direction, host_start_ns=posted_ns)
+        recorder.add_gpu(
+            "recv",
+            posted,
+            end if end is not None else waited(),
+            stage,
+            microbatch,
+            peer,
+            size,
+            "pp",
+            direction,
+            host_start_ns=posted_ns,
+        )

@@ -35,7 +35,7 @@ DetailListener = Callable[[bool], None]
 class StepRecord:
     """One finished step of one rank: its window and its spans (times on ``clock.local_ns``)."""
 
-    __slots__ = ("step", "start_ns", "end_ns", "spans", "clock", "detailed", "gpu_events", "gpu_anchor")
+    __slots__ = ("clock", "detailed", "end_ns", "gpu_anchor", "gpu_events", "spans", "start_ns", "step")
 
     def __init__(
         self,
@@ -59,7 +59,7 @@ class StepRecord:
 class SpanTimer:
     """Context manager returned by ``collector.span``: times its block as one span."""
 
-    __slots__ = ("_recorder", "_kind", "_fields", "_start")
+    __slots__ = ("_fields", "_kind", "_recorder", "_start")
 
     def __init__(self, recorder: Recorder, kind: str, fields: tuple[Any, ...]) -> None:
         self._recorder = recorder
@@ -128,7 +128,7 @@ class QuietSpanTimer(SpanTimer):
 class GpuSpanTimer:
     """A span timed by CUDA events on the current stream (``collector.span(..., on_gpu=True)``)."""
 
-    __slots__ = ("_recorder", "_kind", "_stage", "_microbatch", "_start", "_host_start")
+    __slots__ = ("_host_start", "_kind", "_microbatch", "_recorder", "_stage", "_start")
 
     def __init__(self, recorder: Recorder, kind: str, stage: int | None, microbatch: int | None) -> None:
         self._recorder = recorder
@@ -145,8 +145,9 @@ class GpuSpanTimer:
 
     def __exit__(self, *_exc: object) -> None:
         recorder = self._recorder
-        recorder.add_gpu(self._kind, self._start, recorder.gpu.mark(), self._stage, self._microbatch,
-                         host_start_ns=self._host_start)
+        recorder.add_gpu(
+            self._kind, self._start, recorder.gpu.mark(), self._stage, self._microbatch, host_start_ns=self._host_start
+        )
 
 
 class StepTimer:

@@ -239,8 +239,7 @@ class Shipper:
                 self._dropped_here += message.span_count
                 self._warn_once(
                     f"rejected-{response.status}",
-                    f"bubblescope: service rejected {message.path} ({response.status}): "
-                    f"{response.body[:500]!r}",
+                    f"bubblescope: service rejected {message.path} ({response.status}): {response.body[:500]!r}",
                 )
                 return True
             if attempt + 1 < attempts:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 import http.client
 import json
-import socket
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -87,7 +86,7 @@ def send(base_url: str, message: Message, token: str | None, timeout_s: float) -
         except Exception:  # noqa: BLE001 - a broken error body changes nothing
             pass
         return Response(Verdict.RETRY if retry else Verdict.REJECTED, status, body, str(error))
-    except (OSError, http.client.HTTPException, socket.timeout, ValueError) as error:
+    except (TimeoutError, OSError, http.client.HTTPException, ValueError) as error:
         return Response(Verdict.RETRY, None, b"", f"{type(error).__name__}: {error}")
     except Exception as error:  # noqa: BLE001 - whatever the peer does, the caller gets a verdict
         return Response(Verdict.RETRY, None, b"", f"unexpected {type(error).__name__}: {error}")

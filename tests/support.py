@@ -29,9 +29,11 @@ def postgres_unreachable_reason() -> str | None:
 
         with psycopg.connect(PG_ADMIN_DSN):
             return None
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         if os.environ.get("BUBBLESCOPE_REQUIRE_POSTGRES") == "1":
-            raise RuntimeError(f"PostgreSQL required (BUBBLESCOPE_REQUIRE_POSTGRES=1) but unreachable: {error}") from error
+            raise RuntimeError(
+                f"PostgreSQL required (BUBBLESCOPE_REQUIRE_POSTGRES=1) but unreachable: {error}"
+            ) from error
         return f"PostgreSQL at 127.0.0.1:5432 unreachable: {error}"
 
 
@@ -79,7 +81,7 @@ class LiveServer:
 def start_server(db_url: str, log_dir: Path, port: int | None = None, extra_args: Sequence[str] = ()) -> LiveServer:
     port = port or free_port()
     log_path = log_dir / f"server-{port}.log"
-    handle = open(log_path, "wb")
+    handle = open(log_path, "wb")  # noqa: SIM115 (the server writes it until it stops)
     process = subprocess.Popen(
         [sys.executable, "-m", "bubblescope.cli", "serve", "--db", db_url, "--port", str(port), *extra_args],
         stdout=handle,
@@ -139,9 +141,19 @@ def run_pipeline_job(
     if spool_dir is not None:
         env["BUBBLESCOPE_SPOOL_DIR"] = str(spool_dir)
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={stages}",
-        "-m", "bubblescope.demo_job", f"--schedule={schedule}", f"--microbatches={microbatches}",
-        f"--steps={steps}", f"--hidden={hidden}", f"--microbatch-size={microbatch_size}", *extra_args,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={stages}",
+        "-m",
+        "bubblescope.demo_job",
+        f"--schedule={schedule}",
+        f"--microbatches={microbatches}",
+        f"--steps={steps}",
+        f"--hidden={hidden}",
+        f"--microbatch-size={microbatch_size}",
+        *extra_args,
     ]
     started = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -190,8 +202,9 @@ def wait_until(condition: Any, timeout_s: float, what: str, interval_s: float = 
         time.sleep(interval_s)
 
 
-def run_parallel_job(url: str, mode: str, nproc: int, *args: str, timeout_s: float = 300,
-                     extra_env: dict[str, str] | None = None) -> JobResult:
+def run_parallel_job(
+    url: str, mode: str, nproc: int, *args: str, timeout_s: float = 300, extra_env: dict[str, str] | None = None
+) -> JobResult:
     """A real torchrun job of ``tests/collector/parallel_job.py`` in ``mode`` (naive, ddp, fsdp, tp, ...)."""
     run_key = f"test-{mode}-{uuid.uuid4().hex[:8]}"
     env = {
@@ -202,8 +215,16 @@ def run_parallel_job(url: str, mode: str, nproc: int, *args: str, timeout_s: flo
         "OMP_NUM_THREADS": "1",
         **(extra_env or {}),
     }
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               str(REPO / "tests" / "collector" / "parallel_job.py"), f"--mode={mode}", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        str(REPO / "tests" / "collector" / "parallel_job.py"),
+        f"--mode={mode}",
+        *args,
+    ]
     started = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
     return JobResult(run_key, done.returncode, done.stdout + done.stderr, time.monotonic() - started)
@@ -212,14 +233,21 @@ def run_parallel_job(url: str, mode: str, nproc: int, *args: str, timeout_s: flo
 # API helpers shared by the feature tests
 def register(client: httpx.Client, world_size: int = 2) -> str:
     key = f"ingest-{uuid.uuid4().hex[:10]}"
-    response = client.put(f"/api/v1/runs/{key}", json={"name": "ingest-test", "world_size": world_size,
-                                                       "config": {"schedule": "ScheduleGPipe"}})
+    response = client.put(
+        f"/api/v1/runs/{key}",
+        json={"name": "ingest-test", "world_size": world_size, "config": {"schedule": "ScheduleGPipe"}},
+    )
     assert response.status_code == 200, response.text
     return key
 
+
 def post_gzip(client: httpx.Client, document: Any) -> httpx.Response:
-    return client.post("/api/v1/ingest", content=gzip_json(document),
-                       headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
+    return client.post(
+        "/api/v1/ingest",
+        content=gzip_json(document),
+        headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+    )
+
 
 def assert_names(response: httpx.Response, status: int, loc: list[Any], words: str) -> None:
     assert response.status_code == status, response.text

@@ -16,13 +16,25 @@ RULES = [
     ("bubblescope.collector.pipelining", [*SERVER_MODULES, "torch", "bubblescope.backend"]),
     ("bubblescope.wire", [*SERVER_MODULES, "torch"]),
     ("bubblescope.cli", [*SERVER_MODULES, "torch", "bubblescope.backend"]),
-    ("bubblescope.analysis.breakdown",
-     ["fastapi", "starlette", "sqlalchemy", "pydantic", "plotly", "uvicorn", "torch", "bubblescope.collector"]),
+    (
+        "bubblescope.analysis.breakdown",
+        ["fastapi", "starlette", "sqlalchemy", "pydantic", "plotly", "uvicorn", "torch", "bubblescope.collector"],
+    ),
     ("bubblescope.analysis.stragglers", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"]),
     ("bubblescope.analysis.planner", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"]),
-    *[(f"bubblescope.analysis.{name}", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"])
-      for name in ("simulator", "schedules", "schedule_orders", "pipeline_profile", "whatif", "attribution", "suggestions",
-                   "memory_fixes")],
+    *[
+        (f"bubblescope.analysis.{name}", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend.db"])
+        for name in (
+            "simulator",
+            "schedules",
+            "schedule_orders",
+            "pipeline_profile",
+            "whatif",
+            "attribution",
+            "suggestions",
+            "memory_fixes",
+        )
+    ],
     ("bubblescope.backend.app", ["torch", "bubblescope.collector"]),
 ]
 

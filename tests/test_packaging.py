@@ -20,15 +20,21 @@ def test_wheel_collector_works_without_server_dependencies(tmp_path: Path) -> No
     dist = tmp_path / "dist"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(REPO)],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     wheels = list(dist.glob("bubblescope-*.whl"))
     assert len(wheels) == 1
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", str(wheels[0])],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-index", str(wheels[0])],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     probe = (
         "import importlib.util, sys\n"
         "from bubblescope import collector\n"
@@ -50,9 +56,27 @@ def test_wheel_collector_works_without_server_dependencies(tmp_path: Path) -> No
     assert list((tmp_path / "spool").rglob("*.msg"))
     cli = subprocess.run([str(env_dir / "bin" / "bubblescope"), "serve"], capture_output=True, text=True, cwd=tmp_path)
     assert cli.returncode == 2 and "bubblescope[server]" in cli.stderr
-    files = subprocess.run([str(python), "-c", "import bubblescope.frontend as f, os; print(sorted(os.listdir(os.path.dirname(f.__file__))))"],
-                           capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    files = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import bubblescope.frontend as f, os; print(sorted(os.listdir(os.path.dirname(f.__file__))))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
     assert "run.js" in files and "index.html" in files
-    migrations = subprocess.run([str(python), "-c", "import bubblescope.migrations.versions as v, os; print(os.listdir(os.path.dirname(v.__file__)))"],
-                                capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    migrations = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import bubblescope.migrations.versions as v, os; print(os.listdir(os.path.dirname(v.__file__)))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
     assert "0001_initial.py" in migrations

@@ -47,13 +47,21 @@ def _int(value: str, default: int) -> int:
 
 
 def predict_row(row: dict[str, str], eff: Efficiencies = DEFAULT_EFFICIENCIES) -> CalibrationRow:
-    model = ModelSpec(row["model"], int(row["layers"]), int(row["hidden"]), int(row["heads"]), int(row["seq"]),
-                      int(row["vocab"]))
+    model = ModelSpec(
+        row["model"], int(row["layers"]), int(row["hidden"]), int(row["heads"]), int(row["seq"]), int(row["vocab"])
+    )
     cluster = make_cluster(row["gpu"], int(row["gpus"]), 8)
     vpp = _int(row["vpp"], 1)
-    config = ParallelConfig(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), vpp=vpp,
-                            mbs=_int(row["microbatch"], 1), schedule="interleaved1f1b" if vpp > 1 else "1f1b",
-                            recompute=row["recompute"], sequence_parallel=row["sequence_parallel"] == "true")
+    config = ParallelConfig(
+        tp=int(row["tp"]),
+        pp=int(row["pp"]),
+        dp=int(row["dp"]),
+        vpp=vpp,
+        mbs=_int(row["microbatch"], 1),
+        schedule="interleaved1f1b" if vpp > 1 else "1f1b",
+        recompute=row["recompute"],
+        sequence_parallel=row["sequence_parallel"] == "true",
+    )
     batch = int(row["global_batch"])
     plan = evaluate(model, cluster, config, batch, eff)
     if plan.step is None or not plan.fits:

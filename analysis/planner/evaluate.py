@@ -6,9 +6,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bubblescope.analysis.planner.memory import GIB, MemoryBreakdown, memory_per_gpu
-from bubblescope.analysis.schedules import ScheduleError, lookup
 from bubblescope.analysis.planner.specs import RECOMPUTE, ClusterSpec, ModelSpec, ParallelConfig
 from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficiencies, StepTime, step_time
+from bubblescope.analysis.schedules import ScheduleError, lookup
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,17 @@ class Plan:
             "microbatches": None if step is None else step.microbatches,
             "memory_gib_per_gpu": None if memory is None else memory.total / GIB,
             "memory_gib": None if memory is None else {**memory.gib(), "available": memory.available / GIB},
-            "step_time_parts_s": None if step is None else {
-                "compute": step.compute, "recompute": step.recompute, "tp_comm": step.tp_comm,
-                "pp_comm": step.pp_comm, "bubble": step.bubble, "dp_comm": step.dp_comm,
-                "optimizer": step.optimizer},
+            "step_time_parts_s": None
+            if step is None
+            else {
+                "compute": step.compute,
+                "recompute": step.recompute,
+                "tp_comm": step.tp_comm,
+                "pp_comm": step.pp_comm,
+                "bubble": step.bubble,
+                "dp_comm": step.dp_comm,
+                "optimizer": step.optimizer,
+            },
         }
 
 
@@ -58,8 +65,9 @@ def model_flops_per_step(model: ModelSpec, global_batch: int) -> float:
     return tokens * (6.0 * model.params + 12.0 * model.layers * model.hidden * model.seq)
 
 
-def structural_problems(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig,
-                        global_batch: int) -> list[tuple[str, str]]:
+def structural_problems(
+    model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, global_batch: int
+) -> list[tuple[str, str]]:
     """(config field, why) for everything that stops a configuration from running, memory aside;
     ``cfg.dp`` is resolved."""
     problems: list[tuple[str, str]] = []
@@ -82,8 +90,13 @@ def structural_problems(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelCon
     if cfg.zero not in (0, 1, 2, 3):
         problems.append(("zero", f"must be 0, 1, 2 or 3, got {cfg.zero}"))
     elif cfg.zero >= 2 and cfg.pp > 1:
-        problems.append(("zero", "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "
-                                 "micro-batches; use zero ≤ 1 with pp > 1"))
+        problems.append(
+            (
+                "zero",
+                "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "
+                "micro-batches; use zero ≤ 1 with pp > 1",
+            )
+        )
     if cfg.sequence_parallel and cfg.tp == 1:
         problems.append(("sequence_parallel", "sequence parallelism needs tp > 1"))
     microbatches = global_batch // (cfg.dp * cfg.mbs)
@@ -115,8 +128,13 @@ def schedule_problem(cfg: ParallelConfig, microbatches: int, layers: int) -> tup
     return None
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, global_batch: int,
-             eff: Efficiencies = DEFAULT_EFFICIENCIES) -> Plan:
+def evaluate(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    config: ParallelConfig,
+    global_batch: int,
+    eff: Efficiencies = DEFAULT_EFFICIENCIES,
+) -> Plan:
     """Memory per GPU by part, step time, MFU and bubble of ``config``; problems if it cannot run."""
     cfg = config.with_dp(cluster.gpus)
     if cfg.pp == 1 and (cfg.schedule != "1f1b" or cfg.vpp != 1):

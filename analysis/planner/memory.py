@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bubblescope.analysis.schedules import lookup
 from bubblescope.analysis.planner.specs import ClusterSpec, ModelSpec, ParallelConfig
+from bubblescope.analysis.schedules import lookup
 
 GIB = 1024**3
 BYTES_WEIGHTS, BYTES_GRADS, BYTES_OPTIMIZER = 2, 2, 12
@@ -57,8 +57,13 @@ class MemoryBreakdown:
         return self.total <= self.available
 
     def gib(self) -> dict[str, float]:
-        return {"weights": self.weights / GIB, "gradients": self.gradients / GIB, "optimizer": self.optimizer / GIB,
-                "activations": self.activations / GIB, "total": self.total / GIB}
+        return {
+            "weights": self.weights / GIB,
+            "gradients": self.gradients / GIB,
+            "optimizer": self.optimizer / GIB,
+            "activations": self.activations / GIB,
+            "total": self.total / GIB,
+        }
 
 
 def layers_on_stage(model: ModelSpec, pp: int) -> int:
@@ -80,8 +85,9 @@ def stage_params(model: ModelSpec, tp: int, pp: int) -> float:
     return layers + max(embedding, output + final_norm)
 
 
-def activation_bytes_per_layer(model: ModelSpec, mbs: int, tp: int, sequence_parallel: bool, recompute: str,
-                               flash_attention: bool = False) -> float:
+def activation_bytes_per_layer(
+    model: ModelSpec, mbs: int, tp: int, sequence_parallel: bool, recompute: str, flash_attention: bool = False
+) -> float:
     """Stored activations of one layer for one micro-batch on one GPU (Korthikanti et al. 2022);
     fused (flash) attention stores no s×s scores, like selective recompute."""
     s, b, h, a = model.seq, mbs, model.hidden, model.heads
@@ -107,19 +113,23 @@ def in_flight_microbatch_layers(cfg: ParallelConfig, microbatches: int, layers: 
     return lookup(cfg.schedule).in_flight(cfg.pp, microbatches, cfg.vpp) * layers / cfg.vpp
 
 
-def memory_per_gpu(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, microbatches: int) -> MemoryBreakdown:
+def memory_per_gpu(
+    model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, microbatches: int
+) -> MemoryBreakdown:
     """Model state and activations per GPU on the worst stage, for ``microbatches`` per step."""
     cfg = config.with_dp(cluster.gpus)
     params = stage_params(model, cfg.tp, cfg.pp)
     shard = {0: (1, 1, 1), 1: (1, 1, cfg.dp), 2: (1, cfg.dp, cfg.dp), 3: (cfg.dp, cfg.dp, cfg.dp)}[cfg.zero]
     layers = layers_on_stage(model, cfg.pp)
     in_flight = in_flight_microbatch_layers(cfg, microbatches, layers)
-    per_layer = activation_bytes_per_layer(model, cfg.mbs, cfg.tp, cfg.sequence_parallel, cfg.recompute,
-                                           cfg.flash_attention)
+    per_layer = activation_bytes_per_layer(
+        model, cfg.mbs, cfg.tp, cfg.sequence_parallel, cfg.recompute, cfg.flash_attention
+    )
     activations = in_flight * per_layer
     if cfg.recompute == "full":
-        activations += activation_bytes_per_layer(model, cfg.mbs, cfg.tp, cfg.sequence_parallel, "none",
-                                                  cfg.flash_attention)
+        activations += activation_bytes_per_layer(
+            model, cfg.mbs, cfg.tp, cfg.sequence_parallel, "none", cfg.flash_attention
+        )
     capacity = cluster.gpu.memory_gib * GIB
     reserve = max(RESERVE_FRACTION * capacity, RESERVE_MIN_GIB * GIB)
     return MemoryBreakdown(

@@ -12,14 +12,18 @@ def config_label(plan: Plan) -> str:
     schedule = c.schedule + (f"(v={c.vpp})" if c.vpp > 1 else "")
     flags = "+sp" if c.sequence_parallel else ""
     flags += "+flash" if c.flash_attention else ""
-    return (f"t={c.tp} p={c.pp} d={c.dp} mbs={c.mbs} {schedule if c.pp > 1 else 'no-pp'} "
-            f"zero={c.zero} recompute={c.recompute}{flags}")
+    return (
+        f"t={c.tp} p={c.pp} d={c.dp} mbs={c.mbs} {schedule if c.pp > 1 else 'no-pp'} "
+        f"zero={c.zero} recompute={c.recompute}{flags}"
+    )
 
 
 def render_outcome(outcome: PlanOutcome) -> str:
     model, cluster = outcome.model, outcome.cluster
-    lines = [f"{model.name}: {model.params / 1e9:.1f}B parameters on {cluster.gpus} × {cluster.gpu.name} "
-             f"({cluster.gpus_per_node} per node), global batch {outcome.global_batch}"]
+    lines = [
+        f"{model.name}: {model.params / 1e9:.1f}B parameters on {cluster.gpus} × {cluster.gpu.name} "
+        f"({cluster.gpus_per_node} per node), global batch {outcome.global_batch}"
+    ]
     if not outcome.plans:
         lines.append("no configuration runs and fits in memory")
         return "\n".join(lines)
@@ -27,19 +31,32 @@ def render_outcome(outcome: PlanOutcome) -> str:
         lines.append(f"{'#':>3}  {'step s':>9}  {'MFU':>6}  {'bubble':>6}  {'GiB/GPU':>7}  configuration")
         for rank, plan in enumerate(outcome.plans, 1):
             assert plan.step is not None and plan.memory is not None and plan.mfu is not None
-            lines.append(f"{rank:>3}  {plan.step.total:>9.3f}  {plan.mfu:>6.1%}  {plan.step.bubble_fraction:>6.1%}  "
-                         f"{plan.memory.total / GIB:>7.1f}  {config_label(plan)}")
+            lines.append(
+                f"{rank:>3}  {plan.step.total:>9.3f}  {plan.mfu:>6.1%}  {plan.step.bubble_fraction:>6.1%}  "
+                f"{plan.memory.total / GIB:>7.1f}  {config_label(plan)}"
+            )
         return "\n".join(lines)
     plan = outcome.plans[0]
     lines.append(config_label(plan))
     assert plan.memory is not None and plan.step is not None and plan.mfu is not None
     memory = plan.memory.gib()
     verdict = "fits" if plan.fits else "does NOT fit"
-    lines.append(f"memory per GPU {memory['total']:.1f} GiB ({verdict} in {plan.memory.available / GIB:.1f} GiB): "
-                 + ", ".join(f"{part} {memory[part]:.1f}" for part in ("weights", "gradients", "optimizer", "activations")))
+    lines.append(
+        f"memory per GPU {memory['total']:.1f} GiB ({verdict} in {plan.memory.available / GIB:.1f} GiB): "
+        + ", ".join(f"{part} {memory[part]:.1f}" for part in ("weights", "gradients", "optimizer", "activations"))
+    )
     step = plan.step
-    parts = {"compute": step.compute, "recompute": step.recompute, "tp comm": step.tp_comm, "pp comm": step.pp_comm,
-             "bubble": step.bubble, "dp comm": step.dp_comm, "optimizer": step.optimizer}
-    lines.append(f"step {step.total:.3f} s, MFU {plan.mfu:.1%}, bubble {step.bubble_fraction:.1%} of the pipeline "
-                 f"({step.microbatches} micro-batches): " + ", ".join(f"{k} {v:.3f}" for k, v in parts.items()))
+    parts = {
+        "compute": step.compute,
+        "recompute": step.recompute,
+        "tp comm": step.tp_comm,
+        "pp comm": step.pp_comm,
+        "bubble": step.bubble,
+        "dp comm": step.dp_comm,
+        "optimizer": step.optimizer,
+    }
+    lines.append(
+        f"step {step.total:.3f} s, MFU {plan.mfu:.1%}, bubble {step.bubble_fraction:.1%} of the pipeline "
+        f"({step.microbatches} micro-batches): " + ", ".join(f"{k} {v:.3f}" for k, v in parts.items())
+    )
     return "\n".join(lines)

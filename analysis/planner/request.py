@@ -15,7 +15,6 @@ from typing import Any
 
 from bubblescope.analysis.planner.evaluate import Plan, evaluate, structural_problems
 from bubblescope.analysis.planner.search import search
-from bubblescope.analysis.schedules import ScheduleError, lookup
 from bubblescope.analysis.planner.specs import (
     RECOMPUTE,
     ClusterSpec,
@@ -27,9 +26,18 @@ from bubblescope.analysis.planner.specs import (
     model_from,
     positive_int,
 )
+from bubblescope.analysis.schedules import ScheduleError, lookup
 
-CONFIG_ALIASES = {"t": "tp", "p": "pp", "d": "dp", "v": "vpp", "microbatch": "mbs", "micro_batch_size": "mbs",
-                  "sp": "sequence_parallel", "flash": "flash_attention"}
+CONFIG_ALIASES = {
+    "t": "tp",
+    "p": "pp",
+    "d": "dp",
+    "v": "vpp",
+    "microbatch": "mbs",
+    "micro_batch_size": "mbs",
+    "sp": "sequence_parallel",
+    "flash": "flash_attention",
+}
 _INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs")
 MAX_TOP = 1000
 
@@ -61,8 +69,11 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
         elif name in ("sequence_parallel", "flash_attention"):
             fields[name] = _boolean(value, at)
         else:
-            raise PlanInputError(at, "unknown field; expected tp, pp, dp, vpp, mbs, schedule, zero, recompute, "
-                                     "sequence_parallel or flash_attention")
+            raise PlanInputError(
+                at,
+                "unknown field; expected tp, pp, dp, vpp, mbs, schedule, zero, recompute, "
+                "sequence_parallel or flash_attention",
+            )
     return fields
 
 
@@ -108,12 +119,24 @@ class PlanOutcome:
     def as_dict(self) -> dict[str, Any]:
         return {
             "mode": "search" if self.searched else "evaluate",
-            "model": {"name": self.model.name, "params": self.model.params, "layers": self.model.layers,
-                      "hidden": self.model.hidden, "ffn_hidden": self.model.ffn_hidden, "heads": self.model.heads,
-                      "kv_heads": self.model.kv_heads, "seq": self.model.seq, "vocab": self.model.vocab},
-            "cluster": {"gpu": self.cluster.gpu.name, "gpus": self.cluster.gpus,
-                        "gpus_per_node": self.cluster.gpus_per_node, "peak_tflops": self.cluster.gpu.peak_tflops,
-                        "memory_gib": self.cluster.gpu.memory_gib},
+            "model": {
+                "name": self.model.name,
+                "params": self.model.params,
+                "layers": self.model.layers,
+                "hidden": self.model.hidden,
+                "ffn_hidden": self.model.ffn_hidden,
+                "heads": self.model.heads,
+                "kv_heads": self.model.kv_heads,
+                "seq": self.model.seq,
+                "vocab": self.model.vocab,
+            },
+            "cluster": {
+                "gpu": self.cluster.gpu.name,
+                "gpus": self.cluster.gpus,
+                "gpus_per_node": self.cluster.gpus_per_node,
+                "peak_tflops": self.cluster.gpu.peak_tflops,
+                "memory_gib": self.cluster.gpu.memory_gib,
+            },
             "global_batch": self.global_batch,
             "plans": [plan.as_dict() for plan in self.plans],
         }

@@ -14,9 +14,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from bubblescope.analysis.planner.evaluate import Plan, evaluate
-from bubblescope.analysis.schedules import lookup
 from bubblescope.analysis.planner.specs import RECOMPUTE, ClusterSpec, ModelSpec, ParallelConfig
 from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficiencies
+from bubblescope.analysis.schedules import lookup
 
 MAX_VPP = 8
 SEARCHED = ("1f1b", "interleaved1f1b", "gpipe")
@@ -35,8 +35,9 @@ def _powers_of_two(limit: int) -> list[int]:
     return values
 
 
-def candidates(model: ModelSpec, cluster: ClusterSpec, global_batch: int,
-               fixed: Mapping[str, Any] | None = None) -> Iterator[ParallelConfig]:
+def candidates(
+    model: ModelSpec, cluster: ClusterSpec, global_batch: int, fixed: Mapping[str, Any] | None = None
+) -> Iterator[ParallelConfig]:
     """Every configuration of the space above (not yet checked for memory or schedule rules)."""
     fix = dict(fixed or {})
 
@@ -59,9 +60,18 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, global_batch: int,
                     zeros = [0, 1] if pp > 1 else [0, 1, 2, 3]
                     for zero in choose("zero", zeros if dp > 1 else [0]):
                         for recompute in choose("recompute", list(RECOMPUTE)):
-                            yield ParallelConfig(tp, pp, dp, vpp, mbs, schedule, zero, recompute,
-                                                 bool(fix.get("sequence_parallel", tp > 1)),
-                                                 bool(fix.get("flash_attention", False)))
+                            yield ParallelConfig(
+                                tp,
+                                pp,
+                                dp,
+                                vpp,
+                                mbs,
+                                schedule,
+                                zero,
+                                recompute,
+                                bool(fix.get("sequence_parallel", tp > 1)),
+                                bool(fix.get("flash_attention", False)),
+                            )
 
 
 def _schedules(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> Iterator[tuple[str, int]]:
@@ -76,7 +86,7 @@ def _schedules(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> Iterator[tu
             continue
         per_stage = model.layers // pp if model.layers % pp == 0 else 0
         vpps = [v for v in range(2, MAX_VPP + 1) if per_stage and per_stage % v == 0]
-        for vpp in ([fix["vpp"]] if "vpp" in fix else vpps):
+        for vpp in [fix["vpp"]] if "vpp" in fix else vpps:
             yield name, vpp
 
 
@@ -86,11 +96,21 @@ def rank_key(plan: Plan) -> tuple[float, int, int, float]:
     return (plan.step.total, plan.config.zero, RECOMPUTE.index(plan.config.recompute), plan.memory.total)
 
 
-def search(model: ModelSpec, cluster: ClusterSpec, global_batch: int, top: int = 10,
-           fixed: Mapping[str, Any] | None = None, eff: Efficiencies = DEFAULT_EFFICIENCIES) -> list[Plan]:
+def search(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    global_batch: int,
+    top: int = 10,
+    fixed: Mapping[str, Any] | None = None,
+    eff: Efficiencies = DEFAULT_EFFICIENCIES,
+) -> list[Plan]:
     """The ``top`` fastest configurations that run and fit in memory, fastest first."""
-    runnable = [plan for plan in (evaluate(model, cluster, cfg, global_batch, eff)
-                                  for cfg in candidates(model, cluster, global_batch, fixed))
-                if plan.feasible]
+    runnable = [
+        plan
+        for plan in (
+            evaluate(model, cluster, cfg, global_batch, eff) for cfg in candidates(model, cluster, global_batch, fixed)
+        )
+        if plan.feasible
+    ]
     runnable.sort(key=rank_key)
     return runnable[:top]

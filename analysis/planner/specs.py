@@ -149,9 +149,18 @@ class ParallelConfig:
         return self if self.dp else replace(self, dp=gpus // (self.tp * self.pp))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "vpp": self.vpp, "mbs": self.mbs,
-                "schedule": self.schedule, "zero": self.zero, "recompute": self.recompute,
-                "sequence_parallel": self.sequence_parallel, "flash_attention": self.flash_attention}
+        return {
+            "tp": self.tp,
+            "pp": self.pp,
+            "dp": self.dp,
+            "vpp": self.vpp,
+            "mbs": self.mbs,
+            "schedule": self.schedule,
+            "zero": self.zero,
+            "recompute": self.recompute,
+            "sequence_parallel": self.sequence_parallel,
+            "flash_attention": self.flash_attention,
+        }
 
 
 def _gpt(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
@@ -159,8 +168,19 @@ def _gpt(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
 
 
 def _llama(name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, seq: int, vocab: int) -> ModelSpec:
-    return ModelSpec(name, layers, hidden, heads, seq, vocab, ffn_hidden=ffn, kv_heads=kv, gated_mlp=True,
-                     tied_embeddings=False, learned_positions=False)
+    return ModelSpec(
+        name,
+        layers,
+        hidden,
+        heads,
+        seq,
+        vocab,
+        ffn_hidden=ffn,
+        kv_heads=kv,
+        gated_mlp=True,
+        tied_embeddings=False,
+        learned_positions=False,
+    )
 
 
 MODEL_PRESETS: dict[str, ModelSpec] = {
@@ -195,13 +215,17 @@ def cluster_preset(name: str, gpus_per_node: int = 8) -> ClusterSpec:
     """``<gpu>-x<count>``, e.g. ``a100-80gb-x8`` or ``h100-sxm-x1024`` (8 GPUs per node)."""
     found = _CLUSTER_NAME.match(name.strip().lower())
     if not found or found["gpu"] not in GPU_CATALOG:
-        raise PlanInputError("cluster", f"unknown cluster {name!r}; use <gpu>-x<count> with gpu one of "
-                                        f"{', '.join(sorted(GPU_CATALOG))} (e.g. a100-80gb-x8)")
+        raise PlanInputError(
+            "cluster",
+            f"unknown cluster {name!r}; use <gpu>-x<count> with gpu one of "
+            f"{', '.join(sorted(GPU_CATALOG))} (e.g. a100-80gb-x8)",
+        )
     return make_cluster(found["gpu"], int(found["count"]), gpus_per_node, "cluster")
 
 
-def make_cluster(gpu: str | Mapping[str, Any], gpus: Any, gpus_per_node: Any = 8,
-                 where: str = "cluster") -> ClusterSpec:
+def make_cluster(
+    gpu: str | Mapping[str, Any], gpus: Any, gpus_per_node: Any = 8, where: str = "cluster"
+) -> ClusterSpec:
     """A cluster from a catalog GPU name (or a dict of GpuSpec fields), a GPU count and GPUs per node."""
     gpu_spec = gpu_from(gpu, f"{where}.gpu")
     count = positive_int(gpus, f"{where}.gpus")
@@ -290,4 +314,3 @@ def _no_extra(fields: Mapping[str, Any], known: set[str], where: str) -> None:
     extra = sorted(set(fields) - known)
     if extra:
         raise PlanInputError(f"{where}.{extra[0]}", f"unknown field; expected one of {', '.join(sorted(known))}")
-

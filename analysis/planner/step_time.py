@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bubblescope.analysis.planner.memory import activation_bytes_per_layer, layers_on_stage, stage_params
-from bubblescope.analysis.schedules import lookup
 from bubblescope.analysis.planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelConfig
+from bubblescope.analysis.schedules import lookup
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,7 @@ class StepTime:
 
     @property
     def total(self) -> float:
-        return (self.compute + self.recompute + self.tp_comm + self.pp_comm + self.bubble + self.dp_comm
-                + self.optimizer)
+        return self.compute + self.recompute + self.tp_comm + self.pp_comm + self.bubble + self.dp_comm + self.optimizer
 
 
 @dataclass(frozen=True)
@@ -118,8 +117,9 @@ def gemm_seconds(m: float, n: float, k: float, gpu: GpuSpec, eff: Efficiencies, 
     return max(flops / (gpu.peak_tflops * 1e12 * eff.gemm), traffic / (gpu.hbm_gbps * 1e9 * eff.hbm))
 
 
-def ring_seconds(bytes_: float, ranks: int, bandwidth_gbps: float, link_eff: float, eff: Efficiencies,
-                 passes: float) -> float:
+def ring_seconds(
+    bytes_: float, ranks: int, bandwidth_gbps: float, link_eff: float, eff: Efficiencies, passes: float
+) -> float:
     """``passes`` ring phases (all-reduce 2, all-gather or reduce-scatter 1) over ``ranks``."""
     if ranks <= 1 or bytes_ <= 0:
         return 0.0
@@ -137,16 +137,19 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     gpu, t, s, h = cluster.gpu, cfg.tp, model.seq, model.hidden
     tokens = cfg.mbs * s
     mlp_out = model.ffn_hidden * (2 if model.gated_mlp else 1)
-    dense = (gemm_seconds(tokens, (h + 2 * model.kv_dim) / t, h, gpu, eff)
-             + gemm_seconds(tokens, h, h / t, gpu, eff)
-             + gemm_seconds(tokens, mlp_out / t, h, gpu, eff)
-             + gemm_seconds(tokens, h, model.ffn_hidden / t, gpu, eff))
+    dense = (
+        gemm_seconds(tokens, (h + 2 * model.kv_dim) / t, h, gpu, eff)
+        + gemm_seconds(tokens, h, h / t, gpu, eff)
+        + gemm_seconds(tokens, mlp_out / t, h, gpu, eff)
+        + gemm_seconds(tokens, h, model.ffn_hidden / t, gpu, eff)
+    )
     heads = cfg.mbs * model.heads / t
     if cfg.flash_attention:  # scores stay on chip: compute-bound, at the GEMM efficiency
         attention = 4.0 * s * s * model.head_dim * heads / (gpu.peak_tflops * 1e12 * eff.gemm)
     else:
-        attention = (gemm_seconds(s, s, model.head_dim, gpu, eff, heads)
-                     + gemm_seconds(s, model.head_dim, s, gpu, eff, heads))
+        attention = gemm_seconds(s, s, model.head_dim, gpu, eff, heads) + gemm_seconds(
+            s, model.head_dim, s, gpu, eff, heads
+        )
     stored = activation_bytes_per_layer(model, cfg.mbs, t, cfg.sequence_parallel, "none", cfg.flash_attention)
     stored_scores = stored - activation_bytes_per_layer(model, cfg.mbs, t, cfg.sequence_parallel, "selective")
     hbm = gpu.hbm_gbps * 1e9 * eff.hbm
@@ -185,16 +188,18 @@ def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff
     return 2 * cfg.vpp * one
 
 
-def dp_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies,
-               last_backward_s: float) -> float:
+def dp_seconds(
+    model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies, last_backward_s: float
+) -> float:
     """Gradient reduction over data parallelism (ZeRO-3 also gathers weights: 1.5× the volume), the
     part not hidden under the last micro-batch's backward pass (gradients are accumulated locally
     before it, so only that pass can hide the reduction), plus the tied embedding's all-reduce
     between the first and the last stage."""
     params = stage_params(model, cfg.tp, cfg.pp)
     group_in_node = cfg.tp * cfg.pp * cfg.dp <= cluster.gpus_per_node
-    bandwidth, link_eff = ((cluster.gpu.nvlink_gbps, eff.nvlink) if group_in_node
-                           else (cluster.gpu.network_gbps, eff.network))
+    bandwidth, link_eff = (
+        (cluster.gpu.nvlink_gbps, eff.nvlink) if group_in_node else (cluster.gpu.network_gbps, eff.network)
+    )
     passes = 3.0 if cfg.zero == 3 else 2.0
     reduce = ring_seconds(2.0 * params, cfg.dp, bandwidth, link_eff, eff, passes)
     reduce = max(0.0, reduce - eff.dp_overlap * last_backward_s)
@@ -206,8 +211,13 @@ def dp_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     return reduce + embedding
 
 
-def step_time(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, global_batch: int,
-              eff: Efficiencies = DEFAULT_EFFICIENCIES) -> StepTime:
+def step_time(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    config: ParallelConfig,
+    global_batch: int,
+    eff: Efficiencies = DEFAULT_EFFICIENCIES,
+) -> StepTime:
     """Seconds per step; the caller has checked feasibility (see ``evaluate.evaluate``)."""
     cfg = config.with_dp(cluster.gpus)
     microbatches = global_batch // (cfg.dp * cfg.mbs)

@@ -15,17 +15,25 @@ from bubblescope.backend.fields import RunKey, StepBound
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["analysis"])
 
 
-@router.get("/{run_key}/analysis", response_model=AnalysisOut,
-            summary="Why the bubble is what it is, and what to change: attribution, imbalance, ranked suggestions",
-            description=f"Reads the newest {service.MAX_STEPS} steps with spans in [from_step, to_step] (default: "
-                        "every step with spans; step 0, the warm-up, left out). See docs/analysis.md.")
-def get_analysis(run_key: RunKey, session: DbSession, from_step: StepBound = None,
-                 to_step: StepBound = None) -> AnalysisOut:
+@router.get(
+    "/{run_key}/analysis",
+    response_model=AnalysisOut,
+    summary="Why the bubble is what it is, and what to change: attribution, imbalance, ranked suggestions",
+    description=f"Reads the newest {service.MAX_STEPS} steps with spans in [from_step, to_step] (default: "
+    "every step with spans; step 0, the warm-up, left out). See docs/analysis.md.",
+)
+def get_analysis(
+    run_key: RunKey, session: DbSession, from_step: StepBound = None, to_step: StepBound = None
+) -> AnalysisOut:
     return service.run_analysis(session, run_key, from_step, to_step)
 
 
-@router.post("/{run_key}/whatif", response_model=PredictionOut, openapi_extra=json_body_doc(WhatIfIn),
-             summary="Replay the measured run with one thing changed: micro-batches, schedule, layer split, ...")
+@router.post(
+    "/{run_key}/whatif",
+    response_model=PredictionOut,
+    openapi_extra=json_body_doc(WhatIfIn),
+    summary="Replay the measured run with one thing changed: micro-batches, schedule, layer split, ...",
+)
 async def post_whatif(run_key: RunKey, request: Request, session: DbSession) -> PredictionOut:
     body = parse_document(WhatIfIn, await read_json(request))
     return await run_in_threadpool(service.what_if, session, run_key, body)

@@ -128,7 +128,8 @@ class WhatIfIn(BaseModel):
     schedule: str | None = Field(default=None, description=f"{', '.join(NAMES)}, or torch's class name")
     microbatches: Count | None = None
     microbatch_scale: Annotated[float, Field(gt=0, le=1000)] = Field(
-        default=1.0, description="scale of every action's duration: b'/b for another micro-batch size")
+        default=1.0, description="scale of every action's duration: b'/b for another micro-batch size"
+    )
     stages_per_rank: Annotated[int, Strict(), Field(ge=1, le=64)] | None = None
     layers_per_stage: Annotated[list[Count], Field(min_length=1, max_length=4096)] | None = None
     slowest_rank_to_median: bool = False

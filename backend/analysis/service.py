@@ -12,9 +12,9 @@ from sqlalchemy.orm import Session
 from bubblescope import intervals, wire
 from bubblescope.analysis.attribution import attribute_bubble, stage_imbalance
 from bubblescope.analysis.breakdown import step_breakdown
+from bubblescope.analysis.errors import InputError
 from bubblescope.analysis.memory_fixes import memory_suggestions
 from bubblescope.analysis.model import RankBreakdown, TimedSpan
-from bubblescope.analysis.errors import InputError
 from bubblescope.analysis.pipeline_profile import MeasuredPipeline, StepSpans, measure_pipeline
 from bubblescope.analysis.suggestions import RunEvidence, StragglerNote, suggest
 from bubblescope.analysis.whatif import Change, predict
@@ -57,8 +57,13 @@ def run_analysis(session: Session, key: str, from_step: int | None, to_step: int
         attribution = attribute_bubble(measured, statistics.mean(window.bubble_ns), step_ns)
         imbalance = stage_imbalance(measured)
     evidence = RunEvidence(
-        config=run.config or {}, step_ns=step_ns, measured=measured, attribution=attribution,
-        imbalance=imbalance, exposed_comm_ns=window.exposed_by_group, tp_hosts_per_group=_tp_hosts(ranks),
+        config=run.config or {},
+        step_ns=step_ns,
+        measured=measured,
+        attribution=attribution,
+        imbalance=imbalance,
+        exposed_comm_ns=window.exposed_by_group,
+        tp_hosts_per_group=_tp_hosts(ranks),
         memory_notes=memory_suggestions(run.config or {}, step_ns),
         stragglers=_straggler_notes(session, key, from_step, to_step),
     )
@@ -83,18 +88,25 @@ def what_if(session: Session, key: str, body: WhatIfIn) -> PredictionOut:
     if measured is None:
         raise Invalid("run_key", f"run {key!r} cannot be replayed: {why_not}")
     change = Change(
-        schedule=body.schedule, microbatches=body.microbatches, microbatch_scale=body.microbatch_scale,
+        schedule=body.schedule,
+        microbatches=body.microbatches,
+        microbatch_scale=body.microbatch_scale,
         stages_per_rank=body.stages_per_rank,
         layers_per_stage=tuple(body.layers_per_stage) if body.layers_per_stage else None,
-        slowest_rank_to_median=body.slowest_rank_to_median, overlap_communication=body.overlap_communication,
+        slowest_rank_to_median=body.slowest_rank_to_median,
+        overlap_communication=body.overlap_communication,
     )
     prediction = predict(measured, change)  # an InputError names the body field it is about
     return PredictionOut(
-        measured_step_ns=measured.measured_step_ns, schedule=prediction.schedule,
-        microbatches=prediction.microbatches, stages_per_rank=prediction.stages_per_rank,
+        measured_step_ns=measured.measured_step_ns,
+        schedule=prediction.schedule,
+        microbatches=prediction.microbatches,
+        stages_per_rank=prediction.stages_per_rank,
         layers_per_stage=list(prediction.layers_per_stage) if prediction.layers_per_stage else None,
-        step_ns=prediction.step_ns, bubble_fraction=prediction.bubble_fraction,
-        peak_activations=prediction.peak_activations, idle_ns_per_rank=list(prediction.result.idle_ns),
+        step_ns=prediction.step_ns,
+        bubble_fraction=prediction.bubble_fraction,
+        peak_activations=prediction.peak_activations,
+        idle_ns_per_rank=list(prediction.result.idle_ns),
     )
 
 
@@ -102,7 +114,8 @@ def _load(session: Session, run: Run, ranks: Sequence[RankInfo], from_step: int 
     if from_step is not None and to_step is not None and from_step > to_step:
         raise Invalid("from_step", f"from_step {from_step} is after to_step {to_step}")
     candidates = sorted(
-        s for s in queries.steps_with_spans(session, run.id)
+        s
+        for s in queries.steps_with_spans(session, run.id)
         if (from_step is None or s >= from_step) and (to_step is None or s <= to_step)
     )
     if len(candidates) > 1 and candidates[0] == 0 and from_step is None:
@@ -141,7 +154,9 @@ def _exposed_comm_by_group(rows: Sequence[Span], spans: Sequence[TimedSpan], ran
     merged_compute = {rank: intervals.merge(c) for rank, c in compute.items()}
     for (rank, group), parts in comm.items():
         merged = intervals.merge(parts)
-        totals[group] += intervals.total_length(merged) - intervals.intersect_length(merged, merged_compute.get(rank, []))
+        totals[group] += intervals.total_length(merged) - intervals.intersect_length(
+            merged, merged_compute.get(rank, [])
+        )
     return {group: total / max(1, ranks) for group, total in totals.items()}
 
 
@@ -160,15 +175,20 @@ def _per_stage(breakdowns: list[list[RankBreakdown]]) -> list[StageBreakdownOut]
     out = []
     for stage, rows in sorted(by_stage.items(), key=lambda item: (item[0] is None, item[0] or 0)):
         n = len(rows)
-        out.append(StageBreakdownOut(
-            stage=stage, ranks=sorted({b.rank for b in rows}),
-            window_ns=sum(b.window_ns for b in rows) / n, compute_ns=sum(b.compute_ns for b in rows) / n,
-            exposed_comm_ns=sum(b.exposed_comm_ns for b in rows) / n,
-            overlapped_comm_ns=sum(b.overlapped_comm_ns for b in rows) / n,
-            dependency_wait_ns=sum(b.dependency_wait_ns for b in rows) / n,
-            transfer_ns=sum(b.transfer_ns for b in rows) / n, idle_ns=sum(b.idle_ns for b in rows) / n,
-            bubble_fraction=sum(b.bubble_fraction for b in rows) / n,
-        ))
+        out.append(
+            StageBreakdownOut(
+                stage=stage,
+                ranks=sorted({b.rank for b in rows}),
+                window_ns=sum(b.window_ns for b in rows) / n,
+                compute_ns=sum(b.compute_ns for b in rows) / n,
+                exposed_comm_ns=sum(b.exposed_comm_ns for b in rows) / n,
+                overlapped_comm_ns=sum(b.overlapped_comm_ns for b in rows) / n,
+                dependency_wait_ns=sum(b.dependency_wait_ns for b in rows) / n,
+                transfer_ns=sum(b.transfer_ns for b in rows) / n,
+                idle_ns=sum(b.idle_ns for b in rows) / n,
+                bubble_fraction=sum(b.bubble_fraction for b in rows) / n,
+            )
+        )
     return out
 
 

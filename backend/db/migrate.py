@@ -11,7 +11,6 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 import bubblescope.migrations as migrations_package
-
 from bubblescope.backend.db.engine import ensure_sqlite_directory, normalise_url
 
 

@@ -14,8 +14,15 @@ from bubblescope.backend.db.upsert import conflict_insert, insert_on_conflict
 from bubblescope.backend.ingest.schemas import SpanColumns, StepAggregateIn
 
 _STEP_UPDATE = (
-    "start_ns", "end_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns", "span_count",
-    "clock_offset_ns", "clock_uncertainty_ns",
+    "start_ns",
+    "end_ns",
+    "compute_ns",
+    "comm_ns",
+    "exposed_comm_ns",
+    "idle_ns",
+    "span_count",
+    "clock_offset_ns",
+    "clock_uncertainty_ns",
 )
 
 

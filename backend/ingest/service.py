@@ -22,7 +22,8 @@ def ingest(session: Session, batch: IngestBatchIn) -> IngestResult:
     run = find_run(session, batch.run_key)
     if run is None:
         raise NotFound(
-            "run_key", f"unknown run {batch.run_key!r}: register it first with PUT {wire.API_PREFIX}/runs/{batch.run_key}"
+            "run_key",
+            f"unknown run {batch.run_key!r}: register it first with PUT {wire.API_PREFIX}/runs/{batch.run_key}",
         )
     check_batch(batch, run.world_size)
     span_count = len(batch.spans.step)

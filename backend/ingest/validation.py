@@ -29,7 +29,12 @@ def _check_spans(spans: SpanColumns) -> None:
     for column in wire.SPAN_FIELDS[1:]:  # every column but step, whose length is the count
         values = getattr(spans, column)
         if values is not None and len(values) != count:
-            raise Invalid(("spans", column), f"has {len(values)} entries but spans.step has {count}; every column needs one per span")
+            raise Invalid(
+                ("spans", column),
+                f"has {len(values)} entries but spans.step has {count}; every column needs one per span",
+            )
     for index, (start, end) in enumerate(zip(spans.start_ns, spans.end_ns)):
         if end < start:
-            raise Invalid(("spans", "end_ns", index), f"end_ns ({end}) is before start_ns ({start}): times are reversed")
+            raise Invalid(
+                ("spans", "end_ns", index), f"end_ns ({end}) is before start_ns ({start}): times are reversed"
+            )

@@ -46,8 +46,9 @@ class GpuIn(BaseModel):
 class ClusterIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpu: str | GpuIn = Field(description="catalog name (A100-40GB, A100-80GB, H100-SXM, H100-PCIe, H200, B200) "
-                                         "or the GPU's fields")
+    gpu: str | GpuIn = Field(
+        description="catalog name (A100-40GB, A100-80GB, H100-SXM, H100-PCIe, H200, B200) or the GPU's fields"
+    )
     gpus: PositiveInt
     gpus_per_node: PositiveInt = 8
 
@@ -72,8 +73,9 @@ class PlanRequestIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | ModelIn = Field(description="preset (gpt-1.7b … gpt-1t, llama-2-7b, llama-3-8b, llama-3-70b) "
-                                             "or fields")
+    model: str | ModelIn = Field(
+        description="preset (gpt-1.7b … gpt-1t, llama-2-7b, llama-3-8b, llama-3-70b) or fields"
+    )
     cluster: str | ClusterIn = Field(description="preset <gpu>-x<count> (a100-80gb-x64) or fields")
     global_batch: PositiveInt
     config: ConfigIn | None = None

@@ -49,9 +49,7 @@ def find_rank(session: Session, run_id: int, rank: int) -> RankInfo | None:
 def end_rank(session: Session, run_id: int, rank: int, values: dict[str, Any]) -> bool:
     """Record how the rank ended (a repeat overwrites); False when the rank is not registered."""
     ended = session.execute(
-        update(RankInfo)
-        .where(RankInfo.run_id == run_id, RankInfo.rank == rank)
-        .values(**values, ended_at=func.now())
+        update(RankInfo).where(RankInfo.run_id == run_id, RankInfo.rank == rank).values(**values, ended_at=func.now())
     )
     return bool(ended.rowcount)
 

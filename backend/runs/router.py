@@ -25,32 +25,48 @@ from bubblescope.backend.runs.schemas import (
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["runs"])
 
 
-@router.put("/{run_key}", response_model=RunSummary, openapi_extra=json_body_doc(RunRegistration),
-            summary="Create or update a run (every rank may call it; config keys merge)")
+@router.put(
+    "/{run_key}",
+    response_model=RunSummary,
+    openapi_extra=json_body_doc(RunRegistration),
+    summary="Create or update a run (every rank may call it; config keys merge)",
+)
 async def put_run(run_key: RunKey, request: Request, session: DbSession) -> RunSummary:
     registration = parse_document(RunRegistration, await read_json(request))
     return await run_in_threadpool(service.register_run, session, run_key, registration)
 
 
-@router.put("/{run_key}/ranks/{rank}", response_model=RankOut, openapi_extra=json_body_doc(RankRegistration),
-            summary="Create or update one rank: host, pid, stage, clock offset to rank 0")
+@router.put(
+    "/{run_key}/ranks/{rank}",
+    response_model=RankOut,
+    openapi_extra=json_body_doc(RankRegistration),
+    summary="Create or update one rank: host, pid, stage, clock offset to rank 0",
+)
 async def put_rank(run_key: RunKey, rank: RankIndex, request: Request, session: DbSession) -> RankOut:
     registration = parse_document(RankRegistration, await read_json(request))
     return await run_in_threadpool(service.register_rank, session, run_key, rank, registration)
 
 
-@router.put("/{run_key}/ranks/{rank}/end", response_model=RankOut, openapi_extra=json_body_doc(RankEndIn),
-            summary="Record how one rank ended: finished, or failed with its error (sent by the collector on exit)")
+@router.put(
+    "/{run_key}/ranks/{rank}/end",
+    response_model=RankOut,
+    openapi_extra=json_body_doc(RankEndIn),
+    summary="Record how one rank ended: finished, or failed with its error (sent by the collector on exit)",
+)
 async def put_rank_end(run_key: RunKey, rank: RankIndex, request: Request, session: DbSession) -> RankOut:
     end = parse_document(RankEndIn, await read_json(request))
     return await run_in_threadpool(service.end_rank, session, run_key, rank, end)
 
 
-SilentAfter = Annotated[float | None, Query(
-    gt=0, le=30 * 86400,
-    description="seconds without news after which a run that has not ended is 'silent' (default: the service's "
-                "--silent-after)",
-)]
+SilentAfter = Annotated[
+    float | None,
+    Query(
+        gt=0,
+        le=30 * 86400,
+        description="seconds without news after which a run that has not ended is 'silent' (default: the service's "
+        "--silent-after)",
+    ),
+]
 
 
 def _silent_after(request: Request, asked: float | None) -> float:
@@ -73,7 +89,10 @@ def get_run(run_key: RunKey, session: DbSession, request: Request, silent_after_
     return service.run_detail(session, run_key, _silent_after(request, silent_after_s))
 
 
-@router.get("/{run_key}/steps/{step}", response_model=StepDetail,
-            summary="One step: aligned spans, per-rank breakdown, measured vs theoretical bubble")
+@router.get(
+    "/{run_key}/steps/{step}",
+    response_model=StepDetail,
+    summary="One step: aligned spans, per-rank breakdown, measured vs theoretical bubble",
+)
 def get_step(run_key: RunKey, step: Annotated[int, Path(ge=0)], session: DbSession) -> StepDetail:
     return service.step_detail(session, run_key, step)

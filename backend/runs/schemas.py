@@ -70,10 +70,26 @@ class RankEndIn(BaseModel):
 
     outcome: RankOutcome
     error: Annotated[str, Field(max_length=1000, description="the uncaught exception, for a failed rank")] | None = None
-    end_ns: Annotated[int, Strict(), Field(ge=0, le=2**63 - 1, description="when it ended: epoch ns on the rank's "
-                                                                         "own clock, like its spans")] | None = None
-    clock_offset_ns: Annotated[int, Strict(), Field(ge=-(2**62), le=2**62, description=(
-        "this rank's clock minus rank 0's when it ended (default: the offset it registered)"))] | None = None
+    end_ns: (
+        Annotated[
+            int,
+            Strict(),
+            Field(ge=0, le=2**63 - 1, description="when it ended: epoch ns on the rank's own clock, like its spans"),
+        ]
+        | None
+    ) = None
+    clock_offset_ns: (
+        Annotated[
+            int,
+            Strict(),
+            Field(
+                ge=-(2**62),
+                le=2**62,
+                description=("this rank's clock minus rank 0's when it ended (default: the offset it registered)"),
+            ),
+        ]
+        | None
+    ) = None
 
     @field_validator("error")
     @classmethod
@@ -106,8 +122,10 @@ class RunSummary(BaseModel):
     created_at: datetime
     updated_at: datetime = Field(description="when the service last heard from any rank")
     step_count: int
-    state: RunStateName = Field(description="running, finished, failed (a rank ended on an error) or silent "
-                                            "(not ended, nothing heard for silent_after_s)")
+    state: RunStateName = Field(
+        description="running, finished, failed (a rank ended on an error) or silent "
+        "(not ended, nothing heard for silent_after_s)"
+    )
     state_detail: str
 
 

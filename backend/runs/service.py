@@ -14,20 +14,20 @@ from bubblescope.analysis.model import RankBreakdown, StepBubble, TimedSpan
 from bubblescope.backend.db.models import RankInfo, Run, Span, StepAggregate
 from bubblescope.backend.errors import Invalid, NotFound
 from bubblescope.backend.runs import queries
-from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S, RankEnd, as_utc, run_state
 from bubblescope.backend.runs.schemas import (
+    RankBreakdownOut,
     RankEndIn,
     RankOut,
     RankRegistration,
     RunDetail,
     RunRegistration,
     RunSummary,
-    RankBreakdownOut,
     SpanOut,
     StepBubbleOut,
     StepDetail,
     StepSummary,
 )
+from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S, RankEnd, as_utc, run_state
 
 
 def require_run(session: Session, key: str) -> Run:
@@ -90,8 +90,9 @@ def run_detail(session: Session, key: str, silent_after_s: float) -> RunDetail:
         by_step[aggregate.step].append(aggregate)
     steps = [_step_summary(step, rows, offsets, step in with_spans) for step, rows in sorted(by_step.items())]
     return RunDetail(
-        **_summary(run, len(steps), [queries.rank_end(info) for info in ranks], queries.database_now(session),
-                   silent_after_s).model_dump(),
+        **_summary(
+            run, len(steps), [queries.rank_end(info) for info in ranks], queries.database_now(session), silent_after_s
+        ).model_dump(),
         ranks=[_rank_out(info) for info in ranks],
         steps=steps,
     )
@@ -116,8 +117,16 @@ def aligned_step(session: Session, run: Run, ranks: Sequence[RankInfo], step: in
     if not aggregates and not rows:
         return None
     spans = [
-        TimedSpan(r.rank, r.kind, r.start_ns - offsets.get(r.rank, 0), r.end_ns - offsets.get(r.rank, 0),
-                  r.stage, r.microbatch, r.peer, r.name)
+        TimedSpan(
+            r.rank,
+            r.kind,
+            r.start_ns - offsets.get(r.rank, 0),
+            r.end_ns - offsets.get(r.rank, 0),
+            r.stage,
+            r.microbatch,
+            r.peer,
+            r.name,
+        )
         for r in rows
     ]
     windows = {a.rank: (a.start_ns - offsets.get(a.rank, 0), a.end_ns - offsets.get(a.rank, 0)) for a in aggregates}
@@ -155,9 +164,16 @@ def step_detail(session: Session, key: str, step: int) -> StepDetail:
         origin_ns=origin,
         spans=[
             SpanOut(
-                rank=row.rank, kind=row.kind, start_ns=span.start_ns - origin,
-                end_ns=span.end_ns - origin, stage=row.stage, microbatch=row.microbatch,
-                peer=row.peer, bytes=row.bytes, group=row.group, name=row.name,
+                rank=row.rank,
+                kind=row.kind,
+                start_ns=span.start_ns - origin,
+                end_ns=span.end_ns - origin,
+                stage=row.stage,
+                microbatch=row.microbatch,
+                peer=row.peer,
+                bytes=row.bytes,
+                group=row.group,
+                name=row.name,
             )
             for row, span in zip(aligned.rows, aligned.spans)
         ],
@@ -166,14 +182,18 @@ def step_detail(session: Session, key: str, step: int) -> StepDetail:
     )
 
 
-def _summary(
-    run: Run, step_count: int, ends: Sequence[RankEnd], now: datetime, silent_after_s: float
-) -> RunSummary:
+def _summary(run: Run, step_count: int, ends: Sequence[RankEnd], now: datetime, silent_after_s: float) -> RunSummary:
     state = run_state(run.world_size, ends, run.updated_at, now, silent_after_s)
     return RunSummary(
-        key=run.key, name=run.name, world_size=run.world_size, config=run.config or {},
-        created_at=as_utc(run.created_at), updated_at=as_utc(run.updated_at), step_count=step_count,
-        state=state.state, state_detail=state.detail,
+        key=run.key,
+        name=run.name,
+        world_size=run.world_size,
+        config=run.config or {},
+        created_at=as_utc(run.created_at),
+        updated_at=as_utc(run.updated_at),
+        step_count=step_count,
+        state=state.state,
+        state_detail=state.detail,
     )
 
 
@@ -184,16 +204,22 @@ def _step_offsets(aggregates: Sequence[StepAggregate]) -> dict[int, int]:
 
 def _rank_out(info: RankInfo) -> RankOut:
     return RankOut(
-        rank=info.rank, host=info.host, pid=info.pid, stage=info.stage,
-        stages=info.stages, coords=info.coords, clock_offset_ns=info.clock_offset_ns, clock_uncertainty_ns=info.clock_uncertainty_ns,
-        dropped_spans=info.dropped_spans, outcome=info.outcome, error=info.error,
+        rank=info.rank,
+        host=info.host,
+        pid=info.pid,
+        stage=info.stage,
+        stages=info.stages,
+        coords=info.coords,
+        clock_offset_ns=info.clock_offset_ns,
+        clock_uncertainty_ns=info.clock_uncertainty_ns,
+        dropped_spans=info.dropped_spans,
+        outcome=info.outcome,
+        error=info.error,
         ended_at=None if info.ended_at is None else as_utc(info.ended_at),
     )
 
 
-def _step_summary(
-    step: int, rows: Sequence[StepAggregate], offsets: dict[int, int], has_spans: bool
-) -> StepSummary:
+def _step_summary(step: int, rows: Sequence[StepAggregate], offsets: dict[int, int], has_spans: bool) -> StepSummary:
     offsets = {**offsets, **_step_offsets(rows)}
     starts = [row.start_ns - offsets.get(row.rank, 0) for row in rows]
     ends = [row.end_ns - offsets.get(row.rank, 0) for row in rows]

@@ -52,8 +52,11 @@ def run_state(
         if len(failed) == 1:
             return RunState("failed", f"rank {first.rank} failed: {first.error or 'no error text'}")
         others = ", ".join(str(r.rank) for r in failed[1:])
-        return RunState("failed", f"rank {first.rank} failed first: {first.error or 'no error text'} "
-                                  f"(then rank{'s' if len(failed) > 2 else ''} {others})")
+        return RunState(
+            "failed",
+            f"rank {first.rank} failed first: {first.error or 'no error text'} "
+            f"(then rank{'s' if len(failed) > 2 else ''} {others})",
+        )
     finished = {r.rank for r in ranks if r.outcome == "finished"}
     if len(finished) >= world_size:
         return RunState("finished", f"all {world_size} ranks finished")

@@ -14,8 +14,13 @@ def aggregates_between(session: Session, run_id: int, from_step: int, to_step: i
     """(rank, step, window_ns, compute_ns, comm_ns, exposed_comm_ns, idle_ns) of steps in [from, to]."""
     query = (
         select(
-            StepAggregate.rank, StepAggregate.step, (StepAggregate.end_ns - StepAggregate.start_ns).label("window_ns"),
-            StepAggregate.compute_ns, StepAggregate.comm_ns, StepAggregate.exposed_comm_ns, StepAggregate.idle_ns,
+            StepAggregate.rank,
+            StepAggregate.step,
+            (StepAggregate.end_ns - StepAggregate.start_ns).label("window_ns"),
+            StepAggregate.compute_ns,
+            StepAggregate.comm_ns,
+            StepAggregate.exposed_comm_ns,
+            StepAggregate.idle_ns,
         )
         .where(StepAggregate.run_id == run_id, StepAggregate.step >= from_step, StepAggregate.step <= to_step)
         .order_by(StepAggregate.step, StepAggregate.rank)

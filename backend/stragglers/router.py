@@ -14,11 +14,12 @@ router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["stragglers"])
 
 
 @router.get(
-    "/{run_key}/stragglers", response_model=StragglersOut,
+    "/{run_key}/stragglers",
+    response_model=StragglersOut,
     summary="Stragglers: rank × step matrices, robust per-rank scores, slow hosts / stages / replicas",
     description=f"Scores the steps in [from_step, to_step] (inclusive). Without from_step the range is the "
-                f"{DEFAULT_STEPS} steps up to to_step (default: the newest step); at most {MAX_STEPS} steps. "
-                "The algorithm is written out in analysis/stragglers.py.",
+    f"{DEFAULT_STEPS} steps up to to_step (default: the newest step); at most {MAX_STEPS} steps. "
+    "The algorithm is written out in analysis/stragglers.py.",
 )
 def get_stragglers(
     run_key: RunKey,

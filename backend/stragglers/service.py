@@ -38,12 +38,16 @@ def straggler_view(session: Session, key: str, from_step: int | None, to_step: i
     run = require_run(session, key)
     chosen = step_range(run_queries.newest_step(session, run.id), from_step, to_step)
     rows = queries.aggregates_between(session, run.id, *chosen) if chosen else []
-    placements = [RankPlacement(info.rank, info.host, info.stage, info.coords or {})
-                  for info in run_queries.ranks_of(session, run.id)]
+    placements = [
+        RankPlacement(info.rank, info.host, info.stage, info.coords or {})
+        for info in run_queries.ranks_of(session, run.id)
+    ]
     report = find_stragglers((RankStepTimes(*row) for row in rows), placements)
-    return StragglersOut.model_validate({
-        "run_key": key,
-        "from_step": chosen[0] if chosen else None,
-        "to_step": chosen[1] if chosen else None,
-        **{f.name: getattr(report, f.name) for f in fields(report)},
-    })
+    return StragglersOut.model_validate(
+        {
+            "run_key": key,
+            "from_step": chosen[0] if chosen else None,
+            "to_step": chosen[1] if chosen else None,
+            **{f.name: getattr(report, f.name) for f in fields(report)},
+        }
+    )

@@ -57,9 +57,13 @@ def vendor_file(name: str) -> FileResponse:
 @router.get("/docs")
 def api_docs() -> HTMLResponse:
     """Swagger UI over ``/openapi.json``, served from this service (FastAPI's own loads a CDN)."""
-    return get_swagger_ui_html(openapi_url="/openapi.json", title="Bubblescope API",
-                               swagger_js_url="/vendor/swagger-ui-bundle.js", swagger_css_url="/vendor/swagger-ui.css",
-                               swagger_favicon_url="data:,")
+    return get_swagger_ui_html(
+        openapi_url="/openapi.json",
+        title="Bubblescope API",
+        swagger_js_url="/vendor/swagger-ui-bundle.js",
+        swagger_css_url="/vendor/swagger-ui.css",
+        swagger_favicon_url="data:,",
+    )
 
 
 def mount_frontend(app: FastAPI) -> None:

@@ -89,9 +89,7 @@ def upgrade() -> None:
         sa.Column("seq", sa.BigInteger(), nullable=False),
         sa.Column("span_count", sa.Integer(), nullable=False),
         sa.Column("received_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["run_id"], ["runs.id"], name="fk_ingested_batches_run_id_runs", ondelete="CASCADE"
-        ),
+        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name="fk_ingested_batches_run_id_runs", ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("run_id", "rank", "seq", name="pk_ingested_batches"),
     )
 

@@ -30,9 +30,7 @@ def upgrade() -> None:
         sa.Column("from_step", sa.BigInteger(), nullable=False),
         sa.Column("steps", sa.Integer(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["run_id"], ["runs.id"], name="fk_capture_requests_run_id_runs", ondelete="CASCADE"
-        ),
+        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name="fk_capture_requests_run_id_runs", ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id", name="pk_capture_requests"),
     )
     op.create_index("ix_capture_requests_run_id", "capture_requests", ["run_id"])

@@ -47,8 +47,13 @@ def run_and_analyse(url: str, client: httpx.Client, shape: JobShape) -> tuple[st
     """Run the job on ``shape.ranks`` ranks, wait for every step, return (run key, its analysis)."""
     ranks = shape.ranks
     job = run_pipeline_job(
-        url, stages=ranks, schedule=shape.schedule, microbatches=shape.microbatches, steps=shape.steps,
-        hidden=shape.hidden, microbatch_size=shape.microbatch_size,
+        url,
+        stages=ranks,
+        schedule=shape.schedule,
+        microbatches=shape.microbatches,
+        steps=shape.steps,
+        hidden=shape.hidden,
+        microbatch_size=shape.microbatch_size,
         extra_args=[f"--layers={','.join(map(str, shape.layers))}", f"--stages-per-rank={shape.stages_per_rank}"],
         extra_env={"BUBBLESCOPE_FLUSH_INTERVAL_S": "1.0"},  # the service's ingest work stays off the job's cores
     )
@@ -62,7 +67,8 @@ def run_and_analyse(url: str, client: httpx.Client, shape: JobShape) -> tuple[st
 def what_if(client: httpx.Client, run_key: str, base: JobShape, target: JobShape) -> dict[str, Any]:
     """The service's replay of ``run_key`` (measured as ``base``) changed into ``target``."""
     body: dict[str, Any] = {
-        "schedule": target.schedule, "microbatches": target.microbatches,
+        "schedule": target.schedule,
+        "microbatches": target.microbatches,
         "microbatch_scale": target.microbatch_size / base.microbatch_size,
     }
     if target.layers != base.layers:

@@ -14,10 +14,14 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def analysed(server: LiveServer) -> tuple[str, dict[str, Any]]:
-    return run_and_analyse(server.url, server.client(), JobShape("1f1b", 4, (3, 1), microbatch_size=64, hidden=768, steps=5))
+    return run_and_analyse(
+        server.url, server.client(), JobShape("1f1b", 4, (3, 1), microbatch_size=64, hidden=768, steps=5)
+    )
 
 
-def test_analysis_attributes_the_bubble_and_describes_the_pipeline(server: LiveServer, analysed: tuple[str, dict[str, Any]]) -> None:
+def test_analysis_attributes_the_bubble_and_describes_the_pipeline(
+    server: LiveServer, analysed: tuple[str, dict[str, Any]]
+) -> None:
     _, analysis = analysed
     assert analysis["steps"] == [1, 2, 3, 4]  # step 0 (warm-up) left out
     pipeline = analysis["pipeline"]["setup"]
@@ -35,7 +39,7 @@ def test_analysis_attributes_the_bubble_and_describes_the_pipeline(server: LiveS
 
 
 def test_whatif_replays_another_configuration(server: LiveServer, analysed: tuple[str, dict[str, Any]]) -> None:
-    key, analysis = analysed
+    key, _analysis = analysed
     client = server.client()
     more = client.post(f"/api/v1/runs/{key}/whatif", json={"microbatches": 8}).json()
     gpipe = client.post(f"/api/v1/runs/{key}/whatif", json={"schedule": "gpipe", "microbatches": 8}).json()
@@ -48,14 +52,19 @@ def test_whatif_replays_another_configuration(server: LiveServer, analysed: tupl
     assert moved["idle_ns_per_rank"] != same["idle_ns_per_rank"]  # the heavy stage moved to rank 1
 
 
-@pytest.mark.parametrize("body,loc", [
-    ({"schedule": "zigzag"}, ["body", "schedule"]),
-    ({"layers_per_stage": [1, 1]}, ["body", "layers_per_stage"]),
-    ({"microbatches": 0}, ["body", "microbatches"]),
-    ({"stages_per_rank": 3, "schedule": "zbv"}, ["body", "stages_per_rank"]),
-    ({"surprise": 1}, ["body", "surprise"]),
-])
-def test_whatif_errors_name_the_field(server: LiveServer, analysed: tuple[str, dict[str, Any]], body: dict[str, Any], loc: list[str]) -> None:
+@pytest.mark.parametrize(
+    "body,loc",
+    [
+        ({"schedule": "zigzag"}, ["body", "schedule"]),
+        ({"layers_per_stage": [1, 1]}, ["body", "layers_per_stage"]),
+        ({"microbatches": 0}, ["body", "microbatches"]),
+        ({"stages_per_rank": 3, "schedule": "zbv"}, ["body", "stages_per_rank"]),
+        ({"surprise": 1}, ["body", "surprise"]),
+    ],
+)
+def test_whatif_errors_name_the_field(
+    server: LiveServer, analysed: tuple[str, dict[str, Any]], body: dict[str, Any], loc: list[str]
+) -> None:
     key, _ = analysed
     response = server.client().post(f"/api/v1/runs/{key}/whatif", json=body)
     assert response.status_code == 422, response.text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from bubblescope.analysis.attribution import LayerMove, attribute_bubble, layer_moves, stage_imbalance
@@ -14,8 +16,13 @@ from bubblescope.analysis.whatif import Change, predict
 MS = 1e6
 
 
-def measured(costs: tuple[StageCost, ...], schedule: str = "1f1b", m: int = 8, layers: tuple[int, ...] | None = None,
-             p2p_ns: float = 0.0) -> MeasuredPipeline:
+def measured(
+    costs: tuple[StageCost, ...],
+    schedule: str = "1f1b",
+    m: int = 8,
+    layers: tuple[int, ...] | None = None,
+    p2p_ns: float = 0.0,
+) -> MeasuredPipeline:
     setup = PipelineSetup(schedule, len(costs), m, costs, p2p_ns=p2p_ns, step_overhead_ns=5 * MS)
     return MeasuredPipeline(setup, layers, simulate(setup).step_ns, 10)
 
@@ -31,7 +38,9 @@ def test_causes_add_up_to_the_measured_bubble_and_name_each_part() -> None:
     assert sum(c.fraction_of_step for c in attribution.causes) == pytest.approx(30 * MS / step)
     # schedule-inherent: equal stages at the mean cost, so exactly the closed form's idle
     mean = simulate(PipelineSetup("1f1b", 4, 8, uniform_costs(4, 1.5 * MS, 3 * MS)))
-    assert by_name["schedule_inherent"].ns == pytest.approx(closed_form_bubble("1f1b", 4, 8).fraction * mean.makespan_ns)
+    assert by_name["schedule_inherent"].ns == pytest.approx(
+        closed_form_bubble("1f1b", 4, 8).fraction * mean.makespan_ns
+    )
     assert by_name["stage_imbalance"].ns > 0
     assert by_name["communication_wait"].ns > 0
     assert attribution.closed_form_fraction == pytest.approx(3 / 11)
@@ -56,8 +65,11 @@ def test_imbalance_names_the_slowest_stage_and_the_moves() -> None:
     assert imbalance.slowest_excess == pytest.approx(0.5)  # 9 ms vs a 6 ms mean
     assert imbalance.balanced_layers == (2, 2)
     assert imbalance.moves == (LayerMove(1, 0, 1),)
-    balanced = simulate(PipelineSetup("1f1b", 2, 4, (StageCost(2 * per_layer.forward_ns, 2 * per_layer.backward_ns),) * 2,
-                                      step_overhead_ns=5 * MS))
+    balanced = simulate(
+        PipelineSetup(
+            "1f1b", 2, 4, (StageCost(2 * per_layer.forward_ns, 2 * per_layer.backward_ns),) * 2, step_overhead_ns=5 * MS
+        )
+    )
     assert imbalance.balanced_step_ns == pytest.approx(balanced.step_ns)
 
 
@@ -71,8 +83,14 @@ def evidence_for(run: MeasuredPipeline, **extra: object) -> RunEvidence:
     step = simulate(run.setup).step_ns
     floor = simulate(run.setup)
     attribution = attribute_bubble(run, sum(floor.idle_ns) / run.setup.ranks, step)
-    return RunEvidence(config=extra.pop("config", {}), step_ns=step, measured=run, attribution=attribution,  # type: ignore[arg-type]
-                       imbalance=stage_imbalance(run), **extra)  # type: ignore[arg-type]
+    return RunEvidence(
+        config=extra.pop("config", {}),
+        step_ns=step,
+        measured=run,
+        attribution=attribution,  # type: ignore[arg-type]
+        imbalance=stage_imbalance(run),
+        **extra,
+    )  # type: ignore[arg-type]
 
 
 def test_naive_model_parallelism_gets_pipelined_first() -> None:
@@ -96,14 +114,15 @@ def test_an_imbalanced_pipeline_gets_its_layers_moved() -> None:
     # torchtitan's field is an int (layers per stage), valid to paste into its config
     assert rebalance.torchtitan["parallelism.pipeline_parallel_layers_per_stage"] == 2
     assert rebalance.gain_fraction > 0.1
-    assert all(a.gain_fraction >= b.gain_fraction for a, b in zip(found, found[1:]))
+    assert all(a.gain_fraction >= b.gain_fraction for a, b in itertools.pairwise(found))
 
 
 def change_from_apply(apply: dict, config: dict) -> Change:
     """A suggestion's ``apply`` (run-config keys) as the replay's change, the way a user applies it."""
     size = apply.get("microbatch_size")
     return Change(
-        schedule=apply.get("schedule"), microbatches=apply.get("num_microbatches"),
+        schedule=apply.get("schedule"),
+        microbatches=apply.get("num_microbatches"),
         microbatch_scale=size / config["microbatch_size"] if size else 1.0,
         stages_per_rank=apply.get("virtual_stages"),
         layers_per_stage=tuple(apply["layers_per_stage"]) if "layers_per_stage" in apply else None,
@@ -133,10 +152,14 @@ def test_every_pipeline_suggestion_says_all_it_changes() -> None:
 def test_communication_placement_and_stragglers_are_suggested() -> None:
     run = measured(uniform_costs(2, 1 * MS, 2 * MS), m=8)
     step = simulate(run.setup).step_ns
-    found = suggest(evidence_for(
-        run, exposed_comm_ns={"dp": 0.2 * step, "tp": 0.1 * step}, tp_hosts_per_group=2,
-        stragglers=[StragglerNote(1, "node-7", 1.4, "rank 1 is 1.4x its peers on 9 of 10 steps")],
-    ))
+    found = suggest(
+        evidence_for(
+            run,
+            exposed_comm_ns={"dp": 0.2 * step, "tp": 0.1 * step},
+            tp_hosts_per_group=2,
+            stragglers=[StragglerNote(1, "node-7", 1.4, "rank 1 is 1.4x its peers on 9 of 10 steps")],
+        )
+    )
     kinds = {s.kind: s for s in found}
     assert kinds["overlap_dp_communication"].predicted_step_ns == pytest.approx(0.8 * step)
     assert "--overlap-grad-reduce" in kinds["overlap_dp_communication"].megatron
@@ -168,16 +191,18 @@ def test_memory_pressure_is_priced_by_the_planner() -> None:
 
 
 def test_fixed_part_of_an_action_is_kept_when_layers_move_or_micro_batches_shrink() -> None:
-    from bubblescope.analysis.pipeline_profile import StepSpans, measure_pipeline
     from bubblescope.analysis.model import TimedSpan
+    from bubblescope.analysis.pipeline_profile import StepSpans, measure_pipeline
     from bubblescope.analysis.whatif import Change, predict
 
     # stage 0: 3 layers, stage 1: 1 layer; each action costs 1 ms fixed + 1 ms (F) / 2 ms (B) per layer
     spans = []
     for stage, layers, start in ((0, 3, 0), (1, 1, 50 * MS)):
         f, b = (1 + layers) * MS, (1 + 2 * layers) * MS
-        spans += [TimedSpan(stage, "forward", int(start), int(start + f), stage, 0),
-                  TimedSpan(stage, "backward", int(start + f), int(start + f + b), stage, 0)]
+        spans += [
+            TimedSpan(stage, "forward", int(start), int(start + f), stage, 0),
+            TimedSpan(stage, "backward", int(start + f), int(start + f + b), stage, 0),
+        ]
     windows = {0: (0, int(100 * MS)), 1: (0, int(100 * MS))}
     config = {"schedule": "gpipe", "num_stages": 2, "num_microbatches": 1, "layers_per_stage": [3, 1]}
     run = measure_pipeline([StepSpans(1, spans, windows)], config)
@@ -185,10 +210,15 @@ def test_fixed_part_of_an_action_is_kept_when_layers_move_or_micro_batches_shrin
     assert run.layer_costs == (StageCost(1 * MS, 2 * MS),) * 4
     moved = predict(run, Change(layers_per_stage=(2, 2)))
     forwards = {t.rank: t.end_ns - t.start_ns for t in moved.result.timeline if t.action.kind == "F"}
-    assert forwards == {0: pytest.approx(3 * MS + run.setup.action_overhead_ns), 1: pytest.approx(3 * MS + run.setup.action_overhead_ns)}
+    assert forwards == {
+        0: pytest.approx(3 * MS + run.setup.action_overhead_ns),
+        1: pytest.approx(3 * MS + run.setup.action_overhead_ns),
+    }
     halved = predict(run, Change(microbatches=2, microbatch_scale=0.5))
     first_forward = next(t for t in halved.result.timeline if t.rank == 0 and t.action.kind == "F")
-    assert first_forward.end_ns - first_forward.start_ns == pytest.approx(1 * MS + 1.5 * MS + run.setup.action_overhead_ns)
+    assert first_forward.end_ns - first_forward.start_ns == pytest.approx(
+        1 * MS + 1.5 * MS + run.setup.action_overhead_ns
+    )
 
 
 def test_step_overhead_follows_the_layers_of_the_rank_holding_the_most_when_layers_move() -> None:
@@ -200,9 +230,11 @@ def test_step_overhead_follows_the_layers_of_the_rank_holding_the_most_when_laye
     # Rank 0 holds 5 layers, rank 1 one; rank 0's 15 ms ends the step.
     spans, windows = [], {}
     for rank, layers, start, end in ((0, 5, 2, 60), (1, 1, 10, 70)):
-        spans += [TimedSpan(rank, "forward", int(start * MS), int((start + 10) * MS), rank, 0),
-                  TimedSpan(rank, "backward", int((start + 10) * MS), int(end * MS), rank, 0),
-                  TimedSpan(rank, "all_reduce", int(end * MS), int((end + 4) * MS))]
+        spans += [
+            TimedSpan(rank, "forward", int(start * MS), int((start + 10) * MS), rank, 0),
+            TimedSpan(rank, "backward", int((start + 10) * MS), int(end * MS), rank, 0),
+            TimedSpan(rank, "all_reduce", int(end * MS), int((end + 4) * MS)),
+        ]
         windows[rank] = (0 if rank == 0 else int(8 * MS), int((end + 4 + 3 * layers) * MS))
     config = {"schedule": "gpipe", "num_stages": 2, "num_microbatches": 1, "layers_per_stage": [5, 1]}
     run = measure_pipeline([StepSpans(1, spans, windows)], config)
@@ -216,7 +248,12 @@ def test_step_overhead_follows_the_layers_of_the_rank_holding_the_most_when_laye
 
 
 def test_an_uneven_layer_split_is_given_to_torchtitan_as_module_names_per_stage() -> None:
-    assert torchtitan_layer_split((3, 2, 2, 1)) == {"parallelism.module_fqns_per_model_part": [
-        ["tok_embeddings", "layers.0", "layers.1", "layers.2"], ["layers.3", "layers.4"], ["layers.5", "layers.6"],
-        ["layers.7", "norm", "output"]]}
+    assert torchtitan_layer_split((3, 2, 2, 1)) == {
+        "parallelism.module_fqns_per_model_part": [
+            ["tok_embeddings", "layers.0", "layers.1", "layers.2"],
+            ["layers.3", "layers.4"],
+            ["layers.5", "layers.6"],
+            ["layers.7", "norm", "output"],
+        ]
+    }
     assert torchtitan_layer_split([4, 4]) == {"parallelism.pipeline_parallel_layers_per_stage": 4}

@@ -69,12 +69,15 @@ def test_unmatched_recv_counts_as_transfer_and_overlap_is_not_exposed() -> None:
     assert only.exposed_comm_ns == 60 and only.transfer_ns == 60 and only.idle_ns == 10
 
 
-@pytest.mark.parametrize("schedule,p,m,v,expected", [
-    ("ScheduleGPipe", 4, 8, 1, 3 / 11),
-    ("Schedule1F1B", 2, 4, 1, 1 / 5),
-    ("ScheduleInterleaved1F1B", 4, 8, 2, 1.5 / 9.5),
-    ("naive", 4, 1, 1, 3 / 4),
-])
+@pytest.mark.parametrize(
+    "schedule,p,m,v,expected",
+    [
+        ("ScheduleGPipe", 4, 8, 1, 3 / 11),
+        ("Schedule1F1B", 2, 4, 1, 1 / 5),
+        ("ScheduleInterleaved1F1B", 4, 8, 2, 1.5 / 9.5),
+        ("naive", 4, 1, 1, 3 / 4),
+    ],
+)
 def test_closed_forms(schedule: str, p: int, m: int, v: int, expected: float) -> None:
     floor = closed_form_bubble(schedule, p, m, v)
     assert floor is not None and floor.fraction == pytest.approx(expected)

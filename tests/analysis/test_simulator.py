@@ -1,4 +1,4 @@
-"""The schedule replay against DESIGN.md §5's closed forms, and its orders against torch's own."""
+"""The schedule replay against the registry's closed forms, and its orders against torch's own."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import itertools
 
 import pytest
 
-from bubblescope.analysis.schedules import SCHEDULES, ScheduleError, lookup
+from bubblescope.analysis.schedules import SCHEDULES, ScheduleError, closed_form_bubble, lookup
+from bubblescope.analysis.simulator import PipelineSetup, StageCost, simulate, uniform_costs
 
 
 def build_orders(schedule: str, p: int, m: int, v: int = 1) -> dict:
     return lookup(schedule).build_orders(p, m, v)
-from bubblescope.analysis.schedules import closed_form_bubble
-from bubblescope.analysis.simulator import PipelineSetup, StageCost, simulate, uniform_costs
+
 
 SHAPES = [(p, m) for p in (2, 3, 4, 8) for m in (p, 2 * p, 4 * p)]
 
@@ -22,8 +22,18 @@ def replay(schedule: str, p: int, m: int, v: int, costs: tuple[float, float, flo
 
 
 @pytest.mark.parametrize("p,m", SHAPES)
-@pytest.mark.parametrize("schedule,v", [("gpipe", 1), ("1f1b", 1), ("interleaved1f1b", 2), ("interleaved1f1b", 3),
-                                        ("loopedbfs", 2), ("interleavedzb", 1), ("interleavedzb", 2)])
+@pytest.mark.parametrize(
+    "schedule,v",
+    [
+        ("gpipe", 1),
+        ("1f1b", 1),
+        ("interleaved1f1b", 2),
+        ("interleaved1f1b", 3),
+        ("loopedbfs", 2),
+        ("interleavedzb", 1),
+        ("interleavedzb", 2),
+    ],
+)
 def test_equal_stage_times_give_the_closed_form_exactly(schedule: str, v: int, p: int, m: int) -> None:
     result = simulate(replay(schedule, p, m, v, (1.0, 2.0, 1.0)))  # T_F = T_B(input) = T_W
     floor = closed_form_bubble(schedule, p, m, v)
@@ -49,7 +59,9 @@ def test_naive_model_parallelism_idles_p_minus_1_of_p() -> None:
 
 @pytest.mark.parametrize("forward,backward,weight", [(1, 2, 1), (1, 3, 1), (2, 3, 1), (1, 2, 0.5), (1.5, 2, 0.8)])
 @pytest.mark.parametrize("p", [2, 4, 8])
-def test_zb_h1_idle_per_rank_is_p_minus_1_times_f_plus_b_minus_w(forward: float, backward: float, weight: float, p: int) -> None:
+def test_zb_h1_idle_per_rank_is_p_minus_1_times_f_plus_b_minus_w(
+    forward: float, backward: float, weight: float, p: int
+) -> None:
     result = simulate(replay("interleavedzb", p, 4 * p, 1, (forward, backward, weight)))
     expected = (p - 1) * (forward + (backward - weight) - weight)
     assert sum(result.idle_ns) / p == pytest.approx(expected)
@@ -86,13 +98,16 @@ def test_p2p_latency_and_overheads_lengthen_the_step() -> None:
     assert one_f_one_b.makespan_ns >= base.makespan_ns + 2 * 3 * 0.5  # its steady state waits on round trips too
 
 
-@pytest.mark.parametrize("setup,field", [
-    (PipelineSetup("nope", 2, 2, uniform_costs(2, 1, 2)), "schedule"),
-    (PipelineSetup("1f1b", 2, 0, uniform_costs(2, 1, 2)), "microbatches"),
-    (PipelineSetup("1f1b", 2, 2, uniform_costs(3, 1, 2)), "stage_costs"),
-    (PipelineSetup("zbv", 2, 4, uniform_costs(6, 1, 2), 3), "stages_per_rank"),
-    (PipelineSetup("naive", 2, 4, uniform_costs(2, 1, 2)), "microbatches"),
-])
+@pytest.mark.parametrize(
+    "setup,field",
+    [
+        (PipelineSetup("nope", 2, 2, uniform_costs(2, 1, 2)), "schedule"),
+        (PipelineSetup("1f1b", 2, 0, uniform_costs(2, 1, 2)), "microbatches"),
+        (PipelineSetup("1f1b", 2, 2, uniform_costs(3, 1, 2)), "stage_costs"),
+        (PipelineSetup("zbv", 2, 4, uniform_costs(6, 1, 2), 3), "stages_per_rank"),
+        (PipelineSetup("naive", 2, 4, uniform_costs(2, 1, 2)), "microbatches"),
+    ],
+)
 def test_bad_setups_name_the_field(setup: PipelineSetup, field: str) -> None:
     with pytest.raises(ScheduleError, match=f"^{field}:"):
         simulate(setup)
@@ -107,9 +122,17 @@ def torch_rank_order(class_name: str, p: int, m: int, v: int, rank: int) -> list
     cls = getattr(schedules, class_name)
     plan = cls.__new__(cls)
     rounds = max(1, m // p)
-    for name, value in {"pp_group_size": p, "n_local_stages": v, "_n_microbatches": m, "number_of_rounds": rounds,
-                        "microbatches_per_round": m // rounds, "num_stages": p * v, "_num_stages": p * v,
-                        "_stages": [None] * v, "rank": rank}.items():
+    for name, value in {
+        "pp_group_size": p,
+        "n_local_stages": v,
+        "_n_microbatches": m,
+        "number_of_rounds": rounds,
+        "microbatches_per_round": m // rounds,
+        "num_stages": p * v,
+        "_num_stages": p * v,
+        "_stages": [None] * v,
+        "rank": rank,
+    }.items():
         setattr(plan, name, value)
     flat = []
     for action in plan._calculate_single_rank_operations(rank):
@@ -132,7 +155,14 @@ def test_orders_are_the_ones_torch_runs(schedule: str, p: int, m: int) -> None:
 
 
 def test_every_order_runs_each_action_once() -> None:
-    for schedule, v in [("gpipe", 1), ("1f1b", 1), ("interleaved1f1b", 2), ("interleavedzb", 2), ("zbv", 2), ("dualpipev", 2)]:
+    for schedule, v in [
+        ("gpipe", 1),
+        ("1f1b", 1),
+        ("interleaved1f1b", 2),
+        ("interleavedzb", 2),
+        ("zbv", 2),
+        ("dualpipev", 2),
+    ]:
         for p, m in itertools.product((2, 4), (8, 16)):
             actions = [a for order in build_orders(schedule, p, m, v).values() for a in order]
             assert len(actions) == len(set(actions))

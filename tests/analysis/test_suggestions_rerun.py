@@ -36,8 +36,9 @@ def apply_top_and_rerun(server: LiveServer, base: JobShape, pairs: int = 5) -> t
     return before, top, rerun(server, base, before, top, pairs)
 
 
-def assert_paid_off_in_one_of_two_rounds(server: LiveServer, base: JobShape, suggestion: dict, first: Rerun,
-                                         pairs: int = 5) -> None:
+def assert_paid_off_in_one_of_two_rounds(
+    server: LiveServer, base: JobShape, suggestion: dict, first: Rerun, pairs: int = 5
+) -> None:
     """``assert_paid_off`` on the first round of re-runs, or else on a second, fresh one.
 
     The changed job keeps both ranks busy on this 2-core machine, where the base job leaves one
@@ -69,16 +70,26 @@ def rerun(server: LiveServer, base: JobShape, before: dict, suggestion: dict, pa
         after_runs.append(run_and_analyse(server.url, client, target)[1]["step_ns"])
         if index + 1 < pairs:
             befores.append(run_and_analyse(server.url, client, base)[1])
-    predicted = [s["predicted_step_ns"] for analysis in befores for s in analysis["suggestions"]
-                 if s["apply"] == suggestion["apply"]]
+    predicted = [
+        s["predicted_step_ns"]
+        for analysis in befores
+        for s in analysis["suggestions"]
+        if s["apply"] == suggestion["apply"]
+    ]
     runs = ", ".join(f"{b['step_ns'] / 1e6:.0f}/{a / 1e6:.0f}" for b, a in zip(befores, after_runs))
-    return Rerun(statistics.median(b["step_ns"] for b in befores), statistics.median(after_runs),
-                 statistics.median(predicted), runs)
+    return Rerun(
+        statistics.median(b["step_ns"] for b in befores),
+        statistics.median(after_runs),
+        statistics.median(predicted),
+        runs,
+    )
 
 
 def assert_paid_off(suggestion: dict, measured: Rerun) -> None:
-    report = (f"before {measured.before_ns / 1e6:.1f} ms, predicted {measured.predicted_ns / 1e6:.1f} ms, "
-              f"after {measured.after_ns / 1e6:.1f} ms ({suggestion['title']}); runs before/after: {measured.runs} ms")
+    report = (
+        f"before {measured.before_ns / 1e6:.1f} ms, predicted {measured.predicted_ns / 1e6:.1f} ms, "
+        f"after {measured.after_ns / 1e6:.1f} ms ({suggestion['title']}); runs before/after: {measured.runs} ms"
+    )
     print(report)
     assert measured.after_ns < measured.before_ns, report
     assert abs(measured.predicted_ns - measured.after_ns) / measured.after_ns <= TOLERANCE, report

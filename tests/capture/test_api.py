@@ -16,8 +16,16 @@ BASE_NS = 1_700_000_000_000_000_000
 def steps_batch(key: str, rank: int, seq: int, steps: range) -> dict[str, Any]:
     """A batch of step aggregates only (no spans), as the collector sends for unsampled steps."""
     aggregates = [
-        {"step": s, "start_ns": BASE_NS + s * 1_000_000, "end_ns": BASE_NS + s * 1_000_000 + 900_000,
-         "compute_ns": 900_000, "comm_ns": 0, "exposed_comm_ns": 0, "idle_ns": 0, "span_count": 0}
+        {
+            "step": s,
+            "start_ns": BASE_NS + s * 1_000_000,
+            "end_ns": BASE_NS + s * 1_000_000 + 900_000,
+            "compute_ns": 900_000,
+            "comm_ns": 0,
+            "exposed_comm_ns": 0,
+            "idle_ns": 0,
+            "span_count": 0,
+        }
         for s in steps
     ]
     empty: dict[str, list[Any]] = {"step": [], "kind": [], "start_ns": [], "end_ns": []}
@@ -59,13 +67,16 @@ def test_bad_capture_requests_name_the_field_and_store_nothing(server: LiveServe
 
 def test_capture_of_an_unknown_run_or_a_malformed_body_is_refused(server: LiveServer) -> None:
     with server.client() as client:
-        assert_names(client.post("/api/v1/runs/no-such-run/capture", json={"steps": 5}), 404,
-                     ["path", "run_key"], "no run")
-        assert_names(client.post("/api/v1/runs/bad key!/capture", json={"steps": 5}), 422,
-                     ["path", "run_key"], "pattern")
+        assert_names(
+            client.post("/api/v1/runs/no-such-run/capture", json={"steps": 5}), 404, ["path", "run_key"], "no run"
+        )
+        assert_names(
+            client.post("/api/v1/runs/bad key!/capture", json={"steps": 5}), 422, ["path", "run_key"], "pattern"
+        )
         key = register(client)
-        malformed = client.post(f"/api/v1/runs/{key}/capture", content=b'{"steps": ',
-                                headers={"Content-Type": "application/json"})
+        malformed = client.post(
+            f"/api/v1/runs/{key}/capture", content=b'{"steps": ', headers={"Content-Type": "application/json"}
+        )
         assert_names(malformed, 400, ["body"], "malformed JSON")
 
 
@@ -75,8 +86,8 @@ def test_from_step_leads_the_newest_step_by_three_batches_and_ingest_answers_car
         first = capture(client, key, 7)
         assert first == {"id": first["id"], "steps": 7, "from_step": 0}  # nothing ingested yet
 
-        ingest(client, key, rank=0, seq=0, steps=range(0, 10))
-        ingest(client, key, rank=1, seq=0, steps=range(0, 5))
+        ingest(client, key, rank=0, seq=0, steps=range(10))
+        ingest(client, key, rank=1, seq=0, steps=range(5))
         second = capture(client, key, 5)
         assert second["from_step"] == 9 + 1 + 3 * 10 and second["id"] > first["id"]
         pending = [{"id": second["id"], "from_step": 40, "steps": 5}]

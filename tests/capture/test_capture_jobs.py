@@ -20,8 +20,10 @@ STEPS, CAPTURE_STEPS, SPANS = 240, 20, 20
 def steps_with_spans_per_rank(db_url: str, run_key: str) -> dict[int, dict[int, int]]:
     """rank -> step -> number of spans stored."""
     engine = create_engine(db_url)
-    query = text("SELECT s.rank, s.step, count(*) FROM spans s JOIN runs r ON r.id = s.run_id "
-                 "WHERE r.key = :key GROUP BY s.rank, s.step")
+    query = text(
+        "SELECT s.rank, s.step, count(*) FROM spans s JOIN runs r ON r.id = s.run_id "
+        "WHERE r.key = :key GROUP BY s.rank, s.step"
+    )
     try:
         with engine.connect() as connection:
             rows = connection.execute(query, {"key": run_key}).all()
@@ -46,8 +48,18 @@ def test_a_capture_request_mid_run_gives_every_rank_full_spans_of_the_same_k_ste
     server: LiveServer, tmp_path: Path
 ) -> None:
     run_key = f"capture-{uuid.uuid4().hex[:8]}"
-    loop = ["--steps", str(STEPS), "--spans", str(SPANS), "--work", "300", "--sleep-s", "0.02",
-            "--full-spans-every", "1000"]
+    loop = [
+        "--steps",
+        str(STEPS),
+        "--spans",
+        str(SPANS),
+        "--work",
+        "300",
+        "--sleep-s",
+        "0.02",
+        "--full-spans-every",
+        "1000",
+    ]
     processes = []
     for rank in (0, 1):
         env = {"RANK": str(rank), "WORLD_SIZE": "2", "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.1"}
@@ -64,7 +76,7 @@ def test_a_capture_request_mid_run_gives_every_rank_full_spans_of_the_same_k_ste
         for rank_dir, process in processes:
             read_report(rank_dir, run_key, process)
     first = request["from_step"]
-    assert request["steps"] == CAPTURE_STEPS and 30 < first and first + CAPTURE_STEPS <= STEPS, request
+    assert request["steps"] == CAPTURE_STEPS and first > 30 and first + CAPTURE_STEPS <= STEPS, request
 
     expected = {0} | set(range(first, first + CAPTURE_STEPS))  # step 0 by the every-1000th sampling
     stored = steps_with_spans_per_rank(server.db_url, run_key)
@@ -83,8 +95,20 @@ def test_junk_in_the_capture_answers_is_ignored(sqlite_server: LiveServer, tmp_p
     run_key = f"junk-captures-{uuid.uuid4().hex[:8]}"
     server = MisbehavingServer("bad_captures", upstream=sqlite_server.url).start()
     try:
-        process, _ = launch(tmp_path, server.url, run_key, "--steps", "150", "--work", "300", "--sleep-s", "0.005",
-                            "--full-spans-every", "1000", env={"BUBBLESCOPE_FLUSH_INTERVAL_S": "0.03"})
+        process, _ = launch(
+            tmp_path,
+            server.url,
+            run_key,
+            "--steps",
+            "150",
+            "--work",
+            "300",
+            "--sleep-s",
+            "0.005",
+            "--full-spans-every",
+            "1000",
+            env={"BUBBLESCOPE_FLUSH_INTERVAL_S": "0.03"},
+        )
         report = read_report(tmp_path, run_key, process)
     finally:
         server.stop()

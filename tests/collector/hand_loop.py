@@ -88,11 +88,12 @@ class RunQueueClock:
         if self._fd is None:
             return 0
         size = self._pread(self._fd, self._buffer, len(self._buffer), 0)
-        return int(self._buffer.raw[:max(0, size)].split()[1])
+        return int(self._buffer.raw[: max(0, size)].split()[1])
 
 
-def timed(step: Any, args: argparse.Namespace, count: int, cpu: list[float], waited: list[float],
-          clock: RunQueueClock) -> list[float]:
+def timed(
+    step: Any, args: argparse.Namespace, count: int, cpu: list[float], waited: list[float], clock: RunQueueClock
+) -> list[float]:
     """Run ``count`` steps; returns their wall times, appends their thread CPU times to ``cpu``
     and the time they waited for a CPU (other processes running) to ``waited``."""
     times: list[float] = []
@@ -107,8 +108,13 @@ def timed(step: Any, args: argparse.Namespace, count: int, cpu: list[float], wai
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    collector.init(run="hand-loop", url=args.url, spool_dir=args.spool, run_key=args.run_key,
-                   full_spans_every=args.full_spans_every)
+    collector.init(
+        run="hand-loop",
+        url=args.url,
+        spool_dir=args.spool,
+        run_key=args.run_key,
+        full_spans_every=args.full_spans_every,
+    )
     session = collector._session  # test probe: the drop counter is read after shutdown
     threads_after_init = sorted(thread.name for thread in threading.enumerate())
     instrumented: list[float] = []

@@ -48,7 +48,7 @@ class LoopReport:
 
     def figures(self) -> str:
         """Step-time figures in ms, for assertion messages and the log."""
-        ms = lambda seconds: f"{seconds * 1e3:.2f} ms"  # noqa: E731
+        ms = lambda seconds: f"{seconds * 1e3:.2f} ms"
         median = statistics.median
         return (
             f"wall median {ms(median(self.instrumented_s))} vs baseline {ms(median(self.baseline_s))}, "
@@ -86,11 +86,21 @@ def launch(
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """Start the hand-written loop; returns the process and the path its report will have."""
     report = tmp_path / f"{run_key}.json"
-    command = [sys.executable, "-m", "tests.collector.hand_loop", "--spool", str(tmp_path / "spool"),
-               "--run-key", run_key, "--report", str(report), *args]
+    command = [
+        sys.executable,
+        "-m",
+        "tests.collector.hand_loop",
+        "--spool",
+        str(tmp_path / "spool"),
+        "--run-key",
+        run_key,
+        "--report",
+        str(report),
+        *args,
+    ]
     if url is not None:
         command += ["--url", url]
-    log = open(tmp_path / f"{run_key}.log", "wb")
+    log = open(tmp_path / f"{run_key}.log", "wb")  # noqa: SIM115 (the job writes it until it ends)
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     process = subprocess.Popen(command, cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT)
     return process, report

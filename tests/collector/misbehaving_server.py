@@ -27,16 +27,26 @@ from tests.support import free_port
 
 MODES = ("proxy", "slow", "error", "garbage", "wrong_json", "drop", "half", "bad_captures")
 JUNK_CAPTURES: list[object] = [
-    "all of them", None, 7, {"id": 1, "from_step": 3, "steps": 5}, [None, "x", 3.5],
-    [{"id": "1", "from_step": 3, "steps": 5}], [{"id": 1, "from_step": -3, "steps": 5}],
-    [{"id": 1, "from_step": 3, "steps": True}], [{"id": 1, "from_step": 3.0, "steps": 5}],
-    [{"id": 1, "from_step": 3, "steps": 0}], [{"from_step": 3, "steps": 5}], [[1, 3, 5]],
+    "all of them",
+    None,
+    7,
+    {"id": 1, "from_step": 3, "steps": 5},
+    [None, "x", 3.5],
+    [{"id": "1", "from_step": 3, "steps": 5}],
+    [{"id": 1, "from_step": -3, "steps": 5}],
+    [{"id": 1, "from_step": 3, "steps": True}],
+    [{"id": 1, "from_step": 3.0, "steps": 5}],
+    [{"id": 1, "from_step": 3, "steps": 0}],
+    [{"from_step": 3, "steps": 5}],
+    [[1, 3, 5]],
     [{"id": 1, "from_step": 2**70, "steps": 5}],
 ]
 
 
 def _reply(status: str, content_type: str, body: bytes) -> bytes:
-    head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
     return head.encode() + body
 
 
@@ -71,7 +81,9 @@ class _Handler(socketserver.StreamRequestHandler):
         elif mode == "wrong_json":
             self.wfile.write(_reply("200 OK", "application/json", b'{"status": "ok", "items": []}'))
         elif mode == "half":
-            whole = _reply("202 Accepted", "application/json", b'{"stored_spans": 1, "stored_steps": 1, "duplicate": false}')
+            whole = _reply(
+                "202 Accepted", "application/json", b'{"stored_spans": 1, "stored_steps": 1, "duplicate": false}'
+            )
             self.wfile.write(whole[: len(whole) - 30])
             self.wfile.flush()
             self.connection.shutdown(socket.SHUT_RDWR)

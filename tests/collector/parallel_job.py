@@ -22,11 +22,11 @@ for _arg in sys.argv:
     if _arg.startswith("--skew=") and _arg.split("=")[1].split(":")[0] == os.environ.get("RANK"):
         os.environ["BUBBLESCOPE_CLOCK_SKEW_NS"] = str(int(float(_arg.split(":")[1]) * 1e6))
 
-import torch
-import torch.distributed as dist
-from torch import nn
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
 
-from bubblescope import collector
+from bubblescope import collector  # noqa: E402
 
 HIDDEN = 64
 
@@ -209,8 +209,11 @@ def hybrid(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", required=True,
-                        choices=["naive", "ddp", "fsdp", "tp", "collectives", "compiled", "hybrid2d", "hybrid3d"])
+    parser.add_argument(
+        "--mode",
+        required=True,
+        choices=["naive", "ddp", "fsdp", "tp", "collectives", "compiled", "hybrid2d", "hybrid3d"],
+    )
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--batch", type=int, default=16)
@@ -218,8 +221,12 @@ def main() -> None:
     parser.add_argument("--no-collector", action="store_true")
     parser.add_argument("--skew", default=None, help="RANK:MS shifts that rank's clock by MS milliseconds")
     parser.add_argument("--disable-rank", type=int, default=None, help="this rank never initialises the collector")
-    parser.add_argument("--raise-at", type=lambda text: tuple(map(int, text.split(":"))), default=None,
-                        help="RANK:STEP (naive mode): that rank raises before that step")
+    parser.add_argument(
+        "--raise-at",
+        type=lambda text: tuple(map(int, text.split(":"))),
+        default=None,
+        help="RANK:STEP (naive mode): that rank raises before that step",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -227,8 +234,16 @@ def main() -> None:
         os.environ["BUBBLESCOPE_DISABLED"] = "1"
     if not args.no_collector:
         collector.init(run=f"parallel-{args.mode}", full_spans_every=1)
-    runner = {"naive": naive, "ddp": data_parallel, "fsdp": data_parallel, "tp": tp,
-              "collectives": every_collective, "compiled": compiled, "hybrid2d": hybrid, "hybrid3d": hybrid}[args.mode]
+    runner = {
+        "naive": naive,
+        "ddp": data_parallel,
+        "fsdp": data_parallel,
+        "tp": tp,
+        "collectives": every_collective,
+        "compiled": compiled,
+        "hybrid2d": hybrid,
+        "hybrid3d": hybrid,
+    }[args.mode]
     runner(args)
     collector.shutdown()
     dist.barrier()

@@ -40,9 +40,17 @@ def test_the_number_of_windows_is_bounded() -> None:
 
 def test_malformed_answers_are_ignored() -> None:
     windows = CaptureWindows()
-    for junk in ("x", None, 5, {"id": 1, "from_step": 3, "steps": 5}, [None, 3.5, "x"],
-                 [{"id": "1", "from_step": 3, "steps": 5}], [{"id": 1, "from_step": -1, "steps": 5}],
-                 [{"id": 1, "from_step": 3, "steps": True}], [{"id": 1, "from_step": 3, "steps": 0}],
-                 [{"id": 1, "from_step": 2**70, "steps": 1}]):
+    for junk in (
+        "x",
+        None,
+        5,
+        {"id": 1, "from_step": 3, "steps": 5},
+        [None, 3.5, "x"],
+        [{"id": "1", "from_step": 3, "steps": 5}],
+        [{"id": 1, "from_step": -1, "steps": 5}],
+        [{"id": 1, "from_step": 3, "steps": True}],
+        [{"id": 1, "from_step": 3, "steps": 0}],
+        [{"id": 1, "from_step": 2**70, "steps": 1}],
+    ):
         windows.learn({"captures": junk})
     assert len(windows) == 0

@@ -17,8 +17,15 @@ STEPS = 6
 
 @pytest.fixture(scope="module")
 def skewed(sqlite_server: LiveServer) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
-    job = run_parallel_job(sqlite_server.url, "naive", 2, f"--steps={STEPS}", "--batch=256", f"--skew=1:{SKEW_MS}",
-                           extra_env={"BUBBLESCOPE_CLOCK_RESYNC_STEPS": "2"})
+    job = run_parallel_job(
+        sqlite_server.url,
+        "naive",
+        2,
+        f"--steps={STEPS}",
+        "--batch=256",
+        f"--skew=1:{SKEW_MS}",
+        extra_env={"BUBBLESCOPE_CLOCK_RESYNC_STEPS": "2"},
+    )
     assert job.returncode == 0, job.output[-3000:]
     with sqlite_server.client() as client:
         detail = wait_for_steps(client, job.run_key, ranks=2, steps=STEPS)
@@ -40,12 +47,18 @@ def test_raw_timestamps_break_dependency_order_and_the_aligned_timeline_restores
     the aligned timeline keeps that order within the offset's stated uncertainty (the gap it must
     restore is the activation's transfer, about 0.1 ms; the skew it removes is 500 ms)."""
     key, _detail, steps = skewed
-    raw = run_rows(sqlite_server.db_url, key,
-                   "SELECT step, rank, kind, start_ns, end_ns FROM spans WHERE run_id = {run} "
-                   "AND ((rank = 0 AND kind = 'send') OR (rank = 1 AND kind = 'forward'))")
+    raw = run_rows(
+        sqlite_server.db_url,
+        key,
+        "SELECT step, rank, kind, start_ns, end_ns FROM spans WHERE run_id = {run} "
+        "AND ((rank = 0 AND kind = 'send') OR (rank = 1 AND kind = 'forward'))",
+    )
     raw_by = {(step, rank): (start, end) for step, rank, _kind, start, end in raw}
-    uncertainty = dict(run_rows(sqlite_server.db_url, key,
-                                "SELECT step, clock_uncertainty_ns FROM steps WHERE run_id = {run} AND rank = 1"))
+    uncertainty = dict(
+        run_rows(
+            sqlite_server.db_url, key, "SELECT step, clock_uncertainty_ns FROM steps WHERE run_id = {run} AND rank = 1"
+        )
+    )
     for step in range(STEPS):
         assert raw_by[(step, 1)][0] < raw_by[(step, 0)][0]  # raw: rank 1 "computes" before its input left
     for detail in steps:
@@ -58,9 +71,11 @@ def test_raw_timestamps_break_dependency_order_and_the_aligned_timeline_restores
 
 def test_offsets_are_re_estimated_periodically_and_stored_per_step(skewed: tuple, sqlite_server: LiveServer) -> None:
     key, _detail, _steps = skewed
-    rows = run_rows(sqlite_server.db_url, key,
-                    "SELECT step, clock_offset_ns, clock_uncertainty_ns FROM steps WHERE run_id = {run} AND rank = 1 "
-                    "ORDER BY step")
+    rows = run_rows(
+        sqlite_server.db_url,
+        key,
+        "SELECT step, clock_offset_ns, clock_uncertainty_ns FROM steps WHERE run_id = {run} AND rank = 1 ORDER BY step",
+    )
     assert [step for step, _o, _u in rows] == list(range(STEPS))
     offsets = [offset for _s, offset, _u in rows]
     assert all(abs(offset - SKEW_MS * 1e6) < 3_000_000 for offset in offsets), offsets
@@ -71,8 +86,15 @@ def test_offsets_are_re_estimated_periodically_and_stored_per_step(skewed: tuple
 
 def test_a_rank_that_never_initialises_the_collector_does_not_hang_the_others(sqlite_server: LiveServer) -> None:
     started = time.monotonic()
-    job = run_parallel_job(sqlite_server.url, "naive", 2, "--steps=3", "--disable-rank=1",
-                           extra_env={"BUBBLESCOPE_CLOCK_HANDSHAKE_TIMEOUT_S": "3"}, timeout_s=120)
+    job = run_parallel_job(
+        sqlite_server.url,
+        "naive",
+        2,
+        "--steps=3",
+        "--disable-rank=1",
+        extra_env={"BUBBLESCOPE_CLOCK_HANDSHAKE_TIMEOUT_S": "3"},
+        timeout_s=120,
+    )
     assert job.returncode == 0, job.output[-3000:]
     assert time.monotonic() - started < 60
     with sqlite_server.client() as client:

@@ -36,8 +36,9 @@ SCRIPT = textwrap.dedent(
 
 def run_script(url: str, spool: Path, run_key: str) -> tuple[int, str, float]:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", SCRIPT, url, str(spool), run_key],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, url, str(spool), run_key], capture_output=True, text=True, timeout=120
+    )
     return done.returncode, done.stdout + done.stderr, time.monotonic() - started
 
 
@@ -97,9 +98,18 @@ def test_spooled_steps_are_sent_once_the_server_is_back_during_the_job(tmp_path:
 
     port = free_port()
     signal, server_up = tmp_path / "signal", tmp_path / "server-up"
-    job = subprocess.Popen([sys.executable, "-c", RESUME_SCRIPT, f"http://127.0.0.1:{port}",
-                            str(tmp_path / "spool"), str(signal), str(server_up)],
-                           env={**os.environ, "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.1"})
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            RESUME_SCRIPT,
+            f"http://127.0.0.1:{port}",
+            str(tmp_path / "spool"),
+            str(signal),
+            str(server_up),
+        ],
+        env={**os.environ, "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.1"},
+    )
     deadline = time.monotonic() + 60
     while not signal.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -142,8 +152,12 @@ PAUSED_SCRIPT = textwrap.dedent(
 
 
 def test_paused_blocks_record_no_step_span_or_collective(sqlite_server: LiveServer, tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", PAUSED_SCRIPT, sqlite_server.url, str(tmp_path / "spool"),
-                           str(free_port())], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", PAUSED_SCRIPT, sqlite_server.url, str(tmp_path / "spool"), str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     with sqlite_server.client() as client:
         steps = client.get("/api/v1/runs/paused-1").json()["steps"]
@@ -151,4 +165,5 @@ def test_paused_blocks_record_no_step_span_or_collective(sqlite_server: LiveServ
         spans = {s["step"]: client.get(f"/api/v1/runs/paused-1/steps/{s['step']}").json()["spans"] for s in steps}
     for step, recorded in spans.items():
         assert sorted((s["kind"], s["microbatch"]) for s in recorded) == sorted(
-            [("all_reduce", None), ("forward", step if step < 2 else step + 2)]), (step, recorded)
+            [("all_reduce", None), ("forward", step if step < 2 else step + 2)]
+        ), (step, recorded)

@@ -20,8 +20,12 @@ RSS_GROWTH_LIMIT = 16 * 1024 * 1024
 
 
 def run_bench(*args: str) -> dict:
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "collector_memory.py"), "--json", *args],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "collector_memory.py"), "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -56,9 +56,14 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
         pipelining.detach()
         document = {
             "tagging_in_place": tagging_in_place,
-            "records": [{"step": r.step, "detailed": r.detailed,
-                         "spans": [[row[1], row[4], row[5], row[6], row[7], row[9]] for row in r.spans]}
-                        for r in records],
+            "records": [
+                {
+                    "step": r.step,
+                    "detailed": r.detailed,
+                    "spans": [[row[1], row[4], row[5], row[6], row[7], row[9]] for row in r.spans],
+                }
+                for r in records
+            ],
         }
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(document))
     finally:
@@ -86,18 +91,20 @@ def test_only_steps_that_travel_in_full_tag_their_p2p_spans_and_the_others_still
             # kind, stage, micro-batch, peer, bytes, direction (a blocked send's continuation: 0 bytes)
             assert p2p and all(span[3] == peer and span[4] >= 0 for span in p2p), (rank, record["step"])
             if record["detailed"]:
-                assert all(span[1] == rank and span[2] in range(MICROBATCHES) and span[5] in ("fwd", "bwd")
-                           for span in p2p), (rank, record["step"], p2p)
+                assert all(
+                    span[1] == rank and span[2] in range(MICROBATCHES) and span[5] in ("fwd", "bwd") for span in p2p
+                ), (rank, record["step"], p2p)
             else:
                 assert all(span[1] is None and span[2] is None and span[5] is None for span in p2p), p2p
-            computed = sorted((span[0], span[1], span[2]) for span in record["spans"] if span[0] != "recv"
-                              and span[0] != "send")
-            assert computed == sorted((kind, rank, mb) for kind in ("forward", "backward")
-                                      for mb in range(MICROBATCHES)), (rank, record["step"])
+            computed = sorted(
+                (span[0], span[1], span[2]) for span in record["spans"] if span[0] != "recv" and span[0] != "send"
+            )
+            assert computed == sorted(
+                (kind, rank, mb) for kind in ("forward", "backward") for mb in range(MICROBATCHES)
+            ), (rank, record["step"])
         # After step 0 (shape inference exchanges), every step has the same transfers, tagged or not
         # (continuations of blocked sends come and go with the timing).
-        shapes = {tuple(sorted(Counter((s[0], s[3], s[4]) for s in p2p_spans(r) if s[4]).items()))
-                  for r in records[1:]}
+        shapes = {tuple(sorted(Counter((s[0], s[3], s[4]) for s in p2p_spans(r) if s[4]).items())) for r in records[1:]}
         assert len(shapes) == 1, (rank, shapes)
         received = Counter(span[5] for span in p2p_spans(records[DETAILED_EVERY]) if span[0] == "recv")
         assert received == Counter({"bwd" if rank == 0 else "fwd": MICROBATCHES}), received

@@ -32,8 +32,9 @@ def schedule_jobs(sqlite_server: LiveServer) -> dict[str, tuple[dict[str, Any], 
     results = {}
     with sqlite_server.client() as client:
         for schedule in MULTI_STAGE:
-            job = run_pipeline_job(sqlite_server.url, stages=RANKS, schedule=schedule,
-                                   microbatches=MICROBATCHES, steps=STEPS, hidden=256)
+            job = run_pipeline_job(
+                sqlite_server.url, stages=RANKS, schedule=schedule, microbatches=MICROBATCHES, steps=STEPS, hidden=256
+            )
             assert job.returncode == 0, (schedule, job.output[-3000:])
             detail = wait_for_steps(client, job.run_key, ranks=RANKS, steps=STEPS)
             steps = [client.get(f"/api/v1/runs/{job.run_key}/steps/{s['step']}").json() for s in detail["steps"]]
@@ -75,8 +76,11 @@ def test_cross_rank_transfers_are_recorded_per_virtual_stage(schedule_jobs: dict
     placement = {stage: rank for rank in range(RANKS) for stage in local_stage_indices(schedule, rank, RANKS)}
     last = 2 * RANKS - 1
     for step in steps:
-        received = Counter((s["rank"], s["stage"], s["name"], s["peer"]) for s in step["spans"]
-                           if s["kind"] == "recv" and s["name"] in ("fwd", "bwd"))  # not the warm-up exchanges
+        received = Counter(
+            (s["rank"], s["stage"], s["name"], s["peer"])
+            for s in step["spans"]
+            if s["kind"] == "recv" and s["name"] in ("fwd", "bwd")
+        )  # not the warm-up exchanges
         expected: Counter = Counter()
         for stage, rank in placement.items():
             if stage > 0 and placement[stage - 1] != rank:

@@ -20,7 +20,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available() or not torch.distributed.is_nccl_available(), reason="no CUDA GPU with NCCL here")
+    not torch.cuda.is_available() or not torch.distributed.is_nccl_available(), reason="no CUDA GPU with NCCL here"
+)
 
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
@@ -72,7 +73,8 @@ def slow_gpu_work(a: Any, products: int = 20) -> Any:
 
 
 def test_nccl_collectives_are_timed_after_the_gpu_work_before_them_not_at_their_launch(
-        nccl_world_of_one: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    nccl_world_of_one: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from bubblescope.collector import collectives
 
     records: list[StepRecord] = []

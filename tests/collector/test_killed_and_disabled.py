@@ -47,8 +47,19 @@ def test_a_job_killed_while_the_server_is_down_leaves_a_spool_that_upload_spool_
     corrupt.write_bytes(b"\x1f\x8b garbage without a header line")
 
     upload = subprocess.run(
-        [sys.executable, "-m", "bubblescope.cli", "upload-spool", "--url", sqlite_server.url, "--spool-dir", str(spool)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "bubblescope.cli",
+            "upload-spool",
+            "--url",
+            sqlite_server.url,
+            "--spool-dir",
+            str(spool),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert upload.returncode == 0, upload.stdout + upload.stderr
     assert "rejected 0, still spooled 0" in upload.stdout, upload.stdout
@@ -69,8 +80,18 @@ def test_disabled_collector_starts_no_thread_and_sends_nothing(sqlite_server: Li
     run_key = f"disabled-{uuid.uuid4().hex[:8]}"
     server = MisbehavingServer("proxy", upstream=sqlite_server.url).start()  # counts every request
     try:
-        process, _ = launch(tmp_path, server.url, run_key, "--steps", "200", "--baseline-steps", "100",
-                            "--work", "3000", env={"BUBBLESCOPE_DISABLED": "1", "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.05"})
+        process, _ = launch(
+            tmp_path,
+            server.url,
+            run_key,
+            "--steps",
+            "200",
+            "--baseline-steps",
+            "100",
+            "--work",
+            "3000",
+            env={"BUBBLESCOPE_DISABLED": "1", "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.05"},
+        )
         report = read_report(tmp_path, run_key, process)
         time.sleep(0.2)
     finally:

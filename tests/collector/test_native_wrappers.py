@@ -33,9 +33,14 @@ from tests.support import free_port
 
 STEPS = 3
 MICROBATCHES = 4
-IMPLEMENTATIONS = [pytest.param(None, id="python"),
-                   pytest.param(native.hotpath, id="c", marks=pytest.mark.skipif(
-                       native.hotpath is None, reason="the C hot path is not built here"))]
+IMPLEMENTATIONS = [
+    pytest.param(None, id="python"),
+    pytest.param(
+        native.hotpath,
+        id="c",
+        marks=pytest.mark.skipif(native.hotpath is None, reason="the C hot path is not built here"),
+    ),
+]
 
 
 def _rank_main(rank: int, world: int, port: int, schedule_name: str, out_dir: str) -> None:
@@ -75,8 +80,10 @@ def _rank_main(rank: int, world: int, port: int, schedule_name: str, out_dir: st
             "native": job_pipelining.hotpath is not None,
             # every field but the step's times; a blocked send's continuation (0 bytes) comes and
             # goes with the timing, so it is left out
-            "rows": [[list(row[:2]) + list(row[4:]) for row in record.spans if not (row[1] == "send" and row[7] == 0)]
-                     for record in records],
+            "rows": [
+                [list(row[:2]) + list(row[4:]) for row in record.spans if not (row[1] == "send" and row[7] == 0)]
+                for record in records
+            ],
         }
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(document))
     finally:
@@ -106,13 +113,17 @@ def test_c_and_python_wrappers_record_the_same_rows_in_a_real_job(tmp_path: Path
         assert c_job[rank]["native"] and not python_job[rank]["native"]
         c_rows, python_rows = c_job[rank]["rows"], python_job[rank]["rows"]
         kinds = {row[1] for step in c_rows for row in step}
-        expected = {"forward", "backward", "send", "recv"} if schedule_name == "1f1b" else {
-            "forward", "backward_input", "backward_weight", "send", "recv"}
+        expected = (
+            {"forward", "backward", "send", "recv"}
+            if schedule_name == "1f1b"
+            else {"forward", "backward_input", "backward_weight", "send", "recv"}
+        )
         assert expected <= kinds, (rank, kinds)
         assert c_rows == python_rows, rank
 
 
 # ---- in-process: both implementations, case by case ------------------------------------------
+
 
 def new_recorder(capacity: int = 100) -> tuple[Recorder, list[int]]:
     dropped: list[int] = []
@@ -121,7 +132,8 @@ def new_recorder(capacity: int = 100) -> tuple[Recorder, list[int]]:
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_a_compute_span_is_recorded_even_when_the_chunk_raises_and_the_error_passes_through(
-        implementation: ModuleType | None) -> None:
+    implementation: ModuleType | None,
+) -> None:
     recorder, _ = new_recorder()
 
     def failing_chunk(chunk_id: int, full_backward: bool = True) -> None:
@@ -135,15 +147,18 @@ def test_a_compute_span_is_recorded_even_when_the_chunk_raises_and_the_error_pas
     with pytest.raises(ValueError, match="chunk 7 failed"):
         backward(chunk_id=7, full_backward=0)
     assert [row[:2] + row[4:] for row in recorder.spans] == [
-        (0, "backward_input", 2, 5, None, None, None, None), (0, "backward", 2, 6, None, None, None, None),
-        (0, "backward_input", 2, 7, None, None, None, None)]
+        (0, "backward_input", 2, 5, None, None, None, None),
+        (0, "backward", 2, 6, None, None, None, None),
+        (0, "backward_input", 2, 7, None, None, None, None),
+    ]
     assert all(row[2] <= row[3] for row in recorder.spans)
     assert backward.__wrapped__ is failing_chunk and backward.__name__ == "failing_chunk"
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_a_full_buffer_drops_and_counts_and_a_paused_recorder_records_nothing(
-        implementation: ModuleType | None) -> None:
+    implementation: ModuleType | None,
+) -> None:
     recorder, dropped = new_recorder(capacity=2)
     forward = pipelining._timed(lambda chunk_id: chunk_id * 10, recorder, 0, "forward", native=implementation)
     assert [forward(i) for i in range(3)] == [0, 10, 20]
@@ -212,7 +227,9 @@ def p2p_op(kind: Any, peer: int, elements: int, tag: tuple[Any, ...] | None = No
     return op
 
 
-def p2p_setup(implementation: ModuleType | None, capacity: int = 100) -> tuple[Recorder, Transport, dict[str, Any], Any, Any]:
+def p2p_setup(
+    implementation: ModuleType | None, capacity: int = 100
+) -> tuple[Recorder, Transport, dict[str, Any], Any, Any]:
     """A recorder, the transport, the pipelining state, and the recording batch and wait over them."""
     recorder, _ = new_recorder(capacity)
     transport = Transport()
@@ -235,7 +252,8 @@ def post_and_wait_a_1f1b_pair(recorder: Recorder, transport: Transport, batch: A
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_p2p_batches_become_send_and_recv_spans_with_blocked_sends_stretched_or_continued(
-        one_rank_group: None, implementation: ModuleType | None) -> None:
+    one_rank_group: None, implementation: ModuleType | None
+) -> None:
     recorder, transport, state, batch, wait = p2p_setup(implementation)
     assert batch.__wrapped__ == transport.post
 
@@ -264,7 +282,8 @@ def test_p2p_batches_become_send_and_recv_spans_with_blocked_sends_stretched_or_
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_p2p_wrappers_pass_errors_through_and_record_nothing_while_paused(
-        one_rank_group: None, implementation: ModuleType | None) -> None:
+    one_rank_group: None, implementation: ModuleType | None
+) -> None:
     recorder, transport, state, batch, wait = p2p_setup(implementation)
     transport.fail_posting = True
     with pytest.raises(RuntimeError, match="connection reset"):
@@ -280,7 +299,8 @@ def test_p2p_wrappers_pass_errors_through_and_record_nothing_while_paused(
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_the_gpu_p2p_wrappers_leave_ops_on_cpu_tensors_to_the_host_wrappers(
-        one_rank_group: None, implementation: ModuleType | None) -> None:
+    one_rank_group: None, implementation: ModuleType | None
+) -> None:
     """A job timing its GPU that also sends CPU tensors: those ops record exactly as on the host,
     through the host wrappers under the GPU ones, and no CUDA call is made for them."""
     from bubblescope.collector.gpu_timing import CudaStepClock
@@ -305,14 +325,20 @@ def test_the_c_hot_path_is_built_and_used_wherever_a_c_compiler_is() -> None:
         pytest.skip("BUBBLESCOPE_PURE_PYTHON is set in this environment")
     assert native.hotpath is not None, "collector/_hotpath.c was not built: reinstall with `pip install -e .`"
     probe = "from bubblescope.collector import native; print(native.hotpath is None)"
-    forced = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                            env={**os.environ, "BUBBLESCOPE_PURE_PYTHON": "1"})
+    forced = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "BUBBLESCOPE_PURE_PYTHON": "1"},
+    )
     assert forced.stdout.strip() == "True"
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_the_wrappers_keep_no_references_and_no_memory_over_many_steps(
-        one_rank_group: None, implementation: ModuleType | None) -> None:
+    one_rank_group: None, implementation: ModuleType | None
+) -> None:
     """A leaked reference per call would show in the refcounts of what every call touches, and a
     leaked object per call in tracemalloc's figure (every Python object is allocated through it)."""
     import gc
@@ -321,7 +347,7 @@ def test_the_wrappers_keep_no_references_and_no_memory_over_many_steps(
     class Stage:
         is_last = True
 
-    recorder, transport, state, batch, wait = p2p_setup(implementation, capacity=1000)
+    recorder, _transport, state, batch, wait = p2p_setup(implementation, capacity=1000)
 
     def chunk(chunk_id: int, full_backward: bool = True) -> int:
         return chunk_id

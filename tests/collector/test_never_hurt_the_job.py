@@ -64,8 +64,17 @@ def test_a_misbehaving_server_costs_no_step_time_and_the_data_arrives_once_it_is
     signal, spool = tmp_path / "switch", tmp_path / "spool"
     server = MisbehavingServer(mode, upstream=sqlite_server.url).start()
     try:
-        process, _ = launch(tmp_path, server.url, run_key, *LOOP, "--signal-at", str(SWITCH_AT),
-                            "--signal-file", str(signal), env=FAST_FAILING)
+        process, _ = launch(
+            tmp_path,
+            server.url,
+            run_key,
+            *LOOP,
+            "--signal-at",
+            str(SWITCH_AT),
+            "--signal-file",
+            str(signal),
+            env=FAST_FAILING,
+        )
         wait_until(signal.exists, 120, "the loop to reach the switch")
         # Three failed attempts (0.6 s of pauses between them), then the spool takes over.
         wait_until(lambda: spooled_ingest_contents(spool)[0], 30, "a spooled batch of steps")
@@ -96,8 +105,11 @@ def test_a_server_that_answers_after_30_s_is_cut_off_by_the_request_timeout_and_
     shutdown_timeout_s, request_timeout_s = 2.0, 5.0
     run_key = f"slow-{uuid.uuid4().hex[:8]}"
     server = MisbehavingServer("slow", slow_s=30.0).start()
-    env = {"BUBBLESCOPE_FLUSH_INTERVAL_S": "0.1", "BUBBLESCOPE_FULL_SPANS_EVERY": "1",
-           "BUBBLESCOPE_SHUTDOWN_TIMEOUT_S": str(shutdown_timeout_s)}
+    env = {
+        "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.1",
+        "BUBBLESCOPE_FULL_SPANS_EVERY": "1",
+        "BUBBLESCOPE_SHUTDOWN_TIMEOUT_S": str(shutdown_timeout_s),
+    }
     try:
         started = time.monotonic()
         process, _ = launch(tmp_path, server.url, run_key, *LOOP, env=env)

@@ -55,11 +55,16 @@ def spans_of(step: dict[str, Any], rank: int, kind: str | None = None) -> list[d
 def test_every_collective_and_p2p_call_is_a_span_with_bytes_peer_and_group(layouts: dict) -> None:
     n, world = 1024 * FLOAT, 2
     expected = {  # name -> (kind, bytes): the full (unsharded) buffer of each call
-        "all_reduce": ("all_reduce", n), "all_gather": ("all_gather", n * world),
-        "all_gather_into_tensor": ("all_gather", n * world), "reduce_scatter": ("reduce_scatter", n * world),
-        "reduce_scatter_tensor": ("reduce_scatter", n * world), "all_to_all": ("all_to_all", n * world),
-        "all_to_all_single": ("all_to_all", n * world), "broadcast": ("broadcast", n),
-        "send": ("send", n), "recv": ("recv", n),
+        "all_reduce": ("all_reduce", n),
+        "all_gather": ("all_gather", n * world),
+        "all_gather_into_tensor": ("all_gather", n * world),
+        "reduce_scatter": ("reduce_scatter", n * world),
+        "reduce_scatter_tensor": ("reduce_scatter", n * world),
+        "all_to_all": ("all_to_all", n * world),
+        "all_to_all_single": ("all_to_all", n * world),
+        "broadcast": ("broadcast", n),
+        "send": ("send", n),
+        "recv": ("recv", n),
     }
     _detail, steps = layouts["collectives"]
     for step in steps:
@@ -118,9 +123,13 @@ def test_ddp_gradient_all_reduce_is_recorded_bucket_by_bucket(layouts: dict, nam
 def test_bf16_autocast_changes_nothing_in_what_is_recorded(layouts: dict) -> None:
     """Same spans, bytes, peers and groups with and without autocast. DDP's buckets are rebuilt
     in gradient-ready order, which autocast may change, so they compare by their total."""
+
     def shape(step: dict[str, Any]) -> Counter:
-        return Counter((s["rank"], s["kind"], s["name"], s["bytes"], s["peer"], s["group"])
-                       for s in step["spans"] if s["bytes"] != 0 and not (s["name"] or "").startswith("ddp_bucket_"))
+        return Counter(
+            (s["rank"], s["kind"], s["name"], s["bytes"], s["peer"], s["group"])
+            for s in step["spans"]
+            if s["bytes"] != 0 and not (s["name"] or "").startswith("ddp_bucket_")
+        )
 
     def bucket_bytes(step: dict[str, Any]) -> dict[int, int]:
         return {r: sum(s["bytes"] for s in spans_of(step, r, "all_reduce")) for r in range(2)}

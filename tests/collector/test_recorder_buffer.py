@@ -21,7 +21,11 @@ def test_a_full_step_buffer_drops_and_counts_the_spans_past_its_bound() -> None:
     assert recorder.add("optimizer", 1, 2) == -1
     recorder.end_step()
     (record,) = records
-    assert [(row[1], row[4], row[5]) for row in record.spans] == [("forward", 1, 0), ("forward", 1, 1), ("forward", 1, 2)]
+    assert [(row[1], row[4], row[5]) for row in record.spans] == [
+        ("forward", 1, 0),
+        ("forward", 1, 1),
+        ("forward", 1, 2),
+    ]
     assert sum(dropped) == 3
     assert all(row[2] <= row[3] for row in record.spans) and record.start_ns <= record.spans[0][2]
 
@@ -35,7 +39,9 @@ def test_a_paused_recorder_keeps_nothing_and_counts_no_drop() -> None:
         backward(1, full_backward=False)
         backward(2)
     assert dropped == [] and [(row[0], row[1], row[5]) for row in records[0].spans] == [
-        (0, "backward_input", 1), (0, "backward", 2)]
+        (0, "backward_input", 1),
+        (0, "backward", 2),
+    ]
 
 
 def test_the_buffer_is_handed_over_at_each_step_end_and_a_late_continuation_is_ignored() -> None:

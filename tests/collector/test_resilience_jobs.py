@@ -51,7 +51,12 @@ def test_server_down_for_whole_job_then_upload_delivers_everything_once(
 def test_disabled_collector_is_a_no_op(sqlite_server: LiveServer, tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     job = run_pipeline_job(
-        sqlite_server.url, stages=2, schedule="1f1b", microbatches=2, steps=2, spool_dir=spool,
+        sqlite_server.url,
+        stages=2,
+        schedule="1f1b",
+        microbatches=2,
+        steps=2,
+        spool_dir=spool,
         extra_env={"BUBBLESCOPE_DISABLED": "1"},
     )
     assert job.returncode == 0, job.output[-3000:]
@@ -67,9 +72,14 @@ def test_the_drop_count_reaches_the_run_page_even_from_a_full_spool(
     """Service down and a 4 KiB spool: most batches are dropped whole, yet the newest drop count
     (kept in the spool's counters file) reaches the service on upload and the run page shows it."""
     run_key = f"full-spool-{uuid.uuid4().hex[:8]}"
-    env = {"BUBBLESCOPE_SPOOL_MAX_BYTES": "4096", "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.05",
-           "BUBBLESCOPE_FULL_SPANS_EVERY": "1"}
-    process, _ = launch(tmp_path, f"http://127.0.0.1:{free_port()}", run_key, "--steps", "300", "--work", "3000", env=env)
+    env = {
+        "BUBBLESCOPE_SPOOL_MAX_BYTES": "4096",
+        "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.05",
+        "BUBBLESCOPE_FULL_SPANS_EVERY": "1",
+    }
+    process, _ = launch(
+        tmp_path, f"http://127.0.0.1:{free_port()}", run_key, "--steps", "300", "--work", "3000", env=env
+    )
     report = read_report(tmp_path, run_key, process)
     assert report.dropped_spans and report.dropped_spans > 0
     assert (tmp_path / "spool" / run_key / "rank0" / COUNTERS_NAME).exists()

@@ -18,8 +18,9 @@ from bubblescope.wire import encode_batch
 
 
 def shipper_for(tmp_path: Path, **settings: float) -> Shipper:
-    config = CollectorConfig(url=None, token=None, run_name="inbox", run_key="inbox-run", spool_dir=tmp_path,
-                             **settings)  # type: ignore[arg-type]
+    config = CollectorConfig(
+        url=None, token=None, run_name="inbox", run_key="inbox-run", spool_dir=tmp_path, **settings
+    )  # type: ignore[arg-type]
     return Shipper(config, rank=0, spool=Spool(tmp_path / "rank0", config.spool_max_bytes))
 
 
@@ -29,8 +30,11 @@ def record(step: int, spans: int) -> StepRecord:
 
 
 def spooled_steps(shipper: Shipper) -> list[int]:
-    return [step["step"] for _, message in shipper.spool.pending()
-            for step in json.loads(gzip.decompress(message.body))["steps"]]
+    return [
+        step["step"]
+        for _, message in shipper.spool.pending()
+        for step in json.loads(gzip.decompress(message.body))["steps"]
+    ]
 
 
 def test_steps_never_wake_the_shipper_for_time_it_flushes_on_its_own_clock(tmp_path: Path) -> None:

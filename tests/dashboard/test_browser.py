@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +14,7 @@ from tests.support import LiveServer, run_pipeline_job, wait_for_steps
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def test_run_page_shows_one_timeline_row_per_rank(
-    browser: Any, sqlite_server: LiveServer, output_dir: Path
-) -> None:
+def test_run_page_shows_one_timeline_row_per_rank(browser: Any, sqlite_server: LiveServer, output_dir: Path) -> None:
     stages = 3
     job = run_pipeline_job(sqlite_server.url, stages=stages, schedule="gpipe", microbatches=4, steps=3)
     assert job.returncode == 0, job.output[-3000:]
@@ -37,9 +34,7 @@ def test_run_page_shows_one_timeline_row_per_rank(
     assert row.locator(".state").get_attribute("title") == f"all {stages} ranks finished"
     page.click(f"a[href='/runs/{job.run_key}']")
     page.wait_for_selector("body[data-rendered-step]", timeout=20_000)
-    rows = page.evaluate(
-        "() => [...new Set(document.getElementById('timeline').data.flatMap((t) => t.y))]"
-    )
+    rows = page.evaluate("() => [...new Set(document.getElementById('timeline').data.flatMap((t) => t.y))]")
     assert sorted(rows) == sorted(f"rank {r} · stage {r}" for r in range(stages))
     bars = page.locator("#timeline .barlayer .point").count()
     assert bars >= stages * 2 * 4  # at least m forward and m backward bars per rank
@@ -84,11 +79,15 @@ def assert_a_picked_step_survives_a_slower_refresh(browser: Any, run_url: str) -
     page.select_option("#step-select", "1")
     page.wait_for_selector("body[data-rendered-step='1']", timeout=10_000)
     page.wait_for_timeout(4_000)  # the slow answer for step 2 and one more 3-s refresh
-    assert page.evaluate("() => [document.body.dataset.renderedStep, document.getElementById('step-select').value]") == ["1", "1"]
+    assert page.evaluate(
+        "() => [document.body.dataset.renderedStep, document.getElementById('step-select').value]"
+    ) == ["1", "1"]
     page.goto(f"{run_url}?step=0")
     page.wait_for_selector("body[data-rendered-step='0']", timeout=15_000)
     page.wait_for_timeout(3_500)
-    assert page.evaluate("() => [document.body.dataset.renderedStep, document.getElementById('step-select').value]") == ["0", "0"]
+    assert page.evaluate(
+        "() => [document.body.dataset.renderedStep, document.getElementById('step-select').value]"
+    ) == ["0", "0"]
     page.close()
 
 
@@ -98,7 +97,7 @@ def test_an_unknown_run_says_so_and_stops_polling(browser: Any, sqlite_server: L
     page.on("request", lambda r: api_calls.append(r.url) if "/api/v1/runs/no-such-run" in r.url else None)
     page.goto(f"{sqlite_server.url}/runs/no-such-run")
     page.wait_for_selector("#run-error:not([hidden])", timeout=10_000)
-    assert "No run \"no-such-run\"" in page.locator("#run-error").inner_text()
+    assert 'No run "no-such-run"' in page.locator("#run-error").inner_text()
     assert not page.locator("#timeline").is_visible() and not page.locator("#straggler-heatmap").is_visible()
     settled = len(api_calls)
     page.wait_for_timeout(6_500)  # more than one period of every poller (3 s and 5 s)
@@ -110,8 +109,9 @@ def test_an_unknown_run_says_so_and_stops_polling(browser: Any, sqlite_server: L
 def test_run_page_explains_the_bubble_and_lists_suggestions(
     browser: Any, sqlite_server: LiveServer, output_dir: Path
 ) -> None:
-    job = run_pipeline_job(sqlite_server.url, stages=2, schedule="1f1b", microbatches=4, steps=4,
-                           hidden=256, extra_args=["--layers=5,1"])
+    job = run_pipeline_job(
+        sqlite_server.url, stages=2, schedule="1f1b", microbatches=4, steps=4, hidden=256, extra_args=["--layers=5,1"]
+    )
     assert job.returncode == 0, job.output[-3000:]
     with sqlite_server.client() as client:
         wait_for_steps(client, job.run_key, ranks=2, steps=4)
@@ -123,7 +123,11 @@ def test_run_page_explains_the_bubble_and_lists_suggestions(
     page.wait_for_selector("body[data-suggestions]", timeout=20_000)
     causes = page.locator("#causes tbody tr").all_inner_texts()
     assert [row.split("\t")[0] for row in causes] == [
-        "schedule-inherent", "stage imbalance", "communication wait", "straggler / jitter"]
+        "schedule-inherent",
+        "stage imbalance",
+        "communication wait",
+        "straggler / jitter",
+    ]
     traces = page.evaluate("() => document.getElementById('attribution-chart').data.map((t) => t.x[0])")
     assert sum(traces) == pytest.approx(analysis["attribution"]["measured_bubble_ns"] / 1e6, rel=1e-6)
     assert "stage 0" in page.locator("#imbalance-note").inner_text()
@@ -145,7 +149,9 @@ def test_a_failed_run_is_marked_in_the_list_and_on_its_page(
         assert client.put(f"/api/v1/runs/{key}", json={"name": "oom-run", "world_size": 2}).status_code == 200
         for rank in (0, 1):
             assert client.put(f"/api/v1/runs/{key}/ranks/{rank}", json={"host": "h", "pid": rank}).status_code == 200
-        assert client.put(f"/api/v1/runs/{key}/ranks/1/end", json={"outcome": "failed", "error": error}).status_code == 200
+        assert (
+            client.put(f"/api/v1/runs/{key}/ranks/1/end", json={"outcome": "failed", "error": error}).status_code == 200
+        )
     page = browser.new_page(viewport={"width": 1300, "height": 900})
     page.goto(f"{sqlite_server.url}/")
     row = page.locator("#runs tbody tr", has=page.locator(f"a[href='/runs/{key}']"))
@@ -164,7 +170,10 @@ def test_the_api_docs_page_renders_without_leaving_the_service(browser: Any, sql
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     outside: list[str] = []
-    page.on("request", lambda r: outside.append(r.url) if "127.0.0.1" not in r.url and not r.url.startswith("data:") else None)
+    page.on(
+        "request",
+        lambda r: outside.append(r.url) if "127.0.0.1" not in r.url and not r.url.startswith("data:") else None,
+    )
     page.goto(f"{sqlite_server.url}/docs")
     page.wait_for_selector(".swagger-ui .opblock", timeout=15_000)  # one block per operation
     paths = page.locator(".opblock-summary-path").all_inner_texts()

@@ -40,8 +40,12 @@ def test_serve_refuses_an_unmigrated_server_database_and_db_upgrade_fixes_it(emp
     refused = subprocess.run(serve, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2
     assert "bubblescope db upgrade" in refused.stderr and "none (empty database)" in refused.stderr
-    upgrade = subprocess.run([sys.executable, "-m", "bubblescope.cli", "db", "upgrade", "--db", empty_postgres],
-                             capture_output=True, text=True, timeout=60)
+    upgrade = subprocess.run(
+        [sys.executable, "-m", "bubblescope.cli", "db", "upgrade", "--db", empty_postgres],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     from bubblescope.backend.db.migrate import head_revision
 
     head = head_revision(empty_postgres)
@@ -49,10 +53,10 @@ def test_serve_refuses_an_unmigrated_server_database_and_db_upgrade_fixes_it(emp
     assert upgrade.returncode == 0 and f"schema revision {head}" in upgrade.stdout
 
 
-def test_serve_creates_and_upgrades_an_embedded_sqlite_file(tmp_path) -> None:  # noqa: ANN001
-    from bubblescope.backend.server import prepare_database
-    from bubblescope.backend.db.migrate import current_revision, head_revision
+def test_serve_creates_and_upgrades_an_embedded_sqlite_file(tmp_path) -> None:
     from bubblescope.backend.db.engine import build_engine
+    from bubblescope.backend.db.migrate import current_revision, head_revision
+    from bubblescope.backend.server import prepare_database
 
     url = prepare_database(str(tmp_path / "new" / "b.db"))
     assert current_revision(build_engine(url)) == head_revision(url) != "0001"

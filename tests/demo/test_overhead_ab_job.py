@@ -15,8 +15,16 @@ def test_ab_blocks_alternate_abba_and_only_instrumented_steps_are_recorded(
     sqlite_server: LiveServer, tmp_path: Path
 ) -> None:
     times = tmp_path / "times.json"
-    job = run_pipeline_job(sqlite_server.url, stages=2, schedule="1f1b", microbatches=2, steps=12, hidden=64,
-                           extra_env={"BUBBLESCOPE_DEMO_TIMES": str(times)}, extra_args=["--ab-block=2"])
+    job = run_pipeline_job(
+        sqlite_server.url,
+        stages=2,
+        schedule="1f1b",
+        microbatches=2,
+        steps=12,
+        hidden=64,
+        extra_env={"BUBBLESCOPE_DEMO_TIMES": str(times)},
+        extra_args=["--ab-block=2"],
+    )
     assert job.returncode == 0, job.output[-3000:]
     document = json.loads(times.read_text())
     flags = [step["collected"] for step in document["steps"]]
@@ -33,6 +41,7 @@ def test_ab_blocks_alternate_abba_and_only_instrumented_steps_are_recorded(
 
 
 def test_ab_blocks_refuse_the_naive_schedule(sqlite_server: LiveServer) -> None:
-    job = run_pipeline_job(sqlite_server.url, stages=2, schedule="naive", microbatches=1, steps=2, hidden=64,
-                           extra_args=["--ab-block=2"])
+    job = run_pipeline_job(
+        sqlite_server.url, stages=2, schedule="naive", microbatches=1, steps=2, hidden=64, extra_args=["--ab-block=2"]
+    )
     assert job.returncode != 0 and "--ab-block: needs a pipelining schedule" in job.output

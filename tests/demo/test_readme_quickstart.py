@@ -31,8 +31,7 @@ def test_the_readme_quickstart_installs_and_runs_the_demo_in_a_fresh_venv(tmp_pa
     path = f"{env_dir / 'bin'}{os.pathsep}{os.environ['PATH']}"
     env = {**os.environ, "PATH": path, "VIRTUAL_ENV": str(env_dir), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PYTHONPATH", None)
-    installed = subprocess.run(["bash", "-c", install], cwd=REPO, env=env, capture_output=True, text=True,
-                               timeout=900)
+    installed = subprocess.run(["bash", "-c", install], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert installed.returncode == 0, installed.stderr[-4000:]
 
     database = tmp_path / "demo.db"

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import gzip
-import uuid
 from typing import Any
 
-import httpx
 import pytest
 
 from bubblescope.backend.body import MAX_WIRE_BYTES
-from tests.support import LiveServer, assert_names, count_rows, gzip_json, post_gzip, register
-
+from tests.support import LiveServer, assert_names, count_rows, post_gzip, register
 
 
 def batch(key: str, seq: int = 0, spans: int = 5, rank: int = 0) -> dict[str, Any]:
@@ -20,8 +17,18 @@ def batch(key: str, seq: int = 0, spans: int = 5, rank: int = 0) -> dict[str, An
         "run_key": key,
         "rank": rank,
         "seq": seq,
-        "steps": [{"step": 0, "start_ns": base, "end_ns": base + 10_000 * spans, "compute_ns": 1000,
-                   "comm_ns": 0, "exposed_comm_ns": 0, "idle_ns": 0, "span_count": spans}],
+        "steps": [
+            {
+                "step": 0,
+                "start_ns": base,
+                "end_ns": base + 10_000 * spans,
+                "compute_ns": 1000,
+                "comm_ns": 0,
+                "exposed_comm_ns": 0,
+                "idle_ns": 0,
+                "span_count": spans,
+            }
+        ],
         "spans": {
             "step": [0] * spans,
             "kind": ["forward"] * spans,
@@ -33,14 +40,16 @@ def batch(key: str, seq: int = 0, spans: int = 5, rank: int = 0) -> dict[str, An
     }
 
 
-
-
 def test_batch_is_stored_and_retry_is_stored_once(server: LiveServer) -> None:
     with server.client() as client:
         key = register(client)
         first = post_gzip(client, batch(key, seq=0, spans=7))
-        assert first.status_code == 202 and first.json() == {"stored_spans": 7, "stored_steps": 1, "duplicate": False,
-                                                       "captures": []}
+        assert first.status_code == 202 and first.json() == {
+            "stored_spans": 7,
+            "stored_steps": 1,
+            "duplicate": False,
+            "captures": [],
+        }
         retry = post_gzip(client, batch(key, seq=0, spans=7))
         assert retry.status_code == 202 and retry.json()["duplicate"] is True
         plain = client.post("/api/v1/ingest", json=batch(key, seq=1, spans=3, rank=1))  # uncompressed works too
@@ -121,11 +130,17 @@ def test_registration_errors_name_the_field(server: LiveServer) -> None:
         extra = client.put(f"/api/v1/runs/{key}/ranks/0", json={"host": "h", "pid": 1, "colour": "red"})
         assert_names(extra, 422, ["body", "colour"], "Extra inputs")
         assert client.get("/api/v1/runs/nope").status_code == 404
-        worded = client.put(f"/api/v1/runs/{key}", json={"name": "x", "world_size": 2, "config": {"num_microbatches": "eight"}})
+        worded = client.put(
+            f"/api/v1/runs/{key}", json={"name": "x", "world_size": 2, "config": {"num_microbatches": "eight"}}
+        )
         assert_names(worded, 422, ["body", "config", "num_microbatches"], "integer")
-        no_stages = client.put(f"/api/v1/runs/{key}", json={"name": "x", "world_size": 2, "config": {"virtual_stages": 0}})
+        no_stages = client.put(
+            f"/api/v1/runs/{key}", json={"name": "x", "world_size": 2, "config": {"virtual_stages": 0}}
+        )
         assert_names(no_stages, 422, ["body", "config", "virtual_stages"], "greater than or equal to 1")
-        split = client.put(f"/api/v1/runs/{key}", json={"name": "x", "world_size": 2, "config": {"layers_per_stage": [2, "x"]}})
+        split = client.put(
+            f"/api/v1/runs/{key}", json={"name": "x", "world_size": 2, "config": {"layers_per_stage": [2, "x"]}}
+        )
         assert_names(split, 422, ["body", "config", "layers_per_stage"], "integer")
         assert client.get(f"/api/v1/runs/{key}").json()["config"] == {"schedule": "ScheduleGPipe"}  # nothing written
 
@@ -133,8 +148,10 @@ def test_registration_errors_name_the_field(server: LiveServer) -> None:
 def test_run_config_merges_across_registrations(server: LiveServer) -> None:
     with server.client() as client:
         key = register(client)
-        again = client.put(f"/api/v1/runs/{key}", json={"name": "ingest-test", "world_size": 2,
-                                                         "config": {"num_stages": 2, "model": {"layers": 8}}})
+        again = client.put(
+            f"/api/v1/runs/{key}",
+            json={"name": "ingest-test", "world_size": 2, "config": {"num_stages": 2, "model": {"layers": 8}}},
+        )
         assert again.status_code == 200
         config = client.get(f"/api/v1/runs/{key}").json()["config"]
     assert config == {"schedule": "ScheduleGPipe", "num_stages": 2, "model": {"layers": 8}}  # other keys kept as sent

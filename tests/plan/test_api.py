@@ -14,23 +14,39 @@ GIB = 2**30
 
 
 def test_evaluate_one_configuration(server: LiveServer) -> None:
-    body = {"model": "gpt-175b", "cluster": "a100-80gb-x64", "global_batch": 64,
-            "config": {"tp": 8, "pp": 8, "vpp": 3, "recompute": "selective"}}
+    body = {
+        "model": "gpt-175b",
+        "cluster": "a100-80gb-x64",
+        "global_batch": 64,
+        "config": {"tp": 8, "pp": 8, "vpp": 3, "recompute": "selective"},
+    }
     with server.client() as client:
         response = client.post("/api/v1/plan", json=body)
     assert response.status_code == 200, response.text
     answer = response.json()
     assert answer["mode"] == "evaluate" and answer["model"]["params"] == MODEL_PRESETS["gpt-175b"].params
     (plan,) = answer["plans"]
-    assert plan["config"] == {"tp": 8, "pp": 8, "dp": 1, "vpp": 3, "mbs": 1, "schedule": "interleaved1f1b",
-                              "zero": 0, "recompute": "selective", "sequence_parallel": True,
-                              "flash_attention": False}
+    assert plan["config"] == {
+        "tp": 8,
+        "pp": 8,
+        "dp": 1,
+        "vpp": 3,
+        "mbs": 1,
+        "schedule": "interleaved1f1b",
+        "zero": 0,
+        "recompute": "selective",
+        "sequence_parallel": True,
+        "flash_attention": False,
+    }
     p, v, m = 8, 3, 64
     assert plan["bubble_fraction"] == pytest.approx(((p - 1) / v) / (m + (p - 1) / v))
     # the service answers what the pure planner answers for the same configuration
-    local = evaluate(MODEL_PRESETS["gpt-175b"], cluster_preset("a100-80gb-x64"),
-                     ParallelConfig(tp=8, pp=8, vpp=3, schedule="interleaved1f1b", recompute="selective",
-                                    sequence_parallel=True), 64)
+    local = evaluate(
+        MODEL_PRESETS["gpt-175b"],
+        cluster_preset("a100-80gb-x64"),
+        ParallelConfig(tp=8, pp=8, vpp=3, schedule="interleaved1f1b", recompute="selective", sequence_parallel=True),
+        64,
+    )
     assert plan["step_time_s"] == pytest.approx(local.step.total)  # type: ignore[union-attr]
     assert plan["memory_gib_per_gpu"] == pytest.approx(local.memory.total / GIB)  # type: ignore[union-attr]
     assert plan["fits"] is True
@@ -39,8 +55,13 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
 
 
 def test_search_is_ranked_and_feasible(server: LiveServer) -> None:
-    body = {"model": {"preset": "llama-3-8b", "seq": 4096}, "cluster": {"gpu": "H100-SXM", "gpus": 16},
-            "global_batch": 64, "fixed": {"flash_attention": True}, "top": 5}
+    body = {
+        "model": {"preset": "llama-3-8b", "seq": 4096},
+        "cluster": {"gpu": "H100-SXM", "gpus": 16},
+        "global_batch": 64,
+        "fixed": {"flash_attention": True},
+        "top": 5,
+    }
     with server.client() as client:
         response = client.post("/api/v1/plan", json=body)
     assert response.status_code == 200, response.text
@@ -54,27 +75,70 @@ def test_search_is_ranked_and_feasible(server: LiveServer) -> None:
 
 
 BAD: list[tuple[str, dict[str, Any], list[Any], str]] = [
-    ("unknown model", {"model": "gpt-9z", "cluster": "a100-80gb-x8", "global_batch": 4}, ["body", "model"],
-     "unknown model"),
-    ("model field", {"model": {"layers": 0, "hidden": 64, "heads": 4, "seq": 8, "vocab": 10},
-                     "cluster": "a100-80gb-x8", "global_batch": 4}, ["body", "model"], "greater than or equal to 1"),
-    ("missing model field", {"model": {"hidden": 64, "heads": 4, "seq": 8, "vocab": 10},
-                             "cluster": "a100-80gb-x8", "global_batch": 4}, ["body", "model", "layers"],
-     "field required"),
-    ("unknown gpu", {"model": "gpt-22b", "cluster": {"gpu": "V100", "gpus": 8}, "global_batch": 4},
-     ["body", "cluster", "gpu"], "unknown GPU"),
-    ("batch zero", {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 0}, ["body", "global_batch"],
-     "greater than or equal to 1"),
-    ("batch string", {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": "4"},
-     ["body", "global_batch"], "valid integer"),
-    ("tp not dividing heads", {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4,
-                               "config": {"tp": 3}}, ["body", "config", "tp"], "attention heads"),
-    ("recompute", {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4,
-                   "config": {"recompute": "most"}}, ["body", "config", "recompute"], "Input should be"),
-    ("extra field", {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "gpus": 8}, ["body", "gpus"],
-     "Extra inputs"),
-    ("config and fixed", {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"tp": 8},
-                          "fixed": {"tp": 8}}, ["body", "fixed"], "not both"),
+    (
+        "unknown model",
+        {"model": "gpt-9z", "cluster": "a100-80gb-x8", "global_batch": 4},
+        ["body", "model"],
+        "unknown model",
+    ),
+    (
+        "model field",
+        {
+            "model": {"layers": 0, "hidden": 64, "heads": 4, "seq": 8, "vocab": 10},
+            "cluster": "a100-80gb-x8",
+            "global_batch": 4,
+        },
+        ["body", "model"],
+        "greater than or equal to 1",
+    ),
+    (
+        "missing model field",
+        {"model": {"hidden": 64, "heads": 4, "seq": 8, "vocab": 10}, "cluster": "a100-80gb-x8", "global_batch": 4},
+        ["body", "model", "layers"],
+        "field required",
+    ),
+    (
+        "unknown gpu",
+        {"model": "gpt-22b", "cluster": {"gpu": "V100", "gpus": 8}, "global_batch": 4},
+        ["body", "cluster", "gpu"],
+        "unknown GPU",
+    ),
+    (
+        "batch zero",
+        {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 0},
+        ["body", "global_batch"],
+        "greater than or equal to 1",
+    ),
+    (
+        "batch string",
+        {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": "4"},
+        ["body", "global_batch"],
+        "valid integer",
+    ),
+    (
+        "tp not dividing heads",
+        {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"tp": 3}},
+        ["body", "config", "tp"],
+        "attention heads",
+    ),
+    (
+        "recompute",
+        {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"recompute": "most"}},
+        ["body", "config", "recompute"],
+        "Input should be",
+    ),
+    (
+        "extra field",
+        {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "gpus": 8},
+        ["body", "gpus"],
+        "Extra inputs",
+    ),
+    (
+        "config and fixed",
+        {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"tp": 8}, "fixed": {"tp": 8}},
+        ["body", "fixed"],
+        "not both",
+    ),
 ]
 
 

@@ -30,10 +30,16 @@ def errors_pct() -> list[tuple[str, str, float]]:
             layers, h, s, vocab = int(row["layers"]), int(row["hidden"]), int(row["seq"]), int(row["vocab"])
             model = ModelSpec(row["model"], layers, h, int(row["heads"]), s, vocab)
             vpp = int(row["vpp"] or 1)
-            config = ParallelConfig(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), vpp=vpp,
-                                    mbs=int(row["microbatch"] or 1),  # unpublished: micro-batch 1, plain 1F1B
-                                    schedule="interleaved1f1b" if vpp > 1 else "1f1b", recompute=row["recompute"],
-                                    sequence_parallel=row["sequence_parallel"] == "true")
+            config = ParallelConfig(
+                tp=int(row["tp"]),
+                pp=int(row["pp"]),
+                dp=int(row["dp"]),
+                vpp=vpp,
+                mbs=int(row["microbatch"] or 1),  # unpublished: micro-batch 1, plain 1F1B
+                schedule="interleaved1f1b" if vpp > 1 else "1f1b",
+                recompute=row["recompute"],
+                sequence_parallel=row["sequence_parallel"] == "true",
+            )
             batch, gpus = int(row["global_batch"]), int(row["gpus"])
             plan = evaluate(model, make_cluster(row["gpu"], gpus, 8), config, batch)
             assert plan.feasible, (row["model"], plan.problems)

@@ -13,13 +13,23 @@ from tests.support import REPO
 
 
 def plan(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bubblescope.cli", "plan", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "bubblescope.cli", "plan", *args], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
 
 
 def test_fixed_configuration_prints_one_object_with_memory_by_part() -> None:
-    done = plan("--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--global-batch", "4",
-                "--config", "tp=8,mbs=4,recompute=selective", "--json")
+    done = plan(
+        "--model",
+        "gpt-22b",
+        "--cluster",
+        "a100-80gb-x8",
+        "--global-batch",
+        "4",
+        "--config",
+        "tp=8,mbs=4,recompute=selective",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 1
@@ -61,19 +71,31 @@ def test_json_files_give_the_same_answer_as_presets(tmp_path: Path) -> None:
     assert json.loads(from_files.stdout) == json.loads(from_presets.stdout)
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--model", "gpt-9z", "--cluster", "a100-80gb-x8"], "model: unknown model"),
-    (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--config", "tp=3"], "config.tp"),
-    (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--config", "recompute=most"], "config.recompute"),
-    # gpt-1.7b's heads divide by 3: the GPU count is what tp=3 breaks, not a dp the user never set
-    (["--model", "gpt-1.7b", "--cluster", "a100-80gb-x64", "--config", "tp=3"], "config.tp: tp·pp = 3·1 does not divide the 64 GPUs"),
-    (["--model", "gpt-1.7b", "--cluster", "a100-80gb-x64", "--config", "tp=2,pp=3"], "config.pp: tp·pp = 2·3 does not divide"),
-    (["--model", "gpt-1.7b", "--cluster", "a100-80gb-x64", "--config", "tp=2,pp=2,dp=8"], "config.dp: tp·pp·dp = 2·2·8 is not the 64"),
-    (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--config", "tp"], "--config: expected K=V"),
-    (["--model", "gpt-22b", "--cluster", "nope-x8"], "cluster: unknown cluster"),
-    (["--model", "gpt-22b"], "cluster: give --cluster"),
-    (["--model", "missing.json", "--cluster", "a100-80gb-x8"], "--model: cannot read JSON file"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--model", "gpt-9z", "--cluster", "a100-80gb-x8"], "model: unknown model"),
+        (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--config", "tp=3"], "config.tp"),
+        (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--config", "recompute=most"], "config.recompute"),
+        # gpt-1.7b's heads divide by 3: the GPU count is what tp=3 breaks, not a dp the user never set
+        (
+            ["--model", "gpt-1.7b", "--cluster", "a100-80gb-x64", "--config", "tp=3"],
+            "config.tp: tp·pp = 3·1 does not divide the 64 GPUs",
+        ),
+        (
+            ["--model", "gpt-1.7b", "--cluster", "a100-80gb-x64", "--config", "tp=2,pp=3"],
+            "config.pp: tp·pp = 2·3 does not divide",
+        ),
+        (
+            ["--model", "gpt-1.7b", "--cluster", "a100-80gb-x64", "--config", "tp=2,pp=2,dp=8"],
+            "config.dp: tp·pp·dp = 2·2·8 is not the 64",
+        ),
+        (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--config", "tp"], "--config: expected K=V"),
+        (["--model", "gpt-22b", "--cluster", "nope-x8"], "cluster: unknown cluster"),
+        (["--model", "gpt-22b"], "cluster: give --cluster"),
+        (["--model", "missing.json", "--cluster", "a100-80gb-x8"], "--model: cannot read JSON file"),
+    ],
+)
 def test_bad_input_names_the_field_and_exits_2(args: list[str], words: str) -> None:
     done = plan(*args, "--global-batch", "4")
     assert done.returncode == 2

@@ -30,8 +30,8 @@ def test_gpt_parameter_count_is_the_megatron_formula() -> None:
     # Narayanan et al. 2021: P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)); plus the final norm (2h)
     for name, billions in [("gpt-175b", 174.6), ("gpt-1t", 1008.0), ("gpt-22b", 22.0)]:
         m = MODEL_PRESETS[name]
-        l, h = m.layers, m.hidden
-        expected = 12 * l * h * h * (1 + 13 / (12 * h) + (m.vocab + m.seq) / (12 * l * h)) + 2 * h
+        layers, h = m.layers, m.hidden
+        expected = 12 * layers * h * h * (1 + 13 / (12 * h) + (m.vocab + m.seq) / (12 * layers * h)) + 2 * h
         assert m.params == pytest.approx(expected, rel=1e-12)
         assert m.params / 1e9 == pytest.approx(billions, rel=0.01)
 
@@ -68,8 +68,9 @@ def test_memory_1f1b_first_stage_holds_p_microbatches_of_tp_activations() -> Non
     gpipe = memory_per_gpu(model, cluster, ParallelConfig(tp=t, pp=p, dp=1, mbs=b, schedule="gpipe"), microbatches=8)
     assert gpipe.activations == pytest.approx(8 * (24 // p) * per_layer)
     v = 3
-    inter = memory_per_gpu(model, cluster, ParallelConfig(tp=t, pp=p, dp=1, vpp=v, mbs=b, schedule="interleaved1f1b"),
-                           microbatches=8)
+    inter = memory_per_gpu(
+        model, cluster, ParallelConfig(tp=t, pp=p, dp=1, vpp=v, mbs=b, schedule="interleaved1f1b"), microbatches=8
+    )
     assert inter.activations == pytest.approx((p * v + p - 1) * (24 / (p * v)) * per_layer)
 
 
@@ -87,7 +88,8 @@ def test_zero_stages_shard_12_14_16_bytes_over_dp(zero: int, shards: tuple[int, 
     mem = memory_per_gpu(model, A100_X8, config, microbatches=4)
     n = model.params
     assert (mem.weights, mem.gradients, mem.optimizer) == pytest.approx(
-        (2 * n / shards[0], 2 * n / shards[1], 12 * n / shards[2]))
+        (2 * n / shards[0], 2 * n / shards[1], 12 * n / shards[2])
+    )
 
 
 def test_pipeline_step_is_m_plus_p_minus_1_stage_times_and_mfu_counts_model_flops() -> None:
@@ -108,8 +110,10 @@ def test_pipeline_step_is_m_plus_p_minus_1_stage_times_and_mfu_counts_model_flop
 
 
 def test_recompute_trades_memory_for_time_and_flash_attention_drops_the_scores() -> None:
-    runs = {r: evaluate(GPT_22B, A100_X8, ParallelConfig(tp=8, mbs=4, recompute=r, sequence_parallel=True), 4)
-            for r in ("none", "selective", "full")}
+    runs = {
+        r: evaluate(GPT_22B, A100_X8, ParallelConfig(tp=8, mbs=4, recompute=r, sequence_parallel=True), 4)
+        for r in ("none", "selective", "full")
+    }
     times = [runs[r].step.total for r in ("none", "selective", "full")]  # type: ignore[union-attr]
     memory = [runs[r].memory.activations for r in ("none", "selective", "full")]  # type: ignore[union-attr]
     assert times[0] < times[1] < times[2]
@@ -138,14 +142,21 @@ def test_search_returns_feasible_configurations_fastest_first() -> None:
         assert c.tp * c.pp * c.dp == 64 and batch % (c.dp * c.mbs) == 0 and model.heads % c.tp == 0
         assert plan.memory.total <= plan.memory.available  # type: ignore[union-attr]
     # at least as good as Korthikanti et al.'s own choice for this job
-    published = evaluate(model, cluster, ParallelConfig(tp=8, pp=8, vpp=3, mbs=1, schedule="interleaved1f1b",
-                                                        recompute="selective", sequence_parallel=True), batch)
+    published = evaluate(
+        model,
+        cluster,
+        ParallelConfig(
+            tp=8, pp=8, vpp=3, mbs=1, schedule="interleaved1f1b", recompute="selective", sequence_parallel=True
+        ),
+        batch,
+    )
     assert published.feasible and times[0] <= published.step.total  # type: ignore[union-attr]
 
 
 def test_search_holds_fixed_fields() -> None:
-    plans = search(MODEL_PRESETS["gpt-175b"], cluster_preset("a100-80gb-x64"), 64, top=5,
-                   fixed={"tp": 4, "recompute": "full"})
+    plans = search(
+        MODEL_PRESETS["gpt-175b"], cluster_preset("a100-80gb-x64"), 64, top=5, fixed={"tp": 4, "recompute": "full"}
+    )
     assert plans and all(p.config.tp == 4 and p.config.recompute == "full" for p in plans)
 
 
@@ -153,28 +164,54 @@ def test_search_reports_nothing_when_nothing_fits() -> None:
     assert search(MODEL_PRESETS["gpt-1t"], cluster_preset("a100-40gb-x8"), 8) == []
 
 
-@pytest.mark.parametrize("document,field", [
-    ({"model": "gpt-nope", "cluster": "a100-80gb-x8", "global_batch": 4}, "model"),
-    ({"model": {"layers": 0, "hidden": 64, "heads": 4, "seq": 16, "vocab": 10}, "cluster": "a100-80gb-x8",
-      "global_batch": 4}, "model.layers"),
-    ({"model": {"hidden": 64, "heads": 4, "seq": 16, "vocab": 10}, "cluster": "a100-80gb-x8", "global_batch": 4},
-     "model.layers"),
-    ({"model": {"layers": 2, "hidden": 64, "heads": 5, "seq": 16, "vocab": 10}, "cluster": "a100-80gb-x8",
-      "global_batch": 4}, "model.heads"),
-    ({"model": "gpt-22b", "cluster": "tpu-x8", "global_batch": 4}, "cluster"),
-    ({"model": "gpt-22b", "cluster": {"gpu": "V100", "gpus": 8}, "global_batch": 4}, "cluster.gpu"),
-    ({"model": "gpt-22b", "cluster": {"gpu": "H100-SXM", "gpus": 12}, "global_batch": 4}, "cluster.gpus"),
-    ({"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 0}, "global_batch"),
-    ({"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"tp": 3}}, "config.tp"),
-    ({"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"tp": 8, "mbs": 3}}, "config.mbs"),
-    ({"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"recompute": "half"}},
-     "config.recompute"),
-    ({"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"schedule": "zigzag"}},
-     "config.schedule"),
-    ({"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"tp": 2, "pp": 4, "zero": 2}},
-     "config.zero"),
-    ({"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"colour": 1}}, "config.colour"),
-])
+@pytest.mark.parametrize(
+    "document,field",
+    [
+        ({"model": "gpt-nope", "cluster": "a100-80gb-x8", "global_batch": 4}, "model"),
+        (
+            {
+                "model": {"layers": 0, "hidden": 64, "heads": 4, "seq": 16, "vocab": 10},
+                "cluster": "a100-80gb-x8",
+                "global_batch": 4,
+            },
+            "model.layers",
+        ),
+        (
+            {"model": {"hidden": 64, "heads": 4, "seq": 16, "vocab": 10}, "cluster": "a100-80gb-x8", "global_batch": 4},
+            "model.layers",
+        ),
+        (
+            {
+                "model": {"layers": 2, "hidden": 64, "heads": 5, "seq": 16, "vocab": 10},
+                "cluster": "a100-80gb-x8",
+                "global_batch": 4,
+            },
+            "model.heads",
+        ),
+        ({"model": "gpt-22b", "cluster": "tpu-x8", "global_batch": 4}, "cluster"),
+        ({"model": "gpt-22b", "cluster": {"gpu": "V100", "gpus": 8}, "global_batch": 4}, "cluster.gpu"),
+        ({"model": "gpt-22b", "cluster": {"gpu": "H100-SXM", "gpus": 12}, "global_batch": 4}, "cluster.gpus"),
+        ({"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 0}, "global_batch"),
+        ({"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"tp": 3}}, "config.tp"),
+        (
+            {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"tp": 8, "mbs": 3}},
+            "config.mbs",
+        ),
+        (
+            {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"recompute": "half"}},
+            "config.recompute",
+        ),
+        (
+            {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"schedule": "zigzag"}},
+            "config.schedule",
+        ),
+        (
+            {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"tp": 2, "pp": 4, "zero": 2}},
+            "config.zero",
+        ),
+        ({"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"colour": 1}}, "config.colour"),
+    ],
+)
 def test_bad_inputs_name_the_field(document: dict, field: str) -> None:
     with pytest.raises(PlanInputError) as raised:
         plan_document(document)

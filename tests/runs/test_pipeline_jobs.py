@@ -37,8 +37,14 @@ def jobs(sqlite_server: LiveServer) -> dict[tuple[int, str, int], list[dict[str,
     with sqlite_server.client() as client:
         for stages, schedule, counts in MATRIX:
             for m in counts:
-                job = run_pipeline_job(sqlite_server.url, stages=stages, schedule=schedule, microbatches=m,
-                                       steps=STEPS, hidden=HIDDEN[stages])
+                job = run_pipeline_job(
+                    sqlite_server.url,
+                    stages=stages,
+                    schedule=schedule,
+                    microbatches=m,
+                    steps=STEPS,
+                    hidden=HIDDEN[stages],
+                )
                 assert job.returncode == 0, job.output[-3000:]
                 results[(stages, schedule, m)] = step_details(client, job.run_key, stages)
     return results
@@ -59,7 +65,9 @@ def test_every_rank_has_m_forwards_and_backwards_with_stage_and_microbatch(jobs:
                 assert sorted(s["microbatch"] for s in of_kind) == list(range(m)), (rank, kind, detail["step"])
                 assert {s["stage"] for s in of_kind} == {rank}
             # Pipeline transfers; step 0 also has the stages' shape and warm-up exchanges.
-            received = Counter((s["name"], s["peer"]) for s in spans if s["kind"] == "recv" and s["name"] in ("fwd", "bwd"))
+            received = Counter(
+                (s["name"], s["peer"]) for s in spans if s["kind"] == "recv" and s["name"] in ("fwd", "bwd")
+            )
             expected_recv = Counter()
             if rank > 0:
                 expected_recv[("fwd", rank - 1)] = m
@@ -73,18 +81,32 @@ def test_dependency_order_holds_on_the_aligned_timeline(jobs: dict, case: tuple)
     stages, _schedule, m = case
     for detail in jobs[case]:
         # Within the clock tolerance: the two ranks' offset uncertainties, plus 50 µs of timer slack.
-        tolerance = lambda a, b: detail["uncertainty"][a] + detail["uncertainty"][b] + 50_000  # noqa: E731
+        tolerance = lambda a, b: detail["uncertainty"][a] + detail["uncertainty"][b] + 50_000
         forward_end = {(s["stage"], s["microbatch"]): s["end_ns"] for s in detail["spans"] if s["kind"] == "forward"}
-        forward_start = {(s["stage"], s["microbatch"]): s["start_ns"] for s in detail["spans"] if s["kind"] == "forward"}
+        forward_start = {
+            (s["stage"], s["microbatch"]): s["start_ns"] for s in detail["spans"] if s["kind"] == "forward"
+        }
         backward_end = {(s["stage"], s["microbatch"]): s["end_ns"] for s in detail["spans"] if s["kind"] == "backward"}
-        backward_start = {(s["stage"], s["microbatch"]): s["start_ns"] for s in detail["spans"] if s["kind"] == "backward"}
+        backward_start = {
+            (s["stage"], s["microbatch"]): s["start_ns"] for s in detail["spans"] if s["kind"] == "backward"
+        }
         for stage in range(stages - 1):
             for j in range(m):
                 slack = tolerance(stage, stage + 1)
                 assert forward_start[(stage + 1, j)] >= forward_end[(stage, j)] - slack, (
-                    "forward", stage, j, forward_end[(stage, j)] - forward_start[(stage + 1, j)], slack)
+                    "forward",
+                    stage,
+                    j,
+                    forward_end[(stage, j)] - forward_start[(stage + 1, j)],
+                    slack,
+                )
                 assert backward_start[(stage, j)] >= backward_end[(stage + 1, j)] - slack, (
-                    "backward", stage, j, backward_end[(stage + 1, j)] - backward_start[(stage, j)], slack)
+                    "backward",
+                    stage,
+                    j,
+                    backward_end[(stage + 1, j)] - backward_start[(stage, j)],
+                    slack,
+                )
 
 
 def median_over_steps(details: list[dict[str, Any]], pick: Any) -> float:
@@ -97,9 +119,10 @@ def test_gpipe_first_stage_waits_at_the_turnaround_and_the_last_does_not(jobs: d
     first stage waits for the whole downstream pipeline (at least one downstream forward and
     backward), while the last stage goes from its last forward straight into its first backward.
     """
-    for m in dict((s, c) for s, sch, c in MATRIX if sch == "gpipe")[stages]:
+    for m in {s: c for s, sch, c in MATRIX if sch == "gpipe"}[stages]:
         waits = []
         for detail in jobs[(stages, "gpipe", m)]:
+
             def turnaround(rank: int) -> int:
                 spans = [s for s in detail["spans"] if s["rank"] == rank]
                 last_forward = max(s["end_ns"] for s in spans if s["kind"] == "forward")
@@ -107,8 +130,11 @@ def test_gpipe_first_stage_waits_at_the_turnaround_and_the_last_does_not(jobs: d
                 return first_backward - last_forward
 
             def duration(rank: int, kind: str, microbatch: int) -> int:
-                return next(s["end_ns"] - s["start_ns"] for s in detail["spans"]
-                            if s["rank"] == rank and s["kind"] == kind and s["microbatch"] == microbatch)
+                return next(
+                    s["end_ns"] - s["start_ns"]
+                    for s in detail["spans"]
+                    if s["rank"] == rank and s["kind"] == kind and s["microbatch"] == microbatch
+                )
 
             last = stages - 1
             downstream = duration(last, "forward", m - 1) + duration(last, "backward", 0)
@@ -128,8 +154,8 @@ def test_measured_bubble_falls_as_microbatches_grow(jobs: dict, stages: int, sch
         # With fewer cores than stages, at most `cores` stages run at once, so about half of the
         # pipeline waits whatever m is: the bubble then measures the CPU, not the schedule.
         pytest.skip(f"{stages} single-threaded ranks on {cores} cores: the bubble is CPU-bound, not schedule-bound")
-    few, many = dict(((s, sch), c) for s, sch, c in MATRIX)[(stages, schedule)]
-    measured = lambda d: d["bubble"]["measured_fraction"]  # noqa: E731
+    few, many = {(s, sch): c for s, sch, c in MATRIX}[(stages, schedule)]
+    measured = lambda d: d["bubble"]["measured_fraction"]
     bubble_few = median_over_steps(jobs[(stages, schedule, few)], measured)
     bubble_many = median_over_steps(jobs[(stages, schedule, many)], measured)
     assert bubble_many < bubble_few, (stages, schedule, few, bubble_few, many, bubble_many)

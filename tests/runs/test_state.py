@@ -28,19 +28,24 @@ def state_of(ends: list[RankEnd], quiet_s: float, world: int = 2, silent_after_s
 def test_a_failed_rank_fails_the_run_whatever_the_others_did() -> None:
     state, detail = state_of([RankEnd(0, "finished"), RankEnd(1, "failed", "RuntimeError: boom")], quiet_s=1)
     assert state == "failed" and detail == "rank 1 failed: RuntimeError: boom"
-    state, detail = state_of([RankEnd(2, "failed", "B"), RankEnd(0, None), RankEnd(1, "failed", "A")],
-                             quiet_s=900, world=3)
+    state, detail = state_of(
+        [RankEnd(2, "failed", "B"), RankEnd(0, None), RankEnd(1, "failed", "A")], quiet_s=900, world=3
+    )
     assert state == "failed" and detail == "rank 1 failed first: A (then rank 2)"  # no end times: rank order
 
 
 def test_the_first_rank_to_fail_on_the_aligned_clock_is_named() -> None:
-    ends = [RankEnd(0, "failed", "RuntimeError: Connection closed by peer", at_ns=2_000),
-            RankEnd(3, "failed", "torch.OutOfMemoryError: CUDA out of memory", at_ns=1_000),
-            RankEnd(1, "failed", "RuntimeError: Connection closed by peer", at_ns=None),
-            RankEnd(2, "finished", at_ns=500)]
+    ends = [
+        RankEnd(0, "failed", "RuntimeError: Connection closed by peer", at_ns=2_000),
+        RankEnd(3, "failed", "torch.OutOfMemoryError: CUDA out of memory", at_ns=1_000),
+        RankEnd(1, "failed", "RuntimeError: Connection closed by peer", at_ns=None),
+        RankEnd(2, "finished", at_ns=500),
+    ]
     state, detail = state_of(ends, quiet_s=1, world=4)
-    assert (state, detail) == ("failed", "rank 3 failed first: torch.OutOfMemoryError: CUDA out of memory "
-                                         "(then ranks 0, 1)")
+    assert (state, detail) == (
+        "failed",
+        "rank 3 failed first: torch.OutOfMemoryError: CUDA out of memory (then ranks 0, 1)",
+    )
 
 
 def test_finished_needs_every_rank_of_the_world() -> None:
@@ -102,21 +107,30 @@ def test_a_run_not_heard_from_turns_silent_at_the_asked_threshold(server: LiveSe
         assert run["state"] == "silent" and run["state_detail"].startswith("nothing heard for ")
         listed = {r["key"]: r["state"] for r in client.get("/api/v1/runs", params={"silent_after_s": 1}).json()}
         assert listed[key] == "silent"
-        assert_names(client.get(f"/api/v1/runs/{key}", params={"silent_after_s": 0}), 422,
-                     ["query", "silent_after_s"], "greater than 0")
+        assert_names(
+            client.get(f"/api/v1/runs/{key}", params={"silent_after_s": 0}),
+            422,
+            ["query", "silent_after_s"],
+            "greater than 0",
+        )
 
 
-@pytest.mark.parametrize("body,loc,words", [
-    ({"outcome": "crashed"}, ["body", "outcome"], "'finished' or 'failed'"),
-    ({}, ["body", "outcome"], "Field required"),
-    ({"outcome": "failed", "error": "x" * 1001}, ["body", "error"], "at most 1000"),
-    ({"outcome": "finished", "exit_code": 0}, ["body", "exit_code"], "Extra inputs"),
-    ({"outcome": "finished", "end_ns": -1}, ["body", "end_ns"], "greater than or equal to 0"),
-    ({"outcome": "finished", "end_ns": "5"}, ["body", "end_ns"], "valid integer"),
-    ({"outcome": "finished", "end_ns": 2**63}, ["body", "end_ns"], "less than or equal to"),
-    ({"outcome": "finished", "error": "x"}, ["body", "error"], "only with outcome 'failed'"),
-])
-def test_a_bad_end_names_the_field_and_changes_nothing(server: LiveServer, body: Any, loc: list[str], words: str) -> None:
+@pytest.mark.parametrize(
+    "body,loc,words",
+    [
+        ({"outcome": "crashed"}, ["body", "outcome"], "'finished' or 'failed'"),
+        ({}, ["body", "outcome"], "Field required"),
+        ({"outcome": "failed", "error": "x" * 1001}, ["body", "error"], "at most 1000"),
+        ({"outcome": "finished", "exit_code": 0}, ["body", "exit_code"], "Extra inputs"),
+        ({"outcome": "finished", "end_ns": -1}, ["body", "end_ns"], "greater than or equal to 0"),
+        ({"outcome": "finished", "end_ns": "5"}, ["body", "end_ns"], "valid integer"),
+        ({"outcome": "finished", "end_ns": 2**63}, ["body", "end_ns"], "less than or equal to"),
+        ({"outcome": "finished", "error": "x"}, ["body", "error"], "only with outcome 'failed'"),
+    ],
+)
+def test_a_bad_end_names_the_field_and_changes_nothing(
+    server: LiveServer, body: Any, loc: list[str], words: str
+) -> None:
     with server.client() as client:
         key = register(client, world_size=1)
         register_ranks(client, key, 1)
@@ -141,8 +155,13 @@ def test_failures_are_ordered_on_rank_0s_clock(server: LiveServer) -> None:
         for rank, offset in ((0, 0), (1, 10_000)):
             body = {"host": "h", "pid": rank, "clock_offset_ns": offset}
             assert client.put(f"/api/v1/runs/{key}/ranks/{rank}", json=body).status_code == 200
-        assert end(client, key, 0, {"outcome": "failed", "error": "RuntimeError: peer gone", "end_ns": 5_000}).status_code == 200
-        assert end(client, key, 1, {"outcome": "failed", "error": "ValueError: nan", "end_ns": 12_000}).status_code == 200
+        assert (
+            end(client, key, 0, {"outcome": "failed", "error": "RuntimeError: peer gone", "end_ns": 5_000}).status_code
+            == 200
+        )
+        assert (
+            end(client, key, 1, {"outcome": "failed", "error": "ValueError: nan", "end_ns": 12_000}).status_code == 200
+        )
         detail = client.get(f"/api/v1/runs/{key}").json()["state_detail"]
         assert detail == "rank 1 failed first: ValueError: nan (then rank 0)"
         # The offset re-estimated during the run and sent with the end wins over the registered one:
@@ -165,6 +184,10 @@ def test_serve_silent_after_sets_the_default_threshold(tmp_path: Path) -> None:
             assert client.get(f"/api/v1/runs/{key}", params={"silent_after_s": 60}).json()["state"] == "running"
     finally:
         live.stop()
-    refused = subprocess.run([sys.executable, "-m", "bubblescope.cli", "serve", "--db", url, "--silent-after", "0"],
-                             capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [sys.executable, "-m", "bubblescope.cli", "serve", "--db", url, "--silent-after", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode == 2 and "--silent-after: 0 is not between 0 (excluded) and 30 days" in refused.stderr

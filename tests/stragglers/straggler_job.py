@@ -56,7 +56,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, args: argpars
     dist.all_reduce(flat)
     offset = 0
     for grad in grads:
-        grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+        grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
         offset += grad.numel()
     optimizer.step()
     optimizer.zero_grad()

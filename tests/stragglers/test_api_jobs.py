@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import assert_names, register, REPO, JobResult, LiveServer, wait_until
+from tests.support import REPO, JobResult, LiveServer, assert_names, register, wait_until
 
 pytestmark = pytest.mark.slow
 RANKS, STEPS = 4, 10
@@ -22,10 +22,23 @@ HOSTS = "--hosts=hA,hA,hB,hB"
 
 def run_straggler_job(url: str, *args: str, timeout_s: float = 300) -> JobResult:
     run_key = f"test-stragglers-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "BUBBLESCOPE_URL": url, "BUBBLESCOPE_RUN_ID": run_key,
-           "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.2", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={RANKS}",
-               str(REPO / "tests" / "stragglers" / "straggler_job.py"), f"--steps={STEPS}", *args]
+    env = {
+        **os.environ,
+        "BUBBLESCOPE_URL": url,
+        "BUBBLESCOPE_RUN_ID": run_key,
+        "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.2",
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={RANKS}",
+        str(REPO / "tests" / "stragglers" / "straggler_job.py"),
+        f"--steps={STEPS}",
+        *args,
+    ]
     started = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
     return JobResult(run_key, done.returncode, done.stdout + done.stderr, time.monotonic() - started)
@@ -56,8 +69,10 @@ def test_a_persistent_straggler_and_a_one_off_read_differently(server: LiveServe
         view = stragglers_when_complete(client, job.run_key)
     scores = scores_by_rank(view)
     slow, once = scores[3], scores[1]
-    print(f"rank 3: ratio {slow['median_ratio']:.3f} z {slow['median_z']:.1f} flagged {slow['flagged_steps']}; "
-          f"rank 1: {once['flagged_median_ratio']:.2f}x on {once['flagged_steps']}")
+    print(
+        f"rank 3: ratio {slow['median_ratio']:.3f} z {slow['median_z']:.1f} flagged {slow['flagged_steps']}; "
+        f"rank 1: {once['flagged_median_ratio']:.2f}x on {once['flagged_steps']}"
+    )
     assert (slow["host"], slow["basis"], slow["verdict"]) == ("hB", "all ranks", "persistent")
     assert slow["flagged_fraction"] >= 0.8 and 1.4 < slow["median_ratio"] < 1.8
     assert slow["phase_ratios"]["exposed_comm"] < 0.7  # it does not wait; the others wait for it
@@ -79,7 +94,12 @@ def test_both_ranks_of_a_host_slow_is_a_slow_host(server: LiveServer) -> None:
         flags = {s["rank"]: s["flagged_steps"] for s in view["rank_scores"]}
         assert len(view["groups"]) == 1, (view["groups"], flags)
         group = view["groups"][0]
-        assert (group["kind"], group["group"], group["ranks"], group["verdict"]) == ("slow host", "hB", [2, 3], "persistent")
+        assert (group["kind"], group["group"], group["ranks"], group["verdict"]) == (
+            "slow host",
+            "hB",
+            [2, 3],
+            "persistent",
+        )
         assert group["flagged_fraction"] >= 0.8 and 1.4 < group["median_ratio"] < 1.8
         assert [f["kind"] for f in view["findings"]] == ["slow host"]
         assert view["findings"][0]["message"].startswith("host hB (ranks 2, 3): all its ranks compute 1.")

@@ -14,7 +14,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def test_run_page_shows_the_heatmap_and_names_the_straggler(
-    browser: Any, sqlite_server: LiveServer, output_dir: Path  # noqa: F811
+    browser: Any,
+    sqlite_server: LiveServer,
+    output_dir: Path,
 ) -> None:
     job = run_straggler_job(sqlite_server.url, HOSTS, "--slow=3:1.6", "--slow=1:2.5@4-5")
     assert job.returncode == 0, job.output[-3000:]

@@ -18,8 +18,14 @@ WINDOW_NS = 15_000_000
 Slowdown = Callable[[int, int], float]
 
 
-def synthetic(ranks: int, steps: int, slow: Slowdown = lambda r, s: 1.0,
-              work: Callable[[int], float] = lambda r: 1.0, jitter: float = 0.02, seed: int = 0) -> list[RankStepTimes]:
+def synthetic(
+    ranks: int,
+    steps: int,
+    slow: Slowdown = lambda r, s: 1.0,
+    work: Callable[[int], float] = lambda r: 1.0,
+    jitter: float = 0.02,
+    seed: int = 0,
+) -> list[RankStepTimes]:
     """10 ms of compute per rank per step (times ``work`` and ``slow``), ±``jitter`` uniform noise; the
     window is the same for every rank (synchronous training), the rest of it is waiting."""
     noise = random.Random(seed)
@@ -38,8 +44,11 @@ def two_hosts(ranks: int = 4) -> list[RankPlacement]:
 
 def dp_by_pp(dp: int = 2, pp: int = 2) -> list[RankPlacement]:
     """Rank = replica * pp + stage; each replica on its own host."""
-    return [RankPlacement(d * pp + s, host=f"h{d}", stage=s, coords={"dp": d, "pp": s})
-            for d in range(dp) for s in range(pp)]
+    return [
+        RankPlacement(d * pp + s, host=f"h{d}", stage=s, coords={"dp": d, "pp": s})
+        for d in range(dp)
+        for s in range(pp)
+    ]
 
 
 def test_persistent_rank_and_one_off_rank_read_differently() -> None:
@@ -53,10 +62,13 @@ def test_persistent_rank_and_one_off_rank_read_differently() -> None:
     assert {r for r, s in scores.items() if s.verdict == "normal"} == {0, 2, 4, 5, 6, 7}
     assert report.groups == []
     messages = [finding.message for finding in report.findings]
-    assert any(m.startswith("rank 3 (host h0) computes 1.4") and "20 of 20 steps: a persistent straggler" in m
-               for m in messages), messages
-    assert any(m.startswith("rank 1 (host h0)") and "steps 5, 6 (2 of 20): a one-off slowdown" in m
-               for m in messages), messages
+    assert any(
+        m.startswith("rank 3 (host h0) computes 1.4") and "20 of 20 steps: a persistent straggler" in m
+        for m in messages
+    ), messages
+    assert any(
+        m.startswith("rank 1 (host h0)") and "steps 5, 6 (2 of 20): a one-off slowdown" in m for m in messages
+    ), messages
     # the slow rank's peers wait for it: its compute ratio is high, its idle ratio low
     assert scores[3].phase_ratios["compute"] > 1.3 and scores[3].phase_ratios["idle"] < 0.5
     assert report.flagged[3] == [True] * 20 and report.flagged[1][5:7] == [True, True]
@@ -69,8 +81,9 @@ def test_whole_host_slow_is_one_host_finding_not_two_rank_findings() -> None:
     assert report.groups[0].median_ratio == pytest.approx(1.5, abs=0.05)
     assert report.findings[0].message.startswith("host h1 (ranks 2, 3): all its ranks compute 1.")
     # a hiccup on one rank of the other host does not hide the slow host on that step
-    hiccup = find_stragglers(synthetic(4, 12, lambda r, s: 1.5 if r >= 2 else (1.3 if r == 0 and s == 2 else 1.0)),
-                             two_hosts())
+    hiccup = find_stragglers(
+        synthetic(4, 12, lambda r, s: 1.5 if r >= 2 else (1.3 if r == 0 and s == 2 else 1.0)), two_hosts()
+    )
     assert hiccup.rank_scores[0].flagged_steps == [] and hiccup.groups[0].flagged_steps == list(range(12))
 
 
@@ -84,7 +97,13 @@ def test_slow_stage_across_replicas_is_a_band_found_by_history() -> None:
     assert all(score.verdict == "normal" for score in report.rank_scores)  # imbalance is no straggler
     (group,) = report.groups
     assert (group.kind, group.group, group.ranks, group.flagged_steps, group.verdict, group.basis) == (
-        "slow stage", "1", [1, 3], [8, 9], "one-off", "own history")
+        "slow stage",
+        "1",
+        [1, 3],
+        [8, 9],
+        "one-off",
+        "own history",
+    )
     assert "a slow stage (one-off)" in report.findings[0].message
     # the heatmap ratio is to the step's median over all ranks: the heavier stage is a band
     ratios = report.matrices["compute"].ratio_to_step_median
@@ -117,27 +136,37 @@ def test_scattered_single_step_flags_read_as_noise_not_as_a_straggler() -> None:
 def test_thresholds_ratio_excess_and_persistence() -> None:
     slightly = synthetic(4, 10, lambda r, s: 1.06 if r == 2 else 1.0, jitter=0.0)
     assert find_stragglers(slightly).rank_scores[2].verdict == "normal"  # z is huge, ratio under 1.10
-    assert find_stragglers(slightly, thresholds=StragglerThresholds(min_ratio=1.05)).rank_scores[2].verdict == "persistent"
+    assert (
+        find_stragglers(slightly, thresholds=StragglerThresholds(min_ratio=1.05)).rank_scores[2].verdict == "persistent"
+    )
     # 1.5x of a tiny phase: under 1% of the window is not worth a finding
-    tiny = [RankStepTimes(r, s, 100_000_000, 600_000 if r == 1 else 400_000, 0, 0, 0) for r in range(4) for s in range(5)]
+    tiny = [
+        RankStepTimes(r, s, 100_000_000, 600_000 if r == 1 else 400_000, 0, 0, 0) for r in range(4) for s in range(5)
+    ]
     assert find_stragglers(tiny).rank_scores[1].verdict == "normal"
     # flagged on 2 of 5 steps: one-off at the default half, persistent at a lower bar
     twice = synthetic(4, 5, lambda r, s: 1.5 if r == 1 and s in (1, 2) else 1.0)
     assert find_stragglers(twice).rank_scores[1].verdict == "one-off"
-    assert find_stragglers(twice, thresholds=StragglerThresholds(persistent_fraction=0.4)).rank_scores[1].verdict == "persistent"
+    assert (
+        find_stragglers(twice, thresholds=StragglerThresholds(persistent_fraction=0.4)).rank_scores[1].verdict
+        == "persistent"
+    )
 
 
 def test_pipeline_without_replicas_compares_each_rank_with_its_own_history() -> None:
     stages = [RankPlacement(r, stage=r) for r in range(3)]
-    report = find_stragglers(synthetic(3, 12, lambda r, s: 1.8 if r == 2 and s == 4 else 1.0,
-                                       work=lambda r: 1.0 + 0.2 * r), stages)
+    report = find_stragglers(
+        synthetic(3, 12, lambda r, s: 1.8 if r == 2 and s == 4 else 1.0, work=lambda r: 1.0 + 0.2 * r), stages
+    )
     assert [s.basis for s in report.rank_scores] == ["own history"] * 3
     assert [s.verdict for s in report.rank_scores] == ["normal", "normal", "one-off"]
     assert "its own median step on step 4 (1 of 12)" in report.findings[0].message
 
 
 def test_missing_cells_and_empty_input() -> None:
-    rows = [row for row in synthetic(4, 6, lambda r, s: 1.5 if r == 0 else 1.0) if not (row.rank == 0 and row.step == 2)]
+    rows = [
+        row for row in synthetic(4, 6, lambda r, s: 1.5 if r == 0 else 1.0) if not (row.rank == 0 and row.step == 2)
+    ]
     report = find_stragglers(rows)
     assert report.matrices["compute"].values_ns[0][2] is None and report.flagged[0][2] is False
     assert report.rank_scores[0].steps_scored == 5 and report.rank_scores[0].verdict == "persistent"
@@ -177,8 +206,11 @@ def test_a_persistent_straggler_and_a_neighbours_hiccup_are_no_slow_host() -> No
     report = find_stragglers(synthetic(4, 10, slow, jitter=0.005), two_hosts())
     rank2 = next(score for score in report.rank_scores if score.rank == 2)
     assert rank2.flagged_steps == []  # against the other ranks it is not slow ...
-    assert [report.steps[j] for j, cell in enumerate(report.matrices["compute"].values_ns[2])
-            if cell is not None and cell > 1.12 * 10_000_000] == [6, 9]  # ... against itself it is
+    assert [
+        report.steps[j]
+        for j, cell in enumerate(report.matrices["compute"].values_ns[2])
+        if cell is not None and cell > 1.12 * 10_000_000
+    ] == [6, 9]  # ... against itself it is
     assert report.rank_scores[3].verdict == "persistent"
     assert report.groups == []
     # both ranks of the host slow against their peers on those steps: that is a (one-off) slow host
