@@ -86,7 +86,7 @@ def suggest(evidence: RunEvidence) -> list[Suggestion]:
 
 def _pipeline_fixes(evidence: RunEvidence, measured: MeasuredPipeline) -> list[Suggestion]:
     setup = measured.setup
-    if setup.schedule == "naive" and setup.ranks > 1:
+    if lookup(setup.schedule).name == "naive" and setup.ranks > 1:
         return _pipeline_a_naive_split(evidence, measured)
     out: list[Suggestion] = []
     attribution = evidence.attribution
@@ -154,7 +154,7 @@ def _more_microbatches_or_better_schedule(evidence: RunEvidence, measured: Measu
             )
         )
     for schedule in ("interleaved1f1b", "interleavedzb", "zbv"):
-        if schedule == setup.schedule:
+        if schedule == lookup(setup.schedule).name:
             continue
         try:
             prediction = predict(measured, Change(schedule=schedule, stages_per_rank=2))
