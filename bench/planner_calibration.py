@@ -6,7 +6,9 @@ interleaving unpublished; the planner's rule fills them (``calibration.UNKNOWN_M
 ``--sc21`` adds a cross-check with the values of the authors' reproduction scripts
 (Megatron-LM ``examples/sc21/run_table_1.sh``), which the model does not use.
 
-    python bench/planner_calibration.py [--csv ../shared/data/published_runs.csv] [--sc21]
+    python bench/planner_calibration.py [--csv FILE] [--sc21]
+
+The rows ship with the planner: ``analysis/planner/data/published_runs.csv`` (sources in SOURCES.md there).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bubblescope.analysis.planner.calibration import (
+    PUBLISHED_RUNS,
     UNKNOWN_MICROBATCH_RULE,
     CalibrationRow,
     calibrate,
@@ -25,7 +28,6 @@ from bubblescope.analysis.planner.calibration import (
 )
 from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES
 
-DEFAULT_CSV = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "published_runs.csv"
 #: (micro-batch, virtual stages) per model in examples/sc21/run_table_1.sh, for the cross-check only
 SC21 = {
     "gpt-1.7b": (16, 1),
@@ -62,7 +64,7 @@ def print_table(rows: list[CalibrationRow]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    parser.add_argument("--csv", type=Path, default=PUBLISHED_RUNS)
     parser.add_argument("--sc21", action="store_true", help="also compare with the sc21 scripts' micro-batch/vpp")
     args = parser.parse_args()
     print(f"constants: {asdict(DEFAULT_EFFICIENCIES)}")

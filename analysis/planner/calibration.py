@@ -1,5 +1,5 @@
-"""The planner against published runs (``published_runs.csv``: Narayanan et al. 2021 Table 1,
-Korthikanti et al. 2022 Table 5).
+"""The planner against published runs (``data/published_runs.csv``: Narayanan et al. 2021 Table 1,
+Korthikanti et al. 2022 Table 5; each row's source in ``data/SOURCES.md``).
 
 Rows give step time (Table 5) or hardware TFLOP/s per GPU (Table 1, counting the recomputed
 forward pass: F = 96·B·s·l·h²·(1 + s/6h + V/16lh), the paper's Eq. 3). Table 1 does not publish the
@@ -23,6 +23,7 @@ from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficie
 #: own analysis (§3.3) favours small micro-batches once pipelines are deep, and Korthikanti et al.
 #: ran the same models at micro-batch 1; interleaving is not assumed where it is not published.
 UNKNOWN_MICROBATCH_RULE = "mbs=1, vpp=1 (1F1B)"
+PUBLISHED_RUNS = Path(__file__).resolve().parent / "data" / "published_runs.csv"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The step-time model against published Megatron-LM runs (../shared/data/published_runs.csv).
+"""The step-time model against published Megatron-LM runs (analysis/planner/data/published_runs.csv).
 
 The errors are recomputed here from the planner's step time alone: Table 1 rows are converted to
 TFLOP/s per GPU with the paper's own FLOP count (Narayanan et al. 2021, Eq. 3), Table 5 rows are
@@ -10,16 +10,11 @@ from __future__ import annotations
 
 import csv
 import statistics
-from pathlib import Path
-
-import pytest
 
 from bubblescope.analysis.planner import ModelSpec, ParallelConfig, evaluate, make_cluster
+from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-CSV = DATA / "published_runs.csv"
-
-pytestmark = pytest.mark.skipif(not CSV.is_file(), reason=f"published runs not found at {CSV.resolve()}")
+CSV = PUBLISHED_RUNS
 
 
 def errors_pct() -> list[tuple[str, str, float]]:
