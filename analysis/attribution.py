@@ -3,7 +3,7 @@
 Algorithm, for a run's steps (all times are per-rank means, ns):
 1. measured bubble = mean over steps of ``StepBubble.measured_fraction × wall``;
 2. schedule-inherent = the replay's idle with every stage at the mean measured stage cost and free
-   communication — for equal stages that is exactly the closed form of DESIGN.md §5;
+   communication — for equal stages that is exactly the schedule's closed form (``schedules.py``);
 3. stage imbalance = the replay's idle with the *measured* stage costs (the simulated floor), minus 2;
 4. communication wait = the replay's idle with the measured transfer latency too, minus 3;
 5. straggler / jitter = measured minus 4: what the medians cannot explain — micro-batches or steps

@@ -27,23 +27,25 @@ from bubblescope.analysis.schedules import closed_form_bubble
 from bubblescope.timesplit import split_window
 
 Window = tuple[int, int]
+SendKey = tuple[int, int, int | None, str | None, int | None]  # sender, receiver, micro-batch, name, stage
 
 
 def matched_recvs(spans: Iterable[TimedSpan]) -> list[tuple[TimedSpan, int]]:
     """Every recv whose peer's matching send was recorded, with the time that send started (step 1)."""
-    send_start: dict[tuple[int, int, int | None, str | None, int | None], int] = {}
+    send_start: dict[SendKey, int] = {}
     recvs: list[TimedSpan] = []
     for span in spans:
         if span.kind == "send" and span.peer is not None:
             for stage in {_receiving_stage(span), None}:
-                key = (span.rank, span.peer, span.microbatch, span.name, stage)
-                send_start[key] = min(span.start_ns, send_start.get(key, span.start_ns))
+                sent: SendKey = (span.rank, span.peer, span.microbatch, span.name, stage)
+                send_start[sent] = min(span.start_ns, send_start.get(sent, span.start_ns))
         elif span.kind == "recv" and span.peer is not None:
             recvs.append(span)
     matched = []
     for recv in recvs:
-        key = (recv.peer, recv.rank, recv.microbatch, recv.name, recv.stage)
-        started = send_start.get(key, send_start.get(key[:4] + (None,)))  # type: ignore[arg-type]
+        assert recv.peer is not None  # only recvs with a peer were kept
+        key: SendKey = (recv.peer, recv.rank, recv.microbatch, recv.name, recv.stage)
+        started = send_start.get(key, send_start.get((*key[:4], None)))
         if started is not None:
             matched.append((recv, started))
     return matched

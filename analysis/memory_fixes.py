@@ -117,7 +117,7 @@ def memory_suggestions(config: Mapping[str, Any], step_ns: float) -> list[Sugges
 
 
 def _candidates(config: ParallelConfig) -> list[tuple[str, ParallelConfig, dict[str, Any], list[str]]]:
-    out = []
+    out: list[tuple[str, ParallelConfig, dict[str, Any], list[str]]] = []
     if config.zero < 3:
         zero = config.zero + 1
         out.append(

@@ -232,8 +232,9 @@ def _ratio(value: float | None, baseline: float | None) -> float | None:
 def _comparable_groups(where: Mapping[int, RankPlacement], ranks: list[int]) -> tuple[str, list[list[int]]]:
     """The basis and the groups of mutually comparable ranks: stages where stages differ, else all."""
     stages = {where[r].stage for r in ranks}
-    if len(stages) > 1 and None not in stages:
-        return "stage peers", [[r for r in ranks if where[r].stage == stage] for stage in sorted(stages)]
+    known = sorted(stage for stage in stages if stage is not None)
+    if len(stages) > 1 and len(known) == len(stages):
+        return "stage peers", [[r for r in ranks if where[r].stage == stage] for stage in known]
     return "all ranks", [ranks] if ranks else []
 
 
@@ -270,7 +271,7 @@ def _group_cells(
     """Each rank of ``group`` scored at each step against the group's other ranks at that step."""
     cells: dict[int, list[_Cell]] = {r: [] for r in group}
     for j, window in enumerate(windows):
-        present = sorted((compute[r][j], r) for r in group if compute[r][j] is not None)
+        present = sorted((value, r) for r in group if (value := compute[r][j]) is not None)
         ordered = [v for v, _ in present]
         position = {r: i for i, (_, r) in enumerate(present)}
         mads: dict[int, tuple[float, float]] = {}

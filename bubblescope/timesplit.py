@@ -1,4 +1,4 @@
-"""Where a window of one rank's time went (DESIGN.md §4), stdlib only.
+"""Where a window of one rank's time went (docs/time.md), stdlib only.
 
 The one definition used by the collector's per-step aggregates and the service's breakdown:
 compute = union of compute spans; communication = union of communication spans, split into

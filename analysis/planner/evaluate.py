@@ -60,7 +60,7 @@ class Plan:
 
 
 def model_flops_per_step(model: ModelSpec, global_batch: int) -> float:
-    """Training FLOPs without recompute (DESIGN.md §5): tokens · (6·N + 12·L·h·s)."""
+    """Training FLOPs without recompute (docs/planner.md): tokens · (6·N + 12·L·h·s)."""
     tokens = global_batch * model.seq
     return tokens * (6.0 * model.params + 12.0 * model.layers * model.hidden * model.seq)
 

@@ -1,4 +1,4 @@
-"""Memory per GPU by part (DESIGN.md §5), on the worst pipeline stage.
+"""Memory per GPU by part (docs/planner.md), on the worst pipeline stage.
 
 Model state: mixed-precision Adam keeps 16 bytes per parameter, 2 weights + 2 gradients + 12
 optimizer (fp32 master weights, momentum, variance); ZeRO-1/2/3 shard the 12, 14 or 16 of them over

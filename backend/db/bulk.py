@@ -19,6 +19,7 @@ def _quoted(columns: Sequence[str]) -> str:
 def insert_rows(session: Session, table: str, columns: Sequence[str], rows: Iterable[tuple[Any, ...]]) -> None:
     connection = session.connection()
     raw = connection.connection.driver_connection
+    assert raw is not None  # a live connection of the session's transaction
     if connection.dialect.name == "postgresql":
         with raw.cursor() as cursor, cursor.copy(f'COPY "{table}" ({_quoted(columns)}) FROM STDIN') as copy:
             for row in rows:

@@ -5,16 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import Insert
 
+from bubblescope.backend.db.models import Base
+
 
 def conflict_insert(
-    session: Session, table: Table, conflict_columns: Sequence[str], update_columns: Sequence[str] = ()
+    session: Session, model: type[Base], conflict_columns: Sequence[str], update_columns: Sequence[str] = ()
 ) -> Insert:
-    """INSERT that, on a conflict, updates ``update_columns`` or (when none) skips the row."""
+    """INSERT into ``model``'s table that, on a conflict, updates ``update_columns`` or (when none) skips the row."""
+    table = Base.metadata.tables[model.__tablename__]
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
     if update_columns:
@@ -27,10 +29,10 @@ def conflict_insert(
 
 def insert_on_conflict(
     session: Session,
-    table: Table,
+    model: type[Base],
     rows: Sequence[dict[str, Any]],
     conflict_columns: Sequence[str],
     update_columns: Sequence[str] = (),
 ) -> None:
     if rows:
-        session.execute(conflict_insert(session, table, conflict_columns, update_columns), list(rows))
+        session.execute(conflict_insert(session, model, conflict_columns, update_columns), list(rows))

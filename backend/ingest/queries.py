@@ -29,7 +29,7 @@ _STEP_UPDATE = (
 def claim_batch(session: Session, run_id: int, rank: int, seq: int, span_count: int, step_count: int) -> bool:
     """Record (run, rank, seq); False when it was already stored (a retry)."""
     row = {"run_id": run_id, "rank": rank, "seq": seq, "span_count": span_count, "step_count": step_count}
-    statement = conflict_insert(session, IngestedBatch.__table__, ("run_id", "rank", "seq"))
+    statement = conflict_insert(session, IngestedBatch, ("run_id", "rank", "seq"))
     return session.execute(statement.values(row).returning(IngestedBatch.seq)).first() is not None
 
 
@@ -46,7 +46,7 @@ def insert_spans(session: Session, run_id: int, rank: int, spans: SpanColumns) -
 
 def upsert_steps(session: Session, run_id: int, rank: int, steps: list[StepAggregateIn]) -> int:
     rows = [{"run_id": run_id, "rank": rank, **step.model_dump()} for step in steps]
-    insert_on_conflict(session, StepAggregate.__table__, rows, ("run_id", "rank", "step"), _STEP_UPDATE)
+    insert_on_conflict(session, StepAggregate, rows, ("run_id", "rank", "step"), _STEP_UPDATE)
     return len(rows)
 
 

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from bubblescope.backend.db.models import RankInfo, Run, Span, StepAggregate
 from bubblescope.backend.db.upsert import insert_on_conflict
-from bubblescope.backend.runs.state import RankEnd
+from bubblescope.backend.runs.state import RankEnd, rank_outcome
 
 
 def find_run(session: Session, key: str, for_update: bool = False) -> Run | None:
@@ -24,7 +24,7 @@ def find_run(session: Session, key: str, for_update: bool = False) -> Run | None
 def register_run(session: Session, key: str, name: str, world_size: int, config: dict[str, Any]) -> Run:
     """Create the run or merge into it (every rank registers; later keys win)."""
     row = {"key": key, "name": name, "world_size": world_size, "config": config}
-    insert_on_conflict(session, Run.__table__, [row], ("key",))
+    insert_on_conflict(session, Run, [row], ("key",))
     run = find_run(session, key, for_update=True)
     assert run is not None
     merged = {**(run.config or {}), **config}
@@ -39,19 +39,18 @@ def register_run(session: Session, key: str, name: str, world_size: int, config:
 
 def register_rank(session: Session, run_id: int, rank: int, values: dict[str, Any]) -> None:
     row = {"run_id": run_id, "rank": rank, **values}
-    insert_on_conflict(session, RankInfo.__table__, [row], ("run_id", "rank"), tuple(values))
+    insert_on_conflict(session, RankInfo, [row], ("run_id", "rank"), tuple(values))
 
 
 def find_rank(session: Session, run_id: int, rank: int) -> RankInfo | None:
     return session.scalars(select(RankInfo).where(RankInfo.run_id == run_id, RankInfo.rank == rank)).one_or_none()
 
 
-def end_rank(session: Session, run_id: int, rank: int, values: dict[str, Any]) -> bool:
-    """Record how the rank ended (a repeat overwrites); False when the rank is not registered."""
-    ended = session.execute(
+def end_rank(session: Session, run_id: int, rank: int, values: dict[str, Any]) -> None:
+    """Record how the rank ended (a repeat overwrites)."""
+    session.execute(
         update(RankInfo).where(RankInfo.run_id == run_id, RankInfo.rank == rank).values(**values, ended_at=func.now())
     )
-    return bool(ended.rowcount)
 
 
 def rank_ends(session: Session, run_ids: Sequence[int]) -> dict[int, list[RankEnd]]:
@@ -65,7 +64,7 @@ def rank_ends(session: Session, run_ids: Sequence[int]) -> dict[int, list[RankEn
 
 
 def rank_end(info: RankInfo) -> RankEnd:
-    return RankEnd(info.rank, info.outcome, info.error, info.end_ns)
+    return RankEnd(info.rank, rank_outcome(info.outcome), info.error, info.end_ns)
 
 
 def database_now(session: Session) -> datetime:

@@ -27,7 +27,7 @@ from bubblescope.backend.runs.schemas import (
     StepDetail,
     StepSummary,
 )
-from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S, RankEnd, as_utc, run_state
+from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S, RankEnd, as_utc, rank_outcome, run_state
 
 
 def require_run(session: Session, key: str) -> Run:
@@ -213,7 +213,7 @@ def _rank_out(info: RankInfo) -> RankOut:
         clock_offset_ns=info.clock_offset_ns,
         clock_uncertainty_ns=info.clock_uncertainty_ns,
         dropped_spans=info.dropped_spans,
-        outcome=info.outcome,
+        outcome=rank_outcome(info.outcome),
         error=info.error,
         ended_at=None if info.ended_at is None else as_utc(info.ended_at),
     )

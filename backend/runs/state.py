@@ -38,6 +38,15 @@ class RunState:
     detail: str
 
 
+def rank_outcome(stored: str | None) -> RankOutcome | None:
+    """A stored outcome as its type (the column holds only what the end endpoint accepted)."""
+    if stored == "finished":
+        return "finished"
+    if stored == "failed":
+        return "failed"
+    return None
+
+
 def as_utc(moment: datetime) -> datetime:
     """SQLite hands back naive datetimes that are UTC (CURRENT_TIMESTAMP); PostgreSQL aware ones."""
     return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from sqlalchemy import Row, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from bubblescope.analysis.stragglers import RankStepTimes
 from bubblescope.backend.db.models import StepAggregate
 
 
-def aggregates_between(session: Session, run_id: int, from_step: int, to_step: int) -> Sequence[Row[tuple[int, ...]]]:
-    """(rank, step, window_ns, compute_ns, comm_ns, exposed_comm_ns, idle_ns) of steps in [from, to]."""
+def aggregates_between(session: Session, run_id: int, from_step: int, to_step: int) -> list[RankStepTimes]:
+    """Each rank's phase times of each step in [from_step, to_step], step by step."""
     query = (
         select(
             StepAggregate.rank,
@@ -25,4 +24,4 @@ def aggregates_between(session: Session, run_id: int, from_step: int, to_step: i
         .where(StepAggregate.run_id == run_id, StepAggregate.step >= from_step, StepAggregate.step <= to_step)
         .order_by(StepAggregate.step, StepAggregate.rank)
     )
-    return session.execute(query).all()
+    return [RankStepTimes(*row) for row in session.execute(query).all()]

@@ -7,7 +7,7 @@ from dataclasses import fields
 
 from sqlalchemy.orm import Session
 
-from bubblescope.analysis.stragglers import RankPlacement, RankStepTimes, find_stragglers
+from bubblescope.analysis.stragglers import RankPlacement, find_stragglers
 from bubblescope.backend.errors import Invalid
 from bubblescope.backend.runs import queries as run_queries
 from bubblescope.backend.runs.service import require_run
@@ -42,7 +42,7 @@ def straggler_view(session: Session, key: str, from_step: int | None, to_step: i
         RankPlacement(info.rank, info.host, info.stage, info.coords or {})
         for info in run_queries.ranks_of(session, run.id)
     ]
-    report = find_stragglers((RankStepTimes(*row) for row in rows), placements)
+    report = find_stragglers(rows, placements)
     return StragglersOut.model_validate(
         {
             "run_key": key,

@@ -1,4 +1,4 @@
-"""The planner's memory formulas against hand computations (DESIGN.md §5, Korthikanti et al. 2022),
+"""The planner's memory formulas against hand computations (docs/planner.md, Korthikanti et al. 2022),
 step-time structure, search results feasible and ranked, input errors that name the field."""
 
 from __future__ import annotations
