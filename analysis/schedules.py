@@ -49,6 +49,7 @@ from bubblescope.analysis.schedule_orders import Action
 Placement = Literal["single", "loop", "v"]
 OrderBuilder = Callable[[int, int, int, int], list[Action]]
 Rule = Callable[[int, int, int], int]
+ClosedForm = Callable[[int, int, int], "BubbleFloor | None"]
 
 
 class ScheduleError(InputError):
@@ -70,6 +71,8 @@ class Schedule:
     placement: Placement
     orders: OrderBuilder
     """Every rank's actions in order: ``orders(rank, p, m, v)``."""
+    closed_form: ClosedForm
+    """The bubble for equal stages and free communication: ``closed_form(p, m, v)`` (None: not covered)."""
     in_flight: Rule
     """Activation chunks held at once by the worst rank: ``in_flight(p, m, v)``."""
     aliases: tuple[str, ...] = ()
@@ -145,21 +148,9 @@ class Schedule:
 
     def bubble(self, ranks: int, microbatches: int, stages_per_rank: int = 1) -> BubbleFloor | None:
         """The closed-form bubble of the module docstring; None for a shape the form does not cover."""
-        p, m, v = ranks, microbatches, stages_per_rank
-        if p < 1 or m < 1 or v < 1:
+        if ranks < 1 or microbatches < 1 or stages_per_rank < 1:
             return None
-        lead = (p - 1) / v
-        if self.name == "naive":
-            return BubbleFloor((p - 1) / p, "(p-1)/p")
-        if self.name in ("gpipe", "1f1b"):
-            return BubbleFloor((p - 1) / (m + p - 1), "(p-1)/(m+p-1)")
-        if self.name in ("interleaved1f1b", "loopedbfs"):
-            return BubbleFloor(lead / (m + lead), "((p-1)/v)/(m+(p-1)/v)")
-        if self.name == "interleavedzb":
-            return BubbleFloor(lead / (3 * m + lead), "((p-1)/v)/(3m+(p-1)/v), T_F=T_B=T_W")
-        if self.placement == "v" and v == 2 and m >= 2 * p:
-            return BubbleFloor(lead / (3 * m + lead), "((p-1)/2)/(3m+(p-1)/2), T_F=T_B=T_W, m>=2p")
-        return None
+        return self.closed_form(ranks, microbatches, stages_per_rank)
 
     def build_orders(self, ranks: int, microbatches: int, stages_per_rank: int = 1) -> dict[int, list[Action]]:
         """Every rank's actions in the order it runs them; ``ScheduleError`` for a shape torch refuses
@@ -171,9 +162,35 @@ class Schedule:
         return {rank: self.orders(rank, ranks, microbatches, v) for rank in range(ranks)}
 
 
+def _naive(p: int, m: int, v: int) -> BubbleFloor:
+    return BubbleFloor((p - 1) / p, "(p-1)/p")
+
+
+def _fill_drain(p: int, m: int, v: int) -> BubbleFloor:
+    return BubbleFloor((p - 1) / (m + p - 1), "(p-1)/(m+p-1)")
+
+
+def _interleaved(p: int, m: int, v: int) -> BubbleFloor:
+    lead = (p - 1) / v
+    return BubbleFloor(lead / (m + lead), "((p-1)/v)/(m+(p-1)/v)")
+
+
+def _zero_bubble(p: int, m: int, v: int) -> BubbleFloor:
+    lead = (p - 1) / v
+    return BubbleFloor(lead / (3 * m + lead), "((p-1)/v)/(3m+(p-1)/v), T_F=T_B=T_W")
+
+
+def _v_shape(p: int, m: int, v: int) -> BubbleFloor | None:
+    if v != 2 or m < 2 * p:
+        return None
+    lead = (p - 1) / 2
+    return BubbleFloor(lead / (3 * m + lead), "((p-1)/2)/(3m+(p-1)/2), T_F=T_B=T_W, m>=2p")
+
+
 SCHEDULES: tuple[Schedule, ...] = (
     Schedule(
         name="naive",
+        closed_form=_naive,
         torch_class=None,
         placement="single",
         orders=orders.gpipe,
@@ -182,10 +199,16 @@ SCHEDULES: tuple[Schedule, ...] = (
         min_microbatches="one",
     ),
     Schedule(
-        name="gpipe", torch_class="ScheduleGPipe", placement="single", orders=orders.gpipe, in_flight=lambda p, m, v: m
+        name="gpipe",
+        closed_form=_fill_drain,
+        torch_class="ScheduleGPipe",
+        placement="single",
+        orders=orders.gpipe,
+        in_flight=lambda p, m, v: m,
     ),
     Schedule(
         name="1f1b",
+        closed_form=_fill_drain,
         torch_class="Schedule1F1B",
         placement="single",
         orders=orders.one_f_one_b,
@@ -194,6 +217,7 @@ SCHEDULES: tuple[Schedule, ...] = (
     ),
     Schedule(
         name="interleaved1f1b",
+        closed_form=_interleaved,
         torch_class="ScheduleInterleaved1F1B",
         placement="loop",
         orders=orders.interleaved_1f1b,
@@ -202,6 +226,7 @@ SCHEDULES: tuple[Schedule, ...] = (
     ),
     Schedule(
         name="loopedbfs",
+        closed_form=_interleaved,
         torch_class="ScheduleLoopedBFS",
         placement="loop",
         orders=orders.looped_bfs,
@@ -209,6 +234,7 @@ SCHEDULES: tuple[Schedule, ...] = (
     ),
     Schedule(
         name="interleavedzb",
+        closed_form=_zero_bubble,
         torch_class="ScheduleInterleavedZeroBubble",
         placement="loop",
         orders=orders.interleaved_zero_bubble,
@@ -219,6 +245,7 @@ SCHEDULES: tuple[Schedule, ...] = (
     ),
     Schedule(
         name="zbv",
+        closed_form=_v_shape,
         torch_class="ScheduleZBVZeroBubble",
         placement="v",
         orders=orders.zbv,
@@ -227,6 +254,7 @@ SCHEDULES: tuple[Schedule, ...] = (
     ),
     Schedule(
         name="dualpipev",
+        closed_form=_v_shape,
         torch_class="ScheduleDualPipeV",
         placement="v",
         orders=orders.dualpipev,
