@@ -17,8 +17,17 @@ from bubblescope.backend.runs.router import router as runs_router
 from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S
 from bubblescope.backend.stragglers.router import router as stragglers_router
 from bubblescope.backend.web.routes import mount_frontend
+from bubblescope.backend.web.span_kinds import router as span_kinds_router
 
-FEATURE_ROUTERS = (ingest_router, runs_router, capture_router, analysis_router, stragglers_router, plan_router)
+FEATURE_ROUTERS = (
+    ingest_router,
+    runs_router,
+    capture_router,
+    analysis_router,
+    stragglers_router,
+    plan_router,
+    span_kinds_router,
+)
 
 
 def create_app(db_url: str, silent_after_s: float = DEFAULT_SILENT_AFTER_S) -> FastAPI:

@@ -1,25 +1,35 @@
-"use strict";
-async function loadRuns() {
-  const body = document.querySelector("#runs tbody");
-  const error = document.getElementById("runs-error");
-  try {
-    const runs = await bs.getJson("/api/v1/runs");
-    error.hidden = true;
-    body.replaceChildren(...runs.map((run) => {
-      const row = document.createElement("tr");
-      const link = bs.el("a", { href: `/runs/${encodeURIComponent(run.key)}` }, run.name);
-      const name = document.createElement("td"); name.className = "text"; name.append(link);
-      const c = run.config;
-      const state = bs.cell("", "text"); state.append(bs.stateBadge(run));
-      row.append(name, state, bs.cell(run.key, "text"), bs.cell(run.world_size), bs.cell(c.schedule || "—", "text"),
-        bs.cell(c.num_stages ? `${c.num_stages} × ${c.num_microbatches}` : "—"), bs.cell(run.step_count),
-        bs.cell(new Date(run.updated_at).toLocaleString(), "text"));
-      return row;
-    }));
-    document.getElementById("runs-empty").hidden = runs.length > 0;
-  } catch (e) {
-    error.textContent = `Could not load runs: ${e.message}`;
-    error.hidden = false;
-  }
+// The runs list page: every run the service knows, newest activity first, refreshed every 5 s.
+import { api } from "./api.js";
+import { cell, el, say, stateBadge } from "./dom.js";
+import { poll } from "./poll.js";
+
+const EVERY_MS = 5000;
+
+function row(run) {
+  const c = run.config;
+  const name = cell("", "text");
+  name.append(el("a", { href: `/runs/${encodeURIComponent(run.key)}` }, run.name));
+  const state = cell("", "text");
+  state.append(stateBadge(run));
+  const tr = document.createElement("tr");
+  tr.append(
+    name, state, cell(run.key, "text wrap"), cell(run.world_size), cell(c.schedule || "—", "text"),
+    cell(c.num_stages ? `${c.num_stages} × ${c.num_microbatches}` : "—"), cell(run.step_count),
+    cell(new Date(run.updated_at).toLocaleString(), "text wrap"),
+  );
+  return tr;
 }
-bs.poll(loadRuns, 5000);
+
+async function round() {
+  try {
+    const runs = await api.runs();
+    document.querySelector("#runs tbody").replaceChildren(...runs.map(row));
+    document.getElementById("runs-empty").hidden = runs.length > 0;
+    say("runs-error", "");
+  } catch (error) {
+    say("runs-error", `Could not load runs: ${error.message}`);
+  }
+  return EVERY_MS;
+}
+
+poll(round, EVERY_MS);

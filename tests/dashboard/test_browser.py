@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from tests.dashboard.synthetic import ingest_steps, register_run
 from tests.support import LiveServer, run_pipeline_job, wait_for_steps
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -53,6 +54,7 @@ def test_run_page_shows_one_timeline_row_per_rank(browser: Any, sqlite_server: L
     assert errors == [] and requests_outside == [] and not any("favicon" in url for url in requests_seen(page))
     page.close()
     assert_a_picked_step_survives_a_slower_refresh(browser, f"{sqlite_server.url}/runs/{job.run_key}")
+    assert_one_loop_that_waits_and_asks_only_for_news(browser, f"{sqlite_server.url}/runs/{job.run_key}")
 
 
 def requests_seen(page: Any) -> list[str]:
@@ -91,18 +93,84 @@ def assert_a_picked_step_survives_a_slower_refresh(browser: Any, run_url: str) -
     page.close()
 
 
-def test_an_unknown_run_says_so_and_stops_polling(browser: Any, sqlite_server: LiveServer, output_dir: Path) -> None:
+SLOW_ANALYSIS = """
+window.asked = [];  // [path, slow answers pending when it was asked]
+let pending = 0;
+const realFetch = window.fetch;
+window.fetch = async (input, init) => {
+  const slow = String(input).endsWith("/analysis");
+  window.asked.push([String(input), pending]);
+  if (slow) pending += 1;
+  try {
+    const response = await realFetch(input, init);
+    if (slow) await new Promise((done) => setTimeout(done, 4000));
+    return response;
+  } finally {
+    if (slow) pending -= 1;
+  }
+};
+"""
+
+
+def assert_one_loop_that_waits_and_asks_only_for_news(browser: Any, run_url: str) -> None:
+    """No round starts while the last one waits for an answer (here a slow analysis); the step,
+    analysis and stragglers of a run that no longer changes are asked for once, its detail every round."""
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    page.add_init_script(SLOW_ANALYSIS)
+    page.goto(run_url)
+    detail = f"/api/v1/runs/{run_url.rsplit('/', 1)[1]}"
+    page.wait_for_function(f"() => window.asked.filter(([path]) => path === '{detail}').length >= 3", timeout=20_000)
+    asked = page.evaluate("() => window.asked")
+    assert all(pending == 0 for path, pending in asked if path == detail), asked
+    others = sorted(path for path, _ in asked if path != detail and path.startswith("/api/v1/runs/"))
+    assert others == [f"{detail}/analysis", f"{detail}/steps/2", f"{detail}/stragglers"], asked
+    page.close()
+
+
+def test_an_unknown_run_says_so_and_keeps_asking_slowly(
+    browser: Any, sqlite_server: LiveServer, output_dir: Path
+) -> None:
     page = browser.new_page(viewport={"width": 1300, "height": 800})
     api_calls: list[str] = []
     page.on("request", lambda r: api_calls.append(r.url) if "/api/v1/runs/no-such-run" in r.url else None)
     page.goto(f"{sqlite_server.url}/runs/no-such-run")
     page.wait_for_selector("#run-error:not([hidden])", timeout=10_000)
-    assert 'No run "no-such-run"' in page.locator("#run-error").inner_text()
+    message = page.locator("#run-error").inner_text()
+    assert 'Run "no-such-run" is not known here (yet)' in message and "keeps checking" in message, message
     assert not page.locator("#timeline").is_visible() and not page.locator("#straggler-heatmap").is_visible()
     settled = len(api_calls)
-    page.wait_for_timeout(6_500)  # more than one period of every poller (3 s and 5 s)
-    assert len(api_calls) == settled, api_calls
+    page.wait_for_timeout(6_500)  # the page asks again every 5 s while the run is not known
+    assert 1 <= len(api_calls) - settled <= 2, api_calls
+    assert set(api_calls) == {f"{sqlite_server.url}/api/v1/runs/no-such-run"}  # nothing else of a run it lacks
     page.screenshot(path=str(output_dir / "missing-run.png"), full_page=True)
+    page.close()
+
+
+def test_a_page_opened_before_its_run_registers_shows_it_once_it_does(
+    browser: Any, sqlite_server: LiveServer, output_dir: Path
+) -> None:
+    key = f"late-{uuid.uuid4().hex[:8]}"
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(f"{sqlite_server.url}/runs/{key}")
+    page.wait_for_selector("#run-error:not([hidden])", timeout=10_000)
+    assert "not known here (yet)" in page.locator("#run-error").inner_text()
+    with sqlite_server.client() as client:
+        register_run(client, key, stages=2, microbatches=4, name="late-run")
+        ingest_steps(client, key, stages=2, microbatches=4, steps=range(2))
+    page.wait_for_selector("body[data-rendered-step='1']", timeout=15_000)  # no reload: the page kept asking
+    assert page.locator("#run-title").inner_text() == "late-run"
+    assert page.locator("#run-error").is_hidden() and page.locator("#timeline").is_visible()
+    rows = page.evaluate("() => [...new Set(document.getElementById('timeline').data.flatMap((t) => t.y))]")
+    assert sorted(rows) == ["rank 0 · stage 0", "rank 1 · stage 1"]
+    page.wait_for_selector("body[data-suggestions][data-stragglers-steps='2']", timeout=15_000)
+    with sqlite_server.client() as client:  # the run grows: the page follows its latest step
+        ingest_steps(client, key, stages=2, microbatches=4, steps=range(2, 3))
+    page.wait_for_selector("body[data-rendered-step='2'][data-stragglers-steps='3']", timeout=15_000)
+    assert page.locator("#step-select option").count() == 3
+    page.screenshot(path=str(output_dir / "late-run.png"), full_page=True)
+    assert errors == [], errors
     page.close()
 
 

@@ -1,0 +1,20 @@
+// How numbers and ranks are written on the pages.
+
+// Nanoseconds as milliseconds with one decimal ("-0.0" for a tiny negative is written "0.0").
+export function ms(ns) {
+  const text = (ns / 1e6).toFixed(1);
+  return text === "-0.0" ? "0.0" : text;
+}
+
+// A fraction (0.123) as "12.3%"; "—" when there is none.
+export const percent = (fraction) => (fraction === null || fraction === undefined ? "—" : `${(100 * fraction).toFixed(1)}%`);
+
+// part as a percentage of whole; "—" when whole is 0.
+export const share = (part, whole) => (whole ? percent(part / whole) : "—");
+
+// "rank 3 · stage 3" (or "· stages 3, 7" for interleaved schedules) from the run detail's ranks.
+export function rankLabel(run, rank) {
+  const info = run.ranks.find((r) => r.rank === rank);
+  if (info && info.stages && info.stages.length > 1) return `rank ${rank} · stages ${info.stages.join(", ")}`;
+  return info && info.stage !== null ? `rank ${rank} · stage ${info.stage}` : `rank ${rank}`;
+}

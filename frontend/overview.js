@@ -1,0 +1,52 @@
+// The top of the run page: name, state and facts of the run; the step picker and the step's bubble.
+import { el, fact, stateBadge } from "./dom.js";
+import { ms, percent } from "./format.js";
+
+export function renderRun(run) {
+  const c = run.config;
+  document.getElementById("run-title").textContent = run.name;
+  document.getElementById("crumb").textContent = run.key;
+  document.title = `Bubblescope — ${run.name}`;
+  const state = document.getElementById("run-state");
+  state.replaceChildren(stateBadge(run), el("span", { class: run.state === "failed" ? "detail error" : "detail muted" }, run.state_detail));
+  state.hidden = false;
+  const dropped = run.ranks.reduce((sum, r) => sum + r.dropped_spans, 0);
+  document.getElementById("run-facts").replaceChildren(
+    fact("Ranks", String(run.world_size)),
+    fact("Schedule", c.schedule || "—"),
+    fact("Stages × micro-batches", c.num_stages ? `${c.num_stages} × ${c.num_microbatches}` : "—"),
+    fact("Steps", String(run.step_count)),
+    fact("Dropped spans", String(dropped)),
+    fact("Run key", run.key, true),
+  );
+}
+
+let shownOptions = null; // the options' text, so an open picker is rebuilt only when the steps change
+
+// One option per step with spans; `chosen` selected.
+export function renderStepOptions(steps, chosen) {
+  const select = document.getElementById("step-select");
+  const options = steps.map((s) => [String(s.step), `${s.step} — ${ms(s.wall_ns)} ms`]);
+  const text = JSON.stringify(options);
+  if (text !== shownOptions) {
+    select.replaceChildren(...options.map(([value, label]) => el("option", { value }, label)));
+    shownOptions = text;
+  }
+  if (chosen !== null) select.value = String(chosen);
+}
+
+export function renderStepNote(text, isError = false) {
+  const note = document.getElementById("step-note");
+  note.textContent = text;
+  note.className = isError ? "error" : "muted";
+}
+
+export function renderBubble(detail) {
+  const b = detail.bubble;
+  document.getElementById("bubble-facts").replaceChildren(
+    fact("Measured bubble", percent(b.measured_fraction)),
+    fact(`Theoretical ${b.formula || ""}`, percent(b.theoretical_fraction)),
+    fact("Step wall time", `${ms(b.wall_ns)} ms`),
+  );
+  renderStepNote(`${detail.spans.length} spans`);
+}

@@ -1,0 +1,48 @@
+// The step's aligned timeline: one row per rank, one bar per span, coloured by kind.
+import { PLOT_CONFIG } from "./dom.js";
+import { ms, rankLabel } from "./format.js";
+
+// Row height in px: roomy for a few ranks, compact for many.
+export const rowHeight = (rows) => (rows <= 8 ? 60 : rows <= 16 ? 36 : 22);
+
+function hover(span, category) {
+  return [
+    `${span.kind} (${category})${span.microbatch === null ? "" : ` · micro-batch ${span.microbatch}`}`,
+    span.stage === null ? null : `stage ${span.stage}`,
+    span.peer === null ? null : `peer rank ${span.peer}`,
+    span.bytes === null ? null : `${span.bytes} bytes`,
+    `${ms(span.start_ns)} → ${ms(span.end_ns)} ms (${((span.end_ns - span.start_ns) / 1e6).toFixed(2)} ms)`,
+  ].filter(Boolean).join("<br>");
+}
+
+export function renderTimeline(detail, run, kinds) {
+  const ranks = [...new Set(run.ranks.map((r) => r.rank).concat(detail.breakdown.map((b) => b.rank)))].sort((a, b) => a - b);
+  const labels = new Map(ranks.map((rank) => [rank, rankLabel(run, rank)]));
+  const byKind = new Map();
+  for (const span of detail.spans) {
+    if (!byKind.has(span.kind)) byKind.set(span.kind, []);
+    byKind.get(span.kind).push(span);
+  }
+  const order = (kind) => (kinds.order.includes(kind) ? kinds.order.indexOf(kind) : kinds.order.length);
+  const traces = [...byKind.entries()].sort(([a], [b]) => order(a) - order(b)).map(([kind, spans]) => {
+    const { category, color } = kinds.kind(kind);
+    return {
+      type: "bar", orientation: "h", name: kind, marker: { color },
+      y: spans.map((s) => labels.get(s.rank) || rankLabel(run, s.rank)),
+      base: spans.map((s) => s.start_ns / 1e6),
+      x: spans.map((s) => Math.max((s.end_ns - s.start_ns) / 1e6, 0.01)),
+      text: spans.map((s) => (s.microbatch === null ? "" : String(s.microbatch))),
+      textposition: "inside", insidetextanchor: "middle",
+      hovertext: spans.map((s) => hover(s, category)), hoverinfo: "text",
+    };
+  });
+  const layout = {
+    barmode: "overlay", bargap: 0.25, margin: { l: 130, r: 20, t: 30, b: 45 },
+    xaxis: { title: { text: "ms since step start" }, zeroline: false },
+    yaxis: { categoryorder: "array", categoryarray: ranks.map((rank) => labels.get(rank)).reverse(), automargin: true },
+    legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" },
+    uniformtext: { mode: "hide", minsize: 10 }, // a micro-batch number too big for its bar is left out
+    height: Math.max(240, rowHeight(ranks.length) * ranks.length + 110),
+  };
+  Plotly.react("timeline", traces, layout, PLOT_CONFIG);
+}
