@@ -76,9 +76,7 @@ def launch_demo(
         **(env or {}),
         "BUBBLESCOPE_URL": url,
         "OMP_NUM_THREADS": "1",
-        "BUBBLESCOPE_DEMO_TIMES": str(times_file),
         "BUBBLESCOPE_SPOOL_DIR": str(workdir / "spool"),
-        "BUBBLESCOPE_FULL_SPANS_EVERY": "1" if mode == "full" else str(DEFAULT_FULL_SPANS_EVERY),
     }
     command = [
         sys.executable,
@@ -93,6 +91,8 @@ def launch_demo(
         f"--steps={steps}",
         f"--hidden={args.hidden}",
         f"--microbatch-size={args.microbatch_size}",
+        f"--times-file={times_file}",
+        f"--full-spans-every={1 if mode == 'full' else DEFAULT_FULL_SPANS_EVERY}",
         *extra,
     ]
     if mode in ("off", "profiler"):

@@ -57,9 +57,12 @@ def _db(args: argparse.Namespace) -> int:
 
 def _upload(args: argparse.Namespace) -> int:
     from bubblescope.collector import upload_spool
-    from bubblescope.collector.config import default_spool_dir
 
-    result = upload_spool(args.spool_dir or default_spool_dir(), args.url, args.token)
+    try:
+        result = upload_spool(args.spool_dir, args.url, args.token)
+    except ValueError as error:
+        print(f"bubblescope upload-spool: {error}", file=sys.stderr)
+        return 2
     print(
         f"delivered {result.delivered}, rejected {result.rejected}, still spooled {result.remaining}, "
         f"unreadable (set aside as *.bad) {result.unreadable}"
@@ -166,10 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--layers-per-stage", type=int, default=2, help="linear layers on each stage (default: %(default)s)"
     )
     demo.add_argument("--microbatch-size", type=int, default=32, help="samples per micro-batch (default: %(default)s)")
-    demo.add_argument("--url", help="with --no-serve: the running service to stream into")
-    demo.add_argument("--no-serve", action="store_true", help="only run the job, against --url")
+    demo.add_argument("--url", help="stream into this running service; no service is started")
+    demo.add_argument("--no-serve", action="store_true", help="start no service (needs --url)")
     demo.add_argument("--db", help="database for the embedded service (default: user data dir)")
-    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--host", default="127.0.0.1", help="the embedded service's address (default: %(default)s)")
     demo.add_argument("--port", type=int, default=0, help="service port (default: 8765, or a free one if taken)")
     demo.add_argument("--exit-after-job", action="store_true", help="stop serving when the job ends")
     demo.set_defaults(handler=_demo)
@@ -180,9 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     db.set_defaults(handler=_db)
 
     upload = commands.add_parser("upload-spool", help="send spooled batches to a service")
-    upload.add_argument("--url", required=True)
-    upload.add_argument("--token")
-    upload.add_argument("--spool-dir")
+    upload.add_argument("--url", help="the service (default: BUBBLESCOPE_URL)")
+    upload.add_argument("--token", help="bearer token (default: BUBBLESCOPE_TOKEN)")
+    upload.add_argument("--spool-dir", help="spool folder (default: BUBBLESCOPE_SPOOL_DIR, else the collector's)")
     upload.set_defaults(handler=_upload)
 
     plan = commands.add_parser(

@@ -1,4 +1,5 @@
-"""``bubblescope demo``: a local service plus a real CPU pipeline-parallel job streaming into it."""
+"""``bubblescope demo``: a local service plus a real CPU pipeline-parallel job streaming into it
+(with ``--url``: the job alone, streaming into that running service)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import uuid
 
 DEFAULT_PORT = 8765
@@ -68,13 +70,24 @@ def main(args: argparse.Namespace) -> int:
     if args.schedule == "1f1b" and args.microbatches < args.stages:
         print("bubblescope demo: 1f1b needs --microbatches >= --stages", file=sys.stderr)
         return 2
+    if args.url and urllib.parse.urlsplit(args.url).scheme not in ("http", "https"):
+        print(f"bubblescope demo: --url {args.url!r}: expected http://HOST:PORT", file=sys.stderr)
+        return 2
+    if args.no_serve and not args.url:
+        print("bubblescope demo: --no-serve needs --url of a running service", file=sys.stderr)
+        return 2
+    if args.url and (args.db or args.port):
+        given = " and ".join(option for option, value in (("--db", args.db), ("--port", args.port)) if value)
+        print(
+            f"bubblescope demo: --url names a running service, and the demo starts none: drop {given}", file=sys.stderr
+        )
+        return 2
     run_key = f"demo-{args.schedule}-p{args.stages}m{args.microbatches}-{uuid.uuid4().hex[:8]}"
-    if args.no_serve:
-        if not args.url:
-            print("bubblescope demo: --no-serve needs --url of a running service", file=sys.stderr)
-            return 2
+    if args.url:  # a running service: stream into it, start none
+        page = f"{args.url.rstrip('/')}/runs/{run_key}"
+        print(f"streaming into the service at {args.url}; run page: {page}", flush=True)
         code = run_job(args, args.url, run_key)
-        print(f"run page: {args.url.rstrip('/')}/runs/{run_key}")
+        print(f"run page: {page}", flush=True)
         return code
 
     from bubblescope.backend.server import build_server, prepare_database, start_in_thread

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -24,10 +23,17 @@ from torch.distributed.pipelining import PipelineStage
 from bubblescope import collector
 from bubblescope.analysis.schedules import NAMES, Schedule, lookup
 from bubblescope.cli import schedule_argument
+from bubblescope.collector.config import env_setting
 from bubblescope.thread_cpu import named_thread_cpu_s
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # No option may be a prefix of two of torchrun's: torchrun's parser reads past the module name
+    # and refuses an ambiguous abbreviation (hence --run-name, not --run, which --run-path shares).
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--schedule",
@@ -54,7 +60,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="virtual stages per rank (default: 1 for gpipe/1f1b, 2 otherwise)",
     )
     parser.add_argument("--microbatch-size", type=int, default=32)
-    parser.add_argument("--run", default=None, help="run name (default demo-<schedule>)")
+    parser.add_argument("--run-name", default=None, help="run name (default: BUBBLESCOPE_RUN, else demo-<schedule>)")
+    parser.add_argument("--run", action=_Renamed, nargs="?", help=argparse.SUPPRESS)
+    parser.add_argument("--url", default=None, help="the service to stream into (default: BUBBLESCOPE_URL)")
+    parser.add_argument(
+        "--full-spans-every",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="full spans of every N-th step, aggregates of the others (default: %(default)s, every step: "
+        "the demo is short)",
+    )
+    parser.add_argument(
+        "--threads", type=positive_int, default=1, help="torch's intra-op threads (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--times-file",
+        default=None,
+        metavar="PATH",
+        help="rank 0 writes its step times there (with --ab-block: a JSON document with CPU times)",
+    )
     parser.add_argument("--no-collector", action="store_true", help="train without bubblescope")
     parser.add_argument(
         "--torch-profiler",
@@ -70,7 +95,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "steps without it (the same stages under an uninstrumented schedule, inside "
         "collector.paused()); not for --schedule naive",
     )
-    return parser.parse_args(argv)
+    return parser
+
+
+class _Renamed(argparse.Action):
+    """The old ``--run``: an error that names the new spelling (under torchrun, torchrun's own
+    parser refuses ``--run`` before this job starts)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
+        parser.error("--run is now --run-name (torchrun takes --run for its --run-path)")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def run_name(args: argparse.Namespace) -> str:
+    """``--run-name``, else ``BUBBLESCOPE_RUN``, else ``demo-<schedule>``."""
+    return args.run_name or env_setting("run_name") or f"demo-{args.schedule}"
 
 
 def build_schedule(schedule: Schedule, stages: list[Any], microbatches: int, loss_fn: Callable[..., Any]) -> Any:
@@ -242,13 +290,13 @@ def write_timings(path: str, timings: list[StepTiming], ab_block: int, shipper_s
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    torch.set_num_threads(int(os.environ.get("BUBBLESCOPE_DEMO_THREADS", "1")))
+    torch.set_num_threads(args.threads)
     dist.init_process_group("gloo")
     if not args.no_collector:
         collector.init(
-            run=args.run or f"demo-{args.schedule}",
-            # A short demo: full spans of every step unless BUBBLESCOPE_FULL_SPANS_EVERY says otherwise.
-            full_spans_every=None if os.environ.get("BUBBLESCOPE_FULL_SPANS_EVERY") else 1,
+            run=run_name(args),
+            url=args.url,
+            full_spans_every=args.full_spans_every,
             config={
                 "model": "mlp",
                 "hidden": args.hidden,
@@ -266,9 +314,8 @@ def main(argv: list[str] | None = None) -> None:
         timings = train(args)
     shipper_s = named_thread_cpu_s("bubblescope-shipper")
     collector.shutdown()
-    out = os.environ.get("BUBBLESCOPE_DEMO_TIMES")
-    if dist.get_rank() == 0 and out:
-        write_timings(out, timings, args.ab_block, shipper_s)
+    if dist.get_rank() == 0 and args.times_file:
+        write_timings(args.times_file, timings, args.ab_block, shipper_s)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -2,7 +2,7 @@
 
 ::
 
-    collector.init(run="llama-pp4")        # url, token, run also from BUBBLESCOPE_* env vars
+    collector.init(run="llama-pp4")        # url, token, run, ...: also BUBBLESCOPE_* (config.py)
     collector.instrument(schedule)         # a torch.distributed.pipelining schedule
     collector.register_mesh(mesh)          # a DeviceMesh: coordinates and dp/tp/pp group labels
     collector.instrument_ddp(ddp_model)    # DDP gradient buckets (instead of register_comm_hook)
@@ -83,14 +83,16 @@ def init(
 
     ``run`` names the run, ``run_key`` identifies this execution of it (all ranks must agree;
     derived from torchrun's run id or agreed over the process group when not given), ``config``
-    is stored with the run (model size, batch, anything useful to read later).
+    is stored with the run (model size, batch, anything useful to read later). Each argument
+    given wins over its ``BUBBLESCOPE_*`` variable; every setting is a field of
+    ``config.CollectorConfig`` (docs/configuration.md).
     """
     global _session
     if _session is not None:
         return
     try:
         resolved = CollectorConfig.resolve(
-            run=run,
+            run_name=run,
             url=url,
             token=token,
             run_key=run_key,

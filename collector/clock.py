@@ -9,8 +9,9 @@ and registers it; the service subtracts it in every cross-rank view. ``clock_syn
 rounds (at start and periodically) behind a store handshake, so a rank that never calls
 ``init`` cannot hang the others.
 
-``BUBBLESCOPE_CLOCK_SKEW_NS`` shifts this process's clock by that many nanoseconds: a way to
-check, on one host, that alignment undoes a skew between hosts.
+``BUBBLESCOPE_CLOCK_SKEW_NS`` shifts this process's clock by that many nanoseconds (``set_skew``,
+called when the collector initialises): a way to check, on one host, that alignment undoes a
+skew between hosts.
 
 The GPU path (``gpu_timing``: CUDA events anchored to host time once per step) takes its host
 anchor from ``local_ns``; nothing here calls ``torch.cuda.synchronize``.
@@ -18,7 +19,6 @@ anchor from ``local_ns``; nothing here calls ``torch.cuda.synchronize``.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +42,14 @@ def _read_anchor(reads: int = 25) -> int:
     return best_anchor
 
 
-_ANCHOR_NS = _read_anchor() + int(os.environ.get("BUBBLESCOPE_CLOCK_SKEW_NS", "0") or 0)
+_MEASURED_ANCHOR_NS = _read_anchor()
+_ANCHOR_NS = _MEASURED_ANCHOR_NS  # plus the skew asked for, once the collector initialised
+
+
+def set_skew(skew_ns: int) -> None:
+    """Shift this process's epoch clock by ``skew_ns`` from the measured one (not cumulative)."""
+    global _ANCHOR_NS
+    _ANCHOR_NS = _MEASURED_ANCHOR_NS + skew_ns
 
 
 def now_ns() -> int:

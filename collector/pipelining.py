@@ -27,8 +27,8 @@ stays false until waited), so its end is decided at its wait:
 The wrappers pass straight through when no recorder is active (none, or paused).
 
 The wrappers that run per action (compute, P2P batch and wait, loss) are C callables from
-``_hotpath`` when it was built (``native.hotpath``); the Python ones below are their reference
-and the fallback, and record the same rows.
+``_hotpath`` when it was built (``native.active()``, chosen when the first schedule is
+instrumented); the Python ones below are their reference and the fallback, and record the same rows.
 """
 
 from __future__ import annotations
@@ -40,11 +40,12 @@ from typing import Any
 
 from bubblescope import wire
 from bubblescope.collector.clock import local_ns
-from bubblescope.collector.native import hotpath
+from bubblescope.collector.native import active as active_hotpath
 from bubblescope.collector.recorder import GpuSpanTimer, Recorder
 
 _TAG = "_bubblescope_tag"
 _BLOCKED_NS = 30_000  # a wait on an already finished op returns in a few microseconds
+_ACTIVE: Any = object()  # ``native`` argument of the wrapper builders: the C module this process chose
 _UNTAGGED = (None, None, None)  # (direction, stage, micro-batch) of an op on a step without detail
 _GETTERS = "_bubblescope_getters"  # on a stage: [(attribute, tagging wrapper, own attribute or None)]
 # "stages": the instrumented stages, weakly (a job may build schedules anew; none is kept alive)
@@ -73,7 +74,7 @@ def _patch_p2p_once() -> None:
     from torch.distributed.pipelining import schedules
 
     schedules._batch_p2p, schedules._wait_batch_p2p = _p2p_wrappers(
-        schedules._batch_p2p, schedules._wait_batch_p2p, _state, hotpath
+        schedules._batch_p2p, schedules._wait_batch_p2p, _state, active_hotpath()
     )
     _state["patched"] = True
 
@@ -205,10 +206,13 @@ def _tagging(method: Any, name: str, stage_index: int) -> Any:
     return get_ops
 
 
-def _timed(method: Any, recorder: Recorder, stage_index: int, kind: str, native: ModuleType | None = hotpath) -> Any:
+def _timed(method: Any, recorder: Recorder, stage_index: int, kind: str, native: ModuleType | None = _ACTIVE) -> Any:
     """``method`` (a stage's ``*_one_chunk``) timed as a span of ``kind``; a backward that is
-    only the input-gradient part (``full_backward=False``) becomes ``backward_input``."""
+    only the input-gradient part (``full_backward=False``) becomes ``backward_input``. ``native``:
+    the C module to build it from (None: Python; by default the one this process uses)."""
     split_backward = kind == "backward"
+    if native is _ACTIVE:
+        native = active_hotpath()
     if native is not None:
         return functools.update_wrapper(native.timed(method, recorder, stage_index, kind, split_backward), method)
 
@@ -325,7 +329,7 @@ def _use_tagging(detailed: bool) -> None:
 
 def _extend_forward_by_loss(schedule: Any, recorder: Recorder) -> None:
     """The loss is part of the last stage's forward of each micro-batch."""
-    schedule._maybe_compute_loss = _loss_wrapper(schedule._maybe_compute_loss, recorder, hotpath)
+    schedule._maybe_compute_loss = _loss_wrapper(schedule._maybe_compute_loss, recorder, active_hotpath())
 
 
 def _loss_wrapper(compute_loss: Any, recorder: Recorder, native: ModuleType | None) -> Any:

@@ -6,12 +6,14 @@ import dataclasses
 import logging
 import os
 import re
+import shlex
 import socket
 import sys
 import uuid
 from typing import Any
 
 from bubblescope import wire
+from bubblescope.collector import clock as process_clock
 from bubblescope.collector.clock import ClockOffset
 from bubblescope.collector.clock_sync import ClockSync
 from bubblescope.collector.config import CollectorConfig
@@ -21,6 +23,8 @@ from bubblescope.collector.spool import Spool
 from bubblescope.collector.transport import Message
 
 log = logging.getLogger("bubblescope.collector")
+
+MAX_BUFFERED_SPANS = 100_000  # a step's span buffer; past it spans are dropped and counted
 
 
 def _dist() -> Any | None:
@@ -62,22 +66,40 @@ def _raw_run_key(config: CollectorConfig) -> str:
 
 class CollectorSession:
     def __init__(self, config: CollectorConfig, run_config: dict[str, Any] | None) -> None:
+        process_clock.set_skew(config.clock_skew_ns)
         self.rank, self.world_size = rank_and_world()
         self.run_key = _resolve_run_key(config)
         self.config = config
         self.run_config: dict[str, Any] = dict(run_config or {})
         self.clock: ClockOffset | None = None
         self._clock_sync: ClockSync | None = None
-        self._resync_every = max(0, int(os.environ.get("BUBBLESCOPE_CLOCK_RESYNC_STEPS", "500") or 0))
-        self._trace_collectives = os.environ.get("BUBBLESCOPE_TRACE_COLLECTIVES", "1") != "0"
+        self._resync_every = config.clock_resync_steps
         spool = Spool(config.spool_dir / self.run_key / f"rank{self.rank}", config.spool_max_bytes)
         self.shipper = Shipper(dataclasses.replace(config, run_key=self.run_key), self.rank, spool)
         self.recorder = Recorder(
-            self.shipper.submit, self.shipper.count_dropped, config.max_buffered_spans, self.shipper.ships_spans_of
+            self.shipper.submit, self.shipper.count_dropped, MAX_BUFFERED_SPANS, self.shipper.ships_spans_of
         )
         self.shipper.start()
+        if config.url is None:
+            self._say_where_it_spools()
         self.register_run()
         self.align_clock()
+
+    def _say_where_it_spools(self) -> None:
+        """No service URL: everything goes to disk, which a first run should hear about (once per
+        host: its local rank 0; each host spools to its own disk)."""
+        try:
+            first_on_host = int(os.environ.get("LOCAL_RANK", self.rank)) == 0
+        except ValueError:
+            first_on_host = self.rank == 0
+        if first_on_host:
+            folder = self.config.spool_dir / self.run_key
+            log.warning(
+                "bubblescope: no service URL (init(url=...) or BUBBLESCOPE_URL): the timings are spooled to %s; "
+                "deliver them later with: bubblescope upload-spool --url URL --spool-dir %s",
+                folder,
+                shlex.quote(str(folder)),
+            )
 
     def align_clock(self) -> None:
         """Once torch.distributed is up: trace its collectives, estimate the clock offset to
@@ -85,13 +107,13 @@ class CollectorSession:
         dist = _dist()
         if self._clock_sync is None and dist is not None:
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-            if self._trace_collectives:
+            if self.config.trace_collectives:
                 from bubblescope.collector import collectives
 
                 collectives.install(self.recorder)
             self._enable_gpu_timing()
             try:
-                timeout_s = float(os.environ.get("BUBBLESCOPE_CLOCK_HANDSHAKE_TIMEOUT_S", "10") or 10)
+                timeout_s = self.config.clock_handshake_timeout_s
                 self._clock_sync = ClockSync(dist, self.run_key, first_timeout_s=timeout_s)
                 self._use_clock(self._clock_round(0) or ClockOffset(0, 0))
                 self.recorder.after_step = self._between_steps
@@ -103,7 +125,7 @@ class CollectorSession:
     def _enable_gpu_timing(self) -> None:
         """CUDA-event timing when the job computes on a GPU (``BUBBLESCOPE_GPU_TIMING=0``: off)."""
         torch = sys.modules.get("torch")
-        if torch is None or os.environ.get("BUBBLESCOPE_GPU_TIMING", "1") == "0":
+        if torch is None or not self.config.gpu_timing:
             return
         try:
             dist = _dist()
@@ -159,7 +181,7 @@ class CollectorSession:
     def register_rank(self, **extra: Any) -> None:
         clock = self.clock or ClockOffset(0, 0)
         body = {
-            "host": os.environ.get("BUBBLESCOPE_HOSTNAME") or socket.gethostname(),
+            "host": self.config.hostname or socket.gethostname(),
             "pid": os.getpid(),
             "clock_offset_ns": clock.offset_ns,
             "clock_uncertainty_ns": clock.uncertainty_ns,

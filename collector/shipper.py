@@ -35,14 +35,31 @@ log = logging.getLogger("bubblescope.collector")
 
 _STOP = object()
 _MAX_DOWN_BACKOFF_S = 30.0
+MAX_BATCH_SPANS = 20_000  # a batch's worth: the training thread wakes the shipper at this many
+QUEUE_STEPS = 4096  # the inbox's bound in steps; past it a step is dropped and its spans counted
+MAX_ATTEMPTS = 3  # sends of one message before it is spooled
 _INGEST_PATH = f"{wire.API_PREFIX}/ingest"
 
 
 class Shipper:
-    def __init__(self, config: CollectorConfig, rank: int, spool: Spool) -> None:
+    def __init__(
+        self,
+        config: CollectorConfig,
+        rank: int,
+        spool: Spool,
+        *,
+        max_batch_spans: int = MAX_BATCH_SPANS,
+        queue_steps: int = QUEUE_STEPS,
+        max_attempts: int = MAX_ATTEMPTS,
+    ) -> None:
+        """``config`` holds the user's settings; the limits after it are fixed in a job (tests
+        shrink them)."""
         self.config = config
         self.rank = rank
         self.spool = spool
+        self.max_batch_spans = max_batch_spans
+        self.queue_steps = queue_steps
+        self.max_attempts = max_attempts
         self.run_key = config.run_key or ""
         self.captures = CaptureWindows()
         # Inbox: appended by the training thread, popped by this one (deque ends are thread-safe)
@@ -53,7 +70,7 @@ class Shipper:
         self._pending_span_count = 0
         self._last_flush = time.monotonic()
         self._flush_due_at = self._last_flush + config.flush_interval_s
-        self._wake_at_spans = config.max_batch_spans  # read by the training thread, written here only
+        self._wake_at_spans = self.max_batch_spans  # read by the training thread, written here only
         self._submitted_spans = 0  # training thread only
         self._taken_spans = 0  # shipper thread only
         self._down_until = 0.0
@@ -76,7 +93,7 @@ class Shipper:
 
     def submit(self, record: StepRecord) -> None:
         inbox = self._inbox
-        if len(inbox) >= self.config.queue_steps:
+        if len(inbox) >= self.queue_steps:
             self.count_dropped(len(record.spans))
             return
         self._submitted_spans += len(record.spans)
@@ -90,7 +107,7 @@ class Shipper:
     def submit_message(self, message: Message, past_a_full_inbox: bool = False) -> None:
         """Queue a registration; one past a full inbox only for the last (the rank's end): one
         item more, sent (or spooled) before the stop."""
-        if len(self._inbox) >= self.config.queue_steps and not past_a_full_inbox:
+        if len(self._inbox) >= self.queue_steps and not past_a_full_inbox:
             self._warn_once("queue-full", "bubblescope: queue full, a registration was dropped")
             return
         self._inbox.append(message)
@@ -122,7 +139,7 @@ class Shipper:
                 if self._take_inbox():
                     return
                 due = time.monotonic() >= self._flush_due_at
-                if due or self._pending_span_count >= self.config.max_batch_spans:
+                if due or self._pending_span_count >= self.max_batch_spans:
                     self._flush()
             except Exception as error:  # noqa: BLE001 - the shipper must outlive any bug
                 self._warn_once("bug", f"bubblescope: shipper error ignored: {error!r}")
@@ -132,7 +149,7 @@ class Shipper:
         """Take what the inbox holds now, flushing at each batch's worth of spans, so that a
         backlog left by a slow send goes out in few large batches. True on stop."""
         for _ in range(len(self._inbox)):  # what is there now: bounded even if steps keep coming
-            if self._pending_span_count >= self.config.max_batch_spans:
+            if self._pending_span_count >= self.max_batch_spans:
                 self._flush()
             if self._take(self._inbox.popleft()):
                 return True
@@ -163,7 +180,7 @@ class Shipper:
     def _flush(self) -> None:
         self._last_flush = time.monotonic()
         self._flush_due_at = self._last_flush + self.config.flush_interval_s
-        self._wake_at_spans = self._taken_spans + self.config.max_batch_spans
+        self._wake_at_spans = self._taken_spans + self.max_batch_spans
         if not self._pending_steps:
             return
         steps, self._pending_steps = self._pending_steps, []
@@ -224,7 +241,7 @@ class Shipper:
         """True when the message needs no more work (delivered, or rejected for good)."""
         if self.config.url is None:
             return False
-        attempts = self.config.max_attempts
+        attempts = self.max_attempts
         for attempt in range(attempts):
             timeout_s = self._attempt_timeout()
             if timeout_s is None:

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from bubblescope.collector.config import CollectorConfig
 from bubblescope.collector.spool import Spool
 from bubblescope.collector.transport import Verdict, send
 
@@ -21,17 +22,24 @@ class UploadResult:
 
 
 def upload_spool(
-    spool_dir: str | os.PathLike[str],
-    url: str,
+    spool_dir: str | os.PathLike[str] | None = None,
+    url: str | None = None,
     token: str | None = None,
     timeout_s: float = 30.0,
 ) -> UploadResult:
     """Send every spooled message oldest first; stop at the first the service cannot take now.
 
-    Delivered and rejected (4xx other than 408/429) messages are removed; a retried batch the
-    service already has is answered as delivered, so an upload can be repeated safely. Temporary
-    files left by a process killed mid-write are deleted once stale; they were never messages.
+    What is not given comes from the collector's settings, as the job that spooled read them
+    (``BUBBLESCOPE_SPOOL_DIR``, ``BUBBLESCOPE_URL``, ``BUBBLESCOPE_TOKEN``); ValueError without
+    any URL. Delivered and rejected (4xx other than 408/429) messages are removed; a retried
+    batch the service already has is answered as delivered, so an upload can be repeated safely.
+    Temporary files left by a process killed mid-write are deleted once stale; they were never
+    messages.
     """
+    settings = CollectorConfig.resolve(given_to="upload_spool", spool_dir=spool_dir, url=url, token=token)
+    if settings.url is None:
+        raise ValueError("no service URL: give one (--url) or set BUBBLESCOPE_URL")
+    spool_dir, url, token = settings.spool_dir, settings.url, settings.token
     spool = Spool(Path(spool_dir), max_bytes=1 << 62)
     spool.remove_stale_temporaries(STALE_TEMPORARY_S)
     delivered = rejected = 0

@@ -134,7 +134,6 @@ def run_pipeline_job(
         "BUBBLESCOPE_URL": url,
         "BUBBLESCOPE_RUN_ID": run_key,
         "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.2",
-        "BUBBLESCOPE_FULL_SPANS_EVERY": "1",  # these tests read every step's spans
         "OMP_NUM_THREADS": "1",
         **(extra_env or {}),
     }
@@ -153,6 +152,7 @@ def run_pipeline_job(
         f"--steps={steps}",
         f"--hidden={hidden}",
         f"--microbatch-size={microbatch_size}",
+        "--full-spans-every=1",  # these tests read every step's spans
         *extra_args,
     ]
     started = time.monotonic()

@@ -47,6 +47,7 @@ def _rank_main(rank: int, world: int, port: int, schedule_name: str, out_dir: st
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleZBVZeroBubble
 
+    from bubblescope.collector import native as job_native
     from bubblescope.collector import pipelining as job_pipelining
 
     torch.set_num_threads(1)
@@ -77,7 +78,7 @@ def _rank_main(rank: int, world: int, port: int, schedule_name: str, out_dir: st
                     schedule.step(target=targets)
         job_pipelining.detach()
         document = {
-            "native": job_pipelining.hotpath is not None,
+            "native": job_native.hotpath is not None,
             # every field but the step's times; a blocked send's continuation (0 bytes) comes and
             # goes with the timing, so it is left out
             "rows": [
@@ -91,7 +92,7 @@ def _rank_main(rank: int, world: int, port: int, schedule_name: str, out_dir: st
 
 
 def run_job(tmp_path: Path, schedule_name: str, pure_python: bool) -> dict[int, dict[str, Any]]:
-    """The job's processes read BUBBLESCOPE_PURE_PYTHON when they import the collector."""
+    """The job's processes read BUBBLESCOPE_PURE_PYTHON when they first instrument a schedule."""
     out = tmp_path / f"{schedule_name}-{'python' if pure_python else 'c'}"
     out.mkdir()
     with pytest.MonkeyPatch.context() as patch:

@@ -16,12 +16,13 @@ from bubblescope.collector.spool import Spool
 from bubblescope.collector.transport import Message
 from bubblescope.wire import encode_batch
 
+LIMITS = ("max_batch_spans", "queue_steps", "max_attempts")  # the shipper's own, not user settings
+
 
 def shipper_for(tmp_path: Path, **settings: float) -> Shipper:
-    config = CollectorConfig(
-        url=None, token=None, run_name="inbox", run_key="inbox-run", spool_dir=tmp_path, **settings
-    )  # type: ignore[arg-type]
-    return Shipper(config, rank=0, spool=Spool(tmp_path / "rank0", config.spool_max_bytes))
+    limits = {name: int(settings.pop(name)) for name in LIMITS if name in settings}
+    config = CollectorConfig(run_name="inbox", run_key="inbox-run", spool_dir=tmp_path, **settings)  # type: ignore[arg-type]
+    return Shipper(config, rank=0, spool=Spool(tmp_path / "rank0", config.spool_max_bytes), **limits)
 
 
 def record(step: int, spans: int) -> StepRecord:

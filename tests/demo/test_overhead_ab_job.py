@@ -22,8 +22,7 @@ def test_ab_blocks_alternate_abba_and_only_instrumented_steps_are_recorded(
         microbatches=2,
         steps=12,
         hidden=64,
-        extra_env={"BUBBLESCOPE_DEMO_TIMES": str(times)},
-        extra_args=["--ab-block=2"],
+        extra_args=["--ab-block=2", f"--times-file={times}"],
     )
     assert job.returncode == 0, job.output[-3000:]
     document = json.loads(times.read_text())
