@@ -12,6 +12,8 @@ import time
 import urllib.parse
 import uuid
 
+from bubblescope.analysis.schedules import lookup
+
 DEFAULT_PORT = 8765
 
 
@@ -67,8 +69,11 @@ def main(args: argparse.Namespace) -> int:
     if args.stages < 2:
         print("bubblescope demo: --stages must be at least 2 (one pipeline stage per process)", file=sys.stderr)
         return 2
-    if args.schedule == "1f1b" and args.microbatches < args.stages:
-        print("bubblescope demo: 1f1b needs --microbatches >= --stages", file=sys.stderr)
+    schedule = lookup(args.schedule)
+    problem = schedule.shape_problem(args.stages, args.microbatches, schedule.default_stages_per_rank)
+    if problem is not None:  # what torch would refuse, said before a job starts
+        option = {"microbatches": "--microbatches", "ranks": "--stages"}.get(problem.field, "--schedule")
+        print(f"bubblescope demo: {option}: {problem.message}", file=sys.stderr)
         return 2
     if args.url and urllib.parse.urlsplit(args.url).scheme not in ("http", "https"):
         print(f"bubblescope demo: --url {args.url!r}: expected http://HOST:PORT", file=sys.stderr)

@@ -147,7 +147,7 @@ def layer_split(args: argparse.Namespace, num_stages: int) -> list[int]:
         return [args.layers_per_stage] * num_stages
     if len(args.layers) != num_stages:
         raise SystemExit(f"--layers: {num_stages} stages need {num_stages} counts, got {len(args.layers)}")
-    return args.layers
+    return list(args.layers)
 
 
 def build_stage_module(hidden: int, layers: int, seed: int) -> nn.Module:

@@ -11,13 +11,13 @@ answer is ignored: a bad reply can cost a capture, never the job.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 MAX_WINDOWS = 64
 _MAX_STEP = 2**62
 
 
-def _is_count(value: Any, low: int, high: int) -> bool:
+def _is_count(value: Any, low: int, high: int) -> TypeGuard[int]:
     return type(value) is int and low <= value <= high  # bool is not a count
 
 

@@ -96,10 +96,12 @@ def group_label(group: Any) -> str:
     if group is None or group is dist.GroupMember.WORLD:
         return _State.labels.get(id(dist.GroupMember.WORLD), "world")
     if isinstance(group, str):  # a functional collective's group name
+        name: str = group
         try:
-            group = dist.distributed_c10d._resolve_process_group(group)
+            c10d: Any = dist.distributed_c10d  # _resolve_process_group is private: not in torch's stubs
+            group = c10d._resolve_process_group(name)
         except Exception:  # noqa: BLE001
-            return group[:32]
+            return name[:32]
     label = _State.labels.get(id(group))
     if label is None:
         description = str(getattr(group, "group_desc", "") or "group")
@@ -160,6 +162,7 @@ def _key(handle: Any) -> int:
 def _remember(handle: Any, rows: list[tuple[Any, ...]], completed: list[int | None], gpu: GpuEnds = None) -> None:
     if len(_State.pending) >= _MAX_PENDING:
         _State.pending.clear()
+    reference: Callable[[], Any]
     try:
         reference = weakref.ref(handle)
     except TypeError:
@@ -360,7 +363,8 @@ def install(recorder: Recorder) -> None:
     batch = _wrap_batch(c10d.batch_isend_irecv)
     c10d.batch_isend_irecv = batch
     dist.batch_isend_irecv = batch
-    dist.Work.wait = _wrap_work_wait(dist.Work.wait)
+    work: Any = dist.Work  # a C++ class: its method is replaced, which mypy does not allow on a typed one
+    work.wait = _wrap_work_wait(work.wait)
     for name, (kind, group_at) in _FUNCTIONAL_OPS.items():
         setattr(funcol, name, _wrap_functional(name, kind, group_at, getattr(funcol, name)))
     funcol._maybe_wrap_tensor = _wrap_maybe_wrap_tensor(funcol._maybe_wrap_tensor)

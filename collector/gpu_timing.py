@@ -30,6 +30,7 @@ recorded) keeps its host times.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from bubblescope.collector.clock import local_ns
@@ -44,7 +45,8 @@ class CudaStepClock:
     def __init__(self) -> None:
         import torch
 
-        self._event = lambda: torch.cuda.Event(enable_timing=True)
+        cuda: Any = torch.cuda  # unannotated in torch: calls through it are not checked
+        self._event: Callable[[], Any] = lambda: cuda.Event(enable_timing=True)
         self._capturing = torch.cuda.is_current_stream_capturing
         self.anchor: tuple[Any, int] | None = None
 

@@ -13,6 +13,7 @@ import: the wrappers get the chosen module when they are built, so no call pays 
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 from typing import Any
 
@@ -37,7 +38,7 @@ def load() -> ModuleType | None:
     if env_setting("pure_python"):
         return None
     try:
-        from bubblescope.collector import _hotpath
+        _hotpath = importlib.import_module("bubblescope.collector._hotpath")  # a C extension, built at install
     except ImportError:
         return None
     return _hotpath if _clock_agrees(_hotpath) else None

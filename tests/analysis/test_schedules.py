@@ -52,20 +52,26 @@ def test_every_spelling_gets_one_answer_from_simulator_whatif_suggestions_and_pl
         replay = simulate(run.setup)
         attribution = attribute_bubble(run, measured_bubble_ns=0.3 * replay.step_ns, step_ns=replay.step_ns)
         evidence = RunEvidence(config={"schedule": name}, step_ns=replay.step_ns, measured=run, attribution=attribution)
-        plan = plan_document({
-            "model": "gpt-1.7b", "cluster": "a100-80gb-x8", "global_batch": 64,
-            # dp = 2: one micro-batch of 32 for the naive split, 32 of 1 otherwise
-            "config": {"tp": 1, "pp": 4, "mbs": 32 if schedule.min_microbatches == "one" else 1, "schedule": name},
-        })
-        answers.append((
-            schedule.build_orders(p, m, v),
-            closed_form_bubble(name, p, m, v),
-            (replay.step_ns, replay.idle_ns, replay.peak_activations),
-            predict(run, Change(microbatches=2 * m if schedule.min_microbatches != "one" else None)).step_ns,
-            [asdict(s) for s in suggest(evidence)],
-            plan.as_dict(),
-            schedule_argument(name),
-        ))
+        plan = plan_document(
+            {
+                "model": "gpt-1.7b",
+                "cluster": "a100-80gb-x8",
+                "global_batch": 64,
+                # dp = 2: one micro-batch of 32 for the naive split, 32 of 1 otherwise
+                "config": {"tp": 1, "pp": 4, "mbs": 32 if schedule.min_microbatches == "one" else 1, "schedule": name},
+            }
+        )
+        answers.append(
+            (
+                schedule.build_orders(p, m, v),
+                closed_form_bubble(name, p, m, v),
+                (replay.step_ns, replay.idle_ns, replay.peak_activations),
+                predict(run, Change(microbatches=2 * m if schedule.min_microbatches != "one" else None)).step_ns,
+                [asdict(s) for s in suggest(evidence)],
+                plan.as_dict(),
+                schedule_argument(name),
+            )
+        )
     assert all(answer == answers[0] for answer in answers[1:])
     assert answers[0][-1] == schedule.name
     plan = answers[0][-2]["plans"][0]
@@ -75,10 +81,7 @@ def test_every_spelling_gets_one_answer_from_simulator_whatif_suggestions_and_pl
 def test_torch_names_are_all_known_and_name_the_same_class() -> None:
     pipelining = pytest.importorskip("torch.distributed.pipelining.schedules")
     generic = {"PipelineScheduleSingle", "PipelineScheduleMulti"}  # base classes, not schedules to run
-    known = {
-        name for name in ("1F1B", "Interleaved1F1B", "GPipe", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble",
-                          "DualPipeV")
-    }
+    known = ("1F1B", "Interleaved1F1B", "GPipe", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
     for name in known:
         torch_class = pipelining.get_schedule_class(name)
         assert lookup(name).torch_class == torch_class.__name__, name
@@ -88,7 +91,7 @@ def test_torch_names_are_all_known_and_name_the_same_class() -> None:
             continue
         assert getattr(pipelining, schedule.torch_class) is pipelining.get_schedule_class(schedule.torchtitan_name)
         assert schedule.torchtitan_name not in generic
-    with pytest.raises(ScheduleError, match="^schedule: unknown"):
+    with pytest.raises(ScheduleError, match=r"^schedule: unknown"):
         lookup("PipelineScheduleMulti")
 
 
@@ -111,7 +114,8 @@ def test_placements_put_each_stage_on_one_rank() -> None:
             v = schedule.default_stages_per_rank
             held = sorted(stage for rank in range(p) for stage in schedule.local_stages(rank, p))
             assert held == list(range(p * v)), schedule.name
-            assert all(schedule.stage_rank(p, stage) == rank
-                       for rank in range(p) for stage in schedule.local_stages(rank, p))
+            assert all(
+                schedule.stage_rank(p, stage) == rank for rank in range(p) for stage in schedule.local_stages(rank, p)
+            )
     assert lookup("zbv").local_stages(0, 4) == [0, 7]  # the V: first and last stage on rank 0
     assert lookup("loopedbfs").local_stages(1, 4, 3) == [1, 5, 9]
