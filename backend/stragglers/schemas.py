@@ -31,6 +31,10 @@ class RankScoreOut(_FromAnalysis):
     flagged_fraction: float
     flagged_median_ratio: float | None
     verdict: str = Field(description="persistent, one-off, intermittent, noise or normal")
+    phase_ratios: dict[str, float | None] = Field(
+        description="per phase (window, compute, comm, exposed_comm, idle): median over steps of the ratio to the "
+        "step's median over all ranks"
+    )
 
 
 class GroupFindingOut(_FromAnalysis):
