@@ -29,6 +29,7 @@ def test_analysis_attributes_the_bubble_and_describes_the_pipeline(
     costs = [c["forward_ns"] + c["backward_ns"] for c in pipeline["stage_costs"]]
     assert costs[0] > costs[1]  # three layers against one
     attribution = analysis["attribution"]
+    # identities (the last cause and idle are remainders); test_injected_delays.py checks the figures
     assert sum(c["ns"] for c in attribution["causes"]) == pytest.approx(attribution["measured_bubble_ns"])
     assert attribution["closed_form_fraction"] == pytest.approx(1 / 5)
     assert [s["stage"] for s in analysis["stages"]] == [0, 1]
@@ -46,7 +47,9 @@ def test_whatif_replays_another_configuration(server: LiveServer, analysed: tupl
     assert more["step_ns"] > more["measured_step_ns"]  # twice the work per step
     assert gpipe["peak_activations"] == 8 and more["peak_activations"] == 2
     same = client.post(f"/api/v1/runs/{key}/whatif", json={}).json()
-    assert same["step_ns"] == pytest.approx(same["measured_step_ns"], rel=1e-3)  # the fit reproduces the run
+    # the fitted per-action overhead makes this so; a what-if checked against an injected delay:
+    # test_injected_delays.py
+    assert same["step_ns"] == pytest.approx(same["measured_step_ns"], rel=1e-3)
     moved = client.post(f"/api/v1/runs/{key}/whatif", json={"layers_per_stage": [1, 3]}).json()
     assert moved["layers_per_stage"] == [1, 3]
     assert moved["idle_ns_per_rank"] != same["idle_ns_per_rank"]  # the heavy stage moved to rank 1

@@ -34,6 +34,8 @@ def test_causes_add_up_to_the_measured_bubble_and_name_each_part() -> None:
     attribution = attribute_bubble(run, measured_bubble_ns=30 * MS, step_ns=step)
     by_name = {c.name: c for c in attribution.causes}
     assert list(by_name) == ["schedule_inherent", "stage_imbalance", "communication_wait", "straggler_jitter"]
+    # An identity (straggler/jitter is the remainder): that the causes are right, each against a
+    # delay injected into a real job, is tests/analysis/test_injected_delays.py's
     assert sum(c.ns for c in attribution.causes) == pytest.approx(30 * MS)
     assert sum(c.fraction_of_step for c in attribution.causes) == pytest.approx(30 * MS / step)
     # schedule-inherent: equal stages at the mean cost, so exactly the closed form's idle

@@ -48,6 +48,8 @@ def test_recv_before_the_matching_send_is_dependency_wait_and_the_rest_transfer(
     assert dependency_waits(spans) == {1: [(10, 100)]}
     windows = {0: (0, 102), 1: (0, 220)}
     rank0, rank1 = step_breakdown(spans, windows, {0: 0, 1: 1})
+    # idle is the window's remainder; idle and dependency wait against sleeps injected into a real
+    # job: tests/analysis/test_injected_delays.py
     assert rank1.dependency_wait_ns == 90 and rank1.transfer_ns == 20 and rank1.idle_ns == 10
     assert rank1.bubble_ns == 100 and rank1.bubble_fraction == pytest.approx(100 / 220)
     assert rank0.compute_ns == 100 and rank0.transfer_ns == 2 and rank0.dependency_wait_ns == 0

@@ -8,6 +8,10 @@ Modes: naive (layer-wise model parallelism, hand-written send/recv), ddp, fsdp (
 ``fully_shard``), tp (tensor parallelism on a 1-D DeviceMesh), collectives (every
 torch.distributed call once), compiled (a torch.compile'd region), hybrid2d (dp x pp), hybrid3d (dp x tp x pp, 8 processes).
 ``--raise-at=RANK:STEP`` makes a rank of the naive job fail (an uncaught exception).
+``--drift=RANK:MS_PER_S`` makes that rank's clock drift: it gains MS_PER_S milliseconds every
+second (loses them, negative) against the others from the moment the job starts. Mode async
+(2 ranks): async point-to-point ops and an async all-reduce completing long after or before their
+wait, and collectives inside communication spans the job wrote itself (see ``async_ops``).
 """
 
 from __future__ import annotations
@@ -16,11 +20,34 @@ import argparse
 import contextlib
 import os
 import sys
+import time
 
-# Before bubblescope is imported: shift this rank's clock, as another host's clock would be.
+# Before collector.init (which applies it): shift this rank's clock, as another host's clock would be.
 for _arg in sys.argv:
     if _arg.startswith("--skew=") and _arg.split("=")[1].split(":")[0] == os.environ.get("RANK"):
         os.environ["BUBBLESCOPE_CLOCK_SKEW_NS"] = str(int(float(_arg.split(":")[1]) * 1e6))
+
+
+# Before bubblescope is imported, a drifting clock: the collector takes every timestamp from
+# ``time.perf_counter_ns`` (bound when it is imported) and turns it into epoch time through one
+# anchor read against ``time.time_ns``, so a performance counter that runs fast or slow is what a
+# drifting host clock looks like to it. The C pipelining wrappers read the clock themselves, so
+# this rank uses the Python ones (their clock check would turn the C ones off anyway).
+def _drifting_clock(rate: float, real_ns: object = time.perf_counter_ns) -> object:
+    """A performance counter that gains ``rate`` ns per ns (loses, negative) from now on."""
+    started = real_ns()  # type: ignore[operator]
+
+    def perf_counter_ns() -> int:
+        now = real_ns()  # type: ignore[operator]
+        return now + int((now - started) * rate)
+
+    return perf_counter_ns
+
+
+for _arg in sys.argv:
+    if _arg.startswith("--drift=") and _arg.split("=")[1].split(":")[0] == os.environ.get("RANK"):
+        time.perf_counter_ns = _drifting_clock(float(_arg.split(":")[1]) / 1e3)  # type: ignore[assignment]
+        os.environ["BUBBLESCOPE_PURE_PYTHON"] = "1"
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -71,6 +98,8 @@ def naive(args: argparse.Namespace) -> None:
                 stage.send_gradient(x.grad)
             optimizer.step()
             optimizer.zero_grad()
+            if args.sleep_ms:
+                time.sleep(args.sleep_ms / 1e3)  # idle at the step's end, just before the next clock round
 
 
 def data_parallel(args: argparse.Namespace) -> None:
@@ -153,6 +182,51 @@ def every_collective(args: argparse.Namespace) -> None:
             work.wait()
 
 
+ASYNC_DELAY_S = 0.1
+
+
+def async_ops(args: argparse.Namespace) -> None:
+    """Per step, on 2 ranks (``ASYNC_DELAY_S`` = D):
+
+    1. rank 1 posts an ``irecv`` and waits on it at once; rank 0 sleeps D (no span), posts the
+       matching ``isend``, computes D (a forward span named "busy-send") and only then waits;
+    2. after a barrier, rank 0 posts ``all_reduce(async_op=True)`` and computes 3D ("busy-async")
+       before waiting; rank 1 sleeps D before its (blocking) part: the op completes about D after
+       posting, 2D before the wait;
+    3. both: an all-reduce and a broadcast inside communication spans of their own ("own-all-reduce",
+       "own-broadcast"), and an all-reduce inside a compute span ("compute-around-comm").
+    """
+    rank = dist.get_rank()
+    for _ in range(args.steps):
+        with collector.step():
+            t = torch.ones(1024)
+            if rank == 0:
+                time.sleep(ASYNC_DELAY_S)
+                work = dist.isend(t, dst=1)
+                with collector.span("forward", name="busy-send"):
+                    time.sleep(ASYNC_DELAY_S)
+                work.wait()
+            else:
+                dist.irecv(t, src=0).wait()
+            x = torch.ones(256)
+            dist.barrier()  # phase 2 starts together on both ranks (barrier is not traced)
+            if rank == 0:
+                work = dist.all_reduce(x, async_op=True)
+                with collector.span("backward", name="busy-async"):
+                    time.sleep(3 * ASYNC_DELAY_S)
+                work.wait()
+            else:
+                time.sleep(ASYNC_DELAY_S)
+                dist.all_reduce(x)
+            y = torch.ones(64)
+            with collector.span("all_reduce", group="mine", name="own-all-reduce", bytes=y.numel() * y.element_size()):
+                dist.all_reduce(y)
+            with collector.span("broadcast", name="own-broadcast"):
+                dist.broadcast(y, src=0)
+            with collector.span("forward", name="compute-around-comm"):
+                dist.all_reduce(torch.ones(8))
+
+
 def compiled(args: argparse.Namespace) -> None:
     """A torch.compile'd region with a collective inside, between hand-written spans."""
     model = mlp(args.layers, seed=0)
@@ -212,7 +286,7 @@ def main() -> None:
     parser.add_argument(
         "--mode",
         required=True,
-        choices=["naive", "ddp", "fsdp", "tp", "collectives", "compiled", "hybrid2d", "hybrid3d"],
+        choices=["naive", "ddp", "fsdp", "tp", "collectives", "async", "compiled", "hybrid2d", "hybrid3d"],
     )
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--layers", type=int, default=2)
@@ -220,6 +294,10 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--no-collector", action="store_true")
     parser.add_argument("--skew", default=None, help="RANK:MS shifts that rank's clock by MS milliseconds")
+    parser.add_argument("--drift", default=None, help="RANK:MS_PER_S: that rank's clock gains MS_PER_S ms a second")
+    parser.add_argument(
+        "--sleep-ms", type=float, default=0.0, help="naive mode: every rank sleeps this at each step's end"
+    )
     parser.add_argument("--disable-rank", type=int, default=None, help="this rank never initialises the collector")
     parser.add_argument(
         "--raise-at",
@@ -240,6 +318,7 @@ def main() -> None:
         "fsdp": data_parallel,
         "tp": tp,
         "collectives": every_collective,
+        "async": async_ops,
         "compiled": compiled,
         "hybrid2d": hybrid,
         "hybrid3d": hybrid,

@@ -1,12 +1,25 @@
 """How a real job ended, as the service shows it: a clean torchrun job is finished; one whose
-rank raises is failed, naming that rank and its exception. (A killed job: silent, in
-``tests/collector/test_killed_and_disabled.py``.)"""
+rank raises is failed, naming that rank and its exception; a ``torch.multiprocessing.spawn``
+worker that raises reads finished (spawn catches the exception and calls ``sys.exit(1)``: a
+documented limit); a job with one rank's collector disabled never finishes and turns silent. (A
+killed job: silent, in ``tests/collector/test_killed_and_disabled.py``.)"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
 from typing import Any
 
-from tests.support import LiveServer, run_parallel_job, wait_until
+import pytest
+
+from tests.support import REPO, LiveServer, run_parallel_job, wait_until
+
+pytestmark = pytest.mark.slow
 
 
 def run_once_ended(server: LiveServer, run_key: str, state: str) -> dict[str, Any]:
@@ -42,3 +55,65 @@ def test_a_rank_that_raises_fails_the_run_and_names_its_exception(sqlite_server:
     # rank 0 either fails in turn on the closed connection (then after rank 1) or is killed by torchrun
     assert run["ranks"][0]["outcome"] in (None, "failed")
     assert {s["step"] for s in run["steps"]} >= {0, 1, 2}  # what ran before the failure is kept
+
+
+SPAWN_SCRIPT = textwrap.dedent(
+    """
+    import torch.multiprocessing as mp
+
+    def worker(index):
+        from bubblescope import collector
+        collector.init(run="spawned")
+        with collector.step():
+            pass
+        raise RuntimeError("worker failed")
+
+    if __name__ == "__main__":
+        mp.spawn(worker, nprocs=1, join=True)
+    """
+)
+
+
+def test_a_spawn_worker_that_raises_reads_finished_as_documented(sqlite_server: LiveServer, tmp_path: Path) -> None:
+    """README (Run states): ``torch.multiprocessing.spawn`` catches the worker's exception and
+    calls ``sys.exit(1)``, which an atexit hook cannot tell from a clean exit, so the worker
+    reports finished; the parent sees the failure (its own exit code)."""
+    run_key = f"spawn-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "BUBBLESCOPE_URL": sqlite_server.url, "BUBBLESCOPE_RUN_ID": run_key, "OMP_NUM_THREADS": "1"}
+    script = tmp_path / "spawned.py"  # spawn's workers import the main module: a file, not -c
+    script.write_text(SPAWN_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode != 0 and "worker failed" in done.stderr, done.stderr[-3000:]
+    run = run_once_ended(sqlite_server, run_key, "finished")
+    assert [(r["outcome"], r["error"]) for r in run["ranks"]] == [("finished", None)]
+
+
+def test_a_rank_with_the_collector_disabled_keeps_the_run_from_finishing_and_it_turns_silent(
+    sqlite_server: LiveServer,
+) -> None:
+    """Rank 1 runs with ``BUBBLESCOPE_DISABLED=1``: it never registers nor reports an end, so a run
+    of world size 2 is not finished when rank 0 is; once nothing has been heard for the asked
+    threshold it is silent, with one rank that never reported an end."""
+    job = run_parallel_job(
+        sqlite_server.url,
+        "naive",
+        2,
+        "--steps=2",
+        "--disable-rank=1",
+        extra_env={"BUBBLESCOPE_CLOCK_HANDSHAKE_TIMEOUT_S": "3"},
+    )
+    assert job.returncode == 0, job.output[-3000:]
+    with sqlite_server.client() as client:
+
+        def rank0_ended() -> bool:
+            ranks = client.get(f"/api/v1/runs/{job.run_key}").json()["ranks"]
+            return [(r["rank"], r["outcome"]) for r in ranks] == [(0, "finished")]
+
+        wait_until(rank0_ended, 30, "rank 0's end", interval_s=0.2)
+        run = client.get(f"/api/v1/runs/{job.run_key}").json()
+        assert run["world_size"] == 2
+        assert run["state"] == "running" and "1 of 2 ranks finished" in run["state_detail"], run["state_detail"]
+        time.sleep(2.2)  # SQLite stamps whole seconds
+        later = client.get(f"/api/v1/runs/{job.run_key}", params={"silent_after_s": 1}).json()
+    assert later["state"] == "silent", later["state_detail"]
+    assert "1 of 2 ranks never reported an end" in later["state_detail"], later["state_detail"]

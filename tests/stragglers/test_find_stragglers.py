@@ -1,4 +1,4 @@
-"""Stragglers on synthetic rank × step matrices: persistent, one-off, slow host, slow stage, noise."""
+"""Stragglers on synthetic rank × step matrices: persistent, one-off, intermittent, slow host, slow stage, noise."""
 
 from __future__ import annotations
 
@@ -133,6 +133,42 @@ def test_scattered_single_step_flags_read_as_noise_not_as_a_straggler() -> None:
     assert report.findings == []
 
 
+def test_flags_on_a_quarter_of_the_steps_scattered_read_as_an_intermittent_straggler() -> None:
+    """Every 4th step slow (10 of 40, 10 separate episodes): too many episodes for a one-off, too
+    few steps for persistent, at least ``intermittent_fraction`` (20%): intermittent, a finding.
+    Every 6th step (7 of 40, 17.5%) is the same pattern under the bar: noise, no finding."""
+    every_fourth = set(range(0, 40, 4))
+    report = find_stragglers(synthetic(4, 40, lambda r, s: 1.5 if r == 0 and s in every_fourth else 1.0), two_hosts())
+    score = report.rank_scores[0]
+    assert score.flagged_steps == sorted(every_fourth) and score.flagged_fraction == 0.25
+    assert score.verdict == "intermittent"
+    assert [s.verdict for s in report.rank_scores[1:]] == ["normal"] * 3
+    ((kind, verdict, ranks, steps),) = [(f.kind, f.verdict, f.ranks, f.steps) for f in report.findings]
+    assert (kind, verdict, ranks, steps) == ("slow rank", "intermittent", [0], sorted(every_fourth))
+    assert report.findings[0].message.endswith("on 10 of 40 steps: an intermittent straggler"), report.findings
+    every_sixth = set(range(0, 40, 6))
+    sparse = find_stragglers(synthetic(4, 40, lambda r, s: 1.5 if r == 0 and s in every_sixth else 1.0), two_hosts())
+    assert sparse.rank_scores[0].flagged_steps == sorted(every_sixth)
+    assert sparse.rank_scores[0].verdict == "noise" and sparse.findings == []
+    # the bar is the threshold's: lowered under 17.5%, the sparse pattern is intermittent too
+    lowered = find_stragglers(
+        synthetic(4, 40, lambda r, s: 1.5 if r == 0 and s in every_sixth else 1.0),
+        two_hosts(),
+        StragglerThresholds(intermittent_fraction=0.15),
+    )
+    assert lowered.rank_scores[0].verdict == "intermittent"
+
+
+def test_a_whole_host_slow_on_scattered_steps_is_an_intermittent_slow_host() -> None:
+    every_fourth = set(range(0, 40, 4))
+    report = find_stragglers(synthetic(4, 40, lambda r, s: 1.5 if r >= 2 and s in every_fourth else 1.0), two_hosts())
+    assert [(g.kind, g.group, g.ranks, g.verdict, g.flagged_steps) for g in report.groups] == [
+        ("slow host", "h1", [2, 3], "intermittent", sorted(every_fourth))
+    ]
+    assert [(f.kind, f.verdict) for f in report.findings] == [("slow host", "intermittent")]
+    assert report.findings[0].message.endswith("a slow host (intermittent)")
+
+
 def test_thresholds_ratio_excess_and_persistence() -> None:
     slightly = synthetic(4, 10, lambda r, s: 1.06 if r == 2 else 1.0, jitter=0.0)
     assert find_stragglers(slightly).rank_scores[2].verdict == "normal"  # z is huge, ratio under 1.10
@@ -174,10 +210,16 @@ def test_missing_cells_and_empty_input() -> None:
     assert empty.ranks == [] and empty.steps == [] and empty.findings == []
 
 
-def test_a_large_group_scores_in_reasonable_time() -> None:
+def test_a_large_group_finds_its_one_straggler_with_the_shared_mad() -> None:
+    """Past ``EXACT_MAD_UP_TO`` ranks a step's MAD is shared by the group (the scale path): one
+    slow rank among 256 is still found on every step, and no other rank on any. How long it takes
+    at scale is ``bench/stragglers_scale.py``'s figure."""
     rows = synthetic(256, 50, lambda r, s: 1.3 if r == 77 else 1.0)
     report = find_stragglers(rows)
     assert [(f.kind, f.ranks, f.verdict) for f in report.findings] == [("slow rank", [77], "persistent")]
+    assert report.rank_scores[77].flagged_steps == list(range(50))
+    assert report.rank_scores[77].median_ratio == pytest.approx(1.3, abs=0.03)
+    assert [r for r, flags in zip(report.ranks, report.flagged) if any(flags)] == [77]
 
 
 def test_step_range_defaults_and_bounds() -> None:
