@@ -1,12 +1,14 @@
 """Collector memory over a long run: 10,000 steps of a hand-written loop, 20 spans a step.
 
-Prints traced Python memory (tracemalloc, current) and RSS at 1k, 2k, 5k and 10k steps. Each
+Prints traced Python memory (tracemalloc, current) and RSS at 1k, 2k, 5k and 10k steps
+(``--steps N``: at N/10, N/5, N/2 and N). Each
 figure is taken once the shipper has caught up (its inbox and batch empty), so it shows what
 the collector keeps, not the step or two in flight. Flat figures mean nothing grows per step.
 
     python bench/collector_memory.py                      # service down, 256 KiB spool bound
     python bench/collector_memory.py --url http://127.0.0.1:8765
     python bench/collector_memory.py --json               # one JSON line (used by the tests)
+    python bench/collector_memory.py --steps 5000         # a shorter run
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bubblescope import collector
 
-CHECKPOINTS = (1_000, 2_000, 5_000, 10_000)
+
+def checkpoints(steps: int) -> tuple[int, ...]:
+    return (steps // 10, steps // 5, steps // 2, steps)
 
 
 def rss_bytes() -> int:
@@ -71,12 +75,13 @@ def wait_for_shipper(timeout_s: float = 60.0) -> None:
 
 def measure(steps: int, spans: int, work: int, traced: bool) -> list[dict[str, Any]]:
     figures = []
+    marks = checkpoints(steps)
     for step in range(1, steps + 1):
         with collector.step():
             for index in range(spans):
                 with collector.span("forward" if index % 2 else "backward", microbatch=index // 2, stage=0):
                     sum(range(work))
-        if step in CHECKPOINTS:
+        if step in marks:
             wait_for_shipper()
             gc.collect()
             current = tracemalloc.get_traced_memory()[0] if traced else None
@@ -94,7 +99,7 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
             tracemalloc.start()
         collector.init(run="memory-bench", url=args.url or dead_url(), spool_dir=spool, run_key=f"memory-{os.getpid()}")
         started = time.perf_counter()
-        figures = measure(CHECKPOINTS[-1], args.spans, args.work, traced)
+        figures = measure(args.steps, args.spans, args.work, traced)
         wall_s = time.perf_counter() - started
         dropped = collector._session.shipper.dropped_spans if collector._session else 0
         collector.shutdown()
@@ -119,6 +124,8 @@ def run_both(args: argparse.Namespace) -> dict[str, Any]:
             str(args.work),
             "--spool-max-bytes",
             str(args.spool_max_bytes),
+            "--steps",
+            str(args.steps),
         ]
         if args.url:
             command += ["--url", args.url]
@@ -139,6 +146,7 @@ def run_both(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=None, help="a running service (default: none listening)")
+    parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--spans", type=int, default=20)
     parser.add_argument("--work", type=int, default=200, help="sum(range(work)) per span")
     parser.add_argument("--spool-max-bytes", type=int, default=256 * 1024)
@@ -154,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     figures = result["figures"]
     print(
-        f"{CHECKPOINTS[-1]} steps x {args.spans} spans in {result['wall_s']:.1f} s "
+        f"{args.steps} steps x {args.spans} spans in {result['wall_s']:.1f} s "
         f"({result['wall_traced_s']:.1f} s under tracemalloc); "
         f"{'service ' + args.url if args.url else 'service down'}, spool bound {args.spool_max_bytes} B, "
         f"dropped {result['dropped_spans']} spans"

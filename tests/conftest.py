@@ -48,13 +48,16 @@ def _database(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         drop_postgres_database(name)
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+# The databases and servers live for the whole session, shared by every module: starting a
+# uvicorn process costs 1.5-2.5 s on a loaded 2-core machine, and twenty modules use one. Tests
+# keep to their own runs (unique run keys), so what other modules stored does not concern them.
+@pytest.fixture(scope="session", params=BACKENDS)
 def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A database built by running the migrations: SQLite always, PostgreSQL when reachable."""
     yield from _database(request.param, tmp_path_factory)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """A real ``bubblescope serve`` (uvicorn) process on a free loopback port."""
     live = start_server(db_url, tmp_path_factory.mktemp("server"))
@@ -62,7 +65,7 @@ def server(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Li
     live.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'bubblescope.db'}"
     migrate.upgrade(url)

@@ -14,7 +14,7 @@ from tests.collector.jobs import launch, read_report
 from tests.collector.misbehaving_server import JUNK_CAPTURES, MisbehavingServer
 from tests.support import LiveServer, wait_until
 
-STEPS, CAPTURE_STEPS, SPANS = 240, 20, 20
+STEPS, CAPTURE_STEPS, SPANS = 160, 20, 20  # 20 ms steps: the capture is asked for near step 30
 
 
 def steps_with_spans_per_rank(db_url: str, run_key: str) -> dict[int, dict[int, int]]:

@@ -8,7 +8,10 @@ changes over seconds), and writes a JSON report: step times, the shipper thread'
 how long ``shutdown`` took, how many spans were recorded and how many the collector counted as
 dropped. Each step's thread CPU time is kept too: unlike wall time, other processes on the
 machine do not inflate it; and the time each step waited for a CPU held by other processes.
-Anything the collector raised into the loop would end the process with a traceback.
+The report also counts, through ``io_probe``, the calls that can hold a thread up (network
+I/O, spool writes, sleeps, waits) that the collector made on the training thread during the
+loop and those made on other threads (until the report is written). Anything the collector
+raised into the loop would end the process with a traceback.
 
 ``--signal-at S --signal-file F`` writes F when instrumented step S starts (tests switch the
 server's behaviour then).
@@ -27,6 +30,7 @@ from typing import Any
 
 from bubblescope import collector
 from bubblescope.thread_cpu import thread_cpu_s
+from tests.collector.io_probe import IoProbe
 
 KINDS = ("forward", "backward")
 BLOCK = 20
@@ -108,6 +112,7 @@ def timed(
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    probe = IoProbe().install()
     collector.init(
         run="hand-loop",
         url=args.url,
@@ -126,12 +131,14 @@ def main(argv: list[str] | None = None) -> None:
     clock = RunQueueClock()
     blocks = max(1, args.steps // BLOCK)
     loop_began = time.perf_counter()
+    probe.open = True
     for step in range(args.steps):
         if step == args.signal_at and args.signal_file:
             Path(args.signal_file).write_text(str(step))
         instrumented += timed(instrumented_step, args, 1, instrumented_cpu, instrumented_wait, clock)
         if (step + 1) % BLOCK == 0:  # the same loop uninstrumented, interleaved: same machine load
             baseline += timed(plain_step, args, args.baseline_steps // blocks, baseline_cpu, baseline_wait, clock)
+    probe.open = False
     loop_s = time.perf_counter() - loop_began
     shipper_cpu_s = thread_cpu_s(session.shipper._thread.native_id) if session is not None else None
     began = time.perf_counter()
@@ -152,6 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         "shipper_alive": session is not None and session.shipper._thread.is_alive(),
         "enabled": session is not None,
         "threads_after_init": threads_after_init,
+        "io_calls": probe.report(),
     }
     Path(args.report).write_text(json.dumps(report))
 

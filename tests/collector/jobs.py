@@ -32,6 +32,7 @@ class LoopReport:
     shipper_alive: bool
     enabled: bool
     threads_after_init: list[str]
+    io_calls: dict[str, dict[str, int]]  # io_probe's counts during the loop, by thread
 
     @staticmethod
     def _own(walls: list[float], waits: list[float]) -> list[float]:
@@ -47,36 +48,44 @@ class LoopReport:
         return self._own(self.baseline_s, self.baseline_cpu_wait_s)
 
     def figures(self) -> str:
-        """Step-time figures in ms, for assertion messages and the log."""
+        """Step-time figures in ms, for assertion messages and the log (``bench/collector_faults.py``
+        prints them for every misbehaving server; the tests assert no wall time)."""
         ms = lambda seconds: f"{seconds * 1e3:.2f} ms"
         median = statistics.median
-        return (
+        walls = (
             f"wall median {ms(median(self.instrumented_s))} vs baseline {ms(median(self.baseline_s))}, "
             f"worst {ms(max(self.instrumented_s))} vs {ms(max(self.baseline_s))}; "
             f"worst less CPU waits {ms(max(self.instrumented_own_s))} vs {ms(max(self.baseline_own_s))}; "
             f"CPU median {ms(median(self.instrumented_cpu_s))} vs {ms(median(self.baseline_cpu_s))}; "
-            f"shipper thread CPU {self.shipper_cpu_s} s in a {self.loop_s:.2f} s loop; "
-            f"shutdown {self.shutdown_s:.2f} s; dropped {self.dropped_spans} of {self.spans_recorded} spans"
+            if self.baseline_s
+            else ""
+        )
+        return (
+            f"{walls}shipper thread CPU {self.shipper_cpu_s} s in a {self.loop_s:.2f} s loop; "
+            f"shutdown {self.shutdown_s:.2f} s; dropped {self.dropped_spans} of {self.spans_recorded} spans; "
+            f"calls that can block: {self.io_calls}"
         )
 
-    def assert_steps_not_slowed(self, worst_margin_s: float = 0.05) -> None:
-        """The loop is not slowed: the bounds, each of which a real fault would break.
+    def assert_loop_not_held_up(self) -> None:
+        """The collector does not hold the training loop up, read from behaviour, not wall time
+        (on a shared 2-core machine other jobs stretch single steps by 30-70 ms at random):
 
-        - No step more than ``worst_margin_s`` over the worst baseline step, both counted less
-          the time the step waited for a CPU that other processes held (Linux schedstat): a
-          network wait, a retry pause (0.2 s) or a long lock on the training thread fails it,
-          while the other jobs on a shared 2-core machine, which stretch single steps by
-          30-70 ms at random, do not.
+        - Inside the loop, the training thread makes no call that can block on the collector's
+          behalf: no socket I/O, no spool write, no sleep, no wait (``io_probe``). A network
+          wait, a retry pause or a spool write on the training thread fails this, however fast
+          the machine happens to be; whatever the server does then reaches the loop only
+          through the CPU it takes, which the next two bounds check.
         - The median step's thread CPU time within 30% (+0.5 ms) of the baseline's: the
           collector's own work per step (span records, hand-off) stays small.
-        - The median wall time within 2x (+1 ms) of the baseline's, and the shipper thread busy
-          for at most a fifth of the loop: a shipper hogging the interpreter would show here
-          (the interleaved baseline steps would suffer alike, so the CPU share is checked too).
+        - The shipper thread busy for at most a fifth of the loop: a shipper hogging the
+          interpreter (and so the GIL) would show here.
+
+        How much wall time the steps take against the baseline is ``bench/collector_faults.py``'s
+        figure.
         """
         median = statistics.median
-        assert max(self.instrumented_own_s) <= max(self.baseline_own_s) + worst_margin_s, self.figures()
+        assert not self.io_calls["on_training_thread"], self.figures()
         assert median(self.instrumented_cpu_s) <= median(self.baseline_cpu_s) * 1.3 + 0.0005, self.figures()
-        assert median(self.instrumented_s) <= median(self.baseline_s) * 2 + 0.001, self.figures()
         if self.shipper_cpu_s is not None:
             assert self.shipper_cpu_s <= 0.2 * self.loop_s, self.figures()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,16 +10,19 @@ import textwrap
 import time
 from pathlib import Path
 
-from tests.support import LiveServer, free_port
+import pytest
+
+from tests.support import REPO, LiveServer, free_port
 
 SCRIPT = textwrap.dedent(
     """
-    import sys, time
+    import json, sys
     from bubblescope import collector
+    from tests.collector.io_probe import IoProbe
+    probe = IoProbe().install()
     collector.init(run="hand written", url=sys.argv[1], spool_dir=sys.argv[2], run_key=sys.argv[3])
-    worst = 0.0
+    probe.open = True
     for step in range(20):
-        began = time.perf_counter()
         with collector.step():
             for mb in range(4):
                 with collector.span("forward", microbatch=mb, stage=0):
@@ -27,9 +31,9 @@ SCRIPT = textwrap.dedent(
                     sum(range(4000))
             with collector.span("not-a-kind"):
                 pass
-        worst = max(worst, time.perf_counter() - began)
+    probe.open = False
     collector.shutdown()
-    print(f"worst-step-s {worst:.6f}")
+    print("io-calls", json.dumps(probe.report()))
     """
 )
 
@@ -37,7 +41,7 @@ SCRIPT = textwrap.dedent(
 def run_script(url: str, spool: Path, run_key: str) -> tuple[int, str, float]:
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, url, str(spool), run_key], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", SCRIPT, url, str(spool), run_key], capture_output=True, text=True, timeout=120, cwd=REPO
     )
     return done.returncode, done.stdout + done.stderr, time.monotonic() - started
 
@@ -62,13 +66,18 @@ def test_hand_written_spans_arrive_with_names_and_unknown_kinds_are_dropped(
     assert sorted(s["microbatch"] for s in step["spans"] if s["kind"] == "forward") == [0, 1, 2, 3]
 
 
-def test_unreachable_server_neither_raises_nor_stalls(tmp_path: Path) -> None:
+def test_unreachable_server_neither_raises_nor_holds_the_steps_up(tmp_path: Path) -> None:
+    """With nothing listening, the loop runs on: no exception, and the collector makes no network
+    call, spool write, sleep or wait on the training thread during the steps (``io_probe``: a
+    connection attempt, a retry pause or a spool write on that thread fails this whatever the
+    machine's load); the shipper thread tries to connect and spools."""
     dead = f"http://127.0.0.1:{free_port()}"
     code, output, wall = run_script(dead, tmp_path / "spool", "offline-1")
     assert code == 0, output
-    worst = float(output.split("worst-step-s")[1].split()[0])
-    assert worst < 0.02, output  # a step is ~0.5 ms of work; no network wait or retry leaks in
-    assert wall < 30
+    calls = json.loads(output.split("io-calls", 1)[1].splitlines()[0])
+    assert calls["on_training_thread"] == {}, calls
+    assert calls["elsewhere"].get("socket.connect", 0) > 0 and calls["elsewhere"].get("os.replace", 0) > 0, calls
+    assert wall < 30  # a hang guard: interpreter start, 20 short steps, a shutdown with nothing to wait for
     assert list((tmp_path / "spool").rglob("*.msg"))
 
 
@@ -151,6 +160,7 @@ PAUSED_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a torch process running a collective (gloo, a world of one)
 def test_paused_blocks_record_no_step_span_or_collective(sqlite_server: LiveServer, tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", PAUSED_SCRIPT, sqlite_server.url, str(tmp_path / "spool"), str(free_port())],

@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -79,6 +80,7 @@ def p2p_spans(record: dict[str, Any]) -> list[list[Any]]:
     return [span for span in record["spans"] if span[0] in P2P_KINDS]
 
 
+@pytest.mark.slow  # a 2-rank pipeline job (torch.multiprocessing, gloo)
 def test_only_steps_that_travel_in_full_tag_their_p2p_spans_and_the_others_still_time_them(tmp_path: Path) -> None:
     expected = [step % DETAILED_EVERY == 0 for step in range(STEPS)]
     for rank, document in run_job(tmp_path).items():

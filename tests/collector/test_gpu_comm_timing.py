@@ -179,6 +179,7 @@ def _pipeline_rank(rank: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # a 2-rank pipeline job (torch.multiprocessing, NCCL)
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="a two-stage NCCL pipeline needs two GPUs")
 def test_pipeline_recvs_on_nccl_last_while_the_previous_stage_computes(tmp_path: Path) -> None:
     mp.spawn(_pipeline_rank, args=(free_port(), str(tmp_path)), nprocs=2, join=True)

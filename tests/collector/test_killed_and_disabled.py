@@ -100,6 +100,7 @@ def test_disabled_collector_starts_no_thread_and_sends_nothing(sqlite_server: Li
     assert report.threads_after_init == ["MainThread"], report.threads_after_init
     assert sum(server.requests.values()) == 0, server.requests
     assert not (tmp_path / "spool").exists()
-    report.assert_steps_not_slowed()
+    report.assert_loop_not_held_up()
+    assert report.io_calls == {"on_training_thread": {}, "elsewhere": {}}, report.io_calls
     with sqlite_server.client() as client:
         assert client.get(f"/api/v1/runs/{run_key}").status_code == 404

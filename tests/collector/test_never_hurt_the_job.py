@@ -1,8 +1,11 @@
 """The collector never hurts the job, whatever the server does.
 
 Each case runs the hand-written loop (``tests.collector.hand_loop``) in its own process against
-a real misbehaving HTTP server (``misbehaving_server``) and checks: steps are not slowed against
-the same loop uninstrumented, nothing raises into the loop, batches spool to disk up to the
+a real misbehaving HTTP server (``misbehaving_server``) and checks: the training thread makes no
+network call, spool write, sleep or wait on the collector's behalf (the shipper thread makes
+them) and its CPU per step stays that of the same loop uninstrumented (``LoopReport.
+assert_loop_not_held_up``; the wall-time figures are ``bench/collector_faults.py``'s), nothing
+raises into the loop, batches spool to disk up to the
 bound, they reach the real service (SQLite, through the API) once it is back, and every span
 recorded is either stored or counted as dropped, and that count is shown by the API.
 """
@@ -21,8 +24,13 @@ from tests.collector.jobs import LoopReport, launch, read_report, spooled_ingest
 from tests.collector.misbehaving_server import MisbehavingServer
 from tests.support import LiveServer, count_rows, wait_until
 
-STEPS, BASELINE_STEPS, SWITCH_AT = 500, 500, 100
-LOOP = ["--steps", str(STEPS), "--baseline-steps", str(BASELINE_STEPS), "--work", "12000"]
+STEPS, BASELINE_STEPS, SWITCH_AT = 500, 250, 100
+# ~0.6 ms of Python a step and a 3 ms sleep (a loop that waits on its device, as training does): the
+# loop lasts ~2.7 s, of which the switch (after ~0.5 s of loop, three failed attempts and a spooled
+# batch) takes under 1.5 s, so the loop still runs when the service comes back; at a sixth of the
+# CPU that computing all of it took. The baseline steps serve the CPU comparison only.
+LOOP = ["--steps", str(STEPS), "--baseline-steps", str(BASELINE_STEPS), "--work", "2000", "--sleep-s", "0.003"]
+SHORT_LOOP = ["--steps", "200", "--baseline-steps", "100", "--work", "2000", "--sleep-s", "0.003"]
 SPOOL_BOUND = 6 * 1024  # smaller than the first backlog batch (~12 bytes a span, 20 spans a step)
 FAST_FAILING = {
     "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.1",
@@ -86,7 +94,9 @@ def test_a_misbehaving_server_costs_no_step_time_and_the_data_arrives_once_it_is
     finally:
         server.stop()
     print(f"{mode}: {report.figures()}")
-    report.assert_steps_not_slowed()
+    report.assert_loop_not_held_up()
+    io_elsewhere = report.io_calls["elsewhere"]  # the shipper thread did the I/O, spool writes included
+    assert io_elsewhere.get("socket.connect", 0) > 0 and io_elsewhere.get("os.replace", 0) > 0, report.figures()
     assert server.requests["proxy"] > 0
     dropped = assert_every_span_stored_or_counted(sqlite_server, run_key, report)
     assert dropped > 0, "the spool bound should have been hit while the server misbehaved"
@@ -112,14 +122,15 @@ def test_a_server_that_answers_after_30_s_is_cut_off_by_the_request_timeout_and_
     }
     try:
         started = time.monotonic()
-        process, _ = launch(tmp_path, server.url, run_key, *LOOP, env=env)
+        process, _ = launch(tmp_path, server.url, run_key, *SHORT_LOOP, env=env)
         report = read_report(tmp_path, run_key, process)
         lifetime_s = time.monotonic() - started
         assert server.requests["slow"] >= 1
     finally:
         server.stop()
     print(f"slow: {report.figures()}; process lived {lifetime_s:.2f} s")
-    report.assert_steps_not_slowed()
+    report.assert_loop_not_held_up()
+    assert report.io_calls["elsewhere"].get("socket.recv_into", 0) > 0, report.figures()  # a hung read, elsewhere
     bound_s = shutdown_timeout_s + request_timeout_s + 1.0
     assert report.shutdown_s <= bound_s, report.figures()
     # The whole process: the loop, the bounded shutdown, and interpreter start and exit (margin).
@@ -130,6 +141,6 @@ def test_a_server_that_answers_after_30_s_is_cut_off_by_the_request_timeout_and_
     result = upload_spool(tmp_path / "spool", sqlite_server.url)
     assert result.remaining == 0 and result.rejected == 0 and result.delivered > 0
     detail = run_detail(sqlite_server, run_key)
-    assert [s["step"] for s in detail["steps"]] == list(range(STEPS))
+    assert [s["step"] for s in detail["steps"]] == list(range(200))
     assert detail["state"] == "finished", detail["state_detail"]  # the end, spooled at shutdown, came last
     assert_every_span_stored_or_counted(sqlite_server, run_key, report)

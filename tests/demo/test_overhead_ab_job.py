@@ -8,7 +8,11 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support import LiveServer, run_pipeline_job, wait_for_steps
+
+pytestmark = pytest.mark.slow
 
 
 def test_ab_blocks_alternate_abba_and_only_instrumented_steps_are_recorded(
