@@ -202,11 +202,17 @@ def wait_until(condition: Any, timeout_s: float, what: str, interval_s: float = 
         time.sleep(interval_s)
 
 
-def run_parallel_job(
-    url: str, mode: str, nproc: int, *args: str, timeout_s: float = 300, extra_env: dict[str, str] | None = None
+def run_torchrun(
+    url: str,
+    script: str,
+    nproc: int,
+    *args: str,
+    run_key: str,
+    timeout_s: float = 300,
+    extra_env: dict[str, str] | None = None,
 ) -> JobResult:
-    """A real torchrun job of ``tests/collector/parallel_job.py`` in ``mode`` (naive, ddp, fsdp, tp, ...)."""
-    run_key = f"test-{mode}-{uuid.uuid4().hex[:8]}"
+    """A real ``torchrun --standalone`` job of the test script ``script`` (a path under the repository),
+    streaming into ``url`` under ``run_key`` with a short flush interval."""
     env = {
         **os.environ,
         "BUBBLESCOPE_URL": url,
@@ -221,13 +227,29 @@ def run_parallel_job(
         "torch.distributed.run",
         "--standalone",
         f"--nproc-per-node={nproc}",
-        str(REPO / "tests" / "collector" / "parallel_job.py"),
-        f"--mode={mode}",
+        str(REPO / script),
         *args,
     ]
     started = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
     return JobResult(run_key, done.returncode, done.stdout + done.stderr, time.monotonic() - started)
+
+
+def run_parallel_job(
+    url: str, mode: str, nproc: int, *args: str, timeout_s: float = 300, extra_env: dict[str, str] | None = None
+) -> JobResult:
+    """A real torchrun job of ``tests/collector/parallel_job.py`` in ``mode`` (naive, ddp, fsdp, tp, ...)."""
+    run_key = f"test-{mode}-{uuid.uuid4().hex[:8]}"
+    return run_torchrun(
+        url,
+        "tests/collector/parallel_job.py",
+        nproc,
+        f"--mode={mode}",
+        *args,
+        run_key=run_key,
+        timeout_s=timeout_s,
+        extra_env=extra_env,
+    )
 
 
 # API helpers shared by the feature tests

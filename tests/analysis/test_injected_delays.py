@@ -19,16 +19,13 @@ check reads medians over steps or micro-batches, never one step.
 
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
-import sys
 import uuid
 from typing import Any
 
 import pytest
 
-from tests.support import REPO, LiveServer, wait_for_steps
+from tests.support import LiveServer, run_torchrun, wait_for_steps
 
 pytestmark = pytest.mark.slow
 
@@ -45,27 +42,18 @@ UNPAUSED = [s for s in range(1, STEPS) if s not in PAUSED]
 @pytest.fixture(scope="module")
 def job(sqlite_server: LiveServer) -> dict[str, Any]:
     run_key = f"injected-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "BUBBLESCOPE_URL": sqlite_server.url,
-        "BUBBLESCOPE_RUN_ID": run_key,
-        "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.5",
-        "OMP_NUM_THREADS": "1",
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={P}",
-        str(REPO / "tests" / "analysis" / "injected_job.py"),
+    done = run_torchrun(
+        sqlite_server.url,
+        "tests/analysis/injected_job.py",
+        P,
         f"--steps={STEPS}",
         f"--microbatches={M}",
         f"--slow-stage={SLOW_STAGE}:{SLOW_MS}",
         f"--pause={PAUSE_RANK}:{PAUSE_MS}:{','.join(map(str, PAUSED))}",
-    ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        run_key=run_key,
+        extra_env={"BUBBLESCOPE_FLUSH_INTERVAL_S": "0.5"},
+    )
+    assert done.returncode == 0, done.output[-3000:]
     with sqlite_server.client() as client:
         wait_for_steps(client, run_key, P, STEPS)
 

@@ -3,17 +3,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 import uuid
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support import REPO, JobResult, LiveServer, assert_names, register, wait_until
+from tests.support import JobResult, LiveServer, assert_names, register, run_torchrun, wait_until
 
 pytestmark = pytest.mark.slow
 RANKS, STEPS = 4, 10
@@ -22,26 +18,8 @@ HOSTS = "--hosts=hA,hA,hB,hB"
 
 def run_straggler_job(url: str, *args: str, timeout_s: float = 300) -> JobResult:
     run_key = f"test-stragglers-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "BUBBLESCOPE_URL": url,
-        "BUBBLESCOPE_RUN_ID": run_key,
-        "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.2",
-        "OMP_NUM_THREADS": "1",
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={RANKS}",
-        str(REPO / "tests" / "stragglers" / "straggler_job.py"),
-        f"--steps={STEPS}",
-        *args,
-    ]
-    started = time.monotonic()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
-    return JobResult(run_key, done.returncode, done.stdout + done.stderr, time.monotonic() - started)
+    script = "tests/stragglers/straggler_job.py"
+    return run_torchrun(url, script, RANKS, f"--steps={STEPS}", *args, run_key=run_key, timeout_s=timeout_s)
 
 
 def stragglers_when_complete(client: httpx.Client, run_key: str, timeout_s: float = 30) -> dict[str, Any]:
