@@ -235,8 +235,9 @@ def _positive_int(value: object) -> int | None:
 
 
 def _layer_counts(value: object, num_stages: int) -> tuple[int, ...] | None:
-    if _positive_int(value) is not None:
-        return (int(value),) * num_stages  # type: ignore[call-overload]
+    each = _positive_int(value)
+    if each is not None:
+        return (each,) * num_stages
     if isinstance(value, list) and len(value) == num_stages and all(_positive_int(x) for x in value):
         return tuple(value)
     return None

@@ -394,9 +394,9 @@ def _group_finding(
 
     def together(footing: Mapping[int, list[_Cell]], j: int) -> bool:
         members = [footing[r][j] for r in inside]
-        if not all(cell.flagged and cell.ratio is not None for cell in members):
+        excess = [cell.ratio - 1 for cell in members if cell.flagged and cell.ratio is not None]
+        if len(excess) < len(members):
             return False
-        excess = [cell.ratio - 1 for cell in members]  # type: ignore[operator]
         return min(excess) >= t.group_min_share * max(excess)
 
     flagged = [

@@ -33,6 +33,7 @@ import contextlib
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from bubblescope import wire
@@ -177,12 +178,12 @@ def instrument(schedule: Any) -> Any:
     return schedule
 
 
-def _guarded(what: str, action: Any) -> None:
-    """Run ``action()`` unless the collector is off; a failure is logged, never raised."""
+def _guarded(what: str, action: Callable[[CollectorSession], object]) -> None:
+    """Run ``action(session)`` unless the collector is off; a failure is logged, never raised."""
     if _session is None:
         return
     try:
-        action()
+        action(_session)
     except Exception as error:  # noqa: BLE001
         log.warning("bubblescope: could not %s: %r", what, error)
 
@@ -190,7 +191,7 @@ def _guarded(what: str, action: Any) -> None:
 def register_mesh(mesh: Any) -> Any:
     """Record this rank's coordinate in every dimension of a DeviceMesh and label each
     dimension's process group by its name ("dp", "tp", "pp", ...); returns the mesh."""
-    _guarded("register the mesh", lambda: _session.register_mesh(mesh))  # type: ignore[union-attr]
+    _guarded("register the mesh", lambda session: session.register_mesh(mesh))
     return mesh
 
 
@@ -199,7 +200,7 @@ def instrument_ddp(model: Any, hook: Any = None, state: Any = None) -> Any:
     hook and state here instead of calling ``model.register_comm_hook``; returns the model."""
     from bubblescope.collector import integrations
 
-    _guarded("instrument DDP", lambda: integrations.instrument_ddp(model, _session.recorder, hook, state))  # type: ignore[union-attr]
+    _guarded("instrument DDP", lambda session: integrations.instrument_ddp(model, session.recorder, hook, state))
     return model
 
 
@@ -207,7 +208,7 @@ def instrument_optimizer(optimizer: Any) -> Any:
     """An ``optimizer`` span around every ``optimizer.step()``; returns the optimizer."""
     from bubblescope.collector import integrations
 
-    _guarded("instrument the optimizer", lambda: integrations.instrument_optimizer(optimizer, _session.recorder))  # type: ignore[union-attr]
+    _guarded("instrument the optimizer", lambda session: integrations.instrument_optimizer(optimizer, session.recorder))
     return optimizer
 
 
@@ -225,19 +226,18 @@ def describe_pipeline(
     torch's schedules): the schedule's name ("naive", "gpipe", "1f1b", ...), the stage count,
     micro-batches per step, and the stage indices this rank runs."""
 
-    def register() -> None:
-        assert _session is not None
+    def register(session: CollectorSession) -> None:
         local = stages or []
-        _session.register_run(
+        session.register_run(
             schedule=schedule,
             num_stages=num_stages,
             num_microbatches=num_microbatches,
             virtual_stages=max(1, len(local)),
             pipeline_ranks=max(1, num_stages // max(1, len(local))),
         )
-        _session.align_clock()
+        session.align_clock()
         if local:
-            _session.register_rank(stage=local[0], stages=local)
+            session.register_rank(stage=local[0], stages=local)
 
     _guarded("describe the pipeline", register)
 

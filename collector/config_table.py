@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import inspect
 import itertools
+import sys
 from dataclasses import Field, fields
 
 from bubblescope.collector import config
@@ -23,7 +24,7 @@ from bubblescope.collector import config
 
 def field_docs(cls: type = config.CollectorConfig) -> dict[str, str]:
     """Each field's docstring (the string right under its annotated assignment), on one line."""
-    tree = ast.parse(inspect.getsource(inspect.getmodule(cls)))  # type: ignore[arg-type]
+    tree = ast.parse(inspect.getsource(sys.modules[cls.__module__]))
     body = next(node for node in ast.walk(tree) if isinstance(node, ast.ClassDef) and node.name == cls.__name__).body
     docs: dict[str, str] = {}
     for statement, following in itertools.pairwise(body):

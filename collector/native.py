@@ -20,8 +20,8 @@ from typing import Any
 from bubblescope.collector.clock import local_ns
 from bubblescope.collector.config import env_setting
 
-_UNDECIDED: Any = object()
-_chosen: Any = _UNDECIDED
+_decided = False
+_chosen: ModuleType | None = None
 
 
 def _clock_agrees(module: ModuleType, reads: int = 5) -> bool:
@@ -46,10 +46,10 @@ def load() -> ModuleType | None:
 
 def active() -> ModuleType | None:
     """The C hot path this process uses (None: the Python wrappers), chosen on the first call."""
-    global _chosen
-    if _chosen is _UNDECIDED:
-        _chosen = load()
-    return _chosen  # type: ignore[no-any-return]
+    global _chosen, _decided
+    if not _decided:
+        _chosen, _decided = load(), True
+    return _chosen
 
 
 def __getattr__(name: str) -> Any:
