@@ -24,6 +24,7 @@ from bubblescope.analysis.planner import (
     search,
     step_time,
 )
+from bubblescope.analysis.schedules import lookup
 from bubblescope.analysis.suggestions import RunEvidence, Suggestion, build_suggestion
 
 PRESSURE = 0.9
@@ -39,17 +40,20 @@ def memory_suggestions(config: Mapping[str, Any], step_ns: float) -> list[Sugges
             if isinstance(cluster_spec, str)
             else make_cluster(cluster_spec["gpu"], cluster_spec["gpus"], cluster_spec.get("gpus_per_node", 8))
         )
+        schedule = lookup(str(config.get("schedule", "1f1b")))
+        stages_per_rank = int(config.get("virtual_stages") or schedule.default_stages_per_rank)
         current_config = ParallelConfig(
             tp=int(config.get("tp", 1)),
-            pp=int(config.get("pp", config.get("num_stages", 1))),
+            pp=int(config.get("pp", config.get("pipeline_ranks", int(config.get("num_stages", 1)) // stages_per_rank))),
             dp=int(config.get("dp", 0)),
+            vpp=stages_per_rank,
             mbs=int(config.get("microbatch_size", 1)),
-            schedule=str(config.get("schedule", "1f1b")),
+            schedule=schedule.name,
             zero=int(config.get("zero", 0)),
             recompute=str(config.get("recompute", "none")),
         )
         batch = int(config["global_batch"])
-    except (KeyError, TypeError, ValueError, PlanInputError):
+    except (KeyError, TypeError, ValueError, PlanInputError):  # ScheduleError is a ValueError
         return []  # the run did not declare model and cluster: no memory model to price fixes with
     current = evaluate(model, cluster, current_config, batch)
     if current.memory is None:

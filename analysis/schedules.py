@@ -81,8 +81,6 @@ class Schedule:
     """``stages``: m >= p·v (torch refuses fewer); ``one``: exactly one micro-batch."""
     rounds: bool = False
     """Micro-batches must be a multiple of the rounds, max(1, m // p) (torch's interleaved schedules)."""
-    splits_backward: bool = False
-    """Backward runs as backward_input then backward_weight (the zero-bubble schedules)."""
 
     @property
     def torchtitan_name(self) -> str | None:
@@ -241,7 +239,6 @@ SCHEDULES: tuple[Schedule, ...] = (
         in_flight=lambda p, m, v: min(p * v + p - 1, m * v),
         aliases=("zbh1", "zb1p"),
         rounds=True,
-        splits_backward=True,
     ),
     Schedule(
         name="zbv",
@@ -250,7 +247,6 @@ SCHEDULES: tuple[Schedule, ...] = (
         placement="v",
         orders=orders.zbv,
         in_flight=lambda p, m, v: min(2 * p, 2 * m),
-        splits_backward=True,
     ),
     Schedule(
         name="dualpipev",
@@ -260,7 +256,6 @@ SCHEDULES: tuple[Schedule, ...] = (
         orders=orders.dualpipev,
         in_flight=lambda p, m, v: min(2 * p + 1, 2 * m),
         min_microbatches="stages",
-        splits_backward=True,
     ),
 )
 NAMES: tuple[str, ...] = tuple(schedule.name for schedule in SCHEDULES)
@@ -291,13 +286,9 @@ def lookup(name: str, field: str = "schedule") -> Schedule:
     return schedule
 
 
-def canonical_name(name: str) -> str:
-    """``ScheduleZBVZeroBubble``, ``ZBVZeroBubble``, ``zbv`` … → ``zbv``."""
-    return lookup(name).name
-
-
 def closed_form_bubble(schedule: str | None, p: int, m: int, v: int = 1) -> BubbleFloor | None:
     """The schedule's closed-form bubble; None for an unknown schedule or a shape the form does not cover."""
-    if schedule is None or _key(schedule) not in _BY_KEY:
+    try:
+        return None if schedule is None else lookup(schedule).bubble(p, m, v)
+    except ScheduleError:
         return None
-    return _BY_KEY[_key(schedule)].bubble(p, m, v)

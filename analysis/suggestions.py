@@ -137,10 +137,11 @@ def _more_microbatches_or_better_schedule(evidence: RunEvidence, measured: Measu
     batch = _batch(evidence.config, measured)
     now_peak = predict(measured, Change()).peak_activations
     out = []
+    current = lookup(setup.schedule)
     for factor in (2, 4):
         m = setup.microbatches * factor
-        if batch is not None and batch % m:
-            continue
+        if (batch is not None and batch % m) or current.shape_problem(setup.ranks, m, setup.stages_per_rank):
+            continue  # the global batch does not split so, or the schedule refuses that many
         prediction = predict(measured, Change(microbatches=m, microbatch_scale=1 / factor))
         out.append(
             _suggestion(
@@ -154,7 +155,7 @@ def _more_microbatches_or_better_schedule(evidence: RunEvidence, measured: Measu
             )
         )
     for schedule in ("interleaved1f1b", "interleavedzb", "zbv"):
-        if schedule == lookup(setup.schedule).name:
+        if schedule == current.name:
             continue
         try:
             prediction = predict(measured, Change(schedule=schedule, stages_per_rank=2))

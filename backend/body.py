@@ -26,13 +26,13 @@ async def read_json(request: Request) -> Any:
     """The request's JSON document; 413 past the size limits, 400 for bad gzip or JSON."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_WIRE_BYTES:
-        raise ApiError(413, ["body"], f"payload of {declared} bytes exceeds the limit of {MAX_WIRE_BYTES}")
+        raise ApiError(413, ["body"], f"payload of {declared} bytes exceeds the limit of {MAX_WIRE_BYTES}", "too_large")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_WIRE_BYTES:
-            raise ApiError(413, ["body"], f"payload exceeds the limit of {MAX_WIRE_BYTES} bytes")
+            raise ApiError(413, ["body"], f"payload exceeds the limit of {MAX_WIRE_BYTES} bytes", "too_large")
         chunks.append(chunk)
     raw = b"".join(chunks)
     if request.headers.get("content-encoding", "").lower() == "gzip":
@@ -52,7 +52,7 @@ def _gunzip(raw: bytes) -> bytes:
     except zlib.error as error:
         raise ApiError(400, ["body"], f"body is not valid gzip: {error}", "gzip_invalid") from None
     if decompressor.unconsumed_tail:
-        raise ApiError(413, ["body"], f"decompressed payload exceeds the limit of {MAX_JSON_BYTES} bytes")
+        raise ApiError(413, ["body"], f"decompressed payload exceeds the limit of {MAX_JSON_BYTES} bytes", "too_large")
     if not decompressor.eof:
         raise ApiError(400, ["body"], "body is truncated gzip", "gzip_invalid")
     return data

@@ -21,7 +21,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 
 from bubblescope import collector
-from bubblescope.analysis.schedules import NAMES, Schedule, lookup
+from bubblescope.analysis.schedules import NAMES, Schedule, ScheduleError, lookup
 from bubblescope.cli import schedule_argument
 from bubblescope.collector.config import env_setting
 from bubblescope.thread_cpu import named_thread_cpu_s
@@ -66,10 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--full-spans-every",
         type=positive_int,
-        default=1,
+        default=None,
         metavar="N",
-        help="full spans of every N-th step, aggregates of the others (default: %(default)s, every step: "
-        "the demo is short)",
+        help="full spans of every N-th step, aggregates of the others (default: BUBBLESCOPE_FULL_SPANS_EVERY, "
+        "else 1, every step: the demo is short)",
     )
     parser.add_argument(
         "--threads", type=positive_int, default=1, help="torch's intra-op threads (default: %(default)s)"
@@ -248,8 +248,8 @@ def train(args: argparse.Namespace) -> list[StepTiming]:
     schedule_kind = lookup(args.schedule)
     try:
         indices = schedule_kind.local_stages(rank, world, args.stages_per_rank)
-    except ValueError as error:
-        raise SystemExit(f"--stages-per-rank: {error}") from None
+    except ScheduleError as error:
+        raise SystemExit(f"--stages-per-rank: {error.message}") from None
     num_stages = world * len(indices)
     layers = layer_split(args, num_stages)
     modules = [build_stage_module(args.hidden, layers[index], seed=index) for index in indices]
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
         collector.init(
             run=run_name(args),
             url=args.url,
-            full_spans_every=args.full_spans_every,
+            full_spans_every=args.full_spans_every or env_setting("full_spans_every") or 1,
             config={
                 "model": "mlp",
                 "hidden": args.hidden,

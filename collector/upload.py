@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from bubblescope.collector.config import CollectorConfig
+from bubblescope.collector.config import URL, default_spool_dir, env_setting
 from bubblescope.collector.spool import Spool
 from bubblescope.collector.transport import Verdict, send
 
@@ -36,11 +36,17 @@ def upload_spool(
     Temporary files left by a process killed mid-write are deleted once stale; they were never
     messages.
     """
-    settings = CollectorConfig.resolve(given_to="upload_spool", spool_dir=spool_dir, url=url, token=token)
-    if settings.url is None:
+    if url is not None:  # given explicitly: a bad one is an error, not a fallback to somewhere else
+        try:
+            URL.parse(url)
+        except ValueError:
+            raise ValueError(f"url {url!r} is not {URL.accepts}") from None
+    url = url or env_setting("url")
+    if url is None:
         raise ValueError("no service URL: give one (--url) or set BUBBLESCOPE_URL")
-    spool_dir, url, token = settings.spool_dir, settings.url, settings.token
-    spool = Spool(Path(spool_dir), max_bytes=1 << 62)
+    token = token or env_setting("token")
+    folder = Path(spool_dir) if spool_dir else env_setting("spool_dir") or default_spool_dir()
+    spool = Spool(folder, max_bytes=1 << 62)
     spool.remove_stale_temporaries(STALE_TEMPORARY_S)
     delivered = rejected = 0
     for path, message in spool.pending():

@@ -8,12 +8,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from bubblescope.analysis.schedules import NAMES
+from bubblescope.backend.fields import FromAnalysis
 
 Count = Annotated[int, Strict(), Field(ge=1, le=100_000)]
-
-
-class _FromAnalysis(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
 
 
 class StageBreakdownOut(BaseModel):
@@ -31,7 +28,7 @@ class StageBreakdownOut(BaseModel):
     bubble_fraction: float
 
 
-class StageCostOut(_FromAnalysis):
+class StageCostOut(FromAnalysis):
     """One (virtual) stage's cost per micro-batch, ns; ``weight_ns`` is the weight-gradient part of a
     split backward (zero-bubble schedules), null when not measured."""
 
@@ -40,7 +37,7 @@ class StageCostOut(_FromAnalysis):
     weight_ns: float | None
 
 
-class PipelineSetupOut(_FromAnalysis):
+class PipelineSetupOut(FromAnalysis):
     schedule: str
     ranks: int
     microbatches: int
@@ -51,7 +48,7 @@ class PipelineSetupOut(_FromAnalysis):
     step_overhead_ns: float = Field(description="outside the pipeline: data loading, optimizer, gradient all-reduce")
 
 
-class MeasuredPipelineOut(_FromAnalysis):
+class MeasuredPipelineOut(FromAnalysis):
     setup: PipelineSetupOut
     layers_per_stage: list[int] | None
     measured_step_ns: float
@@ -60,14 +57,14 @@ class MeasuredPipelineOut(_FromAnalysis):
     overhead_per_layer_ns: float = Field(description="step overhead per layer of the rank holding the most")
 
 
-class CauseOut(_FromAnalysis):
+class CauseOut(FromAnalysis):
     name: str
     ns: float
     fraction_of_step: float
     explanation: str
 
 
-class BubbleAttributionOut(_FromAnalysis):
+class BubbleAttributionOut(FromAnalysis):
     step_ns: float
     measured_bubble_ns: float
     measured_bubble_fraction: float
@@ -78,13 +75,13 @@ class BubbleAttributionOut(_FromAnalysis):
     causes: list[CauseOut] = Field(description="add up to the measured bubble")
 
 
-class LayerMoveOut(_FromAnalysis):
+class LayerMoveOut(FromAnalysis):
     layers: int
     from_stage: int
     to_stage: int
 
 
-class StageImbalanceOut(_FromAnalysis):
+class StageImbalanceOut(FromAnalysis):
     stage_cost_ns: list[float] = Field(description="forward + backward per micro-batch, per (virtual) stage")
     slowest_stage: int
     slowest_excess: float = Field(description="slowest / mean - 1")
@@ -94,7 +91,7 @@ class StageImbalanceOut(_FromAnalysis):
     balanced_step_ns: float | None
 
 
-class SuggestionOut(_FromAnalysis):
+class SuggestionOut(FromAnalysis):
     kind: str
     title: str
     evidence: str

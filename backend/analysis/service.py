@@ -30,6 +30,7 @@ from bubblescope.backend.analysis.schemas import (
 )
 from bubblescope.backend.db.models import RankInfo, Run, Span
 from bubblescope.backend.errors import DomainError, Invalid, NotFound
+from bubblescope.backend.fields import check_step_order
 from bubblescope.backend.runs import queries
 from bubblescope.backend.runs.service import aligned_step, require_run, run_bubble
 from bubblescope.backend.stragglers.service import straggler_view
@@ -111,8 +112,7 @@ def what_if(session: Session, key: str, body: WhatIfIn) -> PredictionOut:
 
 
 def _load(session: Session, run: Run, ranks: Sequence[RankInfo], from_step: int | None, to_step: int | None) -> _Window:
-    if from_step is not None and to_step is not None and from_step > to_step:
-        raise Invalid("from_step", f"from_step {from_step} is after to_step {to_step}")
+    check_step_order(from_step, to_step)
     candidates = sorted(
         s
         for s in queries.steps_with_spans(session, run.id)

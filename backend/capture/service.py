@@ -12,7 +12,7 @@ step numbers. The rule::
   folds in the rank's steps/s, its flush interval and its batch-size cut-offs, which the service
   does not otherwise know).
 
-Why two intervals: when the request is stored, a rank may have one batch under way that the
+Why three intervals: when the request is stored, a rank may have one batch under way that the
 service has not stored yet (up to ``B`` steps past ``S``) and that misses the request; the answer
 to its next batch (``B`` further steps) carries it. Every step after ``S + 2B`` is therefore
 still unshipped, on every rank, when that rank learns of the request. The third interval is for

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
 
-from bubblescope.backend.fields import NonNegativeInt, PositiveInt
+from bubblescope.backend.fields import FromAnalysis, NonNegativeInt, PositiveInt
 from bubblescope.backend.runs.state import RankOutcome, RunStateName
 
 StageIndex = NonNegativeInt
@@ -157,11 +157,9 @@ class SpanOut(BaseModel):
     name: str | None
 
 
-class RankBreakdownOut(BaseModel):
+class RankBreakdownOut(FromAnalysis):
     """Where one rank's step window went, ns: ``window = compute + exposed_comm + idle``;
     ``exposed_comm = dependency_wait + transfer``; ``bubble = idle + dependency_wait`` (docs/time.md)."""
-
-    model_config = ConfigDict(from_attributes=True)
 
     rank: int
     stage: int | None
@@ -177,10 +175,8 @@ class RankBreakdownOut(BaseModel):
     bubble_fraction: float
 
 
-class StepBubbleOut(BaseModel):
+class StepBubbleOut(FromAnalysis):
     """The step's measured bubble (mean over ranks, wall window of all ranks) beside the schedule's closed form."""
-
-    model_config = ConfigDict(from_attributes=True)
 
     schedule: str | None
     num_stages: int | None

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from bubblescope.backend.fields import FromAnalysis
 
 
-class _FromAnalysis(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-
-class PhaseMatrixOut(_FromAnalysis):
+class PhaseMatrixOut(FromAnalysis):
     """One phase's rank × step times and their ratio to the step's median over all ranks."""
 
     phase: str
@@ -17,7 +15,7 @@ class PhaseMatrixOut(_FromAnalysis):
     ratio_to_step_median: list[list[float | None]]
 
 
-class RankScoreOut(_FromAnalysis):
+class RankScoreOut(FromAnalysis):
     rank: int
     host: str | None
     stage: int | None
@@ -37,7 +35,7 @@ class RankScoreOut(_FromAnalysis):
     )
 
 
-class GroupFindingOut(_FromAnalysis):
+class GroupFindingOut(FromAnalysis):
     dimension: str = Field(description="host, stage or dp")
     group: str
     kind: str = Field(description="slow host, slow stage or slow replica")
@@ -51,7 +49,7 @@ class GroupFindingOut(_FromAnalysis):
     aliases: list[str]
 
 
-class FindingOut(_FromAnalysis):
+class FindingOut(FromAnalysis):
     kind: str = Field(description="slow rank, slow host, slow stage or slow replica")
     verdict: str
     ranks: list[int]
@@ -60,7 +58,7 @@ class FindingOut(_FromAnalysis):
     message: str
 
 
-class StragglerThresholdsOut(_FromAnalysis):
+class StragglerThresholdsOut(FromAnalysis):
     z_score: float
     min_ratio: float
     min_excess_of_window: float
@@ -73,7 +71,7 @@ class StragglerThresholdsOut(_FromAnalysis):
     min_values_for_z: int
 
 
-class StragglersOut(_FromAnalysis):
+class StragglersOut(FromAnalysis):
     run_key: str
     from_step: int | None = Field(description="first step of the range (None: the run has no steps yet)")
     to_step: int | None

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from bubblescope.analysis.stragglers import RankPlacement, find_stragglers
 from bubblescope.backend.errors import Invalid
+from bubblescope.backend.fields import check_step_order
 from bubblescope.backend.runs import queries as run_queries
 from bubblescope.backend.runs.service import require_run
 from bubblescope.backend.stragglers import queries
@@ -20,9 +21,8 @@ MAX_STEPS = 1000
 
 def step_range(newest: int | None, from_step: int | None, to_step: int | None) -> tuple[int, int] | None:
     """The inclusive range to score, or None when the run has no steps and none was asked for."""
+    check_step_order(from_step, to_step)
     if from_step is not None and to_step is not None:
-        if from_step > to_step:
-            raise Invalid("from_step", f"from_step {from_step} is after to_step {to_step}")
         if to_step - from_step + 1 > MAX_STEPS:
             raise Invalid("to_step", f"the range holds more than {MAX_STEPS} steps")
         return from_step, to_step
