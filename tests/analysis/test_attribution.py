@@ -192,6 +192,42 @@ def test_memory_pressure_is_priced_by_the_planner() -> None:
     assert memory_suggestions({"schedule": "1f1b"}, 2e9) == []  # no model declared
 
 
+def test_memory_pressure_of_a_v_shaped_run_is_priced_at_its_stages_per_rank() -> None:
+    """A ZB-V run reports num_stages = p·v: the planner must see p ranks holding two stages each
+    (at one stage per rank the registry refuses ZB-V and no fix would be priced)."""
+    from bubblescope.analysis.memory_fixes import memory_suggestions
+
+    run = {"model": "gpt-22b", "cluster": "a100-80gb-x8", "tp": 4, "microbatch_size": 1, "global_batch": 8}
+    zbv = {**run, "schedule": "ScheduleZBVZeroBubble", "num_stages": 4, "virtual_stages": 2, "pipeline_ranks": 2}
+    found = memory_suggestions(zbv, 2e9)
+    assert found and all(s.kind == "memory_pressure" for s in found)
+    assert all(s.predicted_step_ns > 0 for s in found)
+
+
+def test_more_microbatches_are_offered_only_where_the_schedule_accepts_them() -> None:
+    """Interleaved 1F1B on 3 ranks at m=5: torch refuses m=10 and m=20 (not multiples of their rounds)."""
+    costs = tuple(StageCost(1 * MS, 2 * MS) for _ in range(6))
+    setup = PipelineSetup("interleaved1f1b", 3, 5, costs, stages_per_rank=2, step_overhead_ns=1 * MS)
+    run = MeasuredPipeline(setup, None, simulate(setup).step_ns, 10)
+    step = simulate(setup).step_ns
+    found = suggest(
+        RunEvidence(config={}, step_ns=step, measured=run, attribution=attribute_bubble(run, 0.3 * step, step))
+    )
+    assert found and not [s for s in found if s.kind == "more_microbatches"]
+    four = PipelineSetup("interleaved1f1b", 3, 6, costs, stages_per_rank=2, step_overhead_ns=1 * MS)  # 12, 24 fine
+    run_four = MeasuredPipeline(four, None, simulate(four).step_ns, 10)
+    step_four = simulate(four).step_ns
+    offered = suggest(
+        RunEvidence(
+            config={},
+            step_ns=step_four,
+            measured=run_four,
+            attribution=attribute_bubble(run_four, 0.3 * step_four, step_four),
+        )
+    )
+    assert sorted(s.apply["num_microbatches"] for s in offered if s.kind == "more_microbatches") == [12, 24]
+
+
 def test_fixed_part_of_an_action_is_kept_when_layers_move_or_micro_batches_shrink() -> None:
     from bubblescope.analysis.model import TimedSpan
     from bubblescope.analysis.pipeline_profile import StepSpans, measure_pipeline

@@ -270,6 +270,16 @@ def test_upload_spool_reads_the_settings_the_job_read(sqlite_server: LiveServer,
     command = [sys.executable, "-m", "bubblescope.cli", "upload-spool"]
     missing = subprocess.run(command, env=clean_env(**spool), capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "BUBBLESCOPE_URL" in missing.stderr, missing.stderr
+    # a bad URL given on the command line is an error, never a fallback to the environment's service
+    bad = subprocess.run(
+        [*command, "--url", "ftp://elsewhere"],
+        env=clean_env(**spool, BUBBLESCOPE_URL=sqlite_server.url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "'ftp://elsewhere'" in bad.stderr, bad.stderr
+    assert spooled_steps(tmp_path / "spool") == [0, 1]  # nothing was sent anywhere
     env = clean_env(**spool, BUBBLESCOPE_URL=sqlite_server.url)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "still spooled 0" in done.stdout, done.stdout + done.stderr
