@@ -52,6 +52,10 @@ Rule = Callable[[int, int, int], int]
 ClosedForm = Callable[[int, int, int], "BubbleFloor | None"]
 
 
+MAX_ACTIONS = 4_000_000
+"""The largest schedule built or replayed: bigger shapes are refused, not run for minutes."""
+
+
 class ScheduleError(InputError):
     """A schedule name or shape that cannot be replayed or planned; ``field`` names the input."""
 
@@ -157,6 +161,13 @@ class Schedule:
         problem = self.shape_problem(ranks, microbatches, v)
         if problem is not None:
             raise problem
+        actions = 3 * ranks * v * microbatches
+        if actions > MAX_ACTIONS:
+            raise ScheduleError(
+                "num_microbatches",
+                f"{microbatches} micro-batches on {ranks * v} stages make {actions:,} actions, above the "
+                f"{MAX_ACTIONS:,} a replay takes (about a microsecond each)",
+            )
         return {rank: self.orders(rank, ranks, microbatches, v) for rank in range(ranks)}
 
 

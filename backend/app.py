@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.middleware.gzip import GZipMiddleware
 
-from bubblescope import __version__, wire
+from bubblescope import __version__
 from bubblescope.backend.analysis.router import router as analysis_router
 from bubblescope.backend.capture.router import router as capture_router
 from bubblescope.backend.db.engine import build_engine, build_session_factory
-from bubblescope.backend.db.migrate import require_current
+from bubblescope.backend.db.migrate import head_revision, require_current
 from bubblescope.backend.errors import install_error_handlers
+from bubblescope.backend.health import DatabaseStatus
+from bubblescope.backend.health import router as health_router
+from bubblescope.backend.hosts import HostAllowlist
+from bubblescope.backend.ingest.gate import IngestGate
 from bubblescope.backend.ingest.router import router as ingest_router
 from bubblescope.backend.plan.router import router as plan_router
 from bubblescope.backend.runs.router import router as runs_router
-from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S
+from bubblescope.backend.settings import ServiceSettings
 from bubblescope.backend.stragglers.router import router as stragglers_router
 from bubblescope.backend.web.routes import mount_frontend
 from bubblescope.backend.web.span_kinds import router as span_kinds_router
 
 FEATURE_ROUTERS = (
+    health_router,
     ingest_router,
     runs_router,
     capture_router,
@@ -30,10 +36,11 @@ FEATURE_ROUTERS = (
 )
 
 
-def create_app(db_url: str, silent_after_s: float = DEFAULT_SILENT_AFTER_S) -> FastAPI:
+def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     """Build the service on ``db_url``; refuses a database whose schema is not at head.
 
-    ``silent_after_s``: a run not ended and not heard from for this long is shown as silent."""
+    ``settings``: limits and policies (``ServiceSettings``); an empty Host allowlist answers any."""
+    settings = settings or ServiceSettings()
     engine = build_engine(db_url)
     require_current(engine, db_url)
     app = FastAPI(
@@ -44,16 +51,24 @@ def create_app(db_url: str, silent_after_s: float = DEFAULT_SILENT_AFTER_S) -> F
         redoc_url=None,
     )
     app.state.engine = engine
-    app.state.silent_after_s = silent_after_s
+    app.state.settings = settings
+    app.state.schema_head = head_revision(db_url)
+    app.state.database = DatabaseStatus()
+    app.state.ingest_gate = IngestGate(settings.ingest_in_flight, settings.retry_after_s)
     app.state.session_factory = build_session_factory(engine)
     install_error_handlers(app)
     app.add_middleware(GZipMiddleware, minimum_size=4096)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_headers=["Content-Type", "Content-Encoding", "Authorization"],
+            max_age=600,
+        )
+    if settings.allowed_hosts and "*" not in settings.allowed_hosts:
+        app.add_middleware(HostAllowlist, allowed=settings.allowed_hosts)
     for router in FEATURE_ROUTERS:
         app.include_router(router)
-
-    @app.get(f"{wire.API_PREFIX}/health", tags=["meta"])
-    def health() -> dict[str, str]:
-        return {"status": "ok", "version": __version__}
-
     mount_frontend(app)
     return app

@@ -1,20 +1,56 @@
-"""Reading a JSON request body that may be gzip-compressed, with hard size limits."""
+"""Reading a JSON request body (gzip allowed) with every limit enforced before the work it bounds.
+
+In order, each refusal a 4xx naming the field (docs/limits.md):
+
+1. ``Content-Type`` must be JSON (415): a page on another site can send a "simple" ``text/plain``
+   POST without asking the service first; a JSON one it cannot.
+2. The body on the wire is read chunk by chunk up to ``BodyLimit.wire_bytes`` (413), and gunzipped
+   as it arrives, never past ``BodyLimit.json_bytes`` (413): a 250 MiB bomb in 250 KiB is refused
+   after 32 MiB of output, not inflated.
+3. In a worker thread, not on the event loop: strict UTF-8 (400), at most ``json_values`` values
+   counted by their separators before parsing (413), then ``json.loads`` (400, and 400 for nesting
+   deeper than the interpreter's recursion limit), then no NUL character and no unpaired surrogate
+   in any string or key (422 naming where: PostgreSQL cannot store either).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
 
-from bubblescope.backend.errors import ApiError, from_validation_error
+from bubblescope.backend.errors import ApiError, Loc, from_validation_error
+from bubblescope.backend.settings import MiB, ServiceSettings
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
-MAX_WIRE_BYTES = 32 * 1024 * 1024
-MAX_JSON_BYTES = 256 * 1024 * 1024
+JSON_MEDIA_TYPES = ("application/json",)
+_BAD_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
+_BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
+@dataclass(frozen=True)
+class BodyLimit:
+    """How much one endpoint reads: bytes on the wire, bytes once gunzipped, JSON values."""
+
+    wire_bytes: int
+    json_bytes: int
+    json_values: int
+
+    @classmethod
+    def for_ingest(cls, settings: ServiceSettings) -> BodyLimit:
+        return cls(settings.max_body_bytes, settings.max_json_bytes, settings.max_json_values)
+
+
+SMALL_BODY = BodyLimit(wire_bytes=1 * MiB, json_bytes=1 * MiB, json_values=100_000)
+"""Every body but an ingest batch: a registration, a rank's end, a capture or plan request."""
 
 
 def json_body_doc(model: type[BaseModel]) -> dict[str, Any]:
@@ -22,44 +58,128 @@ def json_body_doc(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
-async def read_json(request: Request) -> Any:
-    """The request's JSON document; 413 past the size limits, 400 for bad gzip or JSON."""
+async def read_json(request: Request, limit: BodyLimit = SMALL_BODY) -> Any:
+    """The request's JSON document, refused as the module docstring says."""
+    _require_json(request)
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_WIRE_BYTES:
-        raise ApiError(413, ["body"], f"payload of {declared} bytes exceeds the limit of {MAX_WIRE_BYTES}", "too_large")
-    chunks: list[bytes] = []
-    size = 0
+    if declared is not None and declared.isdigit() and int(declared) > limit.wire_bytes:
+        raise _too_large(f"payload of {declared} bytes exceeds the limit of {limit.wire_bytes}")
+    gzipped = request.headers.get("content-encoding", "identity").strip().lower()
+    if gzipped not in ("identity", "gzip"):
+        raise ApiError(
+            415, ["header", "content-encoding"], f"{gzipped!r} is not accepted; send gzip or nothing", "unsupported"
+        )
+    inflate = _Inflater(limit.json_bytes) if gzipped == "gzip" else None
+    parts: list[bytes] = []
+    wire = size = 0
     async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_WIRE_BYTES:
-            raise ApiError(413, ["body"], f"payload exceeds the limit of {MAX_WIRE_BYTES} bytes", "too_large")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
-    if request.headers.get("content-encoding", "").lower() == "gzip":
-        raw = _gunzip(raw)
-    if not raw:
+        wire += len(chunk)
+        if wire > limit.wire_bytes:
+            raise _too_large(f"payload exceeds the limit of {limit.wire_bytes} bytes")
+        data = inflate.feed(chunk) if inflate is not None else chunk
+        size += len(data)
+        if size > limit.json_bytes:
+            raise _too_large(f"JSON document exceeds the limit of {limit.json_bytes} bytes")
+        parts.append(data)
+    if inflate is not None:
+        inflate.finish()
+    return await run_in_threadpool(decode_json, b"".join(parts), limit.json_values)
+
+
+def _require_json(request: Request) -> None:
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type not in JSON_MEDIA_TYPES:
+        shown = media_type or "none"
+        raise ApiError(
+            415, ["header", "content-type"], f"{shown!r} is not accepted; send application/json", "unsupported"
+        )
+
+
+def _too_large(message: str) -> ApiError:
+    return ApiError(413, ["body"], message, "too_large")
+
+
+class _Inflater:
+    """Gunzip chunk by chunk, never producing more than ``cap`` bytes in all."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.produced = 0
+        self._decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+
+    def feed(self, chunk: bytes) -> bytes:
+        try:
+            data = self._decompressor.decompress(chunk, self.cap - self.produced + 1)
+        except zlib.error as error:
+            raise _gzip_invalid(str(error)) from None
+        if self._decompressor.unused_data:
+            raise _gzip_invalid("data after the end of the gzip stream")
+        self.produced += len(data)
+        if self.produced > self.cap:
+            raise _too_large(f"decompressed payload exceeds the limit of {self.cap} bytes")
+        return data
+
+    def finish(self) -> None:
+        if not self._decompressor.eof:
+            raise _gzip_invalid("truncated")
+
+
+def _gzip_invalid(why: str) -> ApiError:
+    return ApiError(400, ["body"], f"body is not valid gzip: {why}", "gzip_invalid")
+
+
+def decode_json(raw: bytes, max_values: int) -> Any:
+    """Parse ``raw`` (runs in a worker thread); see the module docstring."""
+    if not raw.strip():
         raise ApiError(400, ["body"], "empty body; expected a JSON object", "json_invalid")
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ApiError(400, ["body"], f"malformed JSON: {error}", "json_invalid") from None
-
-
-def _gunzip(raw: bytes) -> bytes:
-    decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ApiError(400, ["body"], f"body is not valid UTF-8: {error}", "json_invalid") from None
+    values = raw.count(b",") + 1
+    if values > max_values:
+        raise _too_large(f"about {values} JSON values exceed the limit of {max_values}")
     try:
-        data = decompressor.decompress(raw, MAX_JSON_BYTES)
-    except zlib.error as error:
-        raise ApiError(400, ["body"], f"body is not valid gzip: {error}", "gzip_invalid") from None
-    if decompressor.unconsumed_tail:
-        raise ApiError(413, ["body"], f"decompressed payload exceeds the limit of {MAX_JSON_BYTES} bytes", "too_large")
-    if not decompressor.eof:
-        raise ApiError(400, ["body"], "body is truncated gzip", "gzip_invalid")
-    return data
+        document = json.loads(text)
+    except RecursionError:
+        raise ApiError(400, ["body"], "JSON nested too deeply", "json_invalid") from None
+    except ValueError as error:
+        raise ApiError(400, ["body"], f"malformed JSON: {error}", "json_invalid") from None
+    if _BAD_ESCAPE.search(raw):  # only then can a decoded string hold either
+        _refuse_bad_text(document)
+    return document
 
 
-def parse_document(model: type[ModelT], document: Any) -> ModelT:
-    """Validate a parsed JSON document; a 422 naming each bad field under ``body``."""
+def _refuse_bad_text(document: Any) -> None:
+    for loc, text in _strings(document, ()):
+        found = _BAD_TEXT.search(text)
+        if found is None:
+            continue
+        what = "a NUL character" if found.group() == "\x00" else "an unpaired surrogate"
+        raise ApiError(422, ["body", *loc], f"text holds {what} (\\u{ord(found.group()):04x})", "string_invalid")
+
+
+def _strings(value: Any, loc: Loc) -> Iterator[tuple[Loc, str]]:
+    """Every string and key in a parsed document with its location, without recursion."""
+    stack: list[tuple[Loc, Any]] = [(loc, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, str):
+            yield where, item
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                yield (*where, key), key
+                stack.append(((*where, key), child))
+        elif isinstance(item, list):
+            stack.extend(((*where, index), child) for index, child in enumerate(item))
+
+
+def parse_document(model: type[ModelT], document: Any, check: Callable[[Any], None] | None = None) -> ModelT:
+    """Validate a parsed JSON document; a 422 naming each bad field under ``body``.
+
+    ``check``, when given, runs on the raw document first (bounds to enforce before validation)."""
+    if check is not None:
+        check(document)
     try:
         return model.model_validate(document)
     except ValidationError as error:

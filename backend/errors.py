@@ -1,4 +1,4 @@
-"""One error shape for every 4xx, and the one place where errors become HTTP statuses.
+"""One error shape for every error status, and the one place where errors become HTTP statuses.
 
 The shape is FastAPI's own validation shape, ``{"detail": [{"loc": [...], "msg": "...", "type": "..."}]}``,
 so clients parse request-validation errors and ours alike: ``loc`` names the field
@@ -13,11 +13,16 @@ Services and the analysis raise *domain* errors that name the field they are abo
 
 ``install_error_handlers`` maps each to its status and puts the field under ``path``, ``query`` or
 ``body`` by looking it up in the parameters of the route that was called. ``ApiError`` is for the
-HTTP layer itself (reading a body: 400, 413), which knows its status.
+HTTP layer itself (reading a body: 400, 413, 415; busy: 503), which knows its status.
+
+The rest keeps the shape too: an unknown path or method (404, 405), a database that cannot be
+reached or is locked (503 with ``Retry-After``: nothing was stored, retry), and any bug (500, its
+traceback in the service's log, not in the answer).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -25,6 +30,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import InterfaceError as DbInterfaceError
+from starlette.exceptions import HTTPException
 
 from bubblescope.analysis.errors import InputError
 
@@ -36,9 +44,12 @@ _LOCATIONS = ("path", "query", "body")
 class ApiError(Exception):
     """An HTTP-layer error with its status and full location (``["body"]``, ``["path", "name"]``)."""
 
-    def __init__(self, status: int, loc: Loc, msg: str, error_type: str = "value_error") -> None:
+    def __init__(
+        self, status: int, loc: Loc, msg: str, error_type: str = "value_error", headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(msg)
         self.status = status
+        self.headers = headers
         self.errors: list[dict[str, Any]] = [{"loc": list(loc), "msg": msg, "type": error_type}]
 
 
@@ -52,6 +63,7 @@ class DomainError(Exception):
         super().__init__(message)
         self.field: tuple[str | int, ...] = (field,) if isinstance(field, str) else tuple(field)
         self.message = message
+        self.headers: dict[str, str] | None = None
 
 
 class NotFound(DomainError):
@@ -66,6 +78,17 @@ class Invalid(DomainError):
 class TooLarge(DomainError):
     status = 413
     error_type = "too_large"
+
+
+class TooMany(DomainError):
+    """A per-run rate limit: 429, with when to try again."""
+
+    status = 429
+    error_type = "rate_limited"
+
+    def __init__(self, field: str | Loc, message: str, retry_after_s: int) -> None:
+        super().__init__(field, message)
+        self.headers = {"Retry-After": str(max(1, retry_after_s))}
 
 
 def from_validation_error(error: ValidationError, prefix: Loc = ("body",)) -> ApiError:
@@ -90,18 +113,60 @@ def locate(request: Request, field: Sequence[str | int]) -> list[str | int]:
     return ["body", *field]
 
 
-def _response(status: int, loc: Loc, msg: str, error_type: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"detail": [{"loc": list(loc), "msg": msg, "type": error_type}]})
+def _response(status: int, loc: Loc, msg: str, error_type: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        status_code=status, content={"detail": [{"loc": list(loc), "msg": msg, "type": error_type}]}, headers=headers
+    )
+
+
+def database_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` means the database cannot serve now (down, unreachable, locked, dropped)."""
+    if isinstance(error, (OperationalError, DbInterfaceError)):
+        return True
+    return isinstance(error, DBAPIError) and error.connection_invalidated
+
+
+def first_line(error: BaseException) -> str:
+    """The driver's message without SQLAlchemy's statement and background link."""
+    text = str(getattr(error, "orig", None) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+_HTTP_ERROR_TYPES = {404: "not_found", 405: "method_not_allowed"}
+log = logging.getLogger("bubblescope.service")
 
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_request: Request, error: ApiError) -> JSONResponse:
-        return JSONResponse(status_code=error.status, content={"detail": error.errors})
+        return JSONResponse(status_code=error.status, content={"detail": error.errors}, headers=error.headers)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        msg = error.detail if isinstance(error.detail, str) else str(error.detail)
+        if error.status_code == 404:
+            msg = f"no such path: {request.url.path}"
+        error_type = _HTTP_ERROR_TYPES.get(error.status_code, "http_error")
+        return _response(error.status_code, ["path"], msg, error_type, dict(error.headers or {}) or None)
+
+    @app.exception_handler(DBAPIError)
+    async def database_error(request: Request, error: DBAPIError) -> JSONResponse:
+        if not database_unavailable(error):
+            log.error("%s %s failed", request.method, request.url.path, exc_info=error)
+            return _internal(error)
+        request.app.state.database.failed(first_line(error))
+        retry_after = str(request.app.state.settings.retry_after_s)
+        return _response(
+            503,
+            [],
+            f"database unavailable: {first_line(error)}; nothing was stored, retry after {retry_after} s",
+            "database_unavailable",
+            {"Retry-After": retry_after},
+        )
 
     @app.exception_handler(DomainError)
     async def domain_error(request: Request, error: DomainError) -> JSONResponse:
-        return _response(error.status, locate(request, error.field), error.message, error.error_type)
+        return _response(error.status, locate(request, error.field), error.message, error.error_type, error.headers)
 
     @app.exception_handler(InputError)
     async def analysis_input_error(request: Request, error: InputError) -> JSONResponse:
@@ -114,3 +179,11 @@ def install_error_handlers(app: FastAPI) -> None:
             for item in error.errors()
         ][:MAX_ERRORS]
         return JSONResponse(status_code=422, content={"detail": errors})
+
+    @app.exception_handler(Exception)
+    async def internal_error(_request: Request, error: Exception) -> JSONResponse:
+        return _internal(error)  # Starlette logs the traceback after sending this
+
+
+def _internal(error: BaseException) -> JSONResponse:
+    return _response(500, [], f"internal error ({type(error).__name__}); the service log has the details", "internal")

@@ -11,12 +11,23 @@ from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from bubblescope.backend.errors import Invalid
 
-PositiveInt = Annotated[int, Strict(), Field(ge=1)]
-NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
+# What the database columns hold (docs/limits.md): every integer the API takes is bounded to fit.
+INT32_MAX = 2**31 - 1  # Integer columns: ranks, stages, micro-batches, peers, counts per batch
+INT64_MAX = 2**63 - 1  # BigInteger columns
+COUNT_MAX = 2**62  # steps, sequence numbers, byte counts, epoch and duration nanoseconds
+OFFSET_NS_MAX = 2**61  # a clock offset (73 years): a time minus an offset still fits in 64 bits
+
+PositiveInt = Annotated[int, Strict(), Field(ge=1, le=INT32_MAX)]
+NonNegativeInt = Annotated[int, Strict(), Field(ge=0, le=INT32_MAX)]
+Count = Annotated[int, Strict(), Field(ge=0, le=COUNT_MAX)]
+Nanos = Count
+ClockOffsetNs = Annotated[int, Strict(), Field(ge=-OFFSET_NS_MAX, le=OFFSET_NS_MAX)]
+ClockUncertaintyNs = Annotated[int, Strict(), Field(ge=0, le=OFFSET_NS_MAX)]
 
 RunKey = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
-RankIndex = Annotated[int, Path(ge=0, le=2**31 - 1)]
-StepBound = Annotated[int | None, Query(ge=0, le=2**62, description="first/last step of the range (inclusive)")]
+RankIndex = Annotated[int, Path(ge=0, le=INT32_MAX)]
+StepIndex = Annotated[int, Path(ge=0, le=COUNT_MAX)]
+StepBound = Annotated[int | None, Query(ge=0, le=COUNT_MAX, description="first/last step of the range (inclusive)")]
 
 
 def check_step_order(from_step: int | None, to_step: int | None) -> None:

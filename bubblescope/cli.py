@@ -17,24 +17,14 @@ def schedule_argument(text: str) -> str:
         raise argparse.ArgumentTypeError(error.message) from None
 
 
-def _positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not 0 < seconds <= 30 * 86400:
-        raise argparse.ArgumentTypeError(f"{value} is not between 0 (excluded) and 30 days")
-    return seconds
-
-
 def _serve(args: argparse.Namespace) -> int:
-    from bubblescope.backend.db.migrate import SchemaOutOfDate
-    from bubblescope.backend.server import build_server, prepare_database
+    from bubblescope.backend.server import DatabaseNotReady, build_server, prepare_database
+    from bubblescope.backend.settings import from_options
 
-    url = prepare_database(args.db)
     try:
-        server = build_server(url, args.host, args.port, args.silent_after)
-    except SchemaOutOfDate as error:
+        url = prepare_database(args.db)
+        server = build_server(url, args.host, args.port, from_options(args))
+    except DatabaseNotReady as error:
         print(f"bubblescope serve: {error}", file=sys.stderr)
         return 2
     print(f"bubblescope service on http://{args.host}:{args.port} (database {url})", flush=True)
@@ -137,6 +127,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from bubblescope.backend.settings import serve_options  # standard library only, like this module
     parser = argparse.ArgumentParser(prog="bubblescope", description="Pipeline-bubble diagnostics for PyTorch training")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -144,13 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--db", help="SQLAlchemy URL or SQLite file path (default: user data dir)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)
-    serve.add_argument(
-        "--silent-after",
-        type=_positive_seconds,
-        default=120.0,
-        metavar="SECONDS",
-        help="a run not ended and not heard from for this long is shown as silent (default: %(default)s)",
-    )
+    serve_options(serve)
     serve.set_defaults(handler=_serve)
 
     demo = commands.add_parser("demo", help="service + a real CPU pipeline-parallel job streaming into it")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -41,3 +42,12 @@ def unfinished_requests(session: Session, run_id: int, shipped_through: int) -> 
         .limit(MAX_PENDING_IN_ANSWER)
     )
     return list(reversed(session.scalars(query).all()))
+
+
+def requests_since(session: Session, run_id: int, since: datetime) -> tuple[int, datetime | None]:
+    """How many requests the run got after ``since``, and when the oldest of them came."""
+    query = select(func.count(), func.min(CaptureRequest.created_at)).where(
+        CaptureRequest.run_id == run_id, CaptureRequest.created_at > since
+    )
+    count, oldest = session.execute(query).one()
+    return int(count), oldest

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
@@ -11,6 +11,7 @@ from bubblescope.backend.capture import service
 from bubblescope.backend.capture.schemas import CaptureOut, CaptureRequestIn
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.fields import RunKey
+from bubblescope.backend.settings import settings_of
 
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["capture"])
 
@@ -21,10 +22,15 @@ router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["capture"])
     status_code=201,
     openapi_extra=json_body_doc(CaptureRequestIn),
     summary="Capture the full spans of the next K steps on every rank (the same steps)",
-    description="Ranks learn of it from their next ingest answers. `from_step` is the highest step ingested + 1 + "
+    responses={200: {"description": "a request that no rank has begun yet was already waiting: that one"}},
+    description="Ranks learn of it from their next ingest answers. At most one request waits per run (a "
+    "repeat gets it back with 200), and `serve --captures-per-hour` per run (429 with Retry-After beyond). `from_step` is the highest step ingested + 1 + "
     "three times the most steps a rank recently sent per batch, so that no rank has started it yet "
     "when it learns (see backend/capture/service.py).",
 )
-async def post_capture(run_key: RunKey, request: Request, session: DbSession) -> CaptureOut:
+async def post_capture(run_key: RunKey, request: Request, response: Response, session: DbSession) -> CaptureOut:
     body = parse_document(CaptureRequestIn, await read_json(request))
-    return await run_in_threadpool(service.request_capture, session, run_key, body)
+    capture, created = await run_in_threadpool(service.request_capture, session, run_key, body, settings_of(request))
+    if not created:
+        response.status_code = 200
+    return capture

@@ -26,13 +26,20 @@ batches were spooled while the service was down) captures what remains of the ra
 
 from __future__ import annotations
 
+import math
+from datetime import timedelta
+
 from sqlalchemy.orm import Session
 
 from bubblescope.backend.capture import queries
 from bubblescope.backend.capture.schemas import CaptureOut, CaptureRequestIn
 from bubblescope.backend.db.models import CaptureRequest
+from bubblescope.backend.errors import NotFound, TooMany
 from bubblescope.backend.runs import queries as run_queries
-from bubblescope.backend.runs.service import require_run
+from bubblescope.backend.runs.state import as_utc
+from bubblescope.backend.settings import ServiceSettings
+
+HOUR = timedelta(hours=1)
 
 
 def choose_from_step(last_step: int | None, steps_per_batch: int) -> int:
@@ -41,17 +48,44 @@ def choose_from_step(last_step: int | None, steps_per_batch: int) -> int:
     return highest + 1 + 3 * max(0, steps_per_batch)
 
 
-def request_capture(session: Session, key: str, body: CaptureRequestIn) -> CaptureOut:
-    """Store a capture request for run ``key`` (404 when unknown) with ``from_step`` by the rule."""
-    run = require_run(session, key)
-    first = choose_from_step(run_queries.newest_step(session, run.id), queries.steps_per_batch(session, run.id))
+def request_capture(
+    session: Session, key: str, body: CaptureRequestIn, settings: ServiceSettings
+) -> tuple[CaptureOut, bool]:
+    """Store a capture request for run ``key`` (404 when unknown) with ``from_step`` by the rule;
+    ``(request, True)`` when it is new.
+
+    Bounded per run, since each one makes every rank of a running job ship full detail: a request
+    made while another has not begun on any rank is that one (``(request, False)``, nothing
+    stored); beyond ``settings.captures_per_hour`` in the last hour, 429 with ``Retry-After``."""
+    run = run_queries.find_run(session, key, for_update=True)  # one request at a time per run
+    if run is None:
+        raise NotFound("run_key", f"no run with key {key!r}")
+    newest = run_queries.newest_step(session, run.id)
+    shipped = -1 if newest is None else newest
+    waiting = [row for row in queries.unfinished_requests(session, run.id, shipped) if row.from_step > shipped]
+    if waiting:
+        return _out(waiting[-1]), False
+    now = run_queries.database_now(session)
+    count, oldest = queries.requests_since(session, run.id, now - HOUR)
+    if count >= settings.captures_per_hour and oldest is not None:
+        wait_s = math.ceil((as_utc(oldest) + HOUR - as_utc(now)).total_seconds())
+        raise TooMany(
+            "run_key",
+            f"run {key!r} had {count} capture requests in the last hour, the limit (serve --captures-per-hour); "
+            f"retry in {wait_s} s",
+            wait_s,
+        )
+    first = choose_from_step(newest, queries.steps_per_batch(session, run.id))
     request = CaptureRequest(run_id=run.id, from_step=first, steps=body.steps)
     session.add(request)
     session.flush()
-    return CaptureOut(id=request.id, steps=request.steps, from_step=first)
+    return _out(request), True
+
+
+def _out(row: CaptureRequest) -> CaptureOut:
+    return CaptureOut(id=row.id, steps=row.steps, from_step=row.from_step)
 
 
 def pending_captures(session: Session, run_id: int, shipped_through: int) -> list[CaptureOut]:
     """Requests a rank that has shipped steps up to ``shipped_through`` has not finished, oldest first."""
-    rows = queries.unfinished_requests(session, run_id, shipped_through)
-    return [CaptureOut(id=row.id, steps=row.steps, from_step=row.from_step) for row in rows]
+    return [_out(row) for row in queries.unfinished_requests(session, run_id, shipped_through)]

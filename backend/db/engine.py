@@ -49,7 +49,10 @@ def build_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    # A database that does not answer fails a request in seconds (503), not after the OS's TCP timeout.
+    return create_engine(
+        url, pool_pre_ping=True, pool_size=10, max_overflow=20, pool_timeout=10, connect_args={"connect_timeout": 5}
+    )
 
 
 def build_session_factory(engine: Engine) -> sessionmaker[Session]:

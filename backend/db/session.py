@@ -18,6 +18,8 @@ from bubblescope.backend.db.engine import transaction
 def get_session(request: Request) -> Iterator[Session]:
     with transaction(request.app.state.session_factory) as session:
         yield session
+    if request.app.state.database.unavailable_since is not None:
+        request.app.state.database.answered()  # committed: the database is back
 
 
 DbSession = Annotated[Session, Depends(get_session, scope="function")]

@@ -6,10 +6,13 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
-from bubblescope.backend.body import json_body_doc, parse_document, read_json
+from bubblescope.backend.body import BodyLimit, json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
+from bubblescope.backend.ingest.gate import IngestGate
 from bubblescope.backend.ingest.schemas import IngestBatchIn, IngestResult
 from bubblescope.backend.ingest.service import ingest
+from bubblescope.backend.ingest.validation import batch_size_check
+from bubblescope.backend.settings import settings_of
 
 router = APIRouter(prefix=wire.API_PREFIX, tags=["ingest"])
 
@@ -20,8 +23,12 @@ router = APIRouter(prefix=wire.API_PREFIX, tags=["ingest"])
     status_code=202,
     openapi_extra=json_body_doc(IngestBatchIn),
     summary="Store a batch (gzip allowed); a retried (run_key, rank, seq) is stored once",
+    description="503 with Retry-After when the service is behind (docs/limits.md): keep the batch and retry.",
 )
 async def ingest_batch(request: Request, session: DbSession) -> IngestResult:
-    document = await read_json(request)
-    batch = await run_in_threadpool(parse_document, IngestBatchIn, document)
-    return await run_in_threadpool(ingest, session, batch)
+    settings = settings_of(request)
+    gate: IngestGate = request.app.state.ingest_gate
+    with gate.admit():
+        document = await read_json(request, BodyLimit.for_ingest(settings))
+        batch = await run_in_threadpool(parse_document, IngestBatchIn, document, batch_size_check(settings))
+        return await run_in_threadpool(ingest, session, batch)

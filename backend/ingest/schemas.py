@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field
 
 from bubblescope import wire
 from bubblescope.backend.capture.schemas import CaptureOut
+from bubblescope.backend.fields import ClockOffsetNs, ClockUncertaintyNs, Count, Nanos
+from bubblescope.backend.fields import NonNegativeInt as SmallIndex
 
-Nanos = Annotated[int, Strict(), Field(ge=0, le=2**63 - 1)]
-Count = Annotated[int, Strict(), Field(ge=0, le=2**62)]
-SmallIndex = Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)]
 if TYPE_CHECKING:
     SpanKind = str
 else:  # an enum of wire's kinds in the OpenAPI document; refused with the valid ones named
@@ -46,11 +45,11 @@ class StepAggregateIn(BaseModel):
     comm_ns: Nanos
     exposed_comm_ns: Nanos
     idle_ns: Nanos
-    span_count: Count
-    clock_offset_ns: Annotated[int, Strict(), Field(ge=-(2**62), le=2**62)] | None = Field(
+    span_count: SmallIndex
+    clock_offset_ns: ClockOffsetNs | None = Field(
         default=None, description="this rank's clock minus rank 0's in force for the step"
     )
-    clock_uncertainty_ns: Nanos | None = None
+    clock_uncertainty_ns: ClockUncertaintyNs | None = None
 
 
 class IngestBatchIn(BaseModel):
@@ -59,8 +58,8 @@ class IngestBatchIn(BaseModel):
     run_key: Annotated[str, Field(min_length=1, max_length=128)]
     rank: SmallIndex
     seq: Count
-    dropped_spans: Count = 0
-    steps: list[StepAggregateIn] = Field(default_factory=list, max_length=100_000)
+    dropped_spans: SmallIndex = 0
+    steps: list[StepAggregateIn] = Field(default_factory=list)
     spans: SpanColumns
 
 

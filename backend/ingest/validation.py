@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from bubblescope import wire
 from bubblescope.backend.errors import Invalid, TooLarge
 from bubblescope.backend.ingest.schemas import IngestBatchIn, SpanColumns
+from bubblescope.backend.settings import ServiceSettings
 
-MAX_SPANS_PER_BATCH = 1_000_000
+
+def batch_size_check(settings: ServiceSettings) -> Callable[[Any], None]:
+    """A check of the raw document's list lengths, run before validation builds any of it."""
+
+    def check(document: Any) -> None:
+        if not isinstance(document, dict):
+            return  # validation names the problem
+        spans = document.get("spans")
+        for column, values in spans.items() if isinstance(spans, dict) else ():
+            if isinstance(values, list) and len(values) > settings.max_batch_spans:
+                raise TooLarge(
+                    ("spans", column), f"{len(values)} spans exceed the limit of {settings.max_batch_spans} per batch"
+                )
+        steps = document.get("steps")
+        if isinstance(steps, list) and len(steps) > settings.max_batch_steps:
+            raise TooLarge("steps", f"{len(steps)} steps exceed the limit of {settings.max_batch_steps} per batch")
+
+    return check
 
 
 def check_batch(batch: IngestBatchIn, world_size: int) -> None:
@@ -24,8 +45,6 @@ def check_batch(batch: IngestBatchIn, world_size: int) -> None:
 
 def _check_spans(spans: SpanColumns) -> None:
     count = len(spans.step)
-    if count > MAX_SPANS_PER_BATCH:
-        raise TooLarge("spans", f"{count} spans exceed the limit of {MAX_SPANS_PER_BATCH} per batch")
     for column in wire.SPAN_FIELDS[1:]:  # every column but step, whose length is the count
         values = getattr(spans, column)
         if values is not None and len(values) != count:

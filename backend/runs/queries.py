@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,17 +21,27 @@ def find_run(session: Session, key: str, for_update: bool = False) -> Run | None
     return session.scalars(query).one_or_none()
 
 
-def register_run(session: Session, key: str, name: str, world_size: int, config: dict[str, Any]) -> Run:
-    """Create the run or merge into it (every rank registers; later keys win)."""
+def register_run(
+    session: Session,
+    key: str,
+    name: str,
+    world_size: int,
+    config: dict[str, Any],
+    check_config: Callable[[dict[str, Any]], None],
+) -> Run:
+    """Create the run or merge into it (every rank registers; later config keys win, and the latest
+    world size: an elastic job that shrank, or a registration that was wrong, is not stuck with the
+    largest ever sent). ``check_config`` sees the merged config before it is written."""
     row = {"key": key, "name": name, "world_size": world_size, "config": config}
     insert_on_conflict(session, Run, [row], ("key",))
     run = find_run(session, key, for_update=True)
     assert run is not None
     merged = {**(run.config or {}), **config}
+    check_config(merged)
     session.execute(
         update(Run)
         .where(Run.id == run.id)
-        .values(name=name, world_size=max(world_size, run.world_size), config=merged, updated_at=func.now())
+        .values(name=name, world_size=world_size, config=merged, updated_at=func.now())
     )
     session.refresh(run)
     return run

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
-from bubblescope.backend.fields import RankIndex, RunKey
+from bubblescope.backend.fields import INT32_MAX, RankIndex, RunKey, StepIndex
 from bubblescope.backend.runs import service
 from bubblescope.backend.runs.schemas import (
     RankEndIn,
@@ -21,6 +21,7 @@ from bubblescope.backend.runs.schemas import (
     RunSummary,
     StepDetail,
 )
+from bubblescope.backend.settings import settings_of
 
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["runs"])
 
@@ -33,7 +34,7 @@ router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["runs"])
 )
 async def put_run(run_key: RunKey, request: Request, session: DbSession) -> RunSummary:
     registration = parse_document(RunRegistration, await read_json(request))
-    return await run_in_threadpool(service.register_run, session, run_key, registration)
+    return await run_in_threadpool(service.register_run, session, run_key, registration, settings_of(request))
 
 
 @router.put(
@@ -70,7 +71,7 @@ SilentAfter = Annotated[
 
 
 def _silent_after(request: Request, asked: float | None) -> float:
-    return asked if asked is not None else float(request.app.state.silent_after_s)
+    return asked if asked is not None else settings_of(request).silent_after_s
 
 
 @router.get("", response_model=list[RunSummary], summary="Runs, most recently active first, each with its state")
@@ -78,7 +79,7 @@ def get_runs(
     session: DbSession,
     request: Request,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
     silent_after_s: SilentAfter = None,
 ) -> list[RunSummary]:
     return service.list_runs(session, limit, offset, _silent_after(request, silent_after_s))
@@ -94,5 +95,5 @@ def get_run(run_key: RunKey, session: DbSession, request: Request, silent_after_
     response_model=StepDetail,
     summary="One step: aligned spans, per-rank breakdown, measured vs theoretical bubble",
 )
-def get_step(run_key: RunKey, step: Annotated[int, Path(ge=0)], session: DbSession) -> StepDetail:
+def get_step(run_key: RunKey, step: StepIndex, session: DbSession) -> StepDetail:
     return service.step_detail(session, run_key, step)

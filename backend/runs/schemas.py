@@ -7,7 +7,15 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
 
-from bubblescope.backend.fields import FromAnalysis, NonNegativeInt, PositiveInt
+from bubblescope.backend.fields import (
+    INT64_MAX,
+    ClockOffsetNs,
+    ClockUncertaintyNs,
+    FromAnalysis,
+    Nanos,
+    NonNegativeInt,
+    PositiveInt,
+)
 from bubblescope.backend.runs.state import RankOutcome, RunStateName
 
 StageIndex = NonNegativeInt
@@ -51,16 +59,16 @@ class RankRegistration(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     host: Annotated[str, Field(min_length=1, max_length=255)]
-    pid: Annotated[int, Strict(), Field(ge=0)]
-    stage: Annotated[int, Strict(), Field(ge=0)] | None = None
+    pid: Annotated[int, Strict(), Field(ge=0, le=INT64_MAX)]
+    stage: StageIndex | None = None
     stages: Annotated[list[StageIndex], Field(max_length=4096)] | None = Field(
         default=None, description="every pipeline (virtual) stage index this rank runs"
     )
     coords: Annotated[dict[MeshDimension, MeshCoordinate], Field(max_length=16)] | None = Field(
         default=None, description='coordinate in each named mesh dimension, e.g. {"dp": 1, "pp": 0}'
     )
-    clock_offset_ns: Annotated[int, Strict()] = 0
-    clock_uncertainty_ns: Annotated[int, Strict(), Field(ge=0)] = 0
+    clock_offset_ns: ClockOffsetNs = 0
+    clock_uncertainty_ns: ClockUncertaintyNs = 0
 
 
 class RankEndIn(BaseModel):
@@ -70,26 +78,13 @@ class RankEndIn(BaseModel):
 
     outcome: RankOutcome
     error: Annotated[str, Field(max_length=1000, description="the uncaught exception, for a failed rank")] | None = None
-    end_ns: (
-        Annotated[
-            int,
-            Strict(),
-            Field(ge=0, le=2**63 - 1, description="when it ended: epoch ns on the rank's own clock, like its spans"),
-        ]
-        | None
-    ) = None
-    clock_offset_ns: (
-        Annotated[
-            int,
-            Strict(),
-            Field(
-                ge=-(2**62),
-                le=2**62,
-                description=("this rank's clock minus rank 0's when it ended (default: the offset it registered)"),
-            ),
-        ]
-        | None
-    ) = None
+    end_ns: Annotated[
+        Nanos | None, Field(description="when it ended: epoch ns on the rank's own clock, like its spans")
+    ] = None
+    clock_offset_ns: Annotated[
+        ClockOffsetNs | None,
+        Field(description="this rank's clock minus rank 0's when it ended (default: the offset it registered)"),
+    ] = None
 
     @field_validator("error")
     @classmethod

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.orm import Session
 
 from bubblescope.analysis.breakdown import step_breakdown, step_bubble
 from bubblescope.analysis.model import RankBreakdown, StepBubble, TimedSpan
 from bubblescope.backend.db.models import RankInfo, Run, Span, StepAggregate
-from bubblescope.backend.errors import Invalid, NotFound
+from bubblescope.backend.errors import Invalid, NotFound, TooLarge
 from bubblescope.backend.runs import queries
 from bubblescope.backend.runs.schemas import (
     RankBreakdownOut,
@@ -27,7 +29,8 @@ from bubblescope.backend.runs.schemas import (
     StepDetail,
     StepSummary,
 )
-from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S, RankEnd, as_utc, rank_outcome, run_state
+from bubblescope.backend.runs.state import RankEnd, as_utc, rank_outcome, run_state
+from bubblescope.backend.settings import ServiceSettings
 
 
 def require_run(session: Session, key: str) -> Run:
@@ -37,12 +40,55 @@ def require_run(session: Session, key: str) -> Run:
     return run
 
 
-def register_run(session: Session, key: str, registration: RunRegistration) -> RunSummary:
+MAX_CONFIG_DEPTH = 8
+
+
+def config_check(settings: ServiceSettings) -> Callable[[dict[str, Any]], None]:
+    """The bounds of a run's merged config: keys, nesting, bytes as JSON (docs/limits.md)."""
+
+    def check(config: dict[str, Any]) -> None:
+        if len(config) > settings.max_config_keys:
+            raise TooLarge(
+                "config", f"{len(config)} keys (merged with the run's) exceed the limit of {settings.max_config_keys}"
+            )
+        deep = _deeper_than(config, MAX_CONFIG_DEPTH)
+        if deep is not None:
+            raise Invalid(("config", *deep), f"nested deeper than {MAX_CONFIG_DEPTH} levels")
+        size = len(json.dumps(config, separators=(",", ":")))
+        if size > settings.max_config_bytes:
+            raise TooLarge(
+                "config",
+                f"{size} bytes of JSON (merged with the run's) exceed the limit of {settings.max_config_bytes}",
+            )
+
+    return check
+
+
+def _deeper_than(value: Any, limit: int) -> tuple[str | int, ...] | None:
+    """The path of a container nested more than ``limit`` levels down, or None."""
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), value)]
+    while stack:
+        path, item = stack.pop()
+        children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        for key, child in children:
+            if isinstance(child, (dict, list)):
+                if len(path) + 1 >= limit:
+                    return (*path, key)
+                stack.append(((*path, key), child))
+    return None
+
+
+def register_run(session: Session, key: str, registration: RunRegistration, settings: ServiceSettings) -> RunSummary:
     run = queries.register_run(
-        session, key, registration.name, registration.world_size, registration.config.model_dump(exclude_unset=True)
+        session,
+        key,
+        registration.name,
+        registration.world_size,
+        registration.config.model_dump(exclude_unset=True),
+        config_check(settings),
     )
     now = queries.database_now(session)
-    return _summary(run, 0, queries.rank_ends(session, [run.id])[run.id], now, DEFAULT_SILENT_AFTER_S)
+    return _summary(run, 0, queries.rank_ends(session, [run.id])[run.id], now, settings.silent_after_s)
 
 
 def register_rank(session: Session, key: str, rank: int, registration: RankRegistration) -> RankOut:

@@ -55,6 +55,9 @@ def as_utc(moment: datetime) -> datetime:
 def run_state(
     world_size: int, ranks: Sequence[RankEnd], last_contact: datetime, now: datetime, silent_after_s: float
 ) -> RunState:
+    """The state by the rule above; a rank at or above ``world_size`` (registered before the run's
+    latest registration shrank it) is not part of the world and does not count."""
+    ranks = [r for r in ranks if r.rank < world_size]
     failed = sorted((r for r in ranks if r.outcome == "failed"), key=lambda r: (r.at_ns is None, r.at_ns or 0, r.rank))
     if failed:
         first = failed[0]

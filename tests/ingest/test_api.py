@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bubblescope.backend.body import MAX_WIRE_BYTES
+from bubblescope.backend.settings import ServiceSettings
 from tests.support import LiveServer, assert_names, count_rows, post_gzip, register
 
 
@@ -115,12 +115,13 @@ def gzip_bomb() -> bytes:
 def test_oversize_and_broken_gzip_payloads_are_rejected(server: LiveServer) -> None:
     with server.client() as client:
         key = register(client)
-        huge = b"x" * (MAX_WIRE_BYTES + 1)
-        assert_names(client.post("/api/v1/ingest", content=huge), 413, ["body"], "exceeds the limit")
+        huge = b"x" * (ServiceSettings().max_body_bytes + 1)
+        json_type = {"Content-Type": "application/json"}
+        assert_names(client.post("/api/v1/ingest", content=huge, headers=json_type), 413, ["body"], "exceeds the limit")
         bomb = gzip_bomb()  # expands past the JSON limit
-        response = client.post("/api/v1/ingest", content=bomb, headers={"Content-Encoding": "gzip"})
+        response = client.post("/api/v1/ingest", content=bomb, headers={**json_type, "Content-Encoding": "gzip"})
         assert_names(response, 413, ["body"], "decompressed payload exceeds")
-        broken = client.post("/api/v1/ingest", content=b"not gzip", headers={"Content-Encoding": "gzip"})
+        broken = client.post("/api/v1/ingest", content=b"not gzip", headers={**json_type, "Content-Encoding": "gzip"})
         assert_names(broken, 400, ["body"], "not valid gzip")
     assert count_rows(server.db_url, "ingested_batches", key) == 0
 

@@ -1,0 +1,103 @@
+"""Liveness and readiness, for load balancers, orchestrators and people.
+
+- ``GET /api/v1/health`` (liveness): the process answers. It never touches the database, so an
+  orchestrator does not restart a healthy service because its database is away; it does say what
+  the last request saw of the database (``database``: ``ok``, or ``unavailable`` with since when
+  and why), so a person reading it is not told "ok" while every write fails.
+- ``GET /api/v1/ready`` (readiness): the database answers within its timeout and its schema is at
+  the revision this version needs. 503 with ``Retry-After`` otherwise: take this process out of
+  rotation until it passes again (no restart needed; connections are re-made).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+from sqlalchemy import text
+
+from bubblescope import __version__, wire
+from bubblescope.backend.db import migrate
+from bubblescope.backend.errors import ApiError, database_unavailable, first_line
+
+router = APIRouter(prefix=wire.API_PREFIX, tags=["meta"])
+
+
+class DatabaseStatus:
+    """What the service last saw of its database; written from worker threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.unavailable_since: float | None = None
+        self.reason = ""
+
+    def failed(self, reason: str) -> None:
+        with self._lock:
+            if self.unavailable_since is None:
+                self.unavailable_since = time.time()
+            self.reason = reason
+
+    def answered(self) -> None:
+        with self._lock:
+            self.unavailable_since = None
+            self.reason = ""
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+    version: str
+    database: Literal["ok", "unavailable"] = Field(description="as the last request or readiness check saw it")
+    database_unavailable_since: float | None = Field(description="epoch seconds; null when available")
+    database_error: str | None
+
+
+class ReadyOut(BaseModel):
+    status: Literal["ready"]
+    schema_revision: str
+
+
+@router.get("/health", response_model=HealthOut, summary="Liveness: the process answers (no database query)")
+def health(request: Request) -> HealthOut:
+    status: DatabaseStatus = request.app.state.database
+    since = status.unavailable_since
+    return HealthOut(
+        status="ok",
+        version=__version__,
+        database="ok" if since is None else "unavailable",
+        database_unavailable_since=since,
+        database_error=status.reason or None,
+    )
+
+
+@router.get(
+    "/ready",
+    response_model=ReadyOut,
+    summary="Readiness: the database answers and its schema is current (503 with Retry-After otherwise)",
+)
+def ready(request: Request) -> ReadyOut:
+    status: DatabaseStatus = request.app.state.database
+    retry = {"Retry-After": str(request.app.state.settings.retry_after_s)}
+    try:
+        with request.app.state.engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+        revision = migrate.current_revision(request.app.state.engine)
+    except Exception as error:
+        if not database_unavailable(error):
+            raise
+        status.failed(first_line(error))
+        raise ApiError(503, ["database"], f"unavailable: {first_line(error)}", "database_unavailable", retry) from None
+    head: Any = request.app.state.schema_head
+    if revision != head:
+        status.failed(f"schema at revision {revision}, this version needs {head}")
+        raise ApiError(
+            503,
+            ["database", "schema_revision"],
+            f"schema at revision {revision or 'none'}, this version needs {head}: run bubblescope db upgrade",
+            "schema_out_of_date",
+            retry,
+        )
+    status.answered()
+    return ReadyOut(status="ready", schema_revision=revision)

@@ -1,0 +1,183 @@
+"""The service's settings: every limit and policy ``bubblescope serve`` can change, in one place.
+
+Each field is one ``serve`` option (``--max-batch-spans``, ``--allowed-host`` ...): its name with
+dashes, its default here, its help text in the field's metadata. ``serve_options`` adds them to the
+command line, ``from_options`` reads them back, and ``python -m bubblescope.backend.settings`` prints
+the table of docs/limits.md, which a test keeps in step with this class. Standard library only: the
+command line builds its parser from it on machines with only the collector installed.
+
+The bounds a value must keep to fit its database column (a rank is a 32-bit integer, a time is
+nanoseconds below 2^62) are not settings: they are in ``backend.fields``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S
+
+if TYPE_CHECKING:  # the command line reads this module; it must not need the server's packages
+    from starlette.requests import Request
+
+MiB = 1024 * 1024
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def _setting(
+    default: Any,
+    help_text: str,
+    *,
+    metavar: str | None = None,
+    many: bool = False,
+    option: str | None = None,
+    maximum: float | None = None,
+) -> Any:
+    metadata = {"help": help_text, "metavar": metavar, "many": many, "option": option, "maximum": maximum}
+    if many:
+        return field(default_factory=lambda: tuple(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """Limits and policies of one service process (see docs/limits.md for what a client gets)."""
+
+    max_body_bytes: int = _setting(
+        16 * MiB, "largest ingest body on the wire (gzip or not); 413 beyond", metavar="BYTES"
+    )
+    max_json_bytes: int = _setting(
+        32 * MiB, "largest ingest body once decompressed; 413 beyond, found while decompressing", metavar="BYTES"
+    )
+    max_json_values: int = _setting(
+        1_500_000, "most JSON values in an ingest body (counted before parsing); 413 beyond", metavar="N"
+    )
+    max_batch_spans: int = _setting(
+        100_000, "most spans in one ingest batch (the collector sends up to 20,000); 413 beyond", metavar="N"
+    )
+    max_batch_steps: int = _setting(10_000, "most step aggregates in one ingest batch; 413 beyond", metavar="N")
+    max_config_bytes: int = _setting(
+        64 * 1024, "largest run config, as JSON, after merging a registration into it; 413 beyond", metavar="BYTES"
+    )
+    max_config_keys: int = _setting(256, "most top-level keys in a run config after merging; 413 beyond", metavar="N")
+    ingest_in_flight: int = _setting(
+        16, "ingest requests handled at once; more get 503 with Retry-After (the collector retries)", metavar="N"
+    )
+    retry_after_s: int = _setting(
+        2, "the Retry-After a client gets with a 503 (busy, database unavailable)", metavar="SECONDS"
+    )
+    captures_per_hour: int = _setting(
+        12, "capture requests one run accepts per hour; 429 with Retry-After beyond", metavar="N"
+    )
+    silent_after_s: float = _setting(
+        DEFAULT_SILENT_AFTER_S,
+        "seconds without news after which a run that has not ended is shown as silent",
+        metavar="SECONDS",
+        option="--silent-after",
+        maximum=30 * 86400,
+    )
+    allowed_hosts: tuple[str, ...] = _setting(
+        (),
+        "a Host header the service answers (repeat for several; '*' for any). Default: the loopback names "
+        "when serving on a loopback address, any otherwise. Others get 400 (DNS rebinding)",
+        metavar="HOST",
+        many=True,
+    )
+    cors_origins: tuple[str, ...] = _setting(
+        (),
+        "an origin whose pages may call the API from a browser (repeat for several). Default: none, "
+        "so no other site's page can read from or write to the service",
+        metavar="ORIGIN",
+        many=True,
+    )
+
+    def hosts_for(self, bind_host: str) -> tuple[str, ...]:
+        """The Host allowlist in force when serving on ``bind_host`` (``("*",)``: any)."""
+        if self.allowed_hosts:
+            return self.allowed_hosts
+        return LOOPBACK_HOSTS if _is_loopback(bind_host) else ("*",)
+
+
+def settings_of(request: Request) -> ServiceSettings:
+    """The settings of the app serving ``request`` (set by ``create_app``)."""
+    settings: ServiceSettings = request.app.state.settings
+    return settings
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def option_name(setting: dataclasses.Field[Any]) -> str:
+    if setting.metadata["option"]:
+        return str(setting.metadata["option"])
+    singular = setting.name.removesuffix("s") if setting.metadata["many"] else setting.name
+    return "--" + singular.replace("_", "-")
+
+
+def serve_options(parser: argparse.ArgumentParser) -> None:
+    """One ``serve`` option per setting."""
+    for setting in dataclasses.fields(ServiceSettings):
+        if setting.metadata["many"]:
+            parser.add_argument(
+                option_name(setting),
+                dest=setting.name,
+                action="append",
+                default=[],
+                metavar=setting.metadata["metavar"],
+                help=setting.metadata["help"],
+            )
+            continue
+        kind = float if isinstance(setting.default, float) else int
+        parser.add_argument(
+            option_name(setting),
+            dest=setting.name,
+            type=_positive(kind, setting.metadata["maximum"]),
+            default=setting.default,
+            metavar=setting.metadata["metavar"],
+            help=f"{setting.metadata['help']} (default: %(default)s)",
+        )
+
+
+def _positive(kind: type[int] | type[float], maximum: float | None) -> Any:
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text} is not above 0")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{text} is above the maximum, {maximum:.0f}")
+        return value
+
+    return parse
+
+
+def from_options(args: argparse.Namespace) -> ServiceSettings:
+    values = {}
+    for setting in dataclasses.fields(ServiceSettings):
+        value = getattr(args, setting.name, setting.default)
+        values[setting.name] = tuple(value) if setting.metadata["many"] else value
+    return ServiceSettings(**values)
+
+
+def limits_table() -> str:
+    """The Markdown table of docs/limits.md."""
+    rows = ["| `serve` option | default | what it bounds |", "|---|---|---|"]
+    for setting in dataclasses.fields(ServiceSettings):
+        default = "see text" if setting.metadata["many"] else f"{setting.default:,}"
+        rows.append(f"| `{option_name(setting)}` | {default} | {setting.metadata['help']} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(limits_table(), end="")
