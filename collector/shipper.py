@@ -259,6 +259,10 @@ class Shipper:
                     f"bubblescope: service rejected {message.path} ({response.status}): {response.body[:500]!r}",
                 )
                 return True
+            if response.retry_after_s is not None:  # busy or its database away: come back when told
+                self._down_until = time.monotonic() + response.retry_after_s
+                self._warn_once("busy", f"bubblescope: service busy ({response.status}); spooling, retrying later")
+                return False
             if attempt + 1 < attempts:
                 self._pause(min(0.2 * 2**attempt, 1.0))
         self._down_until = time.monotonic() + self._down_backoff_s

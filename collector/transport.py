@@ -31,6 +31,7 @@ class Response:
     body: bytes
     error: str | None = None
     document: dict[str, Any] | None = None  # the parsed acknowledgement when delivered
+    retry_after_s: float | None = None  # a busy or unavailable service's Retry-After, in seconds
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,20 @@ def _acknowledgement(message: Message, body: bytes) -> dict[str, Any] | None:
     return document
 
 
+MAX_RETRY_AFTER_S = 300.0
+
+
+def _retry_after(header: str | None) -> float | None:
+    """Retry-After in seconds (the delay form; an HTTP date is ignored), at most five minutes."""
+    try:
+        seconds = float(header) if header is not None else None
+    except ValueError:
+        return None
+    if seconds is None or not seconds >= 0:
+        return None
+    return min(seconds, MAX_RETRY_AFTER_S)
+
+
 def send(base_url: str, message: Message, token: str | None, timeout_s: float) -> Response:
     """Send one message; classify the outcome instead of raising."""
     request = urllib.request.Request(
@@ -85,7 +100,8 @@ def send(base_url: str, message: Message, token: str | None, timeout_s: float) -
             body = error.read(1 << 16)
         except Exception:  # noqa: BLE001 - a broken error body changes nothing
             pass
-        return Response(Verdict.RETRY if retry else Verdict.REJECTED, status, body, str(error))
+        wait = _retry_after(error.headers.get("Retry-After") if error.headers is not None else None)
+        return Response(Verdict.RETRY if retry else Verdict.REJECTED, status, body, str(error), retry_after_s=wait)
     except (TimeoutError, OSError, http.client.HTTPException, ValueError) as error:
         return Response(Verdict.RETRY, None, b"", f"{type(error).__name__}: {error}")
     except Exception as error:  # noqa: BLE001 - whatever the peer does, the caller gets a verdict
