@@ -35,8 +35,16 @@ def _setting(
     many: bool = False,
     option: str | None = None,
     maximum: float | None = None,
+    shown: str | None = None,
 ) -> Any:
-    metadata = {"help": help_text, "metavar": metavar, "many": many, "option": option, "maximum": maximum}
+    metadata = {
+        "help": help_text,
+        "metavar": metavar,
+        "many": many,
+        "option": option,
+        "maximum": maximum,
+        "shown": shown,
+    }
     if many:
         return field(default_factory=lambda: tuple(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -81,10 +89,12 @@ class ServiceSettings:
     )
     allowed_hosts: tuple[str, ...] = _setting(
         (),
-        "a Host header the service answers (repeat for several; '*' for any). Default: the loopback names "
-        "when serving on a loopback address, any otherwise. Others get 400 (DNS rebinding)",
+        "a Host header the service answers (repeat for several; '*' for any, '*.example.org' for a domain). "
+        "Default: the loopback names when serving on a loopback address, any otherwise. Others get 400 "
+        "(DNS rebinding)",
         metavar="HOST",
         many=True,
+        shown="loopback names",
     )
     cors_origins: tuple[str, ...] = _setting(
         (),
@@ -92,6 +102,7 @@ class ServiceSettings:
         "so no other site's page can read from or write to the service",
         metavar="ORIGIN",
         many=True,
+        shown="none",
     )
 
     def hosts_for(self, bind_host: str) -> tuple[str, ...]:
@@ -174,7 +185,7 @@ def limits_table() -> str:
     """The Markdown table of docs/limits.md."""
     rows = ["| `serve` option | default | what it bounds |", "|---|---|---|"]
     for setting in dataclasses.fields(ServiceSettings):
-        default = "see text" if setting.metadata["many"] else f"{setting.default:,}"
+        default = setting.metadata["shown"] or f"{setting.default:,}"
         rows.append(f"| `{option_name(setting)}` | {default} | {setting.metadata['help']} |")
     return "\n".join(rows) + "\n"
 
