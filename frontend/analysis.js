@@ -2,7 +2,7 @@
 // beside the closed-form and simulated floors, stage imbalance, and the ranked suggestions with
 // their predicted step time and the change in torch / torchtitan / Megatron-LM terms.
 import { cell, el, fact, PLOT_CONFIG, say } from "./dom.js";
-import { ms, percent } from "./format.js";
+import { ms, percent, plotText } from "./format.js";
 
 // The causes of bubble.attribution names (analysis/attribution.py), as the page labels and colours them.
 const CAUSES = {
@@ -22,9 +22,9 @@ function renderAttribution(a, stepNs) {
     fact("Simulated floor (measured stage times)", percent(a.simulated_floor_fraction)),
   );
   const traces = a.causes.map((c) => ({
-    type: "bar", orientation: "h", name: cause(c.name).label, y: ["bubble"], x: [c.ns / 1e6],
+    type: "bar", orientation: "h", name: plotText(cause(c.name).label), y: ["bubble"], x: [c.ns / 1e6],
     marker: { color: cause(c.name).color },
-    hovertext: [`${cause(c.name).label}: ${ms(c.ns)} ms (${percent(c.fraction_of_step)} of the step)<br>${c.explanation}`],
+    hovertext: [`${plotText(cause(c.name).label)}: ${ms(c.ns)} ms (${percent(c.fraction_of_step)} of the step)<br>${plotText(c.explanation)}`],
     hoverinfo: "text", text: [`${ms(c.ns)} ms`], textposition: "inside",
   }));
   Plotly.react("attribution-chart", traces, {

@@ -18,3 +18,10 @@ export function rankLabel(run, rank) {
   if (info && info.stages && info.stages.length > 1) return `rank ${rank} · stages ${info.stages.join(", ")}`;
   return info && info.stage !== null ? `rank ${rank} · stage ${info.stage}` : `rank ${rank}`;
 }
+
+// Text from the service (host, run, span and group names, messages) as a chart label, trace name or
+// hover text. Plotly reads a subset of HTML there (<a href>, <span style>, <b>, <br>) and decodes
+// entities, so &, <, > and quotes become entities it shows as the characters. Quotes as numbers:
+// Plotly knows no &quot;. Markup the page itself writes (the "<br>" between hover lines) goes around it.
+const ENTITIES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;" };
+export const plotText = (value) => String(value).replace(/[&<>"']/g, (c) => ENTITIES[c]);

@@ -2,11 +2,13 @@
 // step's median over all ranks (a slow host or stage is a horizontal band, a one-off a lone
 // cell; flagged cells are ringed), and the findings in plain English.
 import { el, PLOT_CONFIG, say } from "./dom.js";
-import { ms } from "./format.js";
+import { ms, plotText } from "./format.js";
 
+// A heatmap row's label, escaped for Plotly (plotText): the same string is the row's category in
+// both traces and the first line of its cells' hover text.
 function rankLabel(score) {
   const parts = [`rank ${score.rank}`];
-  if (score.host) parts.push(score.host);
+  if (score.host) parts.push(plotText(score.host));
   if (score.stage !== null) parts.push(`stage ${score.stage}`);
   return parts.join(" · ");
 }
@@ -17,7 +19,7 @@ function renderHeatmap(view) {
   const hover = compute.values_ns.map((row, i) => row.map((ns, j) => (ns === null ? "not reported" : [
     labels[i], `step ${view.steps[j]}`,
     `compute ${ms(ns)} ms = ${compute.ratio_to_step_median[i][j].toFixed(2)}× the step median`,
-    view.flagged[i][j] ? `flagged (against ${view.rank_scores[i].basis})` : null,
+    view.flagged[i][j] ? `flagged (against ${plotText(view.rank_scores[i].basis)})` : null,
   ].filter(Boolean).join("<br>"))));
   const flaggedX = [];
   const flaggedY = [];
@@ -37,7 +39,9 @@ function renderHeatmap(view) {
   const layout = {
     margin: { l: 150, r: 20, t: 10, b: 45 }, height: Math.min(900, Math.max(220, 30 * labels.length + 90)),
     xaxis: { title: { text: "step" }, type: "category" },
-    yaxis: { type: "category", categoryorder: "array", categoryarray: [...labels].reverse(), automargin: true },
+    // rank 0 on top by reversing the axis, not the categories: a heatmap's hover finds its cell as if
+    // the rows ran up the axis in data order, so reordered categories showed another rank's numbers
+    yaxis: { type: "category", autorange: "reversed", automargin: true },
   };
   Plotly.react("straggler-heatmap", traces, layout, PLOT_CONFIG);
 }

@@ -1,13 +1,15 @@
 // The step's aligned timeline: one row per rank, one bar per span, coloured by kind.
 import { PLOT_CONFIG } from "./dom.js";
-import { ms, rankLabel } from "./format.js";
+import { ms, plotText, rankLabel } from "./format.js";
 
 // Row height in px: roomy for a few ranks, compact for many.
 export const rowHeight = (rows) => (rows <= 8 ? 60 : rows <= 16 ? 36 : 22);
 
 function hover(span, category) {
   return [
-    `${span.kind} (${category})${span.microbatch === null ? "" : ` · micro-batch ${span.microbatch}`}`,
+    `${plotText(span.kind)} (${plotText(category)})${span.microbatch === null ? "" : ` · micro-batch ${span.microbatch}`}`,
+    span.name ? plotText(span.name) : null,
+    span.group ? `group ${plotText(span.group)}` : null,
     span.stage === null ? null : `stage ${span.stage}`,
     span.peer === null ? null : `peer rank ${span.peer}`,
     span.bytes === null ? null : `${span.bytes} bytes`,
@@ -27,7 +29,7 @@ export function renderTimeline(detail, run, kinds) {
   const traces = [...byKind.entries()].sort(([a], [b]) => order(a) - order(b)).map(([kind, spans]) => {
     const { category, color } = kinds.kind(kind);
     return {
-      type: "bar", orientation: "h", name: kind, marker: { color },
+      type: "bar", orientation: "h", name: plotText(kind), marker: { color },
       y: spans.map((s) => labels.get(s.rank) || rankLabel(run, s.rank)),
       base: spans.map((s) => s.start_ns / 1e6),
       x: spans.map((s) => Math.max((s.end_ns - s.start_ns) / 1e6, 0.01)),
