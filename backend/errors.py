@@ -132,6 +132,17 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def database_unavailable_error(error: BaseException, retry_after_s: int, loc: Loc = ()) -> ApiError:
+    """The 503 for a database that cannot serve now: nothing was stored, retry."""
+    return ApiError(
+        503,
+        loc,
+        f"database unavailable: {first_line(error)}; nothing was stored, retry after {retry_after_s} s",
+        "database_unavailable",
+        {"Retry-After": str(retry_after_s)},
+    )
+
+
 _HTTP_ERROR_TYPES = {404: "not_found", 405: "method_not_allowed"}
 log = logging.getLogger("bubblescope.service")
 
@@ -155,14 +166,8 @@ def install_error_handlers(app: FastAPI) -> None:
             log.error("%s %s failed", request.method, request.url.path, exc_info=error)
             return _internal(error)
         request.app.state.database.failed(first_line(error))
-        retry_after = str(request.app.state.settings.retry_after_s)
-        return _response(
-            503,
-            [],
-            f"database unavailable: {first_line(error)}; nothing was stored, retry after {retry_after} s",
-            "database_unavailable",
-            {"Retry-After": retry_after},
-        )
+        unavailable = database_unavailable_error(error, request.app.state.settings.retry_after_s)
+        return JSONResponse(status_code=503, content={"detail": unavailable.errors}, headers=unavailable.headers)
 
     @app.exception_handler(DomainError)
     async def domain_error(request: Request, error: DomainError) -> JSONResponse:

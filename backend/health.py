@@ -21,7 +21,7 @@ from sqlalchemy import text
 
 from bubblescope import __version__, wire
 from bubblescope.backend.db import migrate
-from bubblescope.backend.errors import ApiError, database_unavailable, first_line
+from bubblescope.backend.errors import ApiError, database_unavailable, database_unavailable_error, first_line
 
 router = APIRouter(prefix=wire.API_PREFIX, tags=["meta"])
 
@@ -88,7 +88,7 @@ def ready(request: Request) -> ReadyOut:
         if not database_unavailable(error):
             raise
         status.failed(first_line(error))
-        raise ApiError(503, ["database"], f"unavailable: {first_line(error)}", "database_unavailable", retry) from None
+        raise database_unavailable_error(error, request.app.state.settings.retry_after_s, ["database"]) from None
     head: Any = request.app.state.schema_head
     if revision != head:
         status.failed(f"schema at revision {revision}, this version needs {head}")
