@@ -8,6 +8,7 @@ from fastapi.middleware.gzip import GZipMiddleware
 
 from bubblescope import __version__
 from bubblescope.backend.analysis.router import router as analysis_router
+from bubblescope.backend.body import BodyBudget
 from bubblescope.backend.capture.router import router as capture_router
 from bubblescope.backend.db.engine import build_engine, build_session_factory
 from bubblescope.backend.db.migrate import head_revision, require_current
@@ -17,6 +18,7 @@ from bubblescope.backend.health import router as health_router
 from bubblescope.backend.hosts import HostAllowlist
 from bubblescope.backend.ingest.gate import IngestGate
 from bubblescope.backend.ingest.router import router as ingest_router
+from bubblescope.backend.openapi import install_openapi
 from bubblescope.backend.plan.router import router as plan_router
 from bubblescope.backend.runs.router import router as runs_router
 from bubblescope.backend.settings import ServiceSettings
@@ -55,8 +57,10 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     app.state.schema_head = head_revision(db_url)
     app.state.database = DatabaseStatus()
     app.state.ingest_gate = IngestGate(settings.ingest_in_flight, settings.retry_after_s)
+    app.state.body_budget = BodyBudget(settings.max_bodies_bytes, settings.retry_after_s)
     app.state.session_factory = build_session_factory(engine)
     install_error_handlers(app)
+    install_openapi(app)
     app.add_middleware(GZipMiddleware, minimum_size=4096)
     if settings.cors_origins:
         app.add_middleware(

@@ -7,16 +7,20 @@ In order, each refusal a 4xx naming the field (docs/limits.md):
 2. The body on the wire is read chunk by chunk up to ``BodyLimit.wire_bytes`` (413), and gunzipped
    as it arrives, never past ``BodyLimit.json_bytes`` (413): a 250 MiB bomb in 250 KiB is refused
    after 32 MiB of output, not inflated.
-3. In a worker thread, not on the event loop: strict UTF-8 (400), at most ``json_values`` values
-   counted by their separators before parsing (413), then ``json.loads`` (400, and 400 for nesting
-   deeper than the interpreter's recursion limit), then no NUL character and no unpaired surrogate
-   in any string or key (422 naming where: PostgreSQL cannot store either).
+   Its values are counted as the bytes arrive (a comma or an opening bracket each), and refused
+   past ``BodyLimit.json_values`` (413): what parsing would allocate is bounded before it starts.
+   Across all requests, at most ``--max-bodies-bytes`` of bodies are held at once (503, busy).
+3. In a worker thread, not on the event loop, two documents at a time: strict UTF-8 (400), then
+   ``json.loads`` (400, and 400 for nesting deeper than the interpreter's recursion limit), then no
+   NUL character and no unpaired surrogate in any string or key (422 naming where: PostgreSQL
+   cannot store either).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -70,20 +74,57 @@ async def read_json(request: Request, limit: BodyLimit = SMALL_BODY) -> Any:
             415, ["header", "content-encoding"], f"{gzipped!r} is not accepted; send gzip or nothing", "unsupported"
         )
     inflate = _Inflater(limit.json_bytes) if gzipped == "gzip" else None
+    budget: BodyBudget = request.app.state.body_budget
     parts: list[bytes] = []
-    wire = size = 0
-    async for chunk in request.stream():
-        wire += len(chunk)
-        if wire > limit.wire_bytes:
-            raise _too_large(f"payload exceeds the limit of {limit.wire_bytes} bytes")
-        data = inflate.feed(chunk) if inflate is not None else chunk
-        size += len(data)
-        if size > limit.json_bytes:
-            raise _too_large(f"JSON document exceeds the limit of {limit.json_bytes} bytes")
-        parts.append(data)
-    if inflate is not None:
-        inflate.finish()
-    return await run_in_threadpool(decode_json, b"".join(parts), limit.json_values)
+    wire = size = values = 0
+    try:
+        async for chunk in request.stream():
+            wire += len(chunk)
+            if wire > limit.wire_bytes:
+                raise _too_large(f"payload exceeds the limit of {limit.wire_bytes} bytes")
+            for piece in inflate.pieces(chunk) if inflate is not None else (chunk,):
+                budget.reserve(len(piece))
+                size += len(piece)
+                parts.append(piece)
+                if size > limit.json_bytes:
+                    raise _too_large(f"JSON document exceeds the limit of {limit.json_bytes} bytes")
+                values += piece.count(b",") + piece.count(b"[") + piece.count(b"{")
+                if values > limit.json_values:
+                    raise _too_large(f"more than {limit.json_values} JSON values (the limit)")
+        if inflate is not None:
+            inflate.finish()
+        raw = b"".join(parts)
+        parts.clear()
+        return await run_in_threadpool(decode_json, raw)
+    finally:
+        budget.release(size)
+
+
+class BodyBudget:
+    """Bytes of request bodies held across all requests at once (used on the event loop only).
+
+    Each request's limits bound it alone; this bounds them together, so that many requests, each
+    within its limits, cannot add up to gigabytes: past ``limit``, 503 with Retry-After."""
+
+    def __init__(self, limit: int, retry_after_s: int) -> None:
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        self.held = 0
+
+    def reserve(self, size: int) -> None:
+        if self.held + size > self.limit:
+            raise ApiError(
+                503,
+                [],
+                f"busy: {self.held} bytes of request bodies are being read (the limit is {self.limit}); "
+                f"retry after {self.retry_after_s} s",
+                "busy",
+                headers={"Retry-After": str(self.retry_after_s)},
+            )
+        self.held += size
+
+    def release(self, size: int) -> None:
+        self.held -= size
 
 
 def _require_json(request: Request) -> None:
@@ -100,24 +141,29 @@ def _too_large(message: str) -> ApiError:
 
 
 class _Inflater:
-    """Gunzip chunk by chunk, never producing more than ``cap`` bytes in all."""
+    """Gunzip chunk by chunk in pieces of at most ``PIECE`` bytes, never more than ``cap`` in all."""
+
+    PIECE = 1 * MiB
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self.produced = 0
         self._decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
 
-    def feed(self, chunk: bytes) -> bytes:
-        try:
-            data = self._decompressor.decompress(chunk, self.cap - self.produced + 1)
-        except zlib.error as error:
-            raise _gzip_invalid(str(error)) from None
-        if self._decompressor.unused_data:
-            raise _gzip_invalid("data after the end of the gzip stream")
-        self.produced += len(data)
-        if self.produced > self.cap:
-            raise _too_large(f"decompressed payload exceeds the limit of {self.cap} bytes")
-        return data
+    def pieces(self, chunk: bytes) -> Iterator[bytes]:
+        data = chunk
+        while data:
+            try:
+                piece = self._decompressor.decompress(data, self.PIECE)
+            except zlib.error as error:
+                raise _gzip_invalid(str(error)) from None
+            if self._decompressor.unused_data:
+                raise _gzip_invalid("data after the end of the gzip stream")
+            self.produced += len(piece)
+            if self.produced > self.cap:
+                raise _too_large(f"decompressed payload exceeds the limit of {self.cap} bytes")
+            yield piece
+            data = self._decompressor.unconsumed_tail
 
     def finish(self) -> None:
         if not self._decompressor.eof:
@@ -128,17 +174,24 @@ def _gzip_invalid(why: str) -> ApiError:
     return ApiError(400, ["body"], f"body is not valid gzip: {why}", "gzip_invalid")
 
 
-def decode_json(raw: bytes, max_values: int) -> Any:
+_PARSE_SLOTS = threading.BoundedSemaphore(2)
+"""Documents parsed at once: parsing holds the interpreter's lock anyway, so more would only add
+their memory together."""
+
+
+def decode_json(raw: bytes) -> Any:
     """Parse ``raw`` (runs in a worker thread); see the module docstring."""
     if not raw.strip():
         raise ApiError(400, ["body"], "empty body; expected a JSON object", "json_invalid")
+    with _PARSE_SLOTS:
+        return _decode(raw)
+
+
+def _decode(raw: bytes) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ApiError(400, ["body"], f"body is not valid UTF-8: {error}", "json_invalid") from None
-    values = raw.count(b",") + 1
-    if values > max_values:
-        raise _too_large(f"about {values} JSON values exceed the limit of {max_values}")
     try:
         document = json.loads(text)
     except RecursionError:

@@ -61,7 +61,12 @@ class ServiceSettings:
         32 * MiB, "largest ingest body once decompressed; 413 beyond, found while decompressing", metavar="BYTES"
     )
     max_json_values: int = _setting(
-        1_500_000, "most JSON values in an ingest body (counted before parsing); 413 beyond", metavar="N"
+        1_500_000, "most JSON values in an ingest body (commas and opening brackets, counted as it arrives); 413 beyond", metavar="N"
+    )
+    max_bodies_bytes: int = _setting(
+        64 * MiB,
+        "request bodies (once decompressed) held at once across all requests; more get 503 with Retry-After",
+        metavar="BYTES",
     )
     max_batch_spans: int = _setting(
         100_000, "most spans in one ingest batch (the collector sends up to 20,000); 413 beyond", metavar="N"
