@@ -19,6 +19,7 @@ In order, each refusal a 4xx naming the field (docs/limits.md):
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 import zlib
@@ -57,9 +58,25 @@ SMALL_BODY = BodyLimit(wire_bytes=1 * MiB, json_bytes=1 * MiB, json_values=100_0
 """Every body but an ingest batch: a registration, a rank's end, a capture or plan request."""
 
 
+BODY_MODELS: dict[str, type[BaseModel]] = {}
+"""The models of the bodies endpoints read themselves, by name: ``backend/openapi.py`` puts their
+schemas in the OpenAPI document's components."""
+
+BODY_NOTE = (
+    "A JSON document (`Content-Type: application/json`), sent as is or gzip-compressed with "
+    "`Content-Encoding: gzip`; limits in docs/limits.md."
+)
+
+
 def json_body_doc(model: type[BaseModel]) -> dict[str, Any]:
     """``openapi_extra`` documenting a body that the endpoint reads itself (gzip allowed)."""
-    return {"requestBody": {"content": {"application/json": {"schema": model.model_json_schema()}}}}
+    known = BODY_MODELS.setdefault(model.__name__, model)
+    if known is not model:
+        raise TypeError(f"two body models are named {model.__name__}: {known!r} and {model!r}")
+    schema = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {
+        "requestBody": {"required": True, "description": BODY_NOTE, "content": {"application/json": {"schema": schema}}}
+    }
 
 
 async def read_json(request: Request, limit: BodyLimit = SMALL_BODY) -> Any:
@@ -193,7 +210,7 @@ def _decode(raw: bytes) -> Any:
     except UnicodeDecodeError as error:
         raise ApiError(400, ["body"], f"body is not valid UTF-8: {error}", "json_invalid") from None
     try:
-        document = json.loads(text)
+        document = json.loads(text, parse_constant=_not_json, parse_float=_finite)
     except RecursionError:
         raise ApiError(400, ["body"], "JSON nested too deeply", "json_invalid") from None
     except ValueError as error:
@@ -201,6 +218,17 @@ def _decode(raw: bytes) -> Any:
     if _BAD_ESCAPE.search(raw):  # only then can a decoded string hold either
         _refuse_bad_text(document)
     return document
+
+
+def _not_json(name: str) -> float:
+    raise ApiError(400, ["body"], f"{name} is not a JSON number", "json_invalid")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ApiError(400, ["body"], f"{text} is beyond the largest number a double holds", "json_invalid")
+    return value
 
 
 def _refuse_bad_text(document: Any) -> None:

@@ -76,6 +76,7 @@ def health(request: Request) -> HealthOut:
     "/ready",
     response_model=ReadyOut,
     summary="Readiness: the database answers and its schema is current (503 with Retry-After otherwise)",
+    responses={503: {"description": "the database is unreachable or its schema is not at this version's revision"}},
 )
 def ready(request: Request) -> ReadyOut:
     status: DatabaseStatus = request.app.state.database

@@ -61,7 +61,9 @@ class ServiceSettings:
         32 * MiB, "largest ingest body once decompressed; 413 beyond, found while decompressing", metavar="BYTES"
     )
     max_json_values: int = _setting(
-        1_500_000, "most JSON values in an ingest body (commas and opening brackets, counted as it arrives); 413 beyond", metavar="N"
+        1_500_000,
+        "most JSON values in an ingest body (commas and opening brackets, counted as it arrives); 413 beyond",
+        metavar="N",
     )
     max_bodies_bytes: int = _setting(
         64 * MiB,

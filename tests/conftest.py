@@ -13,9 +13,7 @@ from bubblescope.backend.db import migrate
 from tests.support import (
     REPO,
     LiveServer,
-    create_postgres_database,
-    drop_postgres_database,
-    postgres_unreachable_reason,
+    migrated_database,
     start_server,
 )
 
@@ -32,20 +30,8 @@ def output_dir() -> Path:
 
 
 def _database(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if backend == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'bubblescope.db'}"
-        migrate.upgrade(url)
+    with migrated_database(backend, tmp_path_factory.mktemp("db")) as url:
         yield url
-        return
-    reason = postgres_unreachable_reason()
-    if reason:
-        pytest.skip(reason)
-    url, name = create_postgres_database()
-    try:
-        migrate.upgrade(url)
-        yield url
-    finally:
-        drop_postgres_database(name)
 
 
 # The databases and servers live for the whole session, shared by every module: starting a

@@ -10,7 +10,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,30 @@ def drop_postgres_database(name: str) -> None:
 
     with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def migrated_database(backend: str, folder: Path) -> Iterator[str]:
+    """A database of its own built by the migrations: an SQLite file in ``folder``, or a fresh
+    PostgreSQL database (dropped afterwards; the test skips when PostgreSQL is unreachable)."""
+    from bubblescope.backend.db import migrate
+
+    if backend == "sqlite":
+        url = f"sqlite:///{folder / 'bubblescope.db'}"
+        migrate.upgrade(url)
+        yield url
+        return
+    reason = postgres_unreachable_reason()
+    if reason:
+        import pytest
+
+        pytest.skip(reason)
+    url, name = create_postgres_database()
+    try:
+        migrate.upgrade(url)
+        yield url
+    finally:
+        drop_postgres_database(name)
 
 
 def free_port() -> int:
@@ -261,6 +286,26 @@ def register(client: httpx.Client, world_size: int = 2) -> str:
     )
     assert response.status_code == 200, response.text
     return key
+
+
+def ingest_batch(
+    key: str, seq: int = 0, spans: int = 5, rank: int = 0, step: int = 0, named: bool = False
+) -> dict[str, Any]:
+    """A valid ingest batch: one step of ``spans`` forward spans (``named``: each with a name)."""
+    start = 1_700_000_000_000_000_000 + step * 1_000_000_000
+    columns: dict[str, list[Any]] = {
+        "step": [step] * spans,
+        "kind": ["forward"] * spans,
+        "start_ns": [start + 10_000 * i for i in range(spans)],
+        "end_ns": [start + 10_000 * i + 5_000 for i in range(spans)],
+        "stage": [0] * spans,
+        "microbatch": list(range(spans)),
+    }
+    if named:
+        columns["name"] = [f"layer.{i}" for i in range(spans)]
+    aggregate = {"step": step, "start_ns": start, "end_ns": start + 10_000 * spans, "compute_ns": 1000}
+    aggregate |= {"comm_ns": 0, "exposed_comm_ns": 0, "idle_ns": 0, "span_count": spans}
+    return {"run_key": key, "rank": rank, "seq": seq, "steps": [aggregate], "spans": columns}
 
 
 def post_gzip(client: httpx.Client, document: Any) -> httpx.Response:

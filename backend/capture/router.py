@@ -22,7 +22,10 @@ router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["capture"])
     status_code=201,
     openapi_extra=json_body_doc(CaptureRequestIn),
     summary="Capture the full spans of the next K steps on every rank (the same steps)",
-    responses={200: {"description": "a request that no rank has begun yet was already waiting: that one"}},
+    responses={
+        200: {"description": "a request that no rank has begun yet was already waiting: that one"},
+        429: {"description": "past serve --captures-per-hour requests for this run in the last hour"},
+    },
     description="Ranks learn of it from their next ingest answers. At most one request waits per run (a "
     "repeat gets it back with 200), and `serve --captures-per-hour` per run (429 with Retry-After beyond). `from_step` is the highest step ingested + 1 + "
     "three times the most steps a rank recently sent per batch, so that no rank has started it yet "

@@ -57,7 +57,7 @@ def request_capture(
     Bounded per run, since each one makes every rank of a running job ship full detail: a request
     made while another has not begun on any rank is that one (``(request, False)``, nothing
     stored); beyond ``settings.captures_per_hour`` in the last hour, 429 with ``Retry-After``."""
-    run = run_queries.find_run(session, key, for_update=True)  # one request at a time per run
+    run = run_queries.lock_run(session, key)  # one request at a time per run
     if run is None:
         raise NotFound("run_key", f"no run with key {key!r}")
     newest = run_queries.newest_step(session, run.id)

@@ -49,7 +49,7 @@ class ClusterIn(BaseModel):
     gpu: str | GpuIn = Field(
         description="catalog name (A100-40GB, A100-80GB, H100-SXM, H100-PCIe, H200, B200) or the GPU's fields"
     )
-    gpus: PositiveInt
+    gpus: Annotated[int, Strict(), Field(ge=1, le=2**20, description="at most 1,048,576")]
     gpus_per_node: PositiveInt = 8
 
 

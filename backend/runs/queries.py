@@ -21,6 +21,16 @@ def find_run(session: Session, key: str, for_update: bool = False) -> Run | None
     return session.scalars(query).one_or_none()
 
 
+def lock_run(session: Session, key: str) -> Run | None:
+    """The run, locked for writing by this transaction before anything is read (None: unknown).
+
+    A no-op UPDATE first: on PostgreSQL it takes the row's lock; on SQLite it takes the database's
+    write lock, which a SELECT ... FOR UPDATE does not (SQLite has none), and doing it before any read
+    makes a concurrent transaction wait for the lock instead of reading a snapshot it cannot write from."""
+    session.execute(update(Run).where(Run.key == key).values(key=Run.key))
+    return find_run(session, key)
+
+
 def register_run(
     session: Session,
     key: str,

@@ -19,6 +19,10 @@ from bubblescope.backend.fields import (
 from bubblescope.backend.runs.state import RankOutcome, RunStateName
 
 StageIndex = NonNegativeInt
+MAX_LAYERS = 10_000
+"""Layers on one stage: the analysis prices stages layer by layer (a model of 2^31 layers would be built
+in memory)."""
+LayerCount = Annotated[int, Strict(), Field(ge=1, le=MAX_LAYERS)]
 
 
 class RunConfig(BaseModel):
@@ -33,7 +37,11 @@ class RunConfig(BaseModel):
     virtual_stages: PositiveInt | None = None
     pipeline_ranks: PositiveInt | None = None
     stage_indices: Annotated[list[StageIndex], Field(max_length=4096)] | None = None
-    layers_per_stage: PositiveInt | Annotated[list[NonNegativeInt], Field(max_length=4096)] | None = None
+    layers_per_stage: (
+        LayerCount
+        | Annotated[list[Annotated[int, Strict(), Field(ge=0, le=MAX_LAYERS)]], Field(max_length=4096)]
+        | None
+    ) = Field(default=None, description=f"layers on each stage (or on every stage); at most {MAX_LAYERS:,} per stage")
     microbatch_size: PositiveInt | None = None
     global_batch: PositiveInt | None = None
     tp: PositiveInt | None = None

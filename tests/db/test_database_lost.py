@@ -15,7 +15,6 @@ import pytest
 
 from bubblescope.backend.db import migrate
 from tests.collector.jobs import launch, read_report
-from tests.ingest.test_api import batch
 from tests.support import (
     PG_ADMIN_DSN,
     LiveServer,
@@ -23,6 +22,7 @@ from tests.support import (
     create_postgres_database,
     drop_postgres_database,
     gzip_json,
+    ingest_batch,
     postgres_unreachable_reason,
     register,
     run_rows,
@@ -81,7 +81,7 @@ class Sender(threading.Thread):
     def run(self) -> None:
         with self.live.client() as client:
             for seq in range(BATCHES):
-                body = gzip_json(batch(self.key, seq=seq, spans=SPANS_PER_BATCH))
+                body = gzip_json(ingest_batch(self.key, seq=seq, spans=SPANS_PER_BATCH))
                 while True:
                     try:
                         response = client.post(

@@ -9,36 +9,9 @@ from typing import Any
 import pytest
 
 from bubblescope.backend.settings import ServiceSettings
-from tests.support import LiveServer, assert_names, count_rows, post_gzip, register
+from tests.support import LiveServer, assert_names, count_rows, ingest_batch, post_gzip, register
 
-
-def batch(key: str, seq: int = 0, spans: int = 5, rank: int = 0) -> dict[str, Any]:
-    base = 1_700_000_000_000_000_000
-    return {
-        "run_key": key,
-        "rank": rank,
-        "seq": seq,
-        "steps": [
-            {
-                "step": 0,
-                "start_ns": base,
-                "end_ns": base + 10_000 * spans,
-                "compute_ns": 1000,
-                "comm_ns": 0,
-                "exposed_comm_ns": 0,
-                "idle_ns": 0,
-                "span_count": spans,
-            }
-        ],
-        "spans": {
-            "step": [0] * spans,
-            "kind": ["forward"] * spans,
-            "start_ns": [base + 10_000 * i for i in range(spans)],
-            "end_ns": [base + 10_000 * i + 5_000 for i in range(spans)],
-            "stage": [0] * spans,
-            "microbatch": list(range(spans)),
-        },
-    }
+batch = ingest_batch
 
 
 def test_batch_is_stored_and_retry_is_stored_once(server: LiveServer) -> None:
@@ -170,5 +143,5 @@ def test_openapi_docs_describe_the_api(server: LiveServer) -> None:
         assert client.get("/docs").status_code == 200
         spec = client.get("/openapi.json").json()
     assert {"/api/v1/ingest", "/api/v1/runs", "/api/v1/runs/{run_key}/steps/{step}"} <= set(spec["paths"])
-    body = spec["paths"]["/api/v1/ingest"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    assert "spans" in body["properties"]
+    ref = spec["paths"]["/api/v1/ingest"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert "spans" in spec["components"]["schemas"][ref.rsplit("/", 1)[-1]]["properties"]

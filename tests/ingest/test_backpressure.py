@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from bubblescope.backend.db import migrate
-from tests.ingest.test_api import batch
-from tests.support import LiveServer, count_rows, gzip_json, register, start_server
+from tests.support import LiveServer, count_rows, gzip_json, ingest_batch, register, start_server
 
 SENDERS = 8
 BATCHES_PER_SENDER = 6
@@ -39,7 +38,7 @@ def test_ingest_past_its_limit_is_told_to_retry_and_reads_keep_answering(narrow_
     def send(rank: int) -> None:
         with narrow_server.client() as client:
             for seq in range(BATCHES_PER_SENDER):
-                body = gzip_json(batch(key, seq=seq, spans=SPANS, rank=rank))
+                body = gzip_json(ingest_batch(key, seq=seq, spans=SPANS, rank=rank))
                 while True:
                     response = client.post(
                         "/api/v1/ingest",

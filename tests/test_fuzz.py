@@ -1,0 +1,259 @@
+"""Schemathesis over the OpenAPI document of a real ``bubblescope serve`` (uvicorn on a free loopback
+port), on SQLite and on PostgreSQL: no answer is a 5xx, and every answer is one the document declares.
+
+Checks (``CHECKS``), and why these:
+
+- ``not_a_server_error``: no 5xx. A 503 counts: one client sending one request at a time must not
+  find the database busy or away.
+- ``status_code_conformance``, ``content_type_conformance``, ``response_schema_conformance``,
+  ``response_headers_conformance``: the status is one the document declares for the operation, and
+  the body (2xx models, the one error shape of backend/openapi.py) and headers (``Retry-After``)
+  are what it says for that status.
+- ``negative_data_rejection``: a request the document calls invalid gets a 4xx.
+
+Left out: ``positive_data_acceptance`` (a schema-valid request may still be refused: an unknown run
+is a 404, ``end_ns`` before ``start_ns`` a 422), ``use_after_free`` and ``ensure_resource_availability``
+(no DELETE), the auth checks (no auth).
+
+Bounded and reproducible: a fixed seed with derandomized Hypothesis, ``MAX_EXAMPLES`` per operation
+in the fuzzing phase (schemathesis' examples and coverage phases add their own, fixed, cases), no
+deadline, no example database, the health checks a slow machine trips suppressed. About 3,500
+requests per database. ``test-output/fuzz-<database>.txt`` counts the answers per operation and
+status; a 5xx prints the server log's traceback with the failure (and schemathesis a curl line).
+
+Schema-valid bodies mostly name runs that do not exist, so a run (``FUZZ_RUN``: two ranks, four
+steps of spans) is stored first, and two cases in three are aimed at it: its key, a rank and a step
+in the path, and for ingest, plan and what-if a body built to be valid beyond what the schema says
+(equal-length span columns, ordered times, known presets and schedules). Negative cases are left as
+generated.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from schemathesis.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    not_a_server_error,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from schemathesis.config import SchemathesisConfig
+
+from bubblescope import wire
+from bubblescope.analysis.planner import GPU_CATALOG, MODEL_PRESETS
+from bubblescope.analysis.schedules import NAMES as SCHEDULES
+from tests.dashboard.synthetic import BASE_NS, ingest_steps, register_run
+from tests.support import LiveServer, migrated_database, start_server
+
+FUZZ_RUN = "fuzz-run"
+RANKS = 2
+SEEDED_STEPS = 4
+MAX_EXAMPLES = 150
+SEED = 20240611
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    negative_data_rejection,
+]
+CONFIG = {
+    "seed": SEED,
+    "suppress-health-check": ["too_slow", "filter_too_much", "data_too_large", "large_base_example"],
+    "request-timeout": 60,
+    "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True, "database": "none"},
+}
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], ids=lambda p: p
+)
+def fuzz_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    # a database of its own: the fuzzer's runs stay out of other tests' lists
+    with migrated_database(request.param, tmp_path_factory.mktemp("fuzz-db")) as db_url:
+        live = start_server(db_url, tmp_path_factory.mktemp("fuzz-server"))
+        try:
+            with live.client() as client:
+                register_run(client, FUZZ_RUN, stages=RANKS, microbatches=4, name="fuzz")
+                ingest_steps(client, FUZZ_RUN, RANKS, 4, range(SEEDED_STEPS))
+            yield live
+        finally:
+            live.stop()
+
+
+@pytest.fixture(scope="module")
+def answers(fuzz_server: LiveServer, output_dir: Path) -> Iterator[Counter[tuple[str, str, int]]]:
+    """How many answers of each status each operation gave, written to test-output/ at the end."""
+    counts: Counter[tuple[str, str, int]] = Counter()
+    yield counts
+    backend = fuzz_server.db_url.split(":", 1)[0].split("+", 1)[0]
+    lines = [f"{count:6d}  {status}  {method} {path}" for (method, path, status), count in sorted(counts.items())]
+    (output_dir / f"fuzz-{backend}.txt").write_text("\n".join([f"{sum(counts.values())} requests", *lines]) + "\n")
+
+
+@pytest.fixture(scope="module")
+def api_schema(fuzz_server: LiveServer) -> Any:
+    config = SchemathesisConfig.from_dict({**CONFIG, "base-url": fuzz_server.url})
+    schema = schemathesis.openapi.from_url(f"{fuzz_server.url}/openapi.json", config=config, timeout=30)
+    schema.hook(before_generate_case)
+    return schema.include(path_regex=f"^{wire.API_PREFIX}/")
+
+
+# Valid beyond the schema, aimed at FUZZ_RUN
+def _span_columns(count: int) -> st.SearchStrategy[dict[str, Any]]:
+    span = st.tuples(
+        st.integers(0, SEEDED_STEPS + 2),
+        st.sampled_from(sorted(wire.SPAN_KINDS)),
+        st.integers(0, 10**9),
+        st.integers(0, 10**7),
+        st.none() | st.integers(0, RANKS),
+        st.none() | st.integers(0, 8),
+        st.none() | st.integers(0, RANKS),
+        st.none() | st.integers(0, 1 << 30),
+    )
+
+    def columns(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+        return {
+            "step": [row[0] for row in rows],
+            "kind": [row[1] for row in rows],
+            "start_ns": [BASE_NS + row[2] for row in rows],
+            "end_ns": [BASE_NS + row[2] + row[3] for row in rows],
+            "stage": [row[4] for row in rows],
+            "microbatch": [row[5] for row in rows],
+            "peer": [row[6] for row in rows],
+            "bytes": [row[7] for row in rows],
+        }
+
+    return st.lists(span, min_size=count, max_size=count).map(columns)
+
+
+def _step_aggregate(step: int) -> st.SearchStrategy[dict[str, Any]]:
+    nanos = st.integers(0, 10**9)
+    return st.fixed_dictionaries(
+        {
+            "step": st.just(step),
+            "start_ns": st.just(BASE_NS + step * 10**9),
+            "end_ns": st.just(BASE_NS + step * 10**9 + 10**8),
+            "compute_ns": nanos,
+            "comm_ns": nanos,
+            "exposed_comm_ns": nanos,
+            "idle_ns": nanos,
+            "span_count": st.integers(0, 100),
+        }
+    )
+
+
+INGEST = st.fixed_dictionaries(
+    {
+        "run_key": st.just(FUZZ_RUN),
+        "rank": st.integers(0, RANKS - 1),
+        "seq": st.integers(0, 10**6),
+        "steps": st.sets(st.integers(0, SEEDED_STEPS + 2), max_size=3).flatmap(
+            lambda steps: st.tuples(*(_step_aggregate(step) for step in sorted(steps))).map(list)
+        ),
+        "spans": st.integers(0, 12).flatmap(_span_columns),
+    }
+)
+PLAN_CONFIG = st.fixed_dictionaries(
+    {},
+    optional={
+        "tp": st.sampled_from([1, 2, 4, 8]),
+        "pp": st.sampled_from([1, 2, 4, 8]),
+        "mbs": st.integers(1, 4),
+        "schedule": st.sampled_from(SCHEDULES),
+        "zero": st.integers(0, 3),
+        "recompute": st.sampled_from(["none", "selective", "full"]),
+    },
+)
+PLAN = st.fixed_dictionaries(
+    {
+        "model": st.sampled_from(sorted(MODEL_PRESETS)),
+        "cluster": st.tuples(st.sampled_from(sorted(GPU_CATALOG)), st.sampled_from([1, 8, 64, 512])).map(
+            lambda pair: f"{pair[0]}-x{pair[1]}"
+        ),
+        "global_batch": st.sampled_from([1, 8, 64, 512, 4096]),
+    },
+    optional={"config": PLAN_CONFIG, "fixed": PLAN_CONFIG, "top": st.integers(1, 20)},
+)
+WHAT_IF = st.fixed_dictionaries(
+    {},
+    optional={
+        "schedule": st.sampled_from(SCHEDULES),
+        "microbatches": st.integers(1, 16),
+        "microbatch_scale": st.floats(0.1, 4),
+        "stages_per_rank": st.integers(1, 3),
+        "layers_per_stage": st.lists(st.integers(1, 8), min_size=1, max_size=6),
+        "slowest_rank_to_median": st.booleans(),
+        "overlap_communication": st.booleans(),
+        "from_step": st.integers(0, SEEDED_STEPS),
+        "to_step": st.integers(0, SEEDED_STEPS + 1),
+    },
+)
+BODIES = {
+    ("POST", f"{wire.API_PREFIX}/ingest"): INGEST,
+    ("POST", f"{wire.API_PREFIX}/plan"): PLAN,
+    ("POST", f"{wire.API_PREFIX}/runs/{{run_key}}/whatif"): WHAT_IF,
+}
+PATH_PARAMETERS = {
+    "run_key": st.just(FUZZ_RUN),
+    "rank": st.integers(0, RANKS),  # RANKS itself: one past the run's ranks
+    "step": st.integers(0, SEEDED_STEPS),
+}
+
+
+def before_generate_case(context: Any, strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """One case in three as generated, two aimed at FUZZ_RUN (a negative case stays as generated)."""
+    aimed = strategy.flatmap(_aimed)
+    return st.one_of(strategy, aimed, aimed)
+
+
+def _aimed(case: Any) -> st.SearchStrategy[Any]:
+    if case.meta is not None and case.meta.generation.mode == GenerationMode.NEGATIVE:
+        return st.just(case)
+    path = st.fixed_dictionaries({name: PATH_PARAMETERS[name] for name in case.path_parameters})
+    body = BODIES.get((case.method.upper(), case.path))
+
+    def aim(parts: tuple[dict[str, Any], Any]) -> Any:
+        path_parameters, new_body = parts
+        if path_parameters:
+            case.path_parameters = {**case.path_parameters, **path_parameters}
+        if new_body is not None:
+            case.body = new_body
+        return case
+
+    return st.tuples(path, body if body is not None else st.none()).map(aim)
+
+
+def _server_log_since(server: LiveServer, offset: int) -> str:
+    with open(server.log_path, "rb") as log:
+        log.seek(offset)
+        return log.read().decode(errors="replace")
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+@schema.parametrize()
+def test_no_server_error_and_answers_as_documented(
+    case: Any, fuzz_server: LiveServer, answers: Counter[tuple[str, str, int]]
+) -> None:
+    offset = fuzz_server.log_path.stat().st_size
+    response = case.call()
+    answers[case.method.upper(), case.path, response.status_code] += 1
+    if response.status_code >= 500:  # the traceback, printed with the failure
+        httpx.get(f"{fuzz_server.url}{wire.API_PREFIX}/health", timeout=10)  # the log is written by then
+        print(f"server log for {case.method} {case.formatted_path} -> {response.status_code}:")
+        print(_server_log_since(fuzz_server, offset))
+    case.validate_response(response, checks=CHECKS)
