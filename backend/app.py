@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.middleware.gzip import GZipMiddleware
 
 from bubblescope import __version__
@@ -15,7 +14,7 @@ from bubblescope.backend.db.migrate import head_revision, require_current
 from bubblescope.backend.errors import install_error_handlers
 from bubblescope.backend.health import DatabaseStatus
 from bubblescope.backend.health import router as health_router
-from bubblescope.backend.hosts import HostAllowlist
+from bubblescope.backend.hosts import HostAllowlist, JsonErrorCors
 from bubblescope.backend.ingest.gate import IngestGate
 from bubblescope.backend.ingest.router import router as ingest_router
 from bubblescope.backend.openapi import install_openapi
@@ -64,7 +63,7 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     app.add_middleware(GZipMiddleware, minimum_size=4096)
     if settings.cors_origins:
         app.add_middleware(
-            CORSMiddleware,
+            JsonErrorCors,
             allow_origins=list(settings.cors_origins),
             allow_methods=["GET", "POST", "PUT", "DELETE"],
             allow_headers=["Content-Type", "Content-Encoding", "Authorization"],

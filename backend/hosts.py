@@ -1,4 +1,6 @@
-"""The Host allowlist: a request whose ``Host`` header is not listed gets 400, in the API's error shape.
+"""What other sites may do: the Host allowlist, and CORS refusals in the API's error shape.
+
+A request whose ``Host`` header is not listed gets 400, in the API's error shape.
 
 A page on another site can make a browser send requests to a service on the user's loopback or LAN
 through a DNS name it controls (DNS rebinding); the browser then sends that name as ``Host``.
@@ -9,7 +11,8 @@ the default: the loopback names when serving on a loopback address.
 from __future__ import annotations
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 
@@ -53,3 +56,19 @@ class HostAllowlist:
             },
         )
         await response(scope, receive, send)
+
+
+class JsonErrorCors(CORSMiddleware):
+    """Starlette's CORS (``serve --cors-origin``), whose refused preflight answers in the API's error
+    shape instead of plain text."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code < 400:
+            return response
+        reason = bytes(response.body).decode(errors="replace")
+        return JSONResponse(
+            status_code=response.status_code,
+            content={"detail": [{"loc": ["header", "origin"], "msg": reason, "type": "cors_refused"}]},
+            headers={key: value for key, value in response.headers.items() if key.lower().startswith("vary")},
+        )

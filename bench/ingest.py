@@ -31,6 +31,8 @@ from tests.support import (
 
 KINDS = ["forward", "backward", "send", "recv"]
 
+GZIP_JSON = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+
 
 def make_batch(run_key: str, rank: int, seq: int, spans: int) -> bytes:
     base = 1_760_000_000_000_000_000 + seq * 10**9
@@ -80,11 +82,11 @@ def measure(db_url: str, label: str, batches: int, spans_per_batch: int, workers
             client.put(f"/api/v1/runs/{run_key}", json={"name": "bench", "world_size": workers}).raise_for_status()
             payloads = [(i % workers, make_batch(run_key, i % workers, i, spans_per_batch)) for i in range(batches)]
             client.post(
-                "/api/v1/ingest", content=make_batch(run_key, 0, 10**6, 100), headers={"Content-Encoding": "gzip"}
+                "/api/v1/ingest", content=make_batch(run_key, 0, 10**6, 100), headers=GZIP_JSON
             ).raise_for_status()  # warm-up
 
             def post(item: tuple[int, bytes]) -> None:
-                response = client.post("/api/v1/ingest", content=item[1], headers={"Content-Encoding": "gzip"})
+                response = client.post("/api/v1/ingest", content=item[1], headers=GZIP_JSON)
                 response.raise_for_status()
 
             started = time.perf_counter()

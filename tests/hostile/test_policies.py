@@ -174,7 +174,7 @@ def test_a_configured_origin_may_call_the_api_and_no_other(servers: dict[str, Li
         assert read.headers["access-control-allow-origin"] == OK_ORIGIN
         for origin in (EVIL, "https://ok.example.evil.example", "http://ok.example", "null"):
             refused = preflight(client, origin)
-            assert refused.status_code >= 400
+            assert_names(refused, 400, ["header", "origin"], "Disallowed CORS origin")
             assert "access-control-allow-origin" not in refused.headers, (origin, refused.headers)
             read = client.get("/api/v1/runs", headers={"Origin": origin})
             assert "access-control-allow-origin" not in read.headers, (origin, read.headers)
