@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Literal
+from typing import Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
@@ -90,8 +90,8 @@ def ready(request: Request) -> ReadyOut:
             raise
         status.failed(first_line(error))
         raise database_unavailable_error(error, request.app.state.settings.retry_after_s, ["database"]) from None
-    head: Any = request.app.state.schema_head
-    if revision != head:
+    head: str = request.app.state.schema_head
+    if revision is None or revision != head:
         status.failed(f"schema at revision {revision}, this version needs {head}")
         raise ApiError(
             503,

@@ -181,10 +181,12 @@ def _positive(kind: type[int] | type[float], maximum: float | None) -> Any:
 
 
 def from_options(args: argparse.Namespace) -> ServiceSettings:
-    values = {}
+    """The settings ``serve_options`` parsed (an option absent from ``args`` keeps its default)."""
+    values: dict[str, Any] = {}
     for setting in dataclasses.fields(ServiceSettings):
-        value = getattr(args, setting.name, setting.default)
-        values[setting.name] = tuple(value) if setting.metadata["many"] else value
+        if hasattr(args, setting.name):
+            value = getattr(args, setting.name)
+            values[setting.name] = tuple(value) if setting.metadata["many"] else value
     return ServiceSettings(**values)
 
 

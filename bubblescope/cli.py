@@ -128,6 +128,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from bubblescope.backend.settings import serve_options  # standard library only, like this module
+
     parser = argparse.ArgumentParser(prog="bubblescope", description="Pipeline-bubble diagnostics for PyTorch training")
     commands = parser.add_subparsers(dest="command", required=True)
 
