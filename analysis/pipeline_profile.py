@@ -234,10 +234,20 @@ def _positive_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+MAX_LAYERS = 1024
+"""Layers in all stages together: the analysis prices and re-splits them one by one (O(stages x layers x
+log layers)); transformer models have a few hundred at most."""
+
+
 def _layer_counts(value: object, num_stages: int) -> tuple[int, ...] | None:
     each = _positive_int(value)
+    counts: tuple[int, ...] | None = None
     if each is not None:
-        return (each,) * num_stages
-    if isinstance(value, list) and len(value) == num_stages and all(_positive_int(x) for x in value):
-        return tuple(value)
-    return None
+        counts = (each,) * num_stages
+    elif isinstance(value, list) and len(value) == num_stages and all(_positive_int(x) for x in value):
+        counts = tuple(value)
+    if counts is not None and sum(counts) > MAX_LAYERS:
+        raise ProfileError(
+            "layers_per_stage", f"{sum(counts):,} layers in all; the analysis takes at most {MAX_LAYERS:,}"
+        )
+    return counts

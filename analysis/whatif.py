@@ -88,7 +88,13 @@ def _step_overhead(measured: MeasuredPipeline, schedule: str, layers: tuple[int,
 
 
 def balanced_split(layer_costs: tuple[StageCost, ...], stages: int) -> tuple[int, ...]:
-    """Contiguous layer counts per stage minimising the costliest stage (forward + backward)."""
+    """Contiguous layer counts per stage minimising the costliest stage (forward + backward).
+
+    The classic partition programme, best[k][i] = min over j of max(best[k-1][j], cost of layers
+    j..i), with the inner minimum found by bisection in O(log n) instead of a scan: best[k-1][j]
+    never falls as j grows (weights are not negative) and the last stage's cost never rises, so
+    the maximum is smallest where the two cross. Ties go to the smallest j, as a scan would take
+    them. O(stages x layers x log layers)."""
     weights = [c.forward_ns + c.backward_ns for c in layer_costs]
     n = len(weights)
     if stages > n:
@@ -101,17 +107,41 @@ def balanced_split(layer_costs: tuple[StageCost, ...], stages: int) -> tuple[int
     cut = [[0] * (n + 1) for _ in range(stages + 1)]
     best[0][0] = 0.0
     for k in range(1, stages + 1):
+        before = best[k - 1]
         for i in range(k, n - (stages - k) + 1):
-            for j in range(k - 1, i):
-                worst = max(best[k - 1][j], prefix[i] - prefix[j])
-                if worst < best[k][i] - 1e-9:
-                    best[k][i], cut[k][i] = worst, j
+            best[k][i], cut[k][i] = _best_cut(before, prefix, i, k - 1, i - 1)
     counts, i = [], n
     for k in range(stages, 0, -1):
         j = cut[k][i]
         counts.append(i - j)
         i = j
     return tuple(reversed(counts))
+
+
+def _best_cut(before: list[float], prefix: list[float], i: int, lo: int, hi: int) -> tuple[float, int]:
+    """min over j in [lo, hi] of max(before[j], prefix[i] - prefix[j]), and the smallest such j."""
+    low, high = lo, hi + 1  # the first j where before[j] >= the last stage's cost
+    while low < high:
+        mid = (low + high) // 2
+        if before[mid] >= prefix[i] - prefix[mid]:
+            high = mid
+        else:
+            low = mid + 1
+    crossing = low
+    best, where = float("inf"), hi
+    if crossing > lo:  # left of the crossing the last stage dominates: the first j within 1e-9 of its least
+        least = prefix[i] - prefix[crossing - 1]
+        low, high = lo, crossing - 1
+        while low < high:
+            mid = (low + high) // 2
+            if prefix[i] - prefix[mid] <= least + 1e-9:
+                high = mid
+            else:
+                low = mid + 1
+        best, where = prefix[i] - prefix[low], low
+    if crossing <= hi and before[crossing] < best - 1e-9:
+        best, where = before[crossing], crossing
+    return best, where
 
 
 def _stage_costs(

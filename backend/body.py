@@ -18,21 +18,24 @@ In order, each refusal a 4xx naming the field (docs/limits.md):
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
-import threading
+import weakref
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import anyio
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
-from bubblescope.backend.errors import ApiError, Loc, from_validation_error
-from bubblescope.backend.settings import MiB, ServiceSettings
+from bubblescope.backend.errors import ApiError, Loc, busy, from_validation_error
+from bubblescope.backend.settings import SMALL_BODY_BYTES, MiB, ServiceSettings
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -54,7 +57,7 @@ class BodyLimit:
         return cls(settings.max_body_bytes, settings.max_json_bytes, settings.max_json_values)
 
 
-SMALL_BODY = BodyLimit(wire_bytes=1 * MiB, json_bytes=1 * MiB, json_values=100_000)
+SMALL_BODY = BodyLimit(wire_bytes=SMALL_BODY_BYTES, json_bytes=SMALL_BODY_BYTES, json_values=100_000)
 """Every body but an ingest batch: a registration, a rank's end, a capture or plan request."""
 
 
@@ -92,29 +95,42 @@ async def read_json(request: Request, limit: BodyLimit = SMALL_BODY) -> Any:
         )
     inflate = _Inflater(limit.json_bytes) if gzipped == "gzip" else None
     budget: BodyBudget = request.app.state.body_budget
+    timeout_s: float = request.app.state.settings.body_timeout_s
     parts: list[bytes] = []
     wire = size = values = 0
     try:
-        async for chunk in request.stream():
-            wire += len(chunk)
-            if wire > limit.wire_bytes:
-                raise _too_large(f"payload exceeds the limit of {limit.wire_bytes} bytes")
-            for piece in inflate.pieces(chunk) if inflate is not None else (chunk,):
-                budget.reserve(len(piece))
-                size += len(piece)
-                parts.append(piece)
-                if size > limit.json_bytes:
-                    raise _too_large(f"JSON document exceeds the limit of {limit.json_bytes} bytes")
-                values += piece.count(b",") + piece.count(b"[") + piece.count(b"{")
-                if values > limit.json_values:
-                    raise _too_large(f"more than {limit.json_values} JSON values (the limit)")
+        with anyio.fail_after(timeout_s):
+            async for chunk in _received(request):
+                wire += len(chunk)
+                if wire > limit.wire_bytes:
+                    raise _too_large(f"payload exceeds the limit of {limit.wire_bytes} bytes")
+                for piece in inflate.pieces(chunk) if inflate is not None else (chunk,):
+                    budget.reserve(len(piece))
+                    size += len(piece)
+                    parts.append(piece)
+                    if inflate is None and size > limit.json_bytes:
+                        raise _too_large(f"JSON document exceeds the limit of {limit.json_bytes} bytes")
+                    values += piece.count(b",") + piece.count(b"[") + piece.count(b"{")
+                    if values > limit.json_values:
+                        raise _too_large(f"more than {limit.json_values} JSON values (the limit)")
         if inflate is not None:
             inflate.finish()
         raw = b"".join(parts)
         parts.clear()
-        return await run_in_threadpool(decode_json, raw)
+        async with _parse_slots():  # waited for on the event loop, not in a worker thread
+            return await run_in_threadpool(decode_json, raw)
+    except TimeoutError:
+        raise ApiError(408, ["body"], f"the body did not arrive within {timeout_s:g} s", "timeout") from None
     finally:
         budget.release(size)
+
+
+async def _received(request: Request) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in request.stream():
+            yield chunk
+    except ClientDisconnect:
+        raise ApiError(400, ["body"], "the client went away before sending the whole body", "disconnected") from None
 
 
 class BodyBudget:
@@ -130,13 +146,8 @@ class BodyBudget:
 
     def reserve(self, size: int) -> None:
         if self.held + size > self.limit:
-            raise ApiError(
-                503,
-                [],
-                f"busy: {self.held} bytes of request bodies are being read (the limit is {self.limit}); "
-                f"retry after {self.retry_after_s} s",
-                "busy",
-                headers={"Retry-After": str(self.retry_after_s)},
+            raise busy(
+                f"{self.held} bytes of request bodies are being read (the limit is {self.limit})", self.retry_after_s
             )
         self.held += size
 
@@ -191,20 +202,21 @@ def _gzip_invalid(why: str) -> ApiError:
     return ApiError(400, ["body"], f"body is not valid gzip: {why}", "gzip_invalid")
 
 
-_PARSE_SLOTS = threading.BoundedSemaphore(2)
+PARSED_AT_ONCE = 2
 """Documents parsed at once: parsing holds the interpreter's lock anyway, so more would only add
-their memory together."""
+their memory together (and waiting requests would hold worker threads)."""
+_PARSE_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+def _parse_slots() -> asyncio.Semaphore:
+    """This event loop's semaphore (a semaphore belongs to one loop; tests run several)."""
+    return _PARSE_SLOTS.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(PARSED_AT_ONCE))
 
 
 def decode_json(raw: bytes) -> Any:
     """Parse ``raw`` (runs in a worker thread); see the module docstring."""
     if not raw.strip():
         raise ApiError(400, ["body"], "empty body; expected a JSON object", "json_invalid")
-    with _PARSE_SLOTS:
-        return _decode(raw)
-
-
-def _decode(raw: bytes) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -30,8 +30,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import InterfaceError as DbInterfaceError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
 from bubblescope.analysis.errors import InputError
@@ -121,7 +122,7 @@ def _response(status: int, loc: Loc, msg: str, error_type: str, headers: dict[st
 
 def database_unavailable(error: BaseException) -> bool:
     """Whether ``error`` means the database cannot serve now (down, unreachable, locked, dropped)."""
-    if isinstance(error, (OperationalError, DbInterfaceError)):
+    if isinstance(error, (OperationalError, DbInterfaceError, PoolTimeout)):
         return True
     return isinstance(error, DBAPIError) and error.connection_invalidated
 
@@ -130,6 +131,13 @@ def first_line(error: BaseException) -> str:
     """The driver's message without SQLAlchemy's statement and background link."""
     text = str(getattr(error, "orig", None) or error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def busy(what: str, retry_after_s: int) -> ApiError:
+    """The 503 for a service that is behind: ``what`` says on what; retry after the delay."""
+    return ApiError(
+        503, [], f"busy: {what}; retry after {retry_after_s} s", "busy", headers={"Retry-After": str(retry_after_s)}
+    )
 
 
 def database_unavailable_error(error: BaseException, retry_after_s: int, loc: Loc = ()) -> ApiError:
@@ -160,8 +168,8 @@ def install_error_handlers(app: FastAPI) -> None:
         error_type = _HTTP_ERROR_TYPES.get(error.status_code, "http_error")
         return _response(error.status_code, ["path"], msg, error_type, dict(error.headers or {}) or None)
 
-    @app.exception_handler(DBAPIError)
-    async def database_error(request: Request, error: DBAPIError) -> JSONResponse:
+    @app.exception_handler(SQLAlchemyError)
+    async def database_error(request: Request, error: SQLAlchemyError) -> JSONResponse:
         if not database_unavailable(error):
             log.error("%s %s failed", request.method, request.url.path, exc_info=error)
             return _internal(error)

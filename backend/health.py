@@ -60,7 +60,7 @@ class ReadyOut(BaseModel):
 
 
 @router.get("/health", response_model=HealthOut, summary="Liveness: the process answers (no database query)")
-def health(request: Request) -> HealthOut:
+async def health(request: Request) -> HealthOut:  # on the event loop: answers while worker threads are busy
     status: DatabaseStatus = request.app.state.database
     since = status.unavailable_since
     return HealthOut(

@@ -18,12 +18,16 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S
+from bubblescope import wire
+from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S, MAX_SILENT_AFTER_S
 
 if TYPE_CHECKING:  # the command line reads this module; it must not need the server's packages
     from starlette.requests import Request
 
 MiB = 1024 * 1024
+SMALL_BODY_BYTES = 1 * MiB
+"""Every body but an ingest batch (a registration, a rank's end, a capture or plan request), on the wire
+and decompressed; a fixed limit (``body.SMALL_BODY``)."""
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
@@ -73,11 +77,21 @@ class ServiceSettings:
     max_batch_spans: int = _setting(
         100_000, "most spans in one ingest batch (the collector sends up to 20,000); 413 beyond", metavar="N"
     )
-    max_batch_steps: int = _setting(10_000, "most step aggregates in one ingest batch; 413 beyond", metavar="N")
+    max_batch_steps: int = _setting(
+        wire.MAX_BATCH_STEPS,
+        "most step aggregates in one ingest batch (the collector flushes at 10,000); 413 beyond",
+        metavar="N",
+    )
     max_config_bytes: int = _setting(
         64 * 1024, "largest run config, as JSON, after merging a registration into it; 413 beyond", metavar="BYTES"
     )
     max_config_keys: int = _setting(256, "most top-level keys in a run config after merging; 413 beyond", metavar="N")
+    body_timeout_s: float = _setting(
+        30.0,
+        "seconds a client has to send a whole body; 408 after (a stalled upload holds no limit for long)",
+        metavar="SECONDS",
+        option="--body-timeout",
+    )
     ingest_in_flight: int = _setting(
         16, "ingest requests handled at once; more get 503 with Retry-After (the collector retries)", metavar="N"
     )
@@ -92,7 +106,7 @@ class ServiceSettings:
         "seconds without news after which a run that has not ended is shown as silent",
         metavar="SECONDS",
         option="--silent-after",
-        maximum=30 * 86400,
+        maximum=MAX_SILENT_AFTER_S,
     )
     allowed_hosts: tuple[str, ...] = _setting(
         (),
@@ -111,6 +125,14 @@ class ServiceSettings:
         many=True,
         shown="none",
     )
+
+    def __post_init__(self) -> None:
+        floor = max(self.max_json_bytes, SMALL_BODY_BYTES)
+        if self.max_bodies_bytes < floor:
+            raise ValueError(
+                f"--max-bodies-bytes ({self.max_bodies_bytes}) must be at least --max-json-bytes and 1 MiB "
+                f"({floor}): a body within its own limits would be refused forever"
+            )
 
     def hosts_for(self, bind_host: str) -> tuple[str, ...]:
         """The Host allowlist in force when serving on ``bind_host`` (``("*",)``: any)."""
@@ -181,7 +203,8 @@ def _positive(kind: type[int] | type[float], maximum: float | None) -> Any:
 
 
 def from_options(args: argparse.Namespace) -> ServiceSettings:
-    """The settings ``serve_options`` parsed (an option absent from ``args`` keeps its default)."""
+    """The settings ``serve_options`` parsed (an option absent from ``args`` keeps its default);
+    ValueError for a combination that cannot work."""
     values: dict[str, Any] = {}
     for setting in dataclasses.fields(ServiceSettings):
         if hasattr(args, setting.name):

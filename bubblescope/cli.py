@@ -22,8 +22,13 @@ def _serve(args: argparse.Namespace) -> int:
     from bubblescope.backend.settings import from_options
 
     try:
+        settings = from_options(args)
+    except ValueError as error:
+        print(f"bubblescope serve: {error}", file=sys.stderr)
+        return 2
+    try:
         url = prepare_database(args.db)
-        server = build_server(url, args.host, args.port, from_options(args))
+        server = build_server(url, args.host, args.port, settings)
     except DatabaseNotReady as error:
         print(f"bubblescope serve: {error}", file=sys.stderr)
         return 2

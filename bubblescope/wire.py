@@ -27,6 +27,8 @@ import json
 from typing import Any, Final
 
 API_PREFIX: Final = "/api/v1"
+MAX_BATCH_STEPS: Final = 10_000
+"""Step aggregates in one batch: the collector flushes at this many, the service refuses more by default."""
 
 COMPUTE_KINDS: Final = frozenset(
     {"forward", "backward", "backward_input", "backward_weight", "optimizer", "data_loading"}

@@ -170,6 +170,8 @@ class Shipper:
             self._pending_steps.append(item)
             self._pending_span_count += len(item.spans)
             self._taken_spans += len(item.spans)
+            if len(self._pending_steps) >= wire.MAX_BATCH_STEPS:  # the service refuses longer batches
+                self._flush()
         return False
 
     def ships_spans_of(self, step: int) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from bubblescope.backend.errors import ApiError
+from bubblescope.backend.errors import busy
 
 
 class IngestGate:
@@ -21,19 +21,11 @@ class IngestGate:
         self.limit = limit
         self.retry_after_s = retry_after_s
         self.in_flight = 0
-        self.turned_away = 0
 
     @contextmanager
     def admit(self) -> Iterator[None]:
         if self.in_flight >= self.limit:
-            self.turned_away += 1
-            raise ApiError(
-                503,
-                [],
-                f"busy: {self.in_flight} ingest requests in flight (the limit); retry after {self.retry_after_s} s",
-                "busy",
-                headers={"Retry-After": str(self.retry_after_s)},
-            )
+            raise busy(f"{self.in_flight} ingest requests in flight (the limit)", self.retry_after_s)
         self.in_flight += 1
         try:
             yield

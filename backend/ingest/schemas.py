@@ -9,13 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from bubblescope import wire
 from bubblescope.backend.capture.schemas import CaptureOut
 from bubblescope.backend.fields import ClockOffsetNs, ClockUncertaintyNs, Count, Nanos
-from bubblescope.backend.fields import NonNegativeInt as SmallIndex
+from bubblescope.backend.fields import NonNegativeInt as Index
 
 if TYPE_CHECKING:
     SpanKind = str
 else:  # an enum of wire's kinds in the OpenAPI document; refused with the valid ones named
     SpanKind = Literal[tuple(sorted(wire.SPAN_KINDS))]
 Label = Annotated[str, Field(max_length=64)]
+FAIL_FAST = Field(fail_fast=True)
+"""On a list: its first bad entry is the one error (100,000 bad entries are not 100,000 errors)."""
 
 
 class SpanColumns(BaseModel):
@@ -23,16 +25,16 @@ class SpanColumns(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    step: list[Count]
-    kind: list[SpanKind]
-    start_ns: list[Nanos]
-    end_ns: list[Nanos]
-    stage: list[SmallIndex | None] | None = None
-    microbatch: list[SmallIndex | None] | None = None
-    peer: list[SmallIndex | None] | None = None
-    bytes: list[Count | None] | None = None
-    group: list[Annotated[str, Field(max_length=32)] | None] | None = None
-    name: list[Label | None] | None = None
+    step: Annotated[list[Count], FAIL_FAST]
+    kind: Annotated[list[SpanKind], FAIL_FAST]
+    start_ns: Annotated[list[Nanos], FAIL_FAST]
+    end_ns: Annotated[list[Nanos], FAIL_FAST]
+    stage: Annotated[list[Index | None], FAIL_FAST] | None = None
+    microbatch: Annotated[list[Index | None], FAIL_FAST] | None = None
+    peer: Annotated[list[Index | None], FAIL_FAST] | None = None
+    bytes: Annotated[list[Count | None], FAIL_FAST] | None = None
+    group: Annotated[list[Annotated[str, Field(max_length=32)] | None], FAIL_FAST] | None = None
+    name: Annotated[list[Label | None], FAIL_FAST] | None = None
 
 
 class StepAggregateIn(BaseModel):
@@ -45,7 +47,7 @@ class StepAggregateIn(BaseModel):
     comm_ns: Nanos
     exposed_comm_ns: Nanos
     idle_ns: Nanos
-    span_count: SmallIndex
+    span_count: Index
     clock_offset_ns: ClockOffsetNs | None = Field(
         default=None, description="this rank's clock minus rank 0's in force for the step"
     )
@@ -56,10 +58,10 @@ class IngestBatchIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run_key: Annotated[str, Field(min_length=1, max_length=128)]
-    rank: SmallIndex
+    rank: Index
     seq: Count
-    dropped_spans: SmallIndex = 0
-    steps: list[StepAggregateIn] = Field(default_factory=list)
+    dropped_spans: Index = 0
+    steps: Annotated[list[StepAggregateIn], FAIL_FAST] = Field(default_factory=list)
     spans: SpanColumns
 
 

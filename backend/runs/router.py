@@ -21,6 +21,7 @@ from bubblescope.backend.runs.schemas import (
     RunSummary,
     StepDetail,
 )
+from bubblescope.backend.runs.state import MAX_SILENT_AFTER_S
 from bubblescope.backend.settings import settings_of
 
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["runs"])
@@ -63,7 +64,7 @@ SilentAfter = Annotated[
     float | None,
     Query(
         gt=0,
-        le=30 * 86400,
+        le=MAX_SILENT_AFTER_S,
         description="seconds without news after which a run that has not ended is 'silent' (default: the service's "
         "--silent-after)",
     ),

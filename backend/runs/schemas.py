@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
 
+from bubblescope.analysis.pipeline_profile import MAX_LAYERS
 from bubblescope.backend.fields import (
     INT64_MAX,
     ClockOffsetNs,
@@ -19,10 +20,8 @@ from bubblescope.backend.fields import (
 from bubblescope.backend.runs.state import RankOutcome, RunStateName
 
 StageIndex = NonNegativeInt
-MAX_LAYERS = 10_000
-"""Layers on one stage: the analysis prices stages layer by layer (a model of 2^31 layers would be built
-in memory)."""
 LayerCount = Annotated[int, Strict(), Field(ge=1, le=MAX_LAYERS)]
+"""At most the analysis's total (``pipeline_profile.MAX_LAYERS``), which it checks across stages."""
 
 
 class RunConfig(BaseModel):
@@ -41,7 +40,7 @@ class RunConfig(BaseModel):
         LayerCount
         | Annotated[list[Annotated[int, Strict(), Field(ge=0, le=MAX_LAYERS)]], Field(max_length=4096)]
         | None
-    ) = Field(default=None, description=f"layers on each stage (or on every stage); at most {MAX_LAYERS:,} per stage")
+    ) = Field(default=None, description=f"layers on each stage (or on every stage); at most {MAX_LAYERS:,} in all")
     microbatch_size: PositiveInt | None = None
     global_batch: PositiveInt | None = None
     tp: PositiveInt | None = None

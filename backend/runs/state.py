@@ -22,6 +22,7 @@ from typing import Literal
 RunStateName = Literal["running", "finished", "failed", "silent"]
 RankOutcome = Literal["finished", "failed"]
 DEFAULT_SILENT_AFTER_S = 120.0
+MAX_SILENT_AFTER_S = 30 * 86400
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from bubblescope.collector.recorder import StepRecord
 from bubblescope.collector.shipper import Shipper
 from bubblescope.collector.spool import Spool
 from bubblescope.collector.transport import Message
-from bubblescope.wire import encode_batch
+from bubblescope.wire import MAX_BATCH_STEPS, encode_batch
 
 LIMITS = ("max_batch_spans", "queue_steps", "max_attempts")  # the shipper's own, not user settings
 
@@ -104,3 +104,17 @@ def test_a_full_inbox_still_takes_the_ranks_end_after_the_steps_it_holds(tmp_pat
     assert [m.path for m in spooled] == ["/api/v1/ingest", "/api/v1/runs/inbox-run/ranks/0/end"]  # steps, then end
     assert [s["step"] for s in json.loads(gzip.decompress(spooled[0].body))["steps"]] == [0, 1, 2]
     assert shipper.dropped_spans == 4
+
+
+def test_a_batch_never_holds_more_steps_than_the_service_takes(tmp_path: Path) -> None:
+    """Fast steps with few spans under a long flush interval: the shipper cuts a batch at
+    wire.MAX_BATCH_STEPS, which the service's --max-batch-steps refuses past by default (a 413 would
+    drop the batch, aggregates included)."""
+    steps = MAX_BATCH_STEPS + 5
+    shipper = shipper_for(tmp_path, flush_interval_s=3600.0, queue_steps=steps + 10)
+    for step in range(steps):
+        shipper.submit(record(step, 0))
+    shipper.start()
+    shipper.stop(timeout_s=30.0)
+    sizes = [len(json.loads(gzip.decompress(message.body))["steps"]) for _, message in shipper.spool.pending()]
+    assert sum(sizes) == steps and max(sizes) <= MAX_BATCH_STEPS, sizes

@@ -1,0 +1,110 @@
+"""Clients that stall, vanish or send a wall of errors: each gets a bounded answer in the error shape,
+holds no limit for long, and leaves no traceback. Real uvicorn process on SQLite."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bubblescope.backend.db import migrate
+from tests.support import LiveServer, assert_names, ingest_batch, post_gzip, register, start_server
+
+BODY_TIMEOUT_S = 1
+
+
+@pytest.fixture(scope="module")
+def impatient_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    folder = tmp_path_factory.mktemp("impatient")
+    url = f"sqlite:///{folder / 'bubblescope.db'}"
+    migrate.upgrade(url)
+    live = start_server(url, folder, extra_args=["--body-timeout", str(BODY_TIMEOUT_S), "--ingest-in-flight", "2"])
+    yield live
+    live.stop()
+
+
+def _stalled_upload(live: LiveServer, sent: bytes, declared: int) -> socket.socket:
+    host, port = httpx.URL(live.url).host, httpx.URL(live.url).port
+    connection = socket.create_connection((host, port))
+    head = (
+        f"POST /api/v1/ingest HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {declared}\r\n\r\n"
+    )
+    connection.sendall(head.encode() + sent)
+    return connection
+
+
+def _answer(connection: socket.socket, timeout_s: float) -> bytes:
+    connection.settimeout(timeout_s)
+    received = b""
+    while b"\r\n\r\n" not in received or not received.rstrip().endswith(b"}"):
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        received += chunk
+    return received
+
+
+def test_a_stalled_upload_gets_408_and_frees_its_ingest_slot(impatient_server: LiveServer) -> None:
+    stalled = [_stalled_upload(impatient_server, b'{"run_key": ', 10_000) for _ in range(2)]  # both slots
+    try:
+        for connection in stalled:
+            answer = _answer(connection, 30)
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
+            assert b'"type":"timeout"' in answer and b'"loc":["body"]' in answer, answer
+    finally:
+        for connection in stalled:
+            connection.close()
+    with impatient_server.client() as client:
+        key = register(client, world_size=1)
+        assert post_gzip(client, ingest_batch(key)).status_code == 202  # the slots were given back
+
+
+def test_a_client_that_goes_away_mid_body_leaves_no_traceback(impatient_server: LiveServer) -> None:
+    for _ in range(3):
+        _stalled_upload(impatient_server, b'{"run_key": "x", ', 10_000).close()
+    time.sleep(0.5)
+    with impatient_server.client() as client:
+        assert client.get("/api/v1/health").status_code == 200
+    log = impatient_server.log_path.read_text()
+    assert "Traceback" not in log and "ClientDisconnect" not in log, log[-2000:]
+
+
+def test_a_wall_of_bad_entries_is_one_error_per_column(impatient_server: LiveServer) -> None:
+    """100,000 bad entries in each of eight columns: one error per column, not 800,000 (pydantic would
+    build every one before the answer kept 50: seconds and a gigabyte)."""
+    columns = ("step", "kind", "start_ns", "end_ns", "stage", "microbatch", "peer", "bytes")
+    document = {"run_key": "x", "rank": 0, "seq": 0, "spans": {column: ["bad"] * 100_000 for column in columns}}
+    with impatient_server.client() as client:
+        started = time.monotonic()
+        response = post_gzip(client, document)
+        seconds = time.monotonic() - started
+    assert_names(response, 422, ["body", "spans", "step", 0], "")
+    assert len(response.json()["detail"]) == len(columns), response.json()["detail"][:3]
+    assert seconds < 30, f"{seconds:.1f} s"  # a hang guard; it takes well under a second
+
+
+def test_a_body_budget_below_the_body_limit_is_refused_at_start(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bubblescope.cli",
+            "serve",
+            "--db",
+            str(tmp_path / "x.db"),
+            "--max-bodies-bytes",
+            "1000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "--max-bodies-bytes (1000) must be at least" in done.stderr, done.stderr
