@@ -43,7 +43,9 @@ RETRY_AFTER = {
     "schema": {"type": "integer", "minimum": 0},
 }
 ERROR_DESCRIPTIONS = {
-    400: "The body is not JSON: empty, not UTF-8, malformed, nested too deeply, or bad gzip",
+    400: "The body is not JSON (empty, not UTF-8, malformed, nested too deeply, bad gzip), the client went away, "
+    "or the Host header is not served here",
+    408: "The body did not arrive within the service's --body-timeout",
     404: "No such run, rank or step (or no such path)",
     413: "The body, or a collection in it, is over a limit (docs/limits.md)",
     415: "`Content-Type` is not application/json, or `Content-Encoding` neither gzip nor identity",
@@ -143,7 +145,7 @@ def _document_errors(route: APIRoute, operation: Json, has_body: bool, error_ref
     on_database = _uses(dependant, get_session)
     statuses: set[int] = set()
     if has_body:
-        statuses |= {400, 413, 415, 422}
+        statuses |= {400, 408, 413, 415, 422, 503}  # 503: the body budget is spent (busy)
     if any(param.get("in") in ("path", "query", "header", "cookie") for param in operation.get("parameters", [])):
         statuses.add(422)
     if dependant.path_params or (has_body and on_database):  # a path or a stored body names a run

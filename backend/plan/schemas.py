@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict
 from bubblescope.analysis.schedules import NAMES
 from bubblescope.backend.fields import PositiveInt
 
-PositiveFloat = Annotated[float, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0, le=1e9)]  # far past any device; 1e308 would overflow the model
 
 
 class ModelIn(BaseModel):

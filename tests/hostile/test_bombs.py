@@ -53,7 +53,7 @@ from tests.support import LiveServer, start_server
 MB = 1_000_000
 MiB = 1024 * 1024
 REFUSE_S = 5.0
-HEALTH_S = 2.0
+HEALTH_S = 5.0
 MEMORY_BYTES = 200 * MB
 HEALTH = "/api/v1/health"
 RUNS = "/api/v1/runs"
