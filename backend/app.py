@@ -17,6 +17,9 @@ from bubblescope.backend.health import router as health_router
 from bubblescope.backend.hosts import HostAllowlist, JsonErrorCors
 from bubblescope.backend.ingest.gate import IngestGate
 from bubblescope.backend.ingest.router import router as ingest_router
+from bubblescope.backend.metrics.router import metrics_registry
+from bubblescope.backend.metrics.router import router as metrics_router
+from bubblescope.backend.metrics.runs import RunMetrics
 from bubblescope.backend.openapi import install_openapi
 from bubblescope.backend.plan.router import router as plan_router
 from bubblescope.backend.runs.router import router as runs_router
@@ -27,6 +30,7 @@ from bubblescope.backend.web.span_kinds import router as span_kinds_router
 
 FEATURE_ROUTERS = (
     health_router,
+    metrics_router,
     ingest_router,
     runs_router,
     capture_router,
@@ -58,6 +62,7 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     app.state.ingest_gate = IngestGate(settings.ingest_in_flight, settings.retry_after_s)
     app.state.body_budget = BodyBudget(settings.max_bodies_bytes, settings.retry_after_s)
     app.state.session_factory = build_session_factory(engine)
+    app.state.metrics = metrics_registry(RunMetrics(app.state.session_factory, settings))
     install_error_handlers(app)
     install_openapi(app)
     app.add_middleware(GZipMiddleware, minimum_size=4096)

@@ -151,6 +151,19 @@ def database_unavailable_error(error: BaseException, retry_after_s: int, loc: Lo
     )
 
 
+def error_type(error: BaseException) -> str:
+    """The ``type`` the answer to ``error`` carries (a metric's reason label)."""
+    if isinstance(error, ApiError):
+        return str(error.errors[0]["type"]) if error.errors else "invalid"
+    if isinstance(error, DomainError):
+        return error.error_type
+    if isinstance(error, (InputError, RequestValidationError, ValidationError)):
+        return "value_error"
+    if isinstance(error, SQLAlchemyError):
+        return "database_unavailable" if database_unavailable(error) else "internal"
+    return "internal"
+
+
 _HTTP_ERROR_TYPES = {404: "not_found", 405: "method_not_allowed"}
 log = logging.getLogger("bubblescope.service")
 

@@ -8,10 +8,12 @@ from starlette.concurrency import run_in_threadpool
 from bubblescope import wire
 from bubblescope.backend.body import BodyLimit, json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
+from bubblescope.backend.errors import error_type
 from bubblescope.backend.ingest.gate import IngestGate
 from bubblescope.backend.ingest.schemas import IngestBatchIn, IngestResult
 from bubblescope.backend.ingest.service import ingest
 from bubblescope.backend.ingest.validation import batch_size_check
+from bubblescope.backend.metrics.service import INGEST_BATCHES, INGEST_DURATION, INGEST_REJECTED, INGEST_SPANS
 from bubblescope.backend.settings import settings_of
 
 router = APIRouter(prefix=wire.API_PREFIX, tags=["ingest"])
@@ -28,7 +30,16 @@ router = APIRouter(prefix=wire.API_PREFIX, tags=["ingest"])
 async def ingest_batch(request: Request, session: DbSession) -> IngestResult:
     settings = settings_of(request)
     gate: IngestGate = request.app.state.ingest_gate
-    with gate.admit():
-        document = await read_json(request, BodyLimit.for_ingest(settings))
-        batch = await run_in_threadpool(parse_document, IngestBatchIn, document, batch_size_check(settings))
-        return await run_in_threadpool(ingest, session, batch)
+    with INGEST_DURATION.time():
+        try:
+            with gate.admit():
+                document = await read_json(request, BodyLimit.for_ingest(settings))
+                batch = await run_in_threadpool(parse_document, IngestBatchIn, document, batch_size_check(settings))
+                result = await run_in_threadpool(ingest, session, batch)
+        except Exception as error:
+            INGEST_REJECTED.labels(error_type(error)).inc()
+            raise
+    if not result.duplicate:
+        INGEST_BATCHES.inc()
+        INGEST_SPANS.inc(result.stored_spans)
+    return result

@@ -135,3 +135,22 @@ def steps_with_spans(session: Session, run_id: int) -> set[int]:
 def spans_of_step(session: Session, run_id: int, step: int) -> Sequence[Span]:
     query = select(Span).where(Span.run_id == run_id, Span.step == step).order_by(Span.rank, Span.start_ns)
     return session.scalars(query).all()
+
+
+def runs_heard_since(session: Session, since: datetime) -> Sequence[Run]:
+    """Runs any rank was heard from after ``since`` (the database's clock)."""
+    return session.scalars(select(Run).where(Run.updated_at > since).order_by(Run.id)).all()
+
+
+def recent_step_aggregates(session: Session, run_id: int, steps: int) -> Sequence[StepAggregate]:
+    """Every rank's aggregates of the run's newest ``steps`` step numbers."""
+    newest = newest_step(session, run_id)
+    if newest is None:
+        return []
+    query = select(StepAggregate).where(StepAggregate.run_id == run_id, StepAggregate.step > newest - steps)
+    return session.scalars(query.order_by(StepAggregate.step, StepAggregate.rank)).all()
+
+
+def dropped_spans(session: Session, run_id: int) -> int:
+    total = session.scalar(select(func.sum(RankInfo.dropped_spans)).where(RankInfo.run_id == run_id))
+    return int(total or 0)

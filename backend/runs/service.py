@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -278,4 +279,36 @@ def _step_summary(step: int, rows: Sequence[StepAggregate], offsets: dict[int, i
         mean_comm_ns=sum(row.comm_ns for row in rows) // count,
         mean_idle_ns=sum(row.idle_ns for row in rows) // count,
         has_spans=has_spans,
+    )
+
+
+RECENT_STEPS = 20
+"""How many of a run's newest steps its recent figures (metrics, alerts) are taken over."""
+
+
+@dataclass(frozen=True)
+class RecentSteps:
+    """A run's newest steps in a few figures, from the per-step aggregates every rank ships."""
+
+    steps: int
+    median_step_ns: float | None  # the aligned wall window of a step, median over the steps
+    idle_ratio: float | None  # idle over the ranks' windows: the bubble less waits inside communication
+    exposed_comm_ratio: float | None
+    ranks_reporting: int
+
+
+def recent_steps(session: Session, run: Run, ranks: Sequence[RankInfo], steps: int = RECENT_STEPS) -> RecentSteps:
+    offsets = {info.rank: info.clock_offset_ns for info in ranks}
+    rows = queries.recent_step_aggregates(session, run.id, steps)
+    by_step: dict[int, list[StepAggregate]] = defaultdict(list)
+    for row in rows:
+        by_step[row.step].append(row)
+    walls = [_step_summary(step, group, offsets, False).wall_ns for step, group in by_step.items()]
+    windows = sum(row.end_ns - row.start_ns for row in rows)
+    return RecentSteps(
+        steps=len(by_step),
+        median_step_ns=statistics.median(walls) if walls else None,
+        idle_ratio=sum(row.idle_ns for row in rows) / windows if windows > 0 else None,
+        exposed_comm_ratio=sum(row.exposed_comm_ns for row in rows) / windows if windows > 0 else None,
+        ranks_reporting=len({row.rank for row in rows}),
     )

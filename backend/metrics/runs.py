@@ -1,0 +1,97 @@
+"""Per-run series for Prometheus, read from the database at each scrape.
+
+Runs heard from in the last ``ACTIVE_FOR`` are exported, each with a few series labelled by its key
+(``run``), so the number of series grows with the number of recent runs, never with their ranks:
+a 16,384-rank run has as many as a 2-rank one. Figures are over the run's newest ``RECENT_STEPS``
+steps, from the aggregates every rank ships for every step (no spans needed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import get_args
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy.orm import Session, sessionmaker
+
+from bubblescope.analysis.schedules import closed_form_bubble
+from bubblescope.backend.db.engine import transaction
+from bubblescope.backend.db.models import Run
+from bubblescope.backend.runs import queries
+from bubblescope.backend.runs.service import RECENT_STEPS, recent_steps
+from bubblescope.backend.runs.state import RunStateName, as_utc, run_state
+from bubblescope.backend.settings import ServiceSettings
+
+ACTIVE_FOR = timedelta(hours=6)
+STATES: tuple[str, ...] = get_args(RunStateName)
+RUN = ["run"]
+
+
+def _gauge(name: str, documentation: str, labels: list[str] = RUN) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"bubblescope_run_{name}", documentation, labels=labels)
+
+
+class RunMetrics(Collector):
+    def __init__(self, session_factory: sessionmaker[Session], settings: ServiceSettings) -> None:
+        self.session_factory = session_factory
+        self.settings = settings
+
+    def collect(self) -> Iterator[Metric]:
+        recent = f"over its newest {RECENT_STEPS} steps"
+        info = _gauge("info", "A run heard from recently: its name and schedule", ["run", "name", "schedule"])
+        state = _gauge(
+            "state", "1 for the run's state (running, finished, failed, silent), 0 for the others", ["run", "state"]
+        )
+        heard = _gauge("last_heard_seconds", "Seconds since any rank of the run was heard from")
+        step = _gauge("step_seconds", f"Median aligned step time {recent}")
+        idle = _gauge(
+            "idle_ratio", f"Idle share of the ranks' step windows {recent}: the bubble less waits inside communication"
+        )
+        floor = _gauge("bubble_floor_ratio", "The schedule's closed-form bubble for the run's stages and micro-batches")
+        exposed = _gauge(
+            "exposed_comm_ratio", f"Communication not hidden behind compute, share of the step windows {recent}"
+        )
+        reporting = _gauge("ranks_reporting", f"Ranks with at least one step aggregate {recent}")
+        expected = _gauge("ranks_expected", "The run's world size")
+        dropped = CounterMetricFamily(
+            "bubblescope_run_dropped_spans", "Spans the collector dropped (a full queue or spool)", labels=RUN
+        )
+        with transaction(self.session_factory) as session:
+            now = queries.database_now(session)
+            runs = queries.runs_heard_since(session, now - ACTIVE_FOR)
+            ends = queries.rank_ends(session, [run.id for run in runs])
+            for run in runs:
+                key = [run.key]
+                config = run.config or {}
+                info.add_metric([run.key, run.name, str(config.get("schedule") or "")], 1)
+                current = run_state(run.world_size, ends[run.id], run.updated_at, now, self.settings.silent_after_s)
+                for name in STATES:
+                    state.add_metric([run.key, name], 1 if current.state == name else 0)
+                heard.add_metric(key, max(0.0, (as_utc(now) - as_utc(run.updated_at)).total_seconds()))
+                figures = recent_steps(session, run, queries.ranks_of(session, run.id))
+                if figures.median_step_ns is not None:
+                    step.add_metric(key, figures.median_step_ns / 1e9)
+                if figures.idle_ratio is not None:
+                    idle.add_metric(key, figures.idle_ratio)
+                if figures.exposed_comm_ratio is not None:
+                    exposed.add_metric(key, figures.exposed_comm_ratio)
+                closed = _closed_form(run)
+                if closed is not None:
+                    floor.add_metric(key, closed)
+                reporting.add_metric(key, figures.ranks_reporting)
+                expected.add_metric(key, run.world_size)
+                dropped.add_metric(key, queries.dropped_spans(session, run.id))
+        yield from (info, state, heard, step, idle, floor, exposed, reporting, expected, dropped)
+
+
+def _closed_form(run: Run) -> float | None:
+    config = run.config or {}
+    stages, microbatches = config.get("num_stages"), config.get("num_microbatches")
+    if not isinstance(stages, int) or not isinstance(microbatches, int):
+        return None
+    virtual = config.get("virtual_stages")
+    per_rank = virtual if isinstance(virtual, int) and virtual > 0 else 1
+    found = closed_form_bubble(config.get("schedule"), max(1, stages // per_rank), microbatches, per_rank)
+    return None if found is None else found.fraction
