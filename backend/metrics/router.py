@@ -17,7 +17,7 @@ router = APIRouter(tags=["meta"])
 
 class _ServiceMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
-        return SERVICE_REGISTRY.collect()
+        yield from SERVICE_REGISTRY.collect()
 
 
 def metrics_registry(run_metrics: RunMetrics) -> CollectorRegistry:
