@@ -21,7 +21,7 @@ from bubblescope.backend.runs.schemas import (
     RunSummary,
     StepDetail,
 )
-from bubblescope.backend.runs.state import MAX_SILENT_AFTER_S
+from bubblescope.backend.runs.state import MAX_SILENT_AFTER_S, RunStateName
 from bubblescope.backend.settings import settings_of
 
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["runs"])
@@ -82,8 +82,12 @@ def get_runs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
     silent_after_s: SilentAfter = None,
+    state: Annotated[
+        list[RunStateName] | None,
+        Query(description="only runs in one of these states (repeat for several: ?state=failed&state=silent)"),
+    ] = None,
 ) -> list[RunSummary]:
-    return service.list_runs(session, limit, offset, _silent_after(request, silent_after_s))
+    return service.list_runs(session, limit, offset, _silent_after(request, silent_after_s), state)
 
 
 @router.get("/{run_key}", response_model=RunDetail, summary="A run: state, config, ranks and per-step summary")

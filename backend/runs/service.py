@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -120,11 +120,33 @@ def end_rank(session: Session, key: str, rank: int, end: RankEndIn) -> RankOut:
     return _rank_out(info)
 
 
-def list_runs(session: Session, limit: int, offset: int, silent_after_s: float) -> list[RunSummary]:
-    listed = queries.list_runs(session, limit, offset)
-    ends = queries.rank_ends(session, [run.id for run, _ in listed])
+SCAN_CHUNK = 500
+
+
+def list_runs(
+    session: Session, limit: int, offset: int, silent_after_s: float, states: Collection[str] | None = None
+) -> list[RunSummary]:
+    """Runs most recently active first; with ``states``, only runs in one of them (the state is worked
+    out per run, so the list is scanned in chunks until ``offset + limit`` of them are found)."""
     now = queries.database_now(session)
-    return [_summary(run, count, ends[run.id], now, silent_after_s) for run, count in listed]
+    if not states:
+        listed = queries.list_runs(session, limit, offset)
+        ends = queries.rank_ends(session, [run.id for run, _ in listed])
+        return [_summary(run, count, ends[run.id], now, silent_after_s) for run, count in listed]
+    found: list[RunSummary] = []
+    scanned = 0
+    while len(found) < offset + limit:
+        listed = queries.list_runs(session, SCAN_CHUNK, scanned)
+        ends = queries.rank_ends(session, [run.id for run, _ in listed])
+        found += [
+            summary
+            for summary in (_summary(run, count, ends[run.id], now, silent_after_s) for run, count in listed)
+            if summary.state in states
+        ]
+        scanned += len(listed)
+        if len(listed) < SCAN_CHUNK:
+            break
+    return found[offset : offset + limit]
 
 
 def run_detail(session: Session, key: str, silent_after_s: float) -> RunDetail:
