@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from bubblescope.backend.db.models import RankInfo, Run, Span, StepAggregate
@@ -96,7 +96,10 @@ def touch_run(session: Session, run_id: int) -> None:
     session.execute(update(Run).where(Run.id == run_id).values(updated_at=func.now()))
 
 
-def list_runs(session: Session, limit: int, offset: int) -> Sequence[tuple[Run, int]]:
+def list_runs(session: Session, limit: int, offset: int, after: int | None = None) -> Sequence[tuple[Run, int]]:
+    """Runs with their step counts, most recently active first (then newest id); ``after``: those
+    after the run of that id in this order, compared in SQL against its current ``updated_at``, so
+    a run that became active again moves the cursor back (runs may repeat, none is skipped)."""
     step_counts = (
         select(StepAggregate.run_id, func.count(func.distinct(StepAggregate.step)).label("steps"))
         .group_by(StepAggregate.run_id)
@@ -109,6 +112,9 @@ def list_runs(session: Session, limit: int, offset: int) -> Sequence[tuple[Run, 
         .limit(limit)
         .offset(offset)
     )
+    if after is not None:
+        mark = select(Run.updated_at).where(Run.id == after).scalar_subquery()
+        query = query.where(or_(Run.updated_at < mark, and_(Run.updated_at == mark, Run.id < after)))
     return [(run, int(count)) for run, count in session.execute(query).all()]
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
-from bubblescope.backend.fields import INT32_MAX, RankIndex, RunKey, StepIndex
+from bubblescope.backend.fields import INT32_MAX, INT64_MAX, RankIndex, RunKey, StepIndex
 from bubblescope.backend.runs import service
 from bubblescope.backend.runs.schemas import (
     RankEndIn,
@@ -75,19 +75,35 @@ def _silent_after(request: Request, asked: float | None) -> float:
     return asked if asked is not None else settings_of(request).silent_after_s
 
 
-@router.get("", response_model=list[RunSummary], summary="Runs, most recently active first, each with its state")
+@router.get(
+    "",
+    response_model=list[RunSummary],
+    summary="Runs, most recently active first, each with its state",
+    description='When more runs follow, the answer\'s `X-Next-Cursor` header (and `Link: <...>; rel="next"`) '
+    "gives the `cursor` of the next page. A run that becomes active again while a client pages moves to "
+    "the front: it may be listed twice, and none is skipped.",
+)
 def get_runs(
     session: DbSession,
     request: Request,
+    response: Response,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
+    cursor: Annotated[int | None, Query(ge=1, le=INT64_MAX, description="X-Next-Cursor of the page before")] = None,
     silent_after_s: SilentAfter = None,
     state: Annotated[
         list[RunStateName] | None,
         Query(description="only runs in one of these states (repeat for several: ?state=failed&state=silent)"),
     ] = None,
 ) -> list[RunSummary]:
-    return service.list_runs(session, limit, offset, _silent_after(request, silent_after_s), state)
+    page, following = service.list_runs(
+        session, limit, offset, _silent_after(request, silent_after_s), state, after=cursor
+    )
+    if following is not None:
+        response.headers["X-Next-Cursor"] = str(following)
+        url = request.url.remove_query_params(["cursor", "offset"]).include_query_params(cursor=following)
+        response.headers["Link"] = f'<{url.path}?{url.query}>; rel="next"'
+    return page
 
 
 @router.get("/{run_key}", response_model=RunDetail, summary="A run: state, config, ranks and per-step summary")

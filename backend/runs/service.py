@@ -124,29 +124,37 @@ SCAN_CHUNK = 500
 
 
 def list_runs(
-    session: Session, limit: int, offset: int, silent_after_s: float, states: Collection[str] | None = None
-) -> list[RunSummary]:
-    """Runs most recently active first; with ``states``, only runs in one of them (the state is worked
-    out per run, so the list is scanned in chunks until ``offset + limit`` of them are found)."""
+    session: Session,
+    limit: int,
+    offset: int,
+    silent_after_s: float,
+    states: Collection[str] | None = None,
+    after: int | None = None,
+) -> tuple[list[RunSummary], int | None]:
+    """Runs most recently active first, and the cursor of the next page (None: no more).
+
+    With ``states``, only runs in one of them: the state is worked out per run, so the list is
+    scanned in chunks until ``offset + limit`` of them are found. ``after`` is a cursor: the id of
+    the last run of the page before (``queries.list_runs``)."""
     now = queries.database_now(session)
-    if not states:
-        listed = queries.list_runs(session, limit, offset)
-        ends = queries.rank_ends(session, [run.id for run, _ in listed])
-        return [_summary(run, count, ends[run.id], now, silent_after_s) for run, count in listed]
     found: list[RunSummary] = []
-    scanned = 0
-    while len(found) < offset + limit:
-        listed = queries.list_runs(session, SCAN_CHUNK, scanned)
+    ids: list[int] = []
+    last = after
+    chunk = SCAN_CHUNK if states else offset + limit + 1
+    while len(found) < offset + limit + 1:
+        listed = queries.list_runs(session, chunk, 0, after=last)
         ends = queries.rank_ends(session, [run.id for run, _ in listed])
-        found += [
-            summary
-            for summary in (_summary(run, count, ends[run.id], now, silent_after_s) for run, count in listed)
-            if summary.state in states
-        ]
-        scanned += len(listed)
-        if len(listed) < SCAN_CHUNK:
+        for run, count in listed:
+            summary = _summary(run, count, ends[run.id], now, silent_after_s)
+            if not states or summary.state in states:
+                found.append(summary)
+                ids.append(run.id)
+        if len(listed) < chunk:
             break
-    return found[offset : offset + limit]
+        last = listed[-1][0].id
+    page = found[offset : offset + limit]
+    more = len(found) > offset + limit
+    return page, (ids[offset + limit - 1] if more and page else None)
 
 
 def run_detail(session: Session, key: str, silent_after_s: float) -> RunDetail:
