@@ -9,8 +9,10 @@ In order, each refusal a 4xx naming the field (docs/limits.md):
    after 32 MiB of output, not inflated.
    Its values are counted as the bytes arrive (a comma or an opening bracket each), and refused
    past ``BodyLimit.json_values`` (413): what parsing would allocate is bounded before it starts.
-   Across all requests, at most ``--max-bodies-bytes`` of bodies are held at once (503, busy).
-3. In a worker thread, not on the event loop, two documents at a time: strict UTF-8 (400), then
+   Across all requests, at most ``--max-bodies-bytes`` of bodies are held at once (503, busy). The
+   whole body must arrive within ``--body-timeout`` (408); a client gone mid-body is a 400.
+3. In a worker thread, not on the event loop, two documents at a time (the wait for a turn is on
+   the event loop, so it holds no worker thread): strict UTF-8 (400), then
    ``json.loads`` (400, and 400 for nesting deeper than the interpreter's recursion limit), then no
    NUL character and no unpaired surrogate in any string or key (422 naming where: PostgreSQL
    cannot store either).
