@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 
 from bubblescope import intervals, wire
 from bubblescope.analysis.model import RankBreakdown, StepBubble, TimedSpan
-from bubblescope.analysis.schedules import closed_form_bubble
+from bubblescope.analysis.schedules import stages_floor
 from bubblescope.timesplit import split_window
 
 Window = tuple[int, int]
@@ -130,10 +130,7 @@ def step_bubble(
         return StepBubble(schedule, num_stages, num_microbatches, 0, 0.0, None, None)
     wall_ns = max(hi for _, hi in windows.values()) - min(lo for lo, _ in windows.values())
     fractions = [1.0 - (b.compute_ns + b.transfer_ns) / wall_ns if wall_ns else 0.0 for b in breakdowns]
-    floor = None
-    if num_stages and num_microbatches:  # the closed forms count ranks, not virtual stages
-        ranks = max(1, num_stages // max(1, virtual_stages))
-        floor = closed_form_bubble(schedule, ranks, num_microbatches, virtual_stages)
+    floor = stages_floor(schedule, num_stages, num_microbatches, virtual_stages)
     return StepBubble(
         schedule=schedule,
         num_stages=num_stages,

@@ -299,6 +299,17 @@ def lookup(name: str, field: str = "schedule") -> Schedule:
     return schedule
 
 
+def stages_floor(
+    schedule: str | None, num_stages: int | None, num_microbatches: int | None, virtual_stages: int = 1
+) -> BubbleFloor | None:
+    """The closed form for a pipeline described as runs describe it, by its stage count (virtual stages
+    included, ``num_stages``): the forms count ranks. None when the shape is not given."""
+    if not num_stages or not num_microbatches:
+        return None
+    v = max(1, virtual_stages)
+    return closed_form_bubble(schedule, max(1, num_stages // v), num_microbatches, v)
+
+
 def closed_form_bubble(schedule: str | None, p: int, m: int, v: int = 1) -> BubbleFloor | None:
     """The schedule's closed-form bubble; None for an unknown schedule or a shape the form does not cover."""
     try:

@@ -37,7 +37,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from bubblescope.backend.errors import ApiError, Loc, busy, from_validation_error
-from bubblescope.backend.settings import SMALL_BODY_BYTES, MiB, ServiceSettings
+from bubblescope.backend.settings import SMALL_BODY_BYTES, MiB, ServiceSettings, settings_of
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -97,7 +97,7 @@ async def read_json(request: Request, limit: BodyLimit = SMALL_BODY) -> Any:
         )
     inflate = _Inflater(limit.json_bytes) if gzipped == "gzip" else None
     budget: BodyBudget = request.app.state.body_budget
-    timeout_s: float = request.app.state.settings.body_timeout_s
+    timeout_s = settings_of(request).body_timeout_s
     parts: list[bytes] = []
     wire = size = values = 0
     try:

@@ -36,6 +36,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
 from bubblescope.analysis.errors import InputError
+from bubblescope.backend.settings import settings_of
 
 Loc = Sequence[str | int]
 MAX_ERRORS = 50
@@ -187,7 +188,7 @@ def install_error_handlers(app: FastAPI) -> None:
             log.error("%s %s failed", request.method, request.url.path, exc_info=error)
             return _internal(error)
         request.app.state.database.failed(first_line(error))
-        unavailable = database_unavailable_error(error, request.app.state.settings.retry_after_s)
+        unavailable = database_unavailable_error(error, settings_of(request).retry_after_s)
         return JSONResponse(status_code=503, content={"detail": unavailable.errors}, headers=unavailable.headers)
 
     @app.exception_handler(DomainError)

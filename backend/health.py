@@ -22,6 +22,7 @@ from sqlalchemy import text
 from bubblescope import __version__, wire
 from bubblescope.backend.db import migrate
 from bubblescope.backend.errors import ApiError, database_unavailable, database_unavailable_error, first_line
+from bubblescope.backend.settings import settings_of
 
 router = APIRouter(prefix=wire.API_PREFIX, tags=["meta"])
 
@@ -80,7 +81,7 @@ async def health(request: Request) -> HealthOut:  # on the event loop: answers w
 )
 def ready(request: Request) -> ReadyOut:
     status: DatabaseStatus = request.app.state.database
-    retry = {"Retry-After": str(request.app.state.settings.retry_after_s)}
+    retry_after_s = settings_of(request).retry_after_s
     try:
         with request.app.state.engine.connect() as connection:
             connection.execute(text("SELECT 1"))
@@ -89,7 +90,7 @@ def ready(request: Request) -> ReadyOut:
         if not database_unavailable(error):
             raise
         status.failed(first_line(error))
-        raise database_unavailable_error(error, request.app.state.settings.retry_after_s, ["database"]) from None
+        raise database_unavailable_error(error, retry_after_s, ["database"]) from None
     head: str = request.app.state.schema_head
     if revision is None or revision != head:
         status.failed(f"schema at revision {revision}, this version needs {head}")
@@ -98,7 +99,7 @@ def ready(request: Request) -> ReadyOut:
             ["database", "schema_revision"],
             f"schema at revision {revision or 'none'}, this version needs {head}: run bubblescope db upgrade",
             "schema_out_of_date",
-            retry,
+            {"Retry-After": str(retry_after_s)},
         )
     status.answered()
     return ReadyOut(status="ready", schema_revision=revision)

@@ -16,9 +16,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session, sessionmaker
 
-from bubblescope.analysis.schedules import closed_form_bubble
+from bubblescope.analysis.schedules import stages_floor
 from bubblescope.backend.db.engine import transaction
-from bubblescope.backend.db.models import Run
 from bubblescope.backend.runs import queries
 from bubblescope.backend.runs.service import RECENT_STEPS, recent_steps
 from bubblescope.backend.runs.state import RunStateName, as_utc, run_state
@@ -70,28 +69,23 @@ class RunMetrics(Collector):
                 for name in STATES:
                     state.add_metric([run.key, name], 1 if current.state == name else 0)
                 heard.add_metric(key, max(0.0, (as_utc(now) - as_utc(run.updated_at)).total_seconds()))
-                figures = recent_steps(session, run, queries.ranks_of(session, run.id))
+                ranks = queries.ranks_of(session, run.id)
+                figures = recent_steps(session, run, ranks)
                 if figures.median_step_ns is not None:
                     step.add_metric(key, figures.median_step_ns / 1e9)
                 if figures.idle_ratio is not None:
                     idle.add_metric(key, figures.idle_ratio)
                 if figures.exposed_comm_ratio is not None:
                     exposed.add_metric(key, figures.exposed_comm_ratio)
-                closed = _closed_form(run)
+                closed = stages_floor(
+                    config.get("schedule"),
+                    config.get("num_stages"),
+                    config.get("num_microbatches"),
+                    config.get("virtual_stages") or 1,
+                )
                 if closed is not None:
-                    floor.add_metric(key, closed)
+                    floor.add_metric(key, closed.fraction)
                 reporting.add_metric(key, figures.ranks_reporting)
                 expected.add_metric(key, run.world_size)
-                dropped.add_metric(key, queries.dropped_spans(session, run.id))
+                dropped.add_metric(key, sum(info.dropped_spans for info in ranks))
         yield from (info, state, heard, step, idle, floor, exposed, reporting, expected, dropped)
-
-
-def _closed_form(run: Run) -> float | None:
-    config = run.config or {}
-    stages, microbatches = config.get("num_stages"), config.get("num_microbatches")
-    if not isinstance(stages, int) or not isinstance(microbatches, int):
-        return None
-    virtual = config.get("virtual_stages")
-    per_rank = virtual if isinstance(virtual, int) and virtual > 0 else 1
-    found = closed_form_bubble(config.get("schedule"), max(1, stages // per_rank), microbatches, per_rank)
-    return None if found is None else found.fraction

@@ -96,7 +96,7 @@ def touch_run(session: Session, run_id: int) -> None:
     session.execute(update(Run).where(Run.id == run_id).values(updated_at=func.now()))
 
 
-def list_runs(session: Session, limit: int, offset: int, after: int | None = None) -> Sequence[tuple[Run, int]]:
+def list_runs(session: Session, limit: int, after: int | None = None) -> Sequence[tuple[Run, int]]:
     """Runs with their step counts, most recently active first (then newest id); ``after``: those
     after the run of that id in this order, compared in SQL against its current ``updated_at``, so
     a run that became active again moves the cursor back (runs may repeat, none is skipped)."""
@@ -110,7 +110,6 @@ def list_runs(session: Session, limit: int, offset: int, after: int | None = Non
         .outerjoin(step_counts, step_counts.c.run_id == Run.id)
         .order_by(Run.updated_at.desc(), Run.id.desc())
         .limit(limit)
-        .offset(offset)
     )
     if after is not None:
         mark = select(Run.updated_at).where(Run.id == after).scalar_subquery()
@@ -155,8 +154,3 @@ def recent_step_aggregates(session: Session, run_id: int, steps: int) -> Sequenc
         return []
     query = select(StepAggregate).where(StepAggregate.run_id == run_id, StepAggregate.step > newest - steps)
     return session.scalars(query.order_by(StepAggregate.step, StepAggregate.rank)).all()
-
-
-def dropped_spans(session: Session, run_id: int) -> int:
-    total = session.scalar(select(func.sum(RankInfo.dropped_spans)).where(RankInfo.run_id == run_id))
-    return int(total or 0)

@@ -142,7 +142,7 @@ def list_runs(
     last = after
     chunk = SCAN_CHUNK if states else offset + limit + 1
     while len(found) < offset + limit + 1:
-        listed = queries.list_runs(session, chunk, 0, after=last)
+        listed = queries.list_runs(session, chunk, after=last)
         ends = queries.rank_ends(session, [run.id for run, _ in listed])
         for run, count in listed:
             summary = _summary(run, count, ends[run.id], now, silent_after_s)
