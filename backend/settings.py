@@ -40,7 +40,10 @@ def _setting(
     option: str | None = None,
     maximum: float | None = None,
     shown: str | None = None,
+    kind: type | None = None,
 ) -> Any:
+    """One setting. ``kind``: its type when the default does not tell (``str`` for an optional
+    text, ``bool`` for a flag that is off by default)."""
     metadata = {
         "help": help_text,
         "metavar": metavar,
@@ -48,6 +51,7 @@ def _setting(
         "option": option,
         "maximum": maximum,
         "shown": shown,
+        "kind": kind or type(default),
     }
     if many:
         return field(default_factory=lambda: tuple(default), metadata=metadata)
@@ -126,6 +130,83 @@ class ServiceSettings:
         shown="none",
     )
 
+    # ---- alert rules (docs/alerts.md); a run overrides any of them with its config's "alerts" key
+    alert_interval_s: float = _setting(
+        10.0,
+        "seconds between the service's own evaluations of the alert rules (they also run after each ingest)",
+        metavar="SECONDS",
+        option="--alert-interval",
+    )
+    hung_after_s: float = _setting(
+        60.0,
+        "a run whose ranks are heard from but finish no step for this long (or 5 median steps, if longer) "
+        "is hung",
+        metavar="SECONDS",
+        option="--hung-after",
+    )
+    regression_percent: float = _setting(
+        25.0, "step-time regression: the recent median step this much slower than the run's baseline", metavar="PCT"
+    )
+    regression_for_s: float = _setting(
+        300.0,
+        "step-time regression: for this long before it fires",
+        metavar="SECONDS",
+        option="--regression-for",
+    )
+    bubble_over_floor_points: float = _setting(
+        10.0, "bubble above floor: the measured bubble this many points (of 100) above the schedule's", metavar="PTS"
+    )
+    bubble_for_steps: int = _setting(20, "bubble above floor: over this many recent steps", metavar="N")
+    external_url: str | None = _setting(
+        None,
+        "the service's address as people reach it, for the links in alerts (default: http://HOST:PORT)",
+        metavar="URL",
+        kind=str,
+    )
+    # ---- alert delivery (docs/alerts.md)
+    alertmanager_urls: tuple[str, ...] = _setting(
+        (),
+        "an Alertmanager to push alerts to (its base URL; repeat for several)",
+        metavar="URL",
+        many=True,
+        option="--alertmanager-url",
+        shown="none",
+    )
+    webhook_urls: tuple[str, ...] = _setting(
+        (),
+        "a URL that receives each alert's firing and resolution as signed JSON (repeat for several)",
+        metavar="URL",
+        many=True,
+        option="--webhook-url",
+        shown="none",
+    )
+    webhook_secret_file: str | None = _setting(
+        None,
+        "a file holding the key that signs webhook bodies (HMAC-SHA256 in X-Bubblescope-Signature)",
+        metavar="PATH",
+        kind=str,
+    )
+    alert_resend_s: float = _setting(
+        60.0,
+        "seconds between re-sends of the firing alerts to Alertmanager (it expects them while they fire)",
+        metavar="SECONDS",
+        option="--alert-resend",
+    )
+    # ---- access (docs/access.md)
+    auth: bool = _setting(False, "require an API token (or a signed-in session) on every endpoint but health", kind=bool)
+    insecure: bool = _setting(
+        False, "serve on a non-loopback address without --auth (anyone who reaches it can write and delete)", kind=bool
+    )
+    trusted_user_header: str | None = _setting(
+        None,
+        "with --auth: a reverse proxy's header naming a signed-in user (SSO), who gets read access",
+        metavar="HEADER",
+        kind=str,
+    )
+    retain_days: float | None = _setting(
+        None, "delete runs not heard from for this many days (checked hourly)", metavar="DAYS", kind=float
+    )
+
     def __post_init__(self) -> None:
         floor = max(self.max_json_bytes, SMALL_BODY_BYTES)
         if self.max_bodies_bytes < floor:
@@ -176,7 +257,21 @@ def serve_options(parser: argparse.ArgumentParser) -> None:
                 help=setting.metadata["help"],
             )
             continue
-        kind = float if isinstance(setting.default, float) else int
+        kind = setting.metadata["kind"]
+        if kind is bool:
+            parser.add_argument(
+                option_name(setting), dest=setting.name, action="store_true", help=setting.metadata["help"]
+            )
+            continue
+        if kind is str:
+            parser.add_argument(
+                option_name(setting),
+                dest=setting.name,
+                default=setting.default,
+                metavar=setting.metadata["metavar"],
+                help=setting.metadata["help"],
+            )
+            continue
         parser.add_argument(
             option_name(setting),
             dest=setting.name,
@@ -215,11 +310,19 @@ def from_options(args: argparse.Namespace) -> ServiceSettings:
 
 def limits_table() -> str:
     """The Markdown table of docs/limits.md."""
-    rows = ["| `serve` option | default | what it bounds |", "|---|---|---|"]
+    rows = ["| `serve` option | default | what it sets |", "|---|---|---|"]
     for setting in dataclasses.fields(ServiceSettings):
-        default = setting.metadata["shown"] or f"{setting.default:,}"
+        default = setting.metadata["shown"] or _shown(setting.default)
         rows.append(f"| `{option_name(setting)}` | {default} | {setting.metadata['help']} |")
     return "\n".join(rows) + "\n"
+
+
+def _shown(default: Any) -> str:
+    if isinstance(default, bool):
+        return "off"
+    if default is None:
+        return "none"
+    return f"{default:,}" if isinstance(default, (int, float)) else str(default)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,9 @@ class RankInfo(Base):
     error: Mapped[str | None] = mapped_column(String(1000))
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # received, service clock
     end_ns: Mapped[int | None]  # when the rank ended, epoch ns on rank 0's clock
+    last_heard_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # service clock
+    last_step: Mapped[int | None]  # its newest finished step
+    in_flight: Mapped[dict[str, Any] | None]  # the watchdog's report of a long step (wire.InFlight)
 
     run: Mapped[Run] = relationship(back_populates="ranks")
 
@@ -128,3 +131,52 @@ class CaptureRequest(Base):
     from_step: Mapped[int]
     steps: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Alert(Base):
+    """One firing of an alert, in Alertmanager's shape; resolved once ``ends_at`` is set."""
+
+    __tablename__ = "alerts"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    fingerprint: Mapped[str] = mapped_column(String(32), index=True)
+    alertname: Mapped[str] = mapped_column(String(64))
+    severity: Mapped[str] = mapped_column(String(16))
+    labels: Mapped[dict[str, Any]]
+    annotations: Mapped[dict[str, Any]]
+    evidence_path: Mapped[str] = mapped_column(String(512))  # the dashboard view, relative to the service
+    starts_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ends_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AlertDelivery(Base):
+    """A notification still to send (or sent): one per alert, target and status (firing/resolved)."""
+
+    __tablename__ = "alert_deliveries"
+    __table_args__ = (UniqueConstraint("alert_id", "target", "status"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"))
+    target: Mapped[str] = mapped_column(String(2048))
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    last_error: Mapped[str | None] = mapped_column(String(1000))
+
+
+class ApiToken(Base):
+    """An API token: its scope and SHA-256 hash (the token itself is shown once, at creation)."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    scope: Mapped[str] = mapped_column(String(16))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
