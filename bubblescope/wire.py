@@ -11,6 +11,18 @@ A batch is one JSON object, optionally gzip-compressed (``Content-Encoding: gzip
                 "group": [...], "name": [...]}
     }
 
+A batch may also carry ``"in_flight"``: the collector's watchdog report of a step running far
+past its usual length, sent every few seconds with no steps while it lasts (a rank's silence is
+then a death, not a hang)::
+
+    "in_flight": {"step": 5, "in_step": true, "elapsed_s": 41.2,
+                  "op": {"kind": "recv", "name": "bwd", "group": "pp", "peer": 1,
+                         "bytes": 4096, "elapsed_s": 40.9}}
+
+``op`` is null when the rank is not blocked in a communication op (computing, or stuck in its
+own code); ``in_step`` false means between steps (after step ``step - 1``). A batch with steps
+and no ``in_flight`` means the rank is moving again.
+
 The service answers ``{"stored_spans", "stored_steps", "duplicate", "captures": [{"id",
 "steps", "from_step"}]}``; a capture asks for full spans of steps [from_step, from_step+steps).
 

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bubblescope import wire
+from bubblescope.collector import termination
 from bubblescope.collector.clock import now_ns
 from bubblescope.collector.config import CollectorConfig
 from bubblescope.collector.model_parallel import LayerwiseStage
@@ -68,6 +69,7 @@ _session: CollectorSession | None = None
 _warned_kinds: set[str] = set()
 _uncaught: tuple[str, int] | None = None  # the exception ending this process and when (epoch ns)
 _hook_installed = False
+_ending = False  # shutdown() is reporting this rank's end (a SIGTERM handler then lets it finish)
 
 
 def init(
@@ -105,6 +107,7 @@ def init(
         _session = CollectorSession(resolved, config)
         atexit.register(shutdown)
         _note_uncaught_exceptions()
+        termination.install(_report_termination, lambda: _ending)
     except Exception as error:  # noqa: BLE001 - a broken collector must not stop training
         log.warning("bubblescope: collector disabled, init failed: %r", error)
         _session = None
@@ -276,18 +279,27 @@ def paused() -> contextlib.AbstractContextManager[Any]:
     return _session.recorder.paused()
 
 
-def shutdown() -> None:
-    """Flush what is buffered (bounded wait); what cannot be delivered stays in the spool."""
-    global _session
+def _report_termination(timeout_s: float) -> None:
+    """SIGTERM (``termination``): the rank ends failed, terminated; at most ``timeout_s`` to say so."""
+    global _uncaught
+    _uncaught = (termination.TERMINATED, now_ns())
+    shutdown(timeout_s)
+
+
+def shutdown(timeout_s: float | None = None) -> None:
+    """Flush what is buffered (bounded wait: ``timeout_s``, else ``BUBBLESCOPE_SHUTDOWN_TIMEOUT_S``);
+    what cannot be delivered stays in the spool."""
+    global _session, _ending
     session, _session = _session, None
     if session is None:
         return
+    _ending = True
     try:
         from bubblescope.collector import collectives, pipelining
 
         pipelining.detach()
         collectives.detach()
         session.report_end(*_ending_error())
-        session.close()
+        session.close(timeout_s)
     except Exception as error:  # noqa: BLE001
         log.warning("bubblescope: shutdown error ignored: %r", error)

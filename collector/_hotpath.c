@@ -17,7 +17,7 @@
 
 static PyObject *s_step_index, *s_spans, *s_capacity, *s_add, *s_paused_depth, *s_quiet_depth,
     *s_recorder, *s_tag, *s_op, *s_name, *s_peer, *s_tensor, *s_nbytes, *s_isend, *s_send, *s_recv,
-    *s_pp, *s_full_backward, *s_repeat_at, *s_is_last, *s_forward, *s_extend_last;
+    *s_pp, *s_full_backward, *s_repeat_at, *s_is_last, *s_forward, *s_extend_last, *s_waiting, *s_p2p;
 
 static long long
 now_ns(void)
@@ -409,6 +409,30 @@ done:
     return status;
 }
 
+/* recorder.waiting = ("p2p", entry, now): what the shipper's watchdog reports while this wait
+ * blocks (recorder.waiting_op decodes it); never raises */
+static void
+set_waiting(PyObject *recorder, PyObject *entry)
+{
+    PyObject *since = PyLong_FromLongLong(now_ns());
+    PyObject *waiting = since == NULL ? NULL : PyTuple_Pack(3, s_p2p, entry, since);
+    if (waiting == NULL || PyObject_SetAttr(recorder, s_waiting, waiting) < 0)
+        PyErr_Clear();
+    Py_XDECREF(waiting);
+    Py_XDECREF(since);
+}
+
+/* recorder.waiting = None, keeping any exception the wait raised */
+static void
+clear_waiting(PyObject *recorder)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (PyObject_SetAttr(recorder, s_waiting, Py_None) < 0)
+        PyErr_Clear();
+    PyErr_Restore(type, value, traceback);
+}
+
 static PyObject *
 wait_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -433,8 +457,10 @@ wait_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kw
         return PyObject_Vectorcall(self->wrapped, args, nargsf, kwnames);
     }
     Py_INCREF(recorder);
+    set_waiting(recorder, entry);
     long long started, finished;
     PyObject *result = call_quietly(recorder, self->wrapped, args, nargsf, kwnames, &started, &finished);
+    clear_waiting(recorder);
     if (result != NULL) {
         note_wait(self, recorder, entry, started, finished);
         PyErr_Clear();  /* a recording error never reaches the training loop */
@@ -648,6 +674,8 @@ PyInit__hotpath(void)
     INTERN(s_is_last, "is_last");
     INTERN(s_forward, "forward");
     INTERN(s_extend_last, "extend_last");
+    INTERN(s_waiting, "waiting");
+    INTERN(s_p2p, "p2p");
     wrapper_type = (PyTypeObject *)PyType_FromSpec(&wrapper_spec);
     if (wrapper_type == NULL)
         return NULL;

@@ -192,6 +192,17 @@ def _finish(handle: Any) -> None:
             recorder.add(kind, start, max(start, end), None, None, peer, size, label, name)
 
 
+def _note_waiting(handle: Any) -> Recorder | None:
+    """Tell the watchdog which recorded op a wait blocks in; the recorder to clear after, or None."""
+    recorder = _State.recorder
+    entry = _State.pending.get(_key(handle))
+    if recorder is None or entry is None or recorder.waiting is not None:
+        return None
+    kind, _start, peer, size, label, name = entry[1][0]
+    recorder.waiting = (kind, name, label, peer, size, local_ns())
+    return recorder
+
+
 def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def collective(*args: Any, **kwargs: Any) -> Any:
@@ -204,11 +215,19 @@ def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]
         clock = recorder.gpu
         start = local_ns()  # before the start event: the GPU placement's bound
         gpu_start = issue_event(clock, payload)
-        with recorder.quiet():  # torch composes some calls of others (send is isend + wait)
-            result = original(*args, **kwargs)
+        row: tuple[Any, ...]
         try:
             group = kwargs.get("group", args[group_at] if len(args) > group_at else None)
             row = (kind, start, _peer(name, args, kwargs, group), tensor_bytes(payload), group_label(group), name)
+        except Exception:  # noqa: BLE001 - never break the job's collective
+            row = (kind, start, None, None, None, name)
+        recorder.waiting = (kind, name, row[4], row[2], row[3], start)  # an async call returns at once
+        try:
+            with recorder.quiet():  # torch composes some calls of others (send is isend + wait)
+                result = original(*args, **kwargs)
+        finally:
+            recorder.waiting = None
+        try:
             if gpu_start is not None:
                 if result is None or name in ("send", "recv"):  # waited inside: this stream waits for it
                     recorder.add_gpu(kind, gpu_start, clock.mark(), None, None, *row[2:], host_start_ns=start)
@@ -279,9 +298,15 @@ def _wrap_batch(original: Callable[..., Any]) -> Callable[..., Any]:
 def _wrap_work_wait(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original(self, *args, **kwargs)
-        if _State.pending:
-            _finish(self)
+        if not _State.pending:
+            return original(self, *args, **kwargs)
+        waiting = _note_waiting(self)
+        try:
+            result = original(self, *args, **kwargs)
+        finally:
+            if waiting is not None:
+                waiting.waiting = None
+        _finish(self)
         return result
 
     return wait
@@ -338,9 +363,15 @@ def _group_of(group: Any) -> Any:
 def _wrap_wait_tensor(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def wait_tensor(tensor: Any) -> Any:
-        result = original(tensor)
-        if _State.pending:
-            _finish(tensor)
+        if not _State.pending:
+            return original(tensor)
+        waiting = _note_waiting(tensor)
+        try:
+            result = original(tensor)
+        finally:
+            if waiting is not None:
+                waiting.waiting = None
+        _finish(tensor)
         return result
 
     return wait_tensor

@@ -185,6 +185,10 @@ class CollectorConfig:
     flush_interval_s: float = setting("BUBBLESCOPE_FLUSH_INTERVAL_S", seconds(0.001), 1.0)
     """How often the background thread sends what the finished steps left."""
 
+    watchdog_after_s: float = setting("BUBBLESCOPE_WATCHDOG_AFTER_S", seconds(0.0), 10.0)
+    """A step running this long, and 3 times its usual length, makes the background thread report
+    it (and the op it is blocked in) every few seconds, for the service's hung alert (0: never)."""
+
     request_timeout_s: float = setting("BUBBLESCOPE_REQUEST_TIMEOUT_S", seconds(0.001), 5.0)
     """Timeout of one request to the service."""
 

@@ -153,13 +153,15 @@ def _p2p_wrappers(
         if recorder is None or entry is None:
             return original_wait(work)
         started = local_ns()
+        _works, recvs, sends, posted_spans, posted_length = entry
+        recorder.waiting = ("p2p", entry, started)  # decoded by recorder.waiting_op off this thread
         recorder.quiet_depth += 1
         try:
             result = original_wait(work)
         finally:
             recorder.quiet_depth -= 1
+            recorder.waiting = None
         finished = local_ns()
-        _works, recvs, sends, posted_spans, posted_length = entry
         spans = recorder.spans
         quiet_since_post = spans is posted_spans and len(spans) == posted_length
         for stage, microbatch, peer, name, size in recvs if len(recvs) < 2 else _merge_recvs(recvs):

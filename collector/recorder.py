@@ -30,6 +30,44 @@ StepSink = Callable[["StepRecord"], None]
 DropCounter = Callable[[int], None]
 DetailPolicy = Callable[[int], bool]
 DetailListener = Callable[[bool], None]
+Waiting = tuple[Any, ...]
+"""What the training thread is blocked in, as cheap to write as possible: (kind, op name, group,
+peer, bytes, since ``local_ns``) from the collectives layer, or ("p2p", the pipelining
+integration's pending entry, since) from a pipeline's P2P wait; ``waiting_op`` reads either."""
+
+
+def waiting_op(waiting: Waiting | None) -> dict[str, Any] | None:
+    """The op a ``Recorder.waiting`` value describes (kind, name, group, peer, bytes, since_ns), or None.
+
+    Runs on the shipper thread while the training thread may change ``waiting``: it reads one
+    snapshot tuple and never raises."""
+    try:
+        if waiting is None:
+            return None
+        if waiting[0] == "p2p":
+            _works, recvs, sends, posted_spans, _length = waiting[1]
+            if recvs:
+                _stage, _microbatch, peer, name, size = recvs[0]
+                kind = "recv"
+            elif sends and sends[0] < len(posted_spans):
+                row = posted_spans[sends[0]]
+                kind, peer, size, name = "send", row[6], row[7], row[9]
+            else:
+                return None
+            op = (kind, name, "pp", peer, size, waiting[2])
+        else:
+            op = waiting
+        kind, name, group, peer, size, since = op
+        return {
+            "kind": str(kind),
+            "name": None if name is None else str(name)[:64],
+            "group": None if group is None else str(group)[:32],
+            "peer": None if peer is None else int(peer),
+            "bytes": None if size is None else int(size),
+            "since_ns": int(since),
+        }
+    except Exception:  # noqa: BLE001 - a torn or unexpected value: report no op
+        return None
 
 
 class StepRecord:
@@ -118,10 +156,13 @@ class QuietSpanTimer(SpanTimer):
     def __enter__(self) -> QuietSpanTimer:
         self._recorder.quiet_depth += 1
         SpanTimer.__enter__(self)
+        _stage, _microbatch, peer, size, group, name = self._fields
+        self._recorder.waiting = (self._kind, name, group, peer, size, self._start)  # for the watchdog
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self._recorder.quiet_depth -= 1
+        self._recorder.waiting = None
         SpanTimer.__exit__(self, *exc)
 
 
@@ -199,6 +240,15 @@ class Recorder:
         # records differently without detail (else every step is complete).
         self.detailed = True
         self._detail_listeners: list[DetailListener] = []
+        # The communication op the training thread is blocked in now (set around each blocking
+        # call and wait by the integrations, read by the shipper's watchdog): two attribute
+        # writes per op, nothing else on this thread.
+        self.waiting: Waiting | None = None
+
+    @property
+    def step_start_ns(self) -> int | None:
+        """When the current step began (``local_ns``); None between steps."""
+        return self._step_start
 
     def add_detail_listener(self, listener: DetailListener) -> None:
         """Call ``listener(detailed)`` now and whenever a step's start changes the answer."""

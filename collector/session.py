@@ -79,6 +79,7 @@ class CollectorSession:
         self.recorder = Recorder(
             self.shipper.submit, self.shipper.count_dropped, MAX_BUFFERED_SPANS, self.shipper.ships_spans_of
         )
+        self.shipper.watch(self.recorder)
         self.shipper.start()
         if config.url is None:
             self._say_where_it_spools()
@@ -200,5 +201,7 @@ class CollectorSession:
     def _put(self, path: str, body: dict[str, Any], past_a_full_inbox: bool = False) -> None:
         self.shipper.submit_message(Message("PUT", path, wire.encode_batch(body)), past_a_full_inbox)
 
-    def close(self) -> None:
-        self.shipper.stop(self.config.shutdown_timeout_s)
+    def close(self, timeout_s: float | None = None) -> None:
+        self.shipper.stop(
+            self.config.shutdown_timeout_s if timeout_s is None else min(timeout_s, self.config.shutdown_timeout_s)
+        )

@@ -17,6 +17,7 @@ applies to every step not started yet.
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
 import time
 from collections import deque
@@ -26,8 +27,9 @@ from typing import Any
 from bubblescope import wire
 from bubblescope.collector.aggregate import span_columns, step_aggregate
 from bubblescope.collector.capture import CaptureWindows
+from bubblescope.collector.clock import local_ns
 from bubblescope.collector.config import CollectorConfig
-from bubblescope.collector.recorder import StepRecord
+from bubblescope.collector.recorder import Recorder, StepRecord, waiting_op
 from bubblescope.collector.spool import Spool
 from bubblescope.collector.transport import Message, Verdict, send
 
@@ -39,6 +41,9 @@ MAX_BATCH_SPANS = 20_000  # a batch's worth: the training thread wakes the shipp
 QUEUE_STEPS = 4096  # the inbox's bound in steps; past it a step is dropped and its spans counted
 MAX_ATTEMPTS = 3  # sends of one message before it is spooled
 _INGEST_PATH = f"{wire.API_PREFIX}/ingest"
+WATCHDOG_STEP_FACTOR = 3.0  # a step this many times its usual length (and watchdog_after_s) is reported
+WATCHDOG_EVERY_S = 5.0  # while it lasts, a report this often: the rank is alive, and where it waits
+USUAL_STEPS = 20  # the usual length: the median of this many newest steps
 
 
 class Shipper:
@@ -80,12 +85,21 @@ class Shipper:
         self._dropped_in_job = 0  # training thread: full queue, recorder buffer overflow
         self._dropped_here = 0  # shipper thread: spool full, message rejected for good
         self._warned: set[str] = set()
+        # The watchdog's view of the training thread (read here, written there: see Recorder.waiting)
+        self._recorder: Recorder | None = None
+        self._step_lengths: deque[int] = deque(maxlen=USUAL_STEPS)
+        self._last_step_end: int | None = None
+        self._stall_reported_at = 0.0
         self._thread = threading.Thread(target=self._run, name="bubblescope-shipper", daemon=True)
 
     @property
     def dropped_spans(self) -> int:
         """Spans lost anywhere in this rank; shipped with every batch and shown by the service."""
         return self._dropped_in_job + self._dropped_here
+
+    def watch(self, recorder: Recorder) -> None:
+        """Report ``recorder``'s step when it runs far past its usual length (``_watch``)."""
+        self._recorder = recorder
 
     # ---- training-thread side -------------------------------------------------------------
     def start(self) -> None:
@@ -133,7 +147,7 @@ class Shipper:
             # not always after the step that woke it (so a step the job runs inside
             # collector.paused() bears it as often as one recorded). The training thread wakes it
             # early only when a batch's worth of spans waits.
-            self._wake.wait(max(0.0, self._flush_due_at - time.monotonic()))
+            self._wake.wait(max(0.0, min(self._flush_due_at - time.monotonic(), WATCHDOG_EVERY_S)))
             self._wake.clear()  # before draining: an append after this point sets it again
             try:
                 if self._take_inbox():
@@ -141,6 +155,7 @@ class Shipper:
                 due = time.monotonic() >= self._flush_due_at
                 if due or self._pending_span_count >= self.max_batch_spans:
                     self._flush()
+                self._watch()
             except Exception as error:  # noqa: BLE001 - the shipper must outlive any bug
                 self._warn_once("bug", f"bubblescope: shipper error ignored: {error!r}")
                 self._flush_due_at = max(self._flush_due_at, time.monotonic() + self.config.flush_interval_s)
@@ -167,12 +182,40 @@ class Shipper:
             self._flush()
             self._deliver(item)
         elif isinstance(item, StepRecord):
+            self._step_lengths.append(item.end_ns - item.start_ns)
+            self._last_step_end = item.end_ns
             self._pending_steps.append(item)
             self._pending_span_count += len(item.spans)
             self._taken_spans += len(item.spans)
             if len(self._pending_steps) >= wire.MAX_BATCH_STEPS:  # the service refuses longer batches
                 self._flush()
         return False
+
+    def _watch(self) -> None:
+        """The watchdog: while the training thread's step (or the gap after its last step) runs
+        past ``watchdog_after_s`` and ``WATCHDOG_STEP_FACTOR`` times the usual step, send the
+        service a step-less batch saying so, with the op it is blocked in, every
+        ``WATCHDOG_EVERY_S``. Reads two attributes of the recorder; nothing on the training thread."""
+        recorder = self._recorder
+        if recorder is None or self.config.watchdog_after_s <= 0 or self._service_down():
+            return
+        if time.monotonic() - self._stall_reported_at < WATCHDOG_EVERY_S:
+            return
+        started = recorder.step_start_ns
+        since = started if started is not None else self._last_step_end
+        if since is None:  # before the first step: loading and compiling take what they take
+            return
+        usual = statistics.median(self._step_lengths) if self._step_lengths else 0
+        now = local_ns()
+        if now - since < max(self.config.watchdog_after_s * 1e9, WATCHDOG_STEP_FACTOR * usual):
+            return
+        op = waiting_op(recorder.waiting)
+        if op is not None:
+            op["elapsed_s"] = max(0.0, (now - op.pop("since_ns")) / 1e9)
+        report = {"step": recorder.step_index, "in_step": started is not None, "elapsed_s": (now - since) / 1e9}
+        batch = {**self._batch([], wire.spans_to_columns([])), "in_flight": {**report, "op": op}}
+        self._stall_reported_at = time.monotonic()
+        self._send(Message("POST", _INGEST_PATH, wire.encode_batch(batch)))  # not spooled: stale once late
 
     def ships_spans_of(self, step: int) -> bool:
         """Whether ``step`` travels in full: asked by the recorder at the step's start (on the
