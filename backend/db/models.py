@@ -61,6 +61,7 @@ class RankInfo(Base):
     end_ns: Mapped[int | None]  # when the rank ended, epoch ns on rank 0's clock
     last_heard_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # service clock
     last_step: Mapped[int | None]  # its newest finished step
+    last_step_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # a batch with steps came
     in_flight: Mapped[dict[str, Any] | None]  # the watchdog's report of a long step (wire.InFlight)
 
     run: Mapped[Run] = relationship(back_populates="ranks")

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
+from bubblescope.backend.alerts.evaluator import ALERT_TASK
 from bubblescope.backend.body import BodyLimit, json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.errors import error_type
@@ -42,4 +43,5 @@ async def ingest_batch(request: Request, session: DbSession) -> IngestResult:
     if not result.duplicate:
         INGEST_BATCHES.inc()
         INGEST_SPANS.inc(result.stored_spans)
+        request.app.state.background.wake(ALERT_TASK)  # the rules see the news without waiting their interval
     return result

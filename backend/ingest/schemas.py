@@ -54,6 +54,33 @@ class StepAggregateIn(BaseModel):
     clock_uncertainty_ns: ClockUncertaintyNs | None = None
 
 
+Seconds = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
+
+
+class BlockedOpIn(BaseModel):
+    """The communication op a rank is blocked in (``wire``'s ``in_flight.op``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Annotated[str, Field(min_length=1, max_length=32)]
+    name: Label | None = None
+    group: Annotated[str, Field(max_length=32)] | None = None
+    peer: Index | None = None
+    bytes: Count | None = None
+    elapsed_s: Seconds
+
+
+class InFlightIn(BaseModel):
+    """The collector watchdog's report of a step running far past its usual length."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: Count
+    in_step: bool = Field(description="false: between steps, after step - 1")
+    elapsed_s: Seconds
+    op: BlockedOpIn | None = Field(default=None, description="null: not in a communication op")
+
+
 class IngestBatchIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -63,6 +90,9 @@ class IngestBatchIn(BaseModel):
     dropped_spans: Index = 0
     steps: Annotated[list[StepAggregateIn], FAIL_FAST] = Field(default_factory=list)
     spans: SpanColumns
+    in_flight: InFlightIn | None = Field(
+        default=None, description="the watchdog's report of a long step (sent with no steps while it lasts)"
+    )
 
 
 class IngestResult(BaseModel):

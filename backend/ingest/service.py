@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from sqlalchemy.orm import Session
 
 from bubblescope import wire
@@ -11,7 +13,7 @@ from bubblescope.backend.errors import NotFound
 from bubblescope.backend.ingest import queries
 from bubblescope.backend.ingest.schemas import IngestBatchIn, IngestResult
 from bubblescope.backend.ingest.validation import check_batch
-from bubblescope.backend.runs.queries import find_run, touch_run
+from bubblescope.backend.runs.queries import find_run, record_contact, touch_run
 
 
 def ingest(session: Session, batch: IngestBatchIn) -> IngestResult:
@@ -34,6 +36,7 @@ def ingest(session: Session, batch: IngestBatchIn) -> IngestResult:
     stored_spans = queries.insert_spans(session, run.id, batch.rank, batch.spans)
     if batch.dropped_spans:
         queries.record_dropped(session, run.id, batch.rank, batch.dropped_spans)
+    record_contact(session, run.id, batch.rank, _last_step(batch), _in_flight(batch))
     touch_run(session, run.id)
     return IngestResult(stored_spans=stored_spans, stored_steps=stored_steps, duplicate=False, captures=captures)
 
@@ -43,3 +46,15 @@ def _captures_for(session: Session, run_id: int, batch: IngestBatchIn) -> list[C
     if not batch.steps:
         return []
     return pending_captures(session, run_id, max(step.step for step in batch.steps))
+
+
+def _last_step(batch: IngestBatchIn) -> int | None:
+    return max((step.step for step in batch.steps), default=None)
+
+
+def _in_flight(batch: IngestBatchIn) -> dict[str, Any] | Literal[False] | None:
+    """What to store as the rank's op in flight: the report, None (moving again: clear), or
+    False (a step-less batch without a report, e.g. counters: leave it)."""
+    if batch.in_flight is not None:
+        return batch.in_flight.model_dump()
+    return None if batch.steps else False

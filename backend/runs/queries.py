@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from bubblescope.backend.db.models import RankInfo, Run, Span, StepAggregate
@@ -154,3 +154,24 @@ def recent_step_aggregates(session: Session, run_id: int, steps: int) -> Sequenc
         return []
     query = select(StepAggregate).where(StepAggregate.run_id == run_id, StepAggregate.step > newest - steps)
     return session.scalars(query.order_by(StepAggregate.step, StepAggregate.rank)).all()
+
+
+def record_contact(
+    session: Session,
+    run_id: int,
+    rank: int,
+    last_step: int | None,
+    in_flight: dict[str, Any] | Literal[False] | None,
+) -> None:
+    """The rank was heard from now: its newest step and its op in flight (False: leave it as is).
+
+    The durations in ``in_flight`` are as of ``last_heard_at`` (the watchdog's reports are what
+    keeps a stalled rank heard from), so a reader adds the time since."""
+    values: dict[str, Any] = {"last_heard_at": func.now()}
+    if last_step is not None:
+        newer = RankInfo.last_step.is_(None) | (RankInfo.last_step < last_step)
+        values["last_step"] = case((newer, last_step), else_=RankInfo.last_step)
+        values["last_step_at"] = func.now()
+    if in_flight is not False:
+        values["in_flight"] = in_flight
+    session.execute(update(RankInfo).where(RankInfo.run_id == run_id, RankInfo.rank == rank).values(values))

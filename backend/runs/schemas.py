@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
 
 from bubblescope.analysis.pipeline_profile import MAX_LAYERS
+from bubblescope.backend.alerts.schemas import AlertOverrides
 from bubblescope.backend.fields import (
     INT64_MAX,
     ClockOffsetNs,
@@ -48,6 +49,7 @@ class RunConfig(BaseModel):
     dp: PositiveInt | None = None
     zero: Annotated[int, Strict(), Field(ge=0, le=3)] | None = None
     recompute: Annotated[str, Field(max_length=32)] | None = None
+    alerts: AlertOverrides | None = Field(default=None, description="this run's alert thresholds (docs/alerts.md)")
 
 
 class RunRegistration(BaseModel):
@@ -114,6 +116,14 @@ class RankOut(BaseModel):
     outcome: RankOutcome | None = Field(description="how the rank ended; null: not (yet) reported")
     error: str | None
     ended_at: datetime | None = Field(description="when the service received the end")
+    last_heard_at: datetime | None = Field(default=None, description="when the service last heard from the rank")
+    last_step: int | None = Field(default=None, description="its newest finished step")
+    in_flight: dict[str, Any] | None = Field(
+        default=None,
+        description="the collector watchdog's report while a step runs far past its usual length: step, in_step, "
+        "elapsed_s, op (kind, name, group, peer, bytes, elapsed_s; null outside any collective); durations as of "
+        "last_heard_at",
+    )
 
 
 class RunSummary(BaseModel):

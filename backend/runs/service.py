@@ -99,8 +99,9 @@ def register_rank(session: Session, key: str, rank: int, registration: RankRegis
     values = registration.model_dump(exclude_none=True)
     # A rank that registers is alive: a restarted worker (torchrun --max-restarts keeps the run
     # key) clears the end its previous process reported.
-    values.update(outcome=None, error=None, ended_at=None, end_ns=None)
+    values.update(outcome=None, error=None, ended_at=None, end_ns=None, in_flight=None)
     queries.register_rank(session, run.id, rank, values)
+    queries.record_contact(session, run.id, rank, None, False)
     queries.touch_run(session, run.id)
     info = queries.find_rank(session, run.id, rank)
     assert info is not None
@@ -114,7 +115,10 @@ def end_rank(session: Session, key: str, rank: int, end: RankEndIn) -> RankOut:
         raise NotFound("rank", f"rank {rank} of run {key!r} is not registered")
     offset = end.clock_offset_ns if end.clock_offset_ns is not None else info.clock_offset_ns
     on_rank0_clock = None if end.end_ns is None else end.end_ns - offset
-    queries.end_rank(session, run.id, rank, {"outcome": end.outcome, "error": end.error, "end_ns": on_rank0_clock})
+    queries.end_rank(
+        session, run.id, rank, {"outcome": end.outcome, "error": end.error, "end_ns": on_rank0_clock, "in_flight": None}
+    )
+    queries.record_contact(session, run.id, rank, None, False)
     queries.touch_run(session, run.id)
     session.refresh(info)
     return _rank_out(info)
@@ -293,6 +297,9 @@ def _rank_out(info: RankInfo) -> RankOut:
         outcome=rank_outcome(info.outcome),
         error=info.error,
         ended_at=None if info.ended_at is None else as_utc(info.ended_at),
+        last_heard_at=None if info.last_heard_at is None else as_utc(info.last_heard_at),
+        last_step=info.last_step,
+        in_flight=info.in_flight,
     )
 
 

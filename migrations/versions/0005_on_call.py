@@ -1,7 +1,8 @@
 """On call: what each rank is doing now, alerts and their deliveries, API tokens.
 
 - ``ranks.last_heard_at``: when the service last received anything from the rank (service clock),
-  so the rank that went quiet first can be named; ``ranks.last_step``: its newest finished step;
+  so the rank that went quiet first can be named; ``ranks.last_step``: its newest finished step, and
+  ``ranks.last_step_at``: when a batch with steps last came (how long the run has made no progress);
   ``ranks.in_flight``: what the collector's watchdog reported while a step ran far past its usual
   length (the step, since when, and the collective or P2P op it is blocked in, if any); NULL once
   a step finishes.
@@ -33,6 +34,7 @@ def upgrade() -> None:
     with op.batch_alter_table("ranks") as batch:
         batch.add_column(sa.Column("last_heard_at", sa.DateTime(timezone=True), nullable=True))
         batch.add_column(sa.Column("last_step", sa.BigInteger(), nullable=True))
+        batch.add_column(sa.Column("last_step_at", sa.DateTime(timezone=True), nullable=True))
         batch.add_column(sa.Column("in_flight", sa.JSON(), nullable=True))
     op.create_table(
         "alerts",
@@ -95,5 +97,6 @@ def downgrade() -> None:
     op.drop_table("alerts")
     with op.batch_alter_table("ranks") as batch:
         batch.drop_column("in_flight")
+        batch.drop_column("last_step_at")
         batch.drop_column("last_step")
         batch.drop_column("last_heard_at")
