@@ -46,7 +46,9 @@ def build_server(url: str, host: str, port: int, settings: ServiceSettings | Non
     """The service on ``host:port``; the Host allowlist defaults by ``host`` (``ServiceSettings.hosts_for``)."""
     settings = settings or ServiceSettings()
     try:
-        app = create_app(url, dataclasses.replace(settings, allowed_hosts=settings.hosts_for(host)))
+        external_url = settings.external_url or f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+        settings = dataclasses.replace(settings, allowed_hosts=settings.hosts_for(host), external_url=external_url)
+        app = create_app(url, settings)
     except migrate.SchemaOutOfDate as error:
         raise DatabaseNotReady(str(error)) from None
     except DBAPIError as error:

@@ -24,6 +24,7 @@ from bubblescope import collector
 from bubblescope.analysis.schedules import NAMES, Schedule, ScheduleError, lookup
 from bubblescope.cli import schedule_argument
 from bubblescope.collector.config import env_setting
+from bubblescope.demo_faults import Fault, add_fault_options
 from bubblescope.thread_cpu import named_thread_cpu_s
 
 
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         "steps without it (the same stages under an uninstrumented schedule, inside "
         "collector.paused()); not for --schedule naive",
     )
+    add_fault_options(parser)
     return parser
 
 
@@ -195,6 +197,7 @@ def run_steps(
     batch_size = args.microbatches * args.microbatch_size
     generator = torch.Generator().manual_seed(1234)
     timings: list[StepTiming] = []
+    fault = Fault.for_rank(args, dist.get_rank(), dist.get_world_size())
     for index in range(args.steps):
         # --ab-block K: pairs of blocks, ABBA (with, without; without, with; ...) so that whatever
         # one block leaves to the next (the shipper's sends) falls on both sides alike
@@ -204,8 +207,14 @@ def run_steps(
             with collector.span("data_loading"):
                 inputs = torch.randn(batch_size, args.hidden, generator=generator)
                 targets = torch.randn(batch_size, args.hidden, generator=generator)
+                if fault is not None:
+                    fault.in_data_loading(index)
             optimizer.zero_grad(set_to_none=True)
+            if fault is not None:
+                fault.before_pipeline(index)
             forward_backward(inputs, targets, collected)
+            if fault is not None:
+                fault.before_collective(index)
             clip_grad_norm_across_stages(parameters, max_norm=1.0)
             with collector.span("optimizer"):
                 optimizer.step()

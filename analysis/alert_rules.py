@@ -1,0 +1,484 @@
+"""The alert rules: what pages the on-call engineer, from a snapshot of one run (pure; no I/O).
+
+``RULES`` is the one list of alerts: each rule's name, severity, what it means and what to do
+(docs/alerts.md is generated from it), and the function that reads a ``RunSnapshot`` and returns
+the alerts that fire now. The service builds the snapshot (backend.alerts.snapshot) and keeps the
+alerts (opens, updates, resolves); here is only the judgement.
+
+Culprits. A failed run names the rank that failed first on the aligned clock, unless its error is
+the kind a rank dies of when another rank vanished (a broken connection, a timed-out collective,
+a termination signal): then the culprit is the rank that went quiet first without reporting any
+end (killed: SIGKILL, the out-of-memory killer, a lost host), with its host and last step. A hung
+run names the ranks the others wait for: those outside any collective (in their own code), those
+no longer heard from, and the peers the blocked receives wait on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+HUNG_STEP_FACTOR = 5.0  # a hang is at least this many usual steps without progress
+LISTED_RANKS = 8  # ranks spelled out in a description; the rest are counted
+COLLATERAL_ERROR = re.compile(
+    r"connection (reset|closed|refused)|broken pipe|closed by peer|remote process|peer (process|rank)"
+    r"|timed? ?out|timeout|aborted|sigterm|terminated|signal 15|socket|NCCL (error|communicator)",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class RankStatus:
+    rank: int
+    host: str
+    stage: int | None
+    outcome: str | None  # "finished" / "failed" / None: no end reported
+    error: str | None
+    end_ns: int | None  # when it ended, rank 0's clock
+    ended_at: datetime | None  # when the end was received (service clock)
+    last_heard_at: datetime | None
+    last_step: int | None
+    in_flight: dict[str, Any] | None  # the collector watchdog's report (wire's in_flight)
+
+
+@dataclass(frozen=True)
+class StragglerFinding:
+    kind: str  # "slow rank" | "slow host" | "slow stage" | "slow replica"
+    ranks: list[int]
+    hosts: list[str]
+    stage: int | None
+    message: str
+
+
+@dataclass(frozen=True)
+class BubbleFigures:
+    measured_fraction: float
+    floor_fraction: float  # the simulator's floor for the measured stage costs
+    steps: int
+    action: str | None  # the advisor's first suggestion
+
+
+@dataclass(frozen=True)
+class RegressionFigures:
+    baseline_step_s: float
+    window_medians_s: list[float]  # consecutive parts of the recent window, oldest first
+    window_s: float  # how long the window covers
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    key: str
+    state: str  # running / finished / failed / silent
+    state_detail: str
+    now: datetime
+    quiet_s: float  # since anything was heard from the run
+    ranks: Sequence[RankStatus]
+    world_size: int
+    usual_step_s: float | None  # recent median step
+    progress_quiet_s: float | None  # since a batch with steps last came (None: no step yet)
+    dropped_spans: int = 0
+    dropping: bool = False  # dropped spans grew lately
+    stragglers: Sequence[StragglerFinding] = ()
+    bubble: BubbleFigures | None = None
+    regression: RegressionFigures | None = None
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    silent_after_s: float
+    hung_after_s: float
+    regression_percent: float
+    regression_for_s: float
+    bubble_over_floor_points: float
+    bubble_for_steps: int
+    disabled: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class FiringAlert:
+    alertname: str
+    severity: str
+    summary: str
+    description: str
+    action: str
+    evidence: str  # the dashboard view: "" (the run page) or "?view=..." / "#..." after it
+    labels: dict[str, str] = field(default_factory=dict)  # rank / host / stage when it names one
+
+
+Judge = Callable[[RunSnapshot, Thresholds], list[FiringAlert]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    alertname: str
+    severity: str
+    meaning: str
+    action: str
+    judge: Judge
+
+
+def _seconds(value: float) -> str:
+    if value < 120:
+        return f"{value:.0f} s"
+    if value < 7200:
+        return f"{value / 60:.0f} min"
+    return f"{value / 3600:.1f} h"
+
+
+def _where(rank: RankStatus) -> str:
+    stage = f", stage {rank.stage}" if rank.stage is not None else ""
+    step = f", last step {rank.last_step}" if rank.last_step is not None else ", no step finished"
+    return f"rank {rank.rank} (host {rank.host}{stage}{step})"
+
+
+def _rank_labels(rank: RankStatus) -> dict[str, str]:
+    labels = {"rank": str(rank.rank), "host": rank.host}
+    if rank.stage is not None:
+        labels["stage"] = str(rank.stage)
+    return labels
+
+
+def _listed(texts: Sequence[str]) -> str:
+    shown = "; ".join(texts[:LISTED_RANKS])
+    return shown + (f"; and {len(texts) - LISTED_RANKS} more" if len(texts) > LISTED_RANKS else "")
+
+
+def is_collateral(error: str | None) -> bool:
+    """An error a rank dies of when another rank vanished, not a cause of its own."""
+    return error is not None and COLLATERAL_ERROR.search(error) is not None
+
+
+def failure_culprit(snapshot: RunSnapshot) -> tuple[RankStatus, str] | None:
+    """The rank a failed run is blamed on, and why (see the module's docstring)."""
+    failed = sorted(
+        (r for r in snapshot.ranks if r.outcome == "failed" and r.rank < snapshot.world_size),
+        key=lambda r: (r.end_ns is None, r.end_ns or 0, r.rank),
+    )
+    if not failed:
+        return None
+    first = failed[0]
+    if is_collateral(first.error):
+        cutoff = min((r.ended_at for r in failed if r.ended_at is not None), default=snapshot.now)
+        vanished = [
+            r
+            for r in snapshot.ranks
+            if r.outcome is None
+            and r.rank < snapshot.world_size
+            and (r.last_heard_at is None or r.last_heard_at <= cutoff)
+        ]
+        if vanished:
+            culprit = min(
+                vanished, key=lambda r: (r.last_heard_at is not None, r.last_heard_at or snapshot.now, r.rank)
+            )
+            return culprit, (
+                f"{_where(culprit)} went quiet without reporting an end: killed (SIGKILL, the out-of-memory killer) "
+                f"or its host was lost; then rank {first.rank} failed: {first.error}"
+            )
+    others = len(failed) - 1
+    then = f" (then {others} other rank{'s' if others > 1 else ''} failed)" if others else ""
+    return first, f"{_where(first)} failed first: {first.error or 'no error text'}{then}"
+
+
+def failed_rule(snapshot: RunSnapshot, _t: Thresholds) -> list[FiringAlert]:
+    if snapshot.state != "failed":
+        return []
+    found = failure_culprit(snapshot)
+    if found is None:
+        return []
+    culprit, why = found
+    return [
+        FiringAlert(
+            "BubblescopeRunFailed",
+            "critical",
+            f"Run {snapshot.key} failed on rank {culprit.rank} (host {culprit.host})",
+            why,
+            "Read this rank's log first (host above); the other ranks' errors are usually its consequence.",
+            "#ranks",
+            _rank_labels(culprit),
+        )
+    ]
+
+
+def _blocked_text(rank: RankStatus, extra_s: float) -> str:
+    report = rank.in_flight or {}
+    op = report.get("op")
+    where = f"step {report.get('step')}" if report.get("in_step", True) else f"after step {report.get('step', 1) - 1}"
+    if not op:
+        return f"rank {rank.rank} (host {rank.host}) is in {where} outside any collective for " + _seconds(
+            float(report.get("elapsed_s", 0)) + extra_s
+        )
+    peer = f" with rank {op['peer']}" if op.get("peer") is not None else ""
+    group = f" on group {op['group']}" if op.get("group") else ""
+    name = f" '{op['name']}'" if op.get("name") else ""
+    return (
+        f"rank {rank.rank} waits in {op['kind']}{name}{peer}{group} in {where} for "
+        f"{_seconds(float(op.get('elapsed_s', 0)) + extra_s)}"
+    )
+
+
+def hung_lagging(snapshot: RunSnapshot, alive_within_s: float) -> tuple[list[RankStatus], list[RankStatus]]:
+    """(the ranks the others wait for, the ranks blocked waiting) of a stalled run."""
+    live = [r for r in snapshot.ranks if r.outcome is None and r.rank < snapshot.world_size]
+    heard = [r for r in live if r.last_heard_at is not None and _age(snapshot, r.last_heard_at) <= alive_within_s]
+    quiet = [r for r in live if r not in heard]
+    blocked = [r for r in heard if r.in_flight and r.in_flight.get("op")]
+    free = [r for r in heard if r.in_flight and not r.in_flight.get("op")]
+    peers = {
+        int(r.in_flight["op"]["peer"]) for r in blocked if r.in_flight and r.in_flight["op"].get("peer") is not None
+    }
+    by_rank = {r.rank: r for r in live}
+    waited_on = [by_rank[p] for p in sorted(peers) if p in by_rank and by_rank[p] not in blocked]
+    lagging = {r.rank: r for r in [*free, *quiet, *waited_on]}
+    if not lagging and live:  # everyone blocked: the ranks furthest behind
+        lowest = min((r.last_step if r.last_step is not None else -1) for r in live)
+        lagging = {r.rank: r for r in live if (r.last_step if r.last_step is not None else -1) == lowest}
+    return sorted(lagging.values(), key=lambda r: r.rank), [r for r in blocked if r.rank not in lagging]
+
+
+def _age(snapshot: RunSnapshot, moment: datetime) -> float:
+    return max(0.0, (snapshot.now - moment).total_seconds())
+
+
+def hung_rule(snapshot: RunSnapshot, t: Thresholds) -> list[FiringAlert]:
+    if snapshot.state not in ("running", "silent") or snapshot.progress_quiet_s is None:
+        return []
+    usual = snapshot.usual_step_s or 0.0
+    threshold = max(t.hung_after_s, HUNG_STEP_FACTOR * usual)
+    reporting = [r for r in snapshot.ranks if r.in_flight and r.outcome is None]
+    if snapshot.progress_quiet_s < threshold or not reporting:
+        return []
+    lagging, blocked = hung_lagging(snapshot, t.silent_after_s)
+    lag_texts = []
+    for rank in lagging:
+        if rank.in_flight and rank.last_heard_at is not None and _age(snapshot, rank.last_heard_at) <= t.silent_after_s:
+            lag_texts.append(_blocked_text(rank, _age(snapshot, rank.last_heard_at)))
+        else:
+            heard = (
+                "never heard from"
+                if rank.last_heard_at is None
+                else "not heard from for " + _seconds(_age(snapshot, rank.last_heard_at))
+            )
+            lag_texts.append(f"{_where(rank)} is {heard}")
+    wait_texts = [_blocked_text(r, _age(snapshot, r.last_heard_at)) for r in blocked if r.last_heard_at is not None]
+    labels = _rank_labels(lagging[0]) if len(lagging) == 1 else {}
+    who = f"rank {lagging[0].rank} (host {lagging[0].host})" if len(lagging) == 1 else f"{len(lagging)} ranks"
+    description = (
+        f"No rank finished a step for {_seconds(snapshot.progress_quiet_s)} (usual step {usual:.3g} s). "
+        f"Lagging: {_listed(lag_texts)}."
+    )
+    if wait_texts:
+        description += f" Waiting on them: {_listed(wait_texts)}."
+    return [
+        FiringAlert(
+            "BubblescopeRunHung",
+            "critical",
+            f"Run {snapshot.key} is hung: the others wait for {who}",
+            description,
+            "Dump the lagging rank's Python stack (py-spy dump --pid PID on its host) and look for a deadlock, "
+            "a stuck data loader or I/O, or a collective it never entered; then restart from the last checkpoint.",
+            "?view=hung#ranks",
+            labels,
+        )
+    ]
+
+
+def silent_rule(snapshot: RunSnapshot, _t: Thresholds) -> list[FiringAlert]:
+    if snapshot.state != "silent":
+        return []
+    open_ranks = [r for r in snapshot.ranks if r.outcome is None and r.rank < snapshot.world_size]
+    first = min(
+        open_ranks,
+        key=lambda r: (r.last_heard_at is not None, r.last_heard_at or snapshot.now, r.rank),
+        default=None,
+    )
+    named = f" The first to go quiet: {_where(first)}." if first is not None else ""
+    return [
+        FiringAlert(
+            "BubblescopeRunSilent",
+            "warning",
+            f"Run {snapshot.key}: nothing heard for {_seconds(snapshot.quiet_s)}",
+            f"{snapshot.state_detail}.{named}",
+            "Check whether the job's processes are alive (scheduler, torchrun's log); if they are, check the "
+            "network path to this service and the collector's warnings in the job's log.",
+            "#ranks",
+            {},
+        )
+    ]
+
+
+def straggler_rule(snapshot: RunSnapshot, _t: Thresholds) -> list[FiringAlert]:
+    if snapshot.state != "running":
+        return []
+    alerts = []
+    for finding in snapshot.stragglers:
+        labels: dict[str, str] = {}
+        if finding.kind == "slow rank" and len(finding.ranks) == 1:
+            labels["rank"] = str(finding.ranks[0])
+        if len(finding.hosts) == 1:
+            labels["host"] = finding.hosts[0]
+        if finding.stage is not None:
+            labels["stage"] = str(finding.stage)
+        if finding.kind == "slow replica":
+            labels["ranks"] = ",".join(str(r) for r in finding.ranks[:16])
+        alerts.append(
+            FiringAlert(
+                "BubblescopeStraggler",
+                "warning",
+                f"Run {snapshot.key}: persistent {finding.kind}",
+                finding.message,
+                "Look at the flagged host's GPU clocks, temperature and neighbours (thermal throttling, a bad "
+                "link, a noisy co-tenant); drain the host if it stays slow.",
+                "#stragglers",
+                labels,
+            )
+        )
+    return alerts
+
+
+def regression_rule(snapshot: RunSnapshot, t: Thresholds) -> list[FiringAlert]:
+    figures = snapshot.regression
+    if snapshot.state != "running" or figures is None or not figures.window_medians_s:
+        return []
+    limit = figures.baseline_step_s * (1 + t.regression_percent / 100)
+    if figures.window_s < t.regression_for_s or min(figures.window_medians_s) <= limit:
+        return []
+    recent = figures.window_medians_s[-1]
+    slower = (recent / figures.baseline_step_s - 1) * 100
+    return [
+        FiringAlert(
+            "BubblescopeStepTimeRegression",
+            "warning",
+            f"Run {snapshot.key}: steps {slower:.0f}% slower than its baseline",
+            f"The median step is {recent:.3g} s against the run's baseline of {figures.baseline_step_s:.3g} s, "
+            f"above {t.regression_percent:.0f}% slower throughout the last {_seconds(figures.window_s)}.",
+            "Open the straggler heat map and the newest step's timeline: a slow rank or host, a grown exposed "
+            "communication share, or data loading that no longer keeps up.",
+            "#stragglers",
+            {},
+        )
+    ]
+
+
+def bubble_rule(snapshot: RunSnapshot, t: Thresholds) -> list[FiringAlert]:
+    figures = snapshot.bubble
+    if snapshot.state != "running" or figures is None:
+        return []
+    above = (figures.measured_fraction - figures.floor_fraction) * 100
+    if above <= t.bubble_over_floor_points:
+        return []
+    return [
+        FiringAlert(
+            "BubblescopeBubbleAboveFloor",
+            "info",
+            f"Run {snapshot.key}: pipeline bubble {above:.0f} points above its floor",
+            f"The measured bubble is {figures.measured_fraction:.0%} of the step over the newest {figures.steps} "
+            f"steps with spans; the simulator's floor for this schedule and these stage costs is "
+            f"{figures.floor_fraction:.0%}.",
+            figures.action or "Open the run's analysis: the causes of the bubble and the suggested changes.",
+            "#analysis",
+            {},
+        )
+    ]
+
+
+def dropping_rule(snapshot: RunSnapshot, _t: Thresholds) -> list[FiringAlert]:
+    if not snapshot.dropping or snapshot.state != "running":
+        return []
+    return [
+        FiringAlert(
+            "BubblescopeCollectorDropping",
+            "warning",
+            f"Run {snapshot.key}: the collector is dropping data",
+            f"{snapshot.dropped_spans:,} spans dropped so far, and more lately: a full queue or spool, or the "
+            "service refusing batches. Timelines and the analysis miss them; step aggregates still arrive.",
+            "Look for 'bubblescope:' warnings in the job's log; raise BUBBLESCOPE_SPOOL_MAX_BYTES, ship full spans "
+            "less often (BUBBLESCOPE_FULL_SPANS_EVERY), or check the service's ingest rejections in /metrics.",
+            "",
+            {},
+        )
+    ]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "BubblescopeRunFailed",
+        "critical",
+        "A rank ended on an uncaught exception. Names the culprit: the first rank to fail on the aligned "
+        "clock, or, when the failures are broken connections or terminations, the rank that went quiet first "
+        "without reporting an end (killed by SIGKILL or the OOM killer).",
+        "Read the named rank's log on the named host.",
+        failed_rule,
+    ),
+    Rule(
+        "BubblescopeRunHung",
+        "critical",
+        "Ranks are alive (the collector's watchdog reports) but no step finished for --hung-after seconds "
+        "(or 5 usual steps, if longer). Names the ranks the others wait for and what each rank is blocked "
+        "in: the op, its group, its peer, for how long.",
+        "py-spy dump the lagging rank; restart from the last checkpoint.",
+        hung_rule,
+    ),
+    Rule(
+        "BubblescopeRunSilent",
+        "warning",
+        "Nothing heard from the run for --silent-after seconds and not every rank ended: killed, cut off "
+        "from the service, or hung with the watchdog off.",
+        "Check the job's processes and the path to the service.",
+        silent_rule,
+    ),
+    Rule(
+        "BubblescopeStraggler",
+        "warning",
+        "A rank, host, stage or replica is persistently slower than its peers (the straggler analysis' "
+        "persistent verdict).",
+        "Inspect or drain the named host.",
+        straggler_rule,
+    ),
+    Rule(
+        "BubblescopeStepTimeRegression",
+        "warning",
+        "The median step has been --regression-percent slower than the run's own baseline (its steps after "
+        "warm-up) throughout the last --regression-for seconds.",
+        "Open the heat map and the newest step's timeline.",
+        regression_rule,
+    ),
+    Rule(
+        "BubblescopeBubbleAboveFloor",
+        "info",
+        "The measured pipeline bubble is --bubble-over-floor-points above the simulator's floor for the "
+        "run's schedule and stage costs, over the newest --bubble-for-steps steps.",
+        "Apply the advisor's suggestion in the annotation.",
+        bubble_rule,
+    ),
+    Rule(
+        "BubblescopeCollectorDropping",
+        "warning",
+        "The collector's dropped-span count grew lately (a full queue or spool, or refused batches).",
+        "Raise the spool bound or ship full spans less often.",
+        dropping_rule,
+    ),
+)
+RULE_NAMES: frozenset[str] = frozenset(rule.alertname for rule in RULES)
+
+
+def evaluate(snapshot: RunSnapshot, thresholds: Thresholds) -> list[FiringAlert]:
+    """Every alert that fires for the run now (a healthy run: none)."""
+    firing: list[FiringAlert] = []
+    for rule in RULES:
+        if rule.alertname not in thresholds.disabled:
+            firing.extend(rule.judge(snapshot, thresholds))
+    return firing
+
+
+def alerts_table() -> str:
+    """The Markdown table of docs/alerts.md."""
+    rows = ["| alert | severity | when it fires | what to do |", "|---|---|---|---|"]
+    rows += [f"| `{r.alertname}` | {r.severity} | {r.meaning} | {r.action} |" for r in RULES]
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(alerts_table(), end="")

@@ -1,0 +1,154 @@
+"""The costlier figures the alert rules read: step-time regression, bubble over its floor, stragglers.
+
+Each is computed at most once per ``RECOMPUTE_S`` per run, and only when the run has new steps;
+in between the evaluator reuses the last figures (``FigureCache``), which ``/metrics`` also reads
+(the simulated floor and the measured bubble), so neither computes them twice.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from bubblescope.analysis.alert_rules import BubbleFigures, RegressionFigures, StragglerFinding, Thresholds
+from bubblescope.backend.analysis.service import run_analysis
+from bubblescope.backend.db.models import RankInfo, Run, StepAggregate
+from bubblescope.backend.errors import ApiError
+from bubblescope.backend.stragglers.service import straggler_view
+
+RECOMPUTE_S = 30.0
+WARMUP_STEPS = 5  # steps left out of the baseline (compilation, allocator warm-up)
+BASELINE_STEPS = 50  # the baseline: the median of this many steps after the warm-up
+MAX_WINDOW_STEPS = 5000  # a regression window of fast steps is this many steps, whatever it spans
+WINDOW_PARTS = 3  # the window's parts: each must be slower than the limit (it held throughout)
+
+
+@dataclass
+class RunFigures:
+    newest_step: int | None = None
+    computed_at: float = -math.inf  # time.monotonic()
+    baseline_step_s: float | None = None
+    regression: RegressionFigures | None = None
+    bubble: BubbleFigures | None = None
+    stragglers: list[StragglerFinding] = field(default_factory=list)
+
+
+class FigureCache:
+    """The figures of each run, by run id (in memory: recomputed after a restart)."""
+
+    def __init__(self) -> None:
+        self.runs: dict[int, RunFigures] = {}
+
+    def of(self, run_id: int) -> RunFigures | None:
+        return self.runs.get(run_id)
+
+    def forget(self, keep: set[int]) -> None:
+        for run_id in [r for r in self.runs if r not in keep]:
+            del self.runs[run_id]
+
+    def refresh(
+        self, session: Session, run: Run, newest_step: int | None, usual_step_s: float | None, t: Thresholds
+    ) -> RunFigures:
+        figures = self.runs.setdefault(run.id, RunFigures())
+        if newest_step is None or newest_step == figures.newest_step:
+            return figures
+        if time.monotonic() - figures.computed_at < RECOMPUTE_S:
+            return figures
+        figures.newest_step = newest_step
+        figures.computed_at = time.monotonic()
+        if figures.baseline_step_s is None:
+            figures.baseline_step_s = _baseline(session, run.id, newest_step)
+        figures.regression = _regression(session, run.id, newest_step, figures.baseline_step_s, usual_step_s, t)
+        figures.bubble = _bubble(session, run.key, newest_step, t)
+        figures.stragglers = _stragglers(session, run.key)
+        return figures
+
+
+def step_walls(session: Session, run_id: int, first: int, last: int) -> list[tuple[int, int, int]]:
+    """(step, start, end) of each step in [first, last] across its ranks, on rank 0's clock."""
+    offset = func.coalesce(StepAggregate.clock_offset_ns, RankInfo.clock_offset_ns)
+    query = (
+        select(StepAggregate.step, func.min(StepAggregate.start_ns - offset), func.max(StepAggregate.end_ns - offset))
+        .join(RankInfo, (RankInfo.run_id == StepAggregate.run_id) & (RankInfo.rank == StepAggregate.rank))
+        .where(StepAggregate.run_id == run_id, StepAggregate.step >= first, StepAggregate.step <= last)
+        .group_by(StepAggregate.step)
+        .order_by(StepAggregate.step)
+    )
+    return [(int(step), int(start), int(end)) for step, start, end in session.execute(query)]
+
+
+def _first_step(session: Session, run_id: int) -> int | None:
+    return session.scalar(select(func.min(StepAggregate.step)).where(StepAggregate.run_id == run_id))
+
+
+def _baseline(session: Session, run_id: int, newest_step: int) -> float | None:
+    """The median step after warm-up, once the run has that many steps (then kept)."""
+    first = _first_step(session, run_id)
+    if first is None or newest_step < first + WARMUP_STEPS + BASELINE_STEPS:
+        return None
+    walls = step_walls(session, run_id, first + WARMUP_STEPS, first + WARMUP_STEPS + BASELINE_STEPS - 1)
+    return statistics.median((end - start) / 1e9 for _step, start, end in walls) if walls else None
+
+
+def _regression(
+    session: Session,
+    run_id: int,
+    newest_step: int,
+    baseline_s: float | None,
+    usual_step_s: float | None,
+    t: Thresholds,
+) -> RegressionFigures | None:
+    if baseline_s is None or not usual_step_s:
+        return None
+    wanted = math.ceil(t.regression_for_s / usual_step_s * 1.2) + WINDOW_PARTS
+    steps = min(wanted, MAX_WINDOW_STEPS)
+    walls = step_walls(session, run_id, max(0, newest_step - steps + 1), newest_step)
+    newest_end = walls[-1][2] if walls else 0
+    window = [w for w in walls if w[2] >= newest_end - t.regression_for_s * 1e9]
+    if steps < wanted:  # capped: the newest MAX_WINDOW_STEPS steps stand for the whole period
+        window = walls
+    if len(window) < WINDOW_PARTS:
+        return None
+    covered_s = t.regression_for_s if steps < wanted else (newest_end - window[0][1]) / 1e9
+    size = len(window) / WINDOW_PARTS
+    parts = [window[round(i * size) : round((i + 1) * size)] for i in range(WINDOW_PARTS)]
+    medians = [statistics.median((end - start) / 1e9 for _s, start, end in part) for part in parts if part]
+    return RegressionFigures(baseline_s, medians, covered_s)
+
+
+def _bubble(session: Session, key: str, newest_step: int, t: Thresholds) -> BubbleFigures | None:
+    """The measured bubble and the simulator's floor over the newest steps with spans (a pipeline run)."""
+    try:
+        analysis = run_analysis(session, key, max(0, newest_step - t.bubble_for_steps + 1), newest_step)
+    except ApiError:  # no step with spans in the window, or not a pipeline the simulator knows
+        return None
+    if analysis.attribution is None:
+        return None
+    action = analysis.suggestions[0].title if analysis.suggestions else None
+    return BubbleFigures(
+        analysis.attribution.measured_bubble_fraction,
+        analysis.attribution.simulated_floor_fraction,
+        len(analysis.steps),
+        action,
+    )
+
+
+def _stragglers(session: Session, key: str) -> list[StragglerFinding]:
+    """The straggler analysis' persistent findings over its default range (the newest steps)."""
+    view = straggler_view(session, key, None, None)
+    hosts = {score.rank: score.host for score in view.rank_scores}
+    stages = {score.rank: score.stage for score in view.rank_scores}
+    found = []
+    for finding in view.findings:
+        if finding.verdict != "persistent":
+            continue
+        named_hosts = sorted({host for r in finding.ranks if (host := hosts.get(r))})
+        named_stages = {stages.get(r) for r in finding.ranks}
+        stage = named_stages.pop() if len(named_stages) == 1 else None
+        found.append(StragglerFinding(finding.kind, list(finding.ranks), named_hosts, stage, finding.message))
+    return found

@@ -1,0 +1,82 @@
+"""The service's own clocks: work that runs every few seconds whether or not anyone asks.
+
+Each ``PeriodicTask`` is a daemon thread that calls its function, then waits its interval (or
+until woken early by ``wake``), from the app's start to its shutdown. A function that raises is
+logged and called again next time: one bad round never stops alert evaluation or delivery.
+Registered in ``create_app`` (alert rules, alert delivery, retention); started by the lifespan.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+log = logging.getLogger("bubblescope.background")
+
+STOP_WAIT_S = 5.0
+
+
+class PeriodicTask:
+    def __init__(self, name: str, interval_s: float, work: Callable[[], None]) -> None:
+        self.name = name
+        self.interval_s = interval_s
+        self.work = work
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name=f"bubblescope-{self.name}", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Run the work now instead of at the end of the interval (an ingest just changed a run)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(STOP_WAIT_S)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                self.work()
+            except Exception:
+                log.exception("bubblescope: %s round failed; retrying in %.0f s", self.name, self.interval_s)
+            self._wake.wait(self.interval_s)
+
+
+class BackgroundTasks:
+    """The app's periodic tasks, by name."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, PeriodicTask] = {}
+
+    def add(self, task: PeriodicTask) -> PeriodicTask:
+        self.tasks[task.name] = task
+        return task
+
+    def wake(self, name: str) -> None:
+        task = self.tasks.get(name)
+        if task is not None:
+            task.wake()
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Start the app's periodic tasks with the server, stop them with it."""
+    background: BackgroundTasks = app.state.background
+    for task in background.tasks.values():
+        task.start()
+    try:
+        yield
+    finally:
+        for task in background.tasks.values():
+            task.stop()

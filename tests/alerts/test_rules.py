@@ -1,0 +1,185 @@
+"""The alert rules on snapshots: who is blamed for a failure and a hang, what fires, what does not."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from bubblescope.analysis.alert_rules import (
+    RULES,
+    BubbleFigures,
+    RankStatus,
+    RegressionFigures,
+    RunSnapshot,
+    Thresholds,
+    evaluate,
+    failure_culprit,
+    hung_lagging,
+)
+
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=timezone.utc)
+THRESHOLDS = Thresholds(
+    silent_after_s=120,
+    hung_after_s=60,
+    regression_percent=25,
+    regression_for_s=300,
+    bubble_over_floor_points=10,
+    bubble_for_steps=20,
+)
+
+
+def rank(number: int, ago_s: float = 1.0, **changes: Any) -> RankStatus:
+    base = RankStatus(
+        rank=number,
+        host=f"node{number // 8}",
+        stage=number % 4,
+        outcome=None,
+        error=None,
+        end_ns=None,
+        ended_at=None,
+        last_heard_at=NOW - timedelta(seconds=ago_s),
+        last_step=100,
+        in_flight=None,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def snapshot(ranks: list[RankStatus], **changes: Any) -> RunSnapshot:
+    base = RunSnapshot(
+        key="job",
+        state="running",
+        state_detail="",
+        now=NOW,
+        quiet_s=1.0,
+        ranks=ranks,
+        world_size=len(ranks),
+        usual_step_s=1.0,
+        progress_quiet_s=1.0,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def names(found: list[Any]) -> list[str]:
+    return [alert.alertname for alert in found]
+
+
+def test_a_healthy_run_raises_nothing() -> None:
+    healthy = snapshot(
+        [rank(r) for r in range(16)],
+        bubble=BubbleFigures(0.20, 0.15, 20, None),
+        regression=RegressionFigures(1.0, [1.05, 1.1, 1.0], 320),
+    )
+    assert evaluate(healthy, THRESHOLDS) == []
+
+
+def test_the_first_failure_is_blamed_when_it_is_its_own_error() -> None:
+    failed = snapshot(
+        [
+            rank(0, outcome="failed", error="RuntimeError: connection reset by peer", end_ns=20, ended_at=NOW),
+            rank(1, outcome="failed", error="CUDA error: an illegal memory access", end_ns=10, ended_at=NOW),
+            rank(2, outcome="failed", error="SIGTERM: terminated", end_ns=30, ended_at=NOW),
+        ],
+        state="failed",
+    )
+    culprit, why = failure_culprit(failed) or (None, "")
+    assert culprit is not None and culprit.rank == 1 and "illegal memory access" in why
+    alert = evaluate(failed, THRESHOLDS)[0]
+    assert alert.alertname == "BubblescopeRunFailed" and alert.labels == {"rank": "1", "host": "node0", "stage": "1"}
+
+
+def test_broken_connections_and_terminations_blame_the_rank_that_vanished_first() -> None:
+    ranks = [
+        rank(0, outcome="failed", error="RuntimeError: Connection reset by peer", end_ns=50, ended_at=NOW),
+        rank(1, outcome="failed", error="SIGTERM: terminated (by the launcher ...)", end_ns=40, ended_at=NOW),
+        rank(9, ago_s=30, last_step=41),  # killed: quiet before anyone failed, no end
+        rank(3, ago_s=40, last_step=40),  # killed earlier still: the culprit
+    ]
+    culprit, why = failure_culprit(snapshot(ranks, state="failed")) or (None, "")
+    assert culprit is not None and culprit.rank == 3
+    assert "without reporting an end" in why and "host node0" in why and "last step 40" in why
+
+
+def test_a_rank_heard_after_the_failures_is_not_blamed() -> None:
+    ranks = [
+        rank(0, outcome="failed", error="Connection reset by peer", end_ns=1, ended_at=NOW - timedelta(seconds=10)),
+        rank(1, ago_s=1),  # heard after rank 0 failed: alive then
+    ]
+    culprit, _ = failure_culprit(snapshot(ranks, state="failed")) or (None, "")
+    assert culprit is not None and culprit.rank == 0
+
+
+def blocked(peer: int | None, kind: str = "recv") -> dict[str, Any]:
+    op = {"kind": kind, "name": "bwd", "group": "pp", "peer": peer, "bytes": 8, "elapsed_s": 70.0}
+    return {"step": 101, "in_step": True, "elapsed_s": 71.0, "op": op}
+
+
+def test_a_hang_names_the_rank_outside_any_collective_and_what_the_others_wait_in() -> None:
+    stuck = {"step": 101, "in_step": True, "elapsed_s": 71.0, "op": None}
+    ranks = [rank(0, in_flight=blocked(1)), rank(1, in_flight=stuck), rank(2, in_flight=blocked(None, "all_reduce"))]
+    hung = snapshot(ranks, progress_quiet_s=75.0)
+    lagging, waiting = hung_lagging(hung, 120)
+    assert [r.rank for r in lagging] == [1] and {r.rank for r in waiting} == {0, 2}
+    (alert,) = evaluate(hung, THRESHOLDS)
+    assert alert.alertname == "BubblescopeRunHung" and alert.labels["rank"] == "1"
+    assert "rank 0 waits in recv 'bwd' with rank 1 on group pp" in alert.description
+    assert "outside any collective" in alert.description
+
+
+def test_a_hang_blames_the_peer_a_recv_waits_on_when_it_is_quiet() -> None:
+    ranks = [rank(0, in_flight=blocked(1)), rank(1, ago_s=100, in_flight=None), rank(2, in_flight=blocked(0))]
+    lagging, _ = hung_lagging(snapshot(ranks, progress_quiet_s=90.0), 60)
+    assert [r.rank for r in lagging] == [1]
+
+
+def test_no_hang_before_the_threshold_or_five_usual_steps() -> None:
+    ranks = [rank(0, in_flight=blocked(1)), rank(1, in_flight={"step": 3, "in_step": True, "elapsed_s": 9, "op": None})]
+    assert evaluate(snapshot(ranks, progress_quiet_s=50.0), THRESHOLDS) == []
+    slow_steps = snapshot(ranks, progress_quiet_s=80.0, usual_step_s=20.0)  # 5 steps = 100 s
+    assert evaluate(slow_steps, THRESHOLDS) == []
+    assert names(evaluate(snapshot(ranks, progress_quiet_s=101.0, usual_step_s=20.0), THRESHOLDS)) == [
+        "BubblescopeRunHung"
+    ]
+
+
+def test_regression_fires_only_when_every_part_of_the_window_is_slower() -> None:
+    slow = snapshot([rank(0)], regression=RegressionFigures(1.0, [1.4, 1.5, 1.45], 310))
+    assert names(evaluate(slow, THRESHOLDS)) == ["BubblescopeStepTimeRegression"]
+    spike = snapshot([rank(0)], regression=RegressionFigures(1.0, [1.0, 1.1, 2.0], 310))
+    assert evaluate(spike, THRESHOLDS) == []
+    short = snapshot([rank(0)], regression=RegressionFigures(1.0, [1.4, 1.5, 1.45], 200))
+    assert evaluate(short, THRESHOLDS) == []
+
+
+def test_bubble_above_floor_carries_the_advisors_action() -> None:
+    above = snapshot([rank(0)], bubble=BubbleFigures(0.40, 0.15, 20, "Raise micro-batches to 16"))
+    (alert,) = evaluate(above, THRESHOLDS)
+    assert alert.alertname == "BubblescopeBubbleAboveFloor" and alert.action == "Raise micro-batches to 16"
+
+
+def test_silent_names_the_first_rank_to_go_quiet_and_disabled_rules_stay_quiet() -> None:
+    silent = snapshot([rank(0, ago_s=200), rank(1, ago_s=300, last_step=7)], state="silent", quiet_s=200)
+    (alert,) = evaluate(silent, THRESHOLDS)
+    assert (
+        alert.alertname == "BubblescopeRunSilent"
+        and "rank 1" in alert.description
+        and "last step 7" in alert.description
+    )
+    off = dataclasses.replace(THRESHOLDS, disabled=frozenset({"BubblescopeRunSilent"}))
+    assert evaluate(silent, off) == []
+
+
+def test_dropping_fires_while_the_count_grows() -> None:
+    assert names(evaluate(snapshot([rank(0)], dropping=True, dropped_spans=500), THRESHOLDS)) == [
+        "BubblescopeCollectorDropping"
+    ]
+
+
+def test_every_rule_is_documented_in_docs_alerts_md() -> None:
+    from pathlib import Path
+
+    from bubblescope.analysis.alert_rules import alerts_table
+
+    document = (Path(__file__).resolve().parents[2] / "docs" / "alerts.md").read_text()
+    assert alerts_table() in document, "regenerate with: python -m bubblescope.analysis.alert_rules"
+    assert len({rule.alertname for rule in RULES}) == len(RULES)
