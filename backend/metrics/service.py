@@ -27,3 +27,29 @@ INGEST_REJECTED = Counter(
     ["reason"],
     registry=SERVICE_REGISTRY,
 )
+ALERT_DELIVERIES = Counter(
+    "bubblescope_alert_deliveries",
+    "Alert notifications by target (webhook, alertmanager) and outcome: delivered; failed (an attempt that "
+    "will be retried); given_up (a webhook refused for good, or past its retry window)",
+    ["target", "outcome"],
+    registry=SERVICE_REGISTRY,
+)
+ALERT_DELIVERY_SERIES = (
+    ("webhook", "delivered"),
+    ("webhook", "failed"),
+    ("webhook", "given_up"),
+    ("alertmanager", "delivered"),
+    ("alertmanager", "failed"),
+)
+for _target, _outcome in ALERT_DELIVERY_SERIES:
+    ALERT_DELIVERIES.labels(_target, _outcome)  # every series exported from the start, at 0
+
+AUTH_FAILURES = Counter(
+    "bubblescope_auth_failures",
+    "Requests refused by serve --auth, by reason (missing, malformed, unknown, revoked, wrong_scope)",
+    ["reason"],
+    registry=SERVICE_REGISTRY,
+)
+AUTH_FAILURE_REASONS = ("missing", "malformed", "unknown", "revoked", "wrong_scope")
+for _reason in AUTH_FAILURE_REASONS:
+    AUTH_FAILURES.labels(_reason)  # every series exported from the start, at 0
