@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.middleware.gzip import GZipMiddleware
 
 from bubblescope import __version__
+from bubblescope.backend.alerts.delivery import install_delivery
+from bubblescope.backend.alerts.router import install_alert_rules
+from bubblescope.backend.alerts.router import router as alerts_router
 from bubblescope.backend.analysis.router import router as analysis_router
+from bubblescope.backend.auth.cache import TokenCache
+from bubblescope.backend.auth.guard import authorize
+from bubblescope.backend.auth.router import router as auth_router
+from bubblescope.backend.background import BackgroundTasks, lifespan
 from bubblescope.backend.body import BodyBudget
 from bubblescope.backend.capture.router import router as capture_router
 from bubblescope.backend.db.engine import build_engine, build_session_factory
@@ -22,8 +29,10 @@ from bubblescope.backend.metrics.router import router as metrics_router
 from bubblescope.backend.metrics.runs import RunMetrics
 from bubblescope.backend.openapi import install_openapi
 from bubblescope.backend.plan.router import router as plan_router
+from bubblescope.backend.runs.retention import retention_task
 from bubblescope.backend.runs.router import router as runs_router
 from bubblescope.backend.settings import ServiceSettings
+from bubblescope.backend.settings_view.router import router as settings_router
 from bubblescope.backend.stragglers.router import router as stragglers_router
 from bubblescope.backend.web.routes import mount_frontend
 from bubblescope.backend.web.span_kinds import router as span_kinds_router
@@ -38,6 +47,9 @@ FEATURE_ROUTERS = (
     stragglers_router,
     plan_router,
     span_kinds_router,
+    alerts_router,
+    auth_router,
+    settings_router,
 )
 
 
@@ -54,6 +66,8 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
         description="Where every GPU's time goes in distributed PyTorch training, and what to change.",
         docs_url=None,  # /docs is served with local assets (web.routes)
         redoc_url=None,
+        lifespan=lifespan,
+        dependencies=[Depends(authorize)],  # serve --auth: what each route needs is in auth.route_access
     )
     app.state.engine = engine
     app.state.settings = settings
@@ -62,7 +76,13 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     app.state.ingest_gate = IngestGate(settings.ingest_in_flight, settings.retry_after_s)
     app.state.body_budget = BodyBudget(settings.max_bodies_bytes, settings.retry_after_s)
     app.state.session_factory = build_session_factory(engine)
+    app.state.background = BackgroundTasks()  # periodic tasks, started with the server
+    app.state.token_cache = TokenCache(app.state.session_factory)
+    if settings.retain_days is not None:
+        app.state.background.add(retention_task(app.state.session_factory, settings.retain_days))
     app.state.metrics = metrics_registry(RunMetrics(app.state.session_factory, settings))
+    install_delivery(app)  # alert webhooks and Alertmanager pushes, on their own threads
+    install_alert_rules(app)  # the alert rules, on the service's clock and after ingest
     install_error_handlers(app)
     install_openapi(app)
     app.add_middleware(GZipMiddleware, minimum_size=4096)

@@ -139,8 +139,7 @@ class ServiceSettings:
     )
     hung_after_s: float = _setting(
         60.0,
-        "a run whose ranks are heard from but finish no step for this long (or 5 median steps, if longer) "
-        "is hung",
+        "a run whose ranks are heard from but finish no step for this long (or 5 median steps, if longer) is hung",
         metavar="SECONDS",
         option="--hung-after",
     )
@@ -193,7 +192,9 @@ class ServiceSettings:
         option="--alert-resend",
     )
     # ---- access (docs/access.md)
-    auth: bool = _setting(False, "require an API token (or a signed-in session) on every endpoint but health", kind=bool)
+    auth: bool = _setting(
+        False, "require an API token (or a signed-in session) on every endpoint but health", kind=bool
+    )
     insecure: bool = _setting(
         False, "serve on a non-loopback address without --auth (anyone who reaches it can write and delete)", kind=bool
     )
@@ -219,7 +220,7 @@ class ServiceSettings:
         """The Host allowlist in force when serving on ``bind_host`` (``("*",)``: any)."""
         if self.allowed_hosts:
             return self.allowed_hosts
-        return LOOPBACK_HOSTS if _is_loopback(bind_host) else ("*",)
+        return LOOPBACK_HOSTS if is_loopback(bind_host) else ("*",)
 
 
 def settings_of(request: Request) -> ServiceSettings:
@@ -228,7 +229,7 @@ def settings_of(request: Request) -> ServiceSettings:
     return settings
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:

@@ -18,6 +18,7 @@ def schedule_argument(text: str) -> str:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from bubblescope.backend.auth.commands import exposure_refusal, missing_token_warning
     from bubblescope.backend.server import DatabaseNotReady, build_server, prepare_database
     from bubblescope.backend.settings import from_options
 
@@ -26,12 +27,19 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"bubblescope serve: {error}", file=sys.stderr)
         return 2
+    refusal = exposure_refusal(args.host, settings)
+    if refusal:
+        print(f"bubblescope serve: {refusal}", file=sys.stderr)
+        return 2
     try:
         url = prepare_database(args.db)
         server = build_server(url, args.host, args.port, settings)
     except DatabaseNotReady as error:
         print(f"bubblescope serve: {error}", file=sys.stderr)
         return 2
+    warning = missing_token_warning(url, args.db) if settings.auth else None
+    if warning:
+        print(f"bubblescope serve: {warning}", file=sys.stderr, flush=True)
     print(f"bubblescope service on http://{args.host}:{args.port} (database {url})", flush=True)
     server.run()
     return 0
@@ -48,6 +56,12 @@ def _db(args: argparse.Namespace) -> int:
     engine = build_engine(url)
     print(f"schema revision {migrate.current_revision(engine)} (head {migrate.head_revision(url)})")
     return 0
+
+
+def _token(args: argparse.Namespace) -> int:
+    from bubblescope.backend.auth.commands import token_command
+
+    return token_command(args)
 
 
 def _upload(args: argparse.Namespace) -> int:
@@ -173,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--db", help="SQLAlchemy URL or SQLite file path")
     db.set_defaults(handler=_db)
 
+    _token_parser(commands)
+
     upload = commands.add_parser("upload-spool", help="send spooled batches to a service")
     upload.add_argument("--url", help="the service (default: BUBBLESCOPE_URL)")
     upload.add_argument("--token", help="bearer token (default: BUBBLESCOPE_TOKEN)")
@@ -202,6 +218,28 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="one JSON object per configuration per line")
     plan.set_defaults(handler=_plan)
     return parser
+
+
+def _token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from bubblescope.backend.auth.scopes import SCOPE_NAMES  # standard library only, like this module
+
+    token = commands.add_parser("token", help="API tokens for serve --auth (docs/access.md)")
+    token_commands = token.add_subparsers(dest="token_command", required=True)
+    create = token_commands.add_parser("create", help="create a token and print it (the only time it is shown)")
+    create.add_argument("--scope", required=True, choices=SCOPE_NAMES, help="admin grants read and ingest too")
+    create.add_argument("--name", required=True, help="who or what holds it (letters, digits, . _ : @ -)")
+    create.add_argument(
+        "--value-env",
+        metavar="VAR",
+        help="take the token's text from this environment variable instead of generating one; "
+        "nothing changes when that token exists already with this scope",
+    )
+    listing = token_commands.add_parser("list", help="name, scope, prefix, created, last used, revoked")
+    revoke = token_commands.add_parser("revoke", help="revoke a token: refused within seconds")
+    revoke.add_argument("name_or_prefix", metavar="NAME_OR_PREFIX")
+    for sub in (create, listing, revoke):
+        sub.add_argument("--db", help="SQLAlchemy URL or SQLite file path (default: user data dir, as serve)")
+    token.set_defaults(handler=_token)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,10 +8,11 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
+from bubblescope.backend.alerts.evaluator import ALERT_TASK
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.fields import INT32_MAX, INT64_MAX, RankIndex, RunKey, StepIndex
-from bubblescope.backend.runs import service
+from bubblescope.backend.runs import deletion, service
 from bubblescope.backend.runs.schemas import (
     RankEndIn,
     RankOut,
@@ -57,7 +58,9 @@ async def put_rank(run_key: RunKey, rank: RankIndex, request: Request, session: 
 )
 async def put_rank_end(run_key: RunKey, rank: RankIndex, request: Request, session: DbSession) -> RankOut:
     end = parse_document(RankEndIn, await read_json(request))
-    return await run_in_threadpool(service.end_rank, session, run_key, rank, end)
+    ended = await run_in_threadpool(service.end_rank, session, run_key, rank, end)
+    request.app.state.background.wake(ALERT_TASK)  # a failure pages without waiting the rules' interval
+    return ended
 
 
 SilentAfter = Annotated[
@@ -118,3 +121,15 @@ def get_run(run_key: RunKey, session: DbSession, request: Request, silent_after_
 )
 def get_step(run_key: RunKey, step: StepIndex, session: DbSession) -> StepDetail:
     return service.step_detail(session, run_key, step)
+
+
+@router.delete(
+    "/{run_key}",
+    status_code=204,
+    response_class=Response,
+    summary="Delete a run and every row of it (admin): ranks, steps, spans, captures, alerts",
+    responses={503: {"description": "the database is unavailable; what was deleted stays deleted, retry"}},
+)
+async def delete_run(run_key: RunKey, request: Request) -> Response:
+    await run_in_threadpool(deletion.delete_run, request.app.state.session_factory, run_key)
+    return Response(status_code=204)

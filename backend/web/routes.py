@@ -46,6 +46,12 @@ def run_page(run_key: str) -> FileResponse:
     return FileResponse(FRONTEND_DIR / "run.html")
 
 
+@router.get("/signin")
+def signin_page() -> FileResponse:
+    """Where the dashboard sends a browser the API answered 401 (serve --auth; docs/access.md)."""
+    return FileResponse(FRONTEND_DIR / "signin.html")
+
+
 @router.get("/vendor/{name}")
 def vendor_file(name: str) -> FileResponse:
     if name not in VENDOR_FILES:

@@ -1,0 +1,143 @@
+"""The dependency every API route runs (``create_app``): with ``serve --auth``, the call must carry a
+token whose scope grants what the route needs (``route_access.ROUTE_ACCESS``).
+
+A request is authenticated by the first of these it carries:
+
+1. ``Authorization: Bearer <token>``;
+2. the dashboard's session cookie (``SESSION_COOKIE``, set by ``POST /api/v1/session``), which holds
+   a token and counts as one;
+3. with ``--trusted-user-header H``: a non-empty header ``H``, set by a reverse proxy that signed the
+   user in (SSO); it gives ``read``. The proxy must remove ``H`` from what clients send.
+
+No credential, an unknown or revoked token: 401 with ``WWW-Authenticate: Bearer realm="bubblescope",
+scope="<needed>"`` (and ``error="invalid_token"`` for a token that was sent). A valid token of a scope
+that does not grant the route: 403 naming both scopes. Every refusal is counted in
+``bubblescope_auth_failures_total{reason}``. Without ``--auth`` every route is open.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Final
+
+from fastapi import FastAPI, Request
+from starlette.concurrency import run_in_threadpool
+
+from bubblescope.backend.auth.cache import KnownToken, TokenCache
+from bubblescope.backend.auth.route_access import access_of
+from bubblescope.backend.auth.scopes import PUBLIC, Access, Scope, grants
+from bubblescope.backend.auth.tokens import token_digest
+from bubblescope.backend.errors import ApiError, Loc
+from bubblescope.backend.metrics.service import AUTH_FAILURES
+from bubblescope.backend.settings import settings_of
+
+SESSION_COOKIE: Final = "bubblescope_session"
+REALM: Final = "bubblescope"
+AUTHORIZATION_LOC: Final = ("header", "Authorization")
+log = logging.getLogger("bubblescope.auth")
+
+
+@dataclass(frozen=True)
+class Credential:
+    text: str
+    loc: Loc  # where the request carried it
+
+
+async def authorize(request: Request) -> None:
+    """Let the call through, or refuse it with 401 or 403 (see the module docstring)."""
+    settings = settings_of(request)
+    if not settings.auth:
+        return
+    needed = needed_access(request)
+    if needed == PUBLIC:
+        return
+    assert isinstance(needed, Scope)
+    credential = presented_credential(request)
+    if credential is None:
+        user = trusted_user(request)
+        if user is not None:
+            name, header = user
+            _require_grant(needed, Scope.READ, f"the user {name!r} signed in through the proxy", ("header", header))
+            return
+        raise refusal(401, needed, "missing", AUTHORIZATION_LOC, _missing_message(needed))
+    if credential.text == "":
+        raise refusal(401, needed, "malformed", credential.loc, f"send 'Bearer <token>'; {_needs(needed)}")
+    token = await known_token(request.app, credential.text)
+    if token is None:
+        raise refusal(401, needed, "unknown", credential.loc, f"the token is not known; {_needs(needed)}")
+    if token.revoked:
+        raise refusal(401, needed, "revoked", credential.loc, f"the token {token.name!r} was revoked; {_needs(needed)}")
+    _require_grant(needed, token.scope, f"the token {token.name!r}", credential.loc)
+    cache: TokenCache = request.app.state.token_cache
+    if cache.claim_touch(token.id):
+        await run_in_threadpool(cache.touch, token.id)
+
+
+def needed_access(request: Request) -> Access:
+    """What the called route needs; a route missing from the table needs admin (and a test fails)."""
+    route = request.scope.get("route")
+    template = getattr(route, "path_format", None) or request.url.path
+    access = access_of(request.method, template)
+    if access is None:
+        log.error("bubblescope: %s %s is not in auth.route_access.ROUTE_ACCESS; admin only", request.method, template)
+        return Scope.ADMIN
+    return access
+
+
+def presented_credential(request: Request) -> Credential | None:
+    """The bearer token, else the session cookie; a malformed Authorization header is an empty text."""
+    header = request.headers.get("authorization")
+    if header is not None:
+        scheme, _, text = header.strip().partition(" ")
+        return Credential(text.strip() if scheme.lower() == "bearer" else "", AUTHORIZATION_LOC)
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie:
+        return Credential(cookie, ("cookie", SESSION_COOKIE))
+    return None
+
+
+def trusted_user(request: Request) -> tuple[str, str] | None:
+    """(the user, the header) when ``--trusted-user-header`` names a header the request carries, non-empty."""
+    header = settings_of(request).trusted_user_header
+    if not header:
+        return None
+    user = request.headers.get(header, "").strip()
+    return (user, header) if user else None
+
+
+async def known_token(app: FastAPI, text: str) -> KnownToken | None:
+    """The token ``text`` is, from the cache or the database (on a worker thread); None: unknown."""
+    cache: TokenCache = app.state.token_cache
+    digest = token_digest(text)
+    found, token = cache.cached(digest)
+    if found:
+        return token
+    return await run_in_threadpool(cache.load, digest)
+
+
+def refusal(status: int, needed: Scope, reason: str, loc: Loc, message: str) -> ApiError:
+    """A 401 or 403 naming the scope needed, counted by ``reason``."""
+    AUTH_FAILURES.labels(reason).inc()
+    challenge = f'Bearer realm="{REALM}", scope="{needed.value}"'
+    if status == 403:
+        challenge += ', error="insufficient_scope"'
+    elif reason in ("unknown", "revoked", "malformed"):
+        challenge += ', error="invalid_token"'
+    error_type = "forbidden" if status == 403 else "unauthorized"
+    return ApiError(status, loc, message, error_type, headers={"WWW-Authenticate": challenge})
+
+
+def _require_grant(needed: Scope, held: Scope, who: str, loc: Loc) -> None:
+    if not grants(held, needed):
+        message = f"this endpoint needs scope {needed.value!r}; {who} has scope {held.value!r}"
+        raise refusal(403, needed, "wrong_scope", loc, message)
+
+
+def _needs(needed: Scope) -> str:
+    alternative = "" if needed is Scope.ADMIN else " (or admin)"
+    return f"this endpoint needs a token with scope {needed.value!r}{alternative}"
+
+
+def _missing_message(needed: Scope) -> str:
+    return f"{_needs(needed)}: send 'Authorization: Bearer <token>', or sign in on the dashboard"

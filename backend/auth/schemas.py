@@ -1,0 +1,45 @@
+"""API shapes for signing in and for tokens. A token's text appears in one answer only: its creation."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bubblescope.backend.auth.tokens import MAX_TOKEN_CHARS, TOKEN_NAME_PATTERN
+
+ScopeName = Literal["ingest", "read", "admin"]  # scopes.Scope's values (tests/auth checks)
+
+
+class SessionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    token: Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS, description="a read or admin token")]
+
+
+class SessionOut(BaseModel):
+    name: str = Field(description="the token's name")
+    scope: ScopeName
+
+
+class TokenIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(pattern=TOKEN_NAME_PATTERN, description="who or what holds it")]
+    scope: ScopeName
+
+
+class TokenOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    name: str
+    scope: ScopeName
+    prefix: str = Field(description="the token's first characters, to tell it apart")
+    created_at: datetime
+    last_used_at: datetime | None = Field(description="updated at most once a minute")
+    revoked_at: datetime | None
+
+
+class TokenCreatedOut(TokenOut):
+    token: str = Field(description="the token itself: shown this once, stored only as its SHA-256")

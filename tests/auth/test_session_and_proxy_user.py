@@ -1,0 +1,95 @@
+"""The dashboard's session cookie and the reverse proxy's user header, on a real ``serve --auth``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from bubblescope.backend.auth.scopes import Scope
+from tests.auth.support import TRUSTED_HEADER, Tokens, bearer
+from tests.support import LiveServer, assert_names, migrated_database, start_server
+
+COOKIE = "bubblescope_session"
+
+
+def test_signing_in_sets_an_httponly_strict_cookie_the_api_accepts(auth_server: LiveServer, tokens: Tokens) -> None:
+    with auth_server.client() as client:
+        signed_in = client.post("/api/v1/session", json={"token": tokens.valid[Scope.READ]})
+        assert signed_in.status_code == 200, signed_in.text
+        assert signed_in.json()["scope"] == "read"
+        cookie = signed_in.headers["set-cookie"]
+        attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")}
+        assert cookie.startswith(f"{COOKIE}=") and {"httponly", "samesite", "path", "max-age"} <= attributes
+        assert "samesite=strict" in cookie.lower() and "secure" not in attributes  # plain http here
+        assert client.get("/api/v1/runs").status_code == 200  # the cookie, kept by the client, is accepted
+        assert client.delete(f"/api/v1/runs/{'x' * 8}").status_code == 403  # as the read token it holds
+
+        signed_out = client.delete("/api/v1/session")
+        assert signed_out.status_code == 204
+        assert "max-age=0" in signed_out.headers["set-cookie"].lower()
+        assert COOKIE not in client.cookies
+        assert client.get("/api/v1/runs").status_code == 401
+
+
+def test_the_cookie_is_secure_when_the_request_came_over_https(auth_server: LiveServer, tokens: Tokens) -> None:
+    """Behind a TLS-terminating proxy on the same host (uvicorn trusts its X-Forwarded-Proto)."""
+    with auth_server.client() as client:
+        answer = client.post(
+            "/api/v1/session", json={"token": tokens.valid[Scope.ADMIN]}, headers={"X-Forwarded-Proto": "https"}
+        )
+    assert answer.status_code == 200, answer.text
+    assert "secure" in {part.strip().lower() for part in answer.headers["set-cookie"].split(";")}
+
+
+def test_sign_in_refuses_an_ingest_unknown_or_revoked_token(auth_server: LiveServer, tokens: Tokens) -> None:
+    with auth_server.client() as client:
+        ingest = client.post("/api/v1/session", json={"token": tokens.valid[Scope.INGEST]})
+        assert_names(ingest, 403, ["body", "token"], "has scope 'ingest'")
+        unknown = client.post("/api/v1/session", json={"token": "bs_" + "x" * 43})
+        assert_names(unknown, 401, ["body", "token"], "not known")
+        revoked = client.post("/api/v1/session", json={"token": tokens.revoked[Scope.READ]})
+        assert_names(revoked, 401, ["body", "token"], "revoked")
+        missing = client.post("/api/v1/session", json={})
+        assert_names(missing, 422, ["body", "token"], "")
+        assert "set-cookie" not in ingest.headers and "set-cookie" not in revoked.headers
+
+
+def test_a_cookie_holding_a_revoked_token_is_refused(auth_server: LiveServer, tokens: Tokens) -> None:
+    with auth_server.client() as client:
+        client.cookies.set(COOKIE, tokens.revoked[Scope.ADMIN])
+        answer = client.get("/api/v1/runs")
+    assert_names(answer, 401, ["cookie", COOKIE], "revoked")
+
+
+def test_the_proxy_user_header_gives_read(auth_server: LiveServer, tokens: Tokens) -> None:
+    user = {TRUSTED_HEADER: "alice@example.org"}
+    with auth_server.client() as client:
+        assert client.get("/api/v1/runs", headers=user).status_code == 200
+        assert client.get("/metrics", headers=user).status_code == 200
+        admin_only = client.get("/api/v1/tokens", headers=user)
+        assert_names(admin_only, 403, ["header", TRUSTED_HEADER], "needs scope 'admin'")
+        assert "'alice@example.org'" in admin_only.json()["detail"][0]["msg"]
+        ingest = client.post("/api/v1/ingest", json={}, headers=user)
+        assert_names(ingest, 403, ["header", TRUSTED_HEADER], "has scope 'read'")
+        empty = client.get("/api/v1/runs", headers={TRUSTED_HEADER: ""})
+        assert empty.status_code == 401
+        # a token sent with it decides alone: an admin token keeps admin, a bad one is refused
+        admin = {**user, **bearer(tokens.valid[Scope.ADMIN])}
+        assert client.get("/api/v1/tokens", headers=admin).status_code == 200
+        bad = {**user, **bearer(tokens.revoked[Scope.READ])}
+        assert client.get("/api/v1/runs", headers=bad).status_code == 401
+
+
+@pytest.fixture(scope="module")
+def server_without_proxy_header(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    with migrated_database("sqlite", tmp_path_factory.mktemp("no-proxy-db")) as url:
+        live = start_server(url, tmp_path_factory.mktemp("no-proxy"), extra_args=["--auth"])
+        yield live
+        live.stop()
+
+
+def test_the_header_means_nothing_unless_serve_names_it(server_without_proxy_header: LiveServer) -> None:
+    with server_without_proxy_header.client() as client:
+        answer = client.get("/api/v1/runs", headers={TRUSTED_HEADER: "mallory"})
+    assert answer.status_code == 401, answer.text
