@@ -30,11 +30,48 @@ async function getJson(path) {
   } catch (error) {
     throw new ApiError(0, `the service did not answer (${error.message})`);
   }
+  if (response.status === 401) toSignIn();
   if (!response.ok) throw await failure(response);
   return response.json();
 }
 
+// serve --auth (docs/access.md): an API answer of 401 sends the browser to the sign-in page, which
+// comes back here (`next`) once POST /session has set the HttpOnly session cookie.
+function toSignIn() {
+  const next = `${window.location.pathname}${window.location.search}${window.location.hash}`;
+  window.location.assign(`/signin?next=${encodeURIComponent(next)}`);
+}
+
+async function session(method, body) {
+  const init = { method, headers: { Accept: "application/json" } };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(`${API_PREFIX}/session`, init);
+  } catch (error) {
+    throw new ApiError(0, `the service did not answer (${error.message})`);
+  }
+  if (!response.ok) throw await failure(response);
+  return response.status === 204 ? null : response.json();
+}
+
+export const signIn = (token) => session("POST", { token });
+export const signOut = () => session("DELETE");
+
 const runPath = (key) => `/runs/${encodeURIComponent(key)}`;
+
+// GET /alerts' query: states (firing, resolved; none: both), one run's alerts (its key) or every run's, at most limit.
+function alertQuery({ states = [], run = null, limit = null } = {}) {
+  const query = new URLSearchParams();
+  for (const state of states) query.append("state", state);
+  if (run !== null) query.set("run", run);
+  if (limit !== null) query.set("limit", String(limit));
+  const text = query.toString();
+  return text ? `?${text}` : "";
+}
 
 export const api = {
   runs: () => getJson("/runs"),
@@ -43,6 +80,7 @@ export const api = {
   analysis: (key) => getJson(`${runPath(key)}/analysis`),
   stragglers: (key) => getJson(`${runPath(key)}/stragglers`),
   spanKinds: () => getJson("/span-kinds"),
+  alerts: (options) => getJson(`/alerts${alertQuery(options)}`), // newest first
 };
 
 // Whether asking again can give another answer for the same data: not for a 4xx (the request or

@@ -1,6 +1,9 @@
 // The run page (/runs/{key}): owns the run key, the picked step and the page's one polling loop.
-// Each round asks for the run; the step view, the analysis and the stragglers are asked for again
-// only when the run changed since they were last loaded, or when another step is to be shown.
+// Each round asks for the run and its alerts (firing, and the last resolved ones); the step view,
+// the analysis and the stragglers are asked for again only when the run changed since they were
+// last loaded, or when another step is to be shown. ?view=hung puts the lagging and blocked ranks
+// first in the ranks table; a #ranks, #stragglers or #analysis is scrolled to once the page is drawn.
+import { renderRanks, renderRunAlerts } from "./alerts.js";
 import { api, worthRetrying } from "./api.js";
 import { el, say } from "./dom.js";
 import { spanKinds } from "./kinds.js";
@@ -13,6 +16,8 @@ import { renderTimeline } from "./timeline.js";
 
 const EVERY_MS = 3000;
 const NOT_KNOWN_EVERY_MS = 5000; // a run not (yet) registered: its job may still be starting
+const RESOLVED_SHOWN = 5;
+const FIRING_AT_MOST = 100;
 
 const key = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop());
 const linkedStep = new URLSearchParams(location.search).get("step");
@@ -25,7 +30,13 @@ const state = {
   requests: 0, // showStep calls so far: only the latest one may render
   step: null, // the step shown
   loaded: { step: null, analysis: null, stragglers: null }, // the run version each part was loaded at
+  alerts: { firing: [], resolved: [] }, // as last loaded
+  // The element the URL's hash names, to scroll to once the page is drawn, unless the reader
+  // scrolled first; null once done.
+  scrollTo: location.hash.length > 1 ? decodeURIComponent(location.hash.slice(1)) : null,
+  readerScrolled: false,
 };
+const hungView = () => new URLSearchParams(location.search).get("view") === "hung";
 
 // What changes whenever the service stores something for the run. updated_at alone is not enough:
 // on SQLite it has whole seconds, and a second holds many batches.
@@ -78,6 +89,33 @@ function showNotKnown(error) {
   note.hidden = false;
 }
 
+async function loadAlerts() {
+  try {
+    const [firing, resolved] = await Promise.all([
+      api.alerts({ states: ["firing"], run: key, limit: FIRING_AT_MOST }),
+      api.alerts({ states: ["resolved"], run: key, limit: RESOLVED_SHOWN }),
+    ]);
+    state.alerts = { firing: firing.alerts, resolved: resolved.alerts };
+    say("alerts-error", "");
+  } catch (error) {
+    say("alerts-error", `Could not load the run's alerts: ${error.message}`); // the last ones loaded stay
+  }
+}
+
+function renderAlertsAndRanks() {
+  const now = Date.now();
+  renderRunAlerts(state.alerts.firing, state.alerts.resolved, RESOLVED_SHOWN, now);
+  renderRanks(state.run, state.alerts.firing, hungView(), now);
+  document.body.dataset.alertsFiring = String(state.alerts.firing.length);
+}
+
+// Scrolls to the element the hash named; `last`: the page is drawn, forget the hash either way.
+function scrollToHash(last) {
+  const target = state.scrollTo && document.getElementById(state.scrollTo);
+  if (target && !state.readerScrolled) target.scrollIntoView({ block: "start" });
+  if (last) state.scrollTo = null;
+}
+
 function showRunError(text) {
   const note = document.getElementById("run-error");
   note.className = "error";
@@ -101,6 +139,9 @@ async function round() {
   state.run = run;
   state.version = runVersion(run);
   renderRun(run);
+  await loadAlerts();
+  renderAlertsAndRanks();
+  scrollToHash(false); // the sections above may still grow: again once they are drawn
   const steps = stepsWithSpans(run);
   const step = chooseStep(steps);
   renderStepOptions(steps, step);
@@ -114,6 +155,10 @@ async function round() {
     work.push(refresh("stragglers", api.stragglers, renderStragglers, showStragglersError, state.version));
   }
   await Promise.all(work);
+  requestAnimationFrame(() => {
+    scrollToHash(true);
+    document.body.dataset.drawn = "true"; // every section has had its first answer
+  });
   return EVERY_MS;
 }
 
@@ -127,5 +172,34 @@ document.getElementById("step-select").addEventListener("change", (event) => {
   history.replaceState(null, "", url);
   showStep(chosen, state.version);
 });
+
+// An alert's evidence on this page (same run) is shown without loading the page again: the URL
+// takes the link's view and hash, the ranks table its order, and the page scrolls to the anchor.
+document.getElementById("run-alerts").addEventListener("click", (event) => {
+  const link = event.target.closest("a[href]");
+  if (!link || event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+  const target = new URL(link.href);
+  if (target.origin !== location.origin || target.pathname !== location.pathname) return;
+  event.preventDefault();
+  const url = new URL(location.href);
+  url.searchParams.delete("view");
+  for (const [name, value] of target.searchParams) url.searchParams.set(name, value);
+  url.hash = target.hash;
+  history.pushState(null, "", url);
+  showView();
+});
+window.addEventListener("popstate", showView);
+
+function showView() {
+  state.scrollTo = location.hash.length > 1 ? decodeURIComponent(location.hash.slice(1)) : null;
+  state.readerScrolled = false;
+  if (state.run) renderAlertsAndRanks();
+  scrollToHash(true);
+}
+
+// Once the reader scrolls, the page no longer scrolls for them.
+for (const name of ["wheel", "touchstart", "keydown"]) {
+  window.addEventListener(name, () => { state.readerScrolled = true; }, { passive: true });
+}
 
 poll(round, EVERY_MS);
