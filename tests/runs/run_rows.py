@@ -1,0 +1,97 @@
+"""A run's rows in every table that holds any, found from the schema's foreign keys (a table added
+later is counted without changing the tests), and rows that make a run complete: ranks, steps, spans,
+batches, a capture request, alerts and their deliveries."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import httpx
+from sqlalchemy import Table, create_engine, func, select
+
+from bubblescope.backend.db.engine import build_session_factory, transaction
+from bubblescope.backend.db.models import Alert, AlertDelivery, Base, Run
+from tests.support import ingest_batch, post_gzip, register
+
+
+def tables_of_a_run() -> list[tuple[Table, Table | None]]:
+    """(table, via): a table with a foreign key to ``runs`` (via None), or to such a table (via it)."""
+    direct = [
+        table
+        for table in Base.metadata.sorted_tables
+        if any(fk.column.table.name == "runs" for fk in table.foreign_keys)
+    ]
+    found: list[tuple[Table, Table | None]] = [(table, None) for table in direct]
+    for table in Base.metadata.sorted_tables:
+        for fk in table.foreign_keys:
+            if fk.column.table in direct:
+                found.append((table, fk.column.table))
+    return found
+
+
+def rows_of_run(db_url: str, run_id: int) -> dict[str, int]:
+    """Rows per table that belong to the run ``run_id``, and ``runs`` itself."""
+    engine = create_engine(db_url)
+    counts: dict[str, int] = {}
+    try:
+        with engine.connect() as connection:
+            counts["runs"] = connection.execute(select(func.count()).where(Run.id == run_id)).scalar_one()
+            for table, via in tables_of_a_run():
+                if via is None:
+                    condition = table.c.run_id == run_id
+                else:
+                    [fk] = [fk for fk in table.foreign_keys if fk.column.table is via]
+                    condition = fk.parent.in_(select(via.c.id).where(via.c.run_id == run_id))
+                counts[table.name] = connection.execute(
+                    select(func.count()).select_from(table).where(condition)
+                ).scalar_one()
+    finally:
+        engine.dispose()
+    return counts
+
+
+def run_id_of(db_url: str, key: str) -> int:
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as connection:
+            return int(connection.execute(select(Run.id).where(Run.key == key)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def full_run(client: httpx.Client, db_url: str, batches: int = 4) -> str:
+    """A run with a row in every table of a run (alerts written straight to the database)."""
+    key = register(client, world_size=2)
+    for rank in (0, 1):
+        registered = client.put(f"/api/v1/runs/{key}/ranks/{rank}", json={"host": "node", "pid": 100 + rank})
+        assert registered.status_code == 200, registered.text
+    for seq in range(batches):
+        stored = post_gzip(client, ingest_batch(key, seq=seq, spans=5, rank=seq % 2, step=seq))
+        assert stored.status_code == 202, stored.text
+    captured = client.post(f"/api/v1/runs/{key}/capture", json={"steps": 2})
+    assert captured.status_code == 201, captured.text
+    engine = create_engine(db_url)
+    now = datetime.now(timezone.utc)
+    try:
+        with transaction(build_session_factory(engine)) as session:
+            alert = Alert(
+                run_id=run_id_of(db_url, key),
+                fingerprint=key[-16:],
+                alertname="BubblescopeRunHung",
+                severity="critical",
+                labels={"run": key},
+                annotations={"summary": "hung"},
+                evidence_path=f"/runs/{key}",
+                starts_at=now,
+                updated_at=now,
+            )
+            session.add(alert)
+            session.flush()
+            session.add(
+                AlertDelivery(
+                    alert_id=alert.id, target="https://hooks.example.org/x", status="firing", next_attempt_at=now
+                )
+            )
+    finally:
+        engine.dispose()
+    return key
