@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from bubblescope.analysis.alert_rules import BubbleFigures, RegressionFigures, StragglerFinding, Thresholds
 from bubblescope.backend.analysis.service import run_analysis
 from bubblescope.backend.db.models import RankInfo, Run, StepAggregate
-from bubblescope.backend.errors import ApiError
+from bubblescope.backend.errors import ApiError, DomainError
 from bubblescope.backend.stragglers.service import straggler_view
 
 RECOMPUTE_S = 30.0
@@ -125,7 +125,7 @@ def _bubble(session: Session, key: str, newest_step: int, t: Thresholds) -> Bubb
     """The measured bubble and the simulator's floor over the newest steps with spans (a pipeline run)."""
     try:
         analysis = run_analysis(session, key, max(0, newest_step - t.bubble_for_steps + 1), newest_step)
-    except ApiError:  # no step with spans in the window, or not a pipeline the simulator knows
+    except (ApiError, DomainError):  # no step with spans in the window, or not a pipeline the simulator knows
         return None
     if analysis.attribution is None:
         return None
