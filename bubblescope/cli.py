@@ -76,6 +76,12 @@ def _upload(args: argparse.Namespace) -> int:
         f"delivered {result.delivered}, rejected {result.rejected}, still spooled {result.remaining}, "
         f"unreadable (set aside as *.bad) {result.unreadable}"
     )
+    if result.refused_token is not None:
+        print(
+            f"bubblescope upload-spool: the service refused the token ({result.refused_token}); nothing was "
+            "removed: give an ingest token with --token or BUBBLESCOPE_TOKEN and run it again",
+            file=sys.stderr,
+        )
     return 0 if result.remaining == 0 else 1
 
 

@@ -44,6 +44,7 @@ _INGEST_PATH = f"{wire.API_PREFIX}/ingest"
 WATCHDOG_STEP_FACTOR = 3.0  # a step this many times its usual length (and watchdog_after_s) is reported
 WATCHDOG_EVERY_S = 5.0  # while it lasts, a report this often: the rank is alive, and where it waits
 USUAL_STEPS = 20  # the usual length: the median of this many newest steps
+TOKEN_REFUSED_BACKOFF_S = 60.0  # a refused token is tried again this often (it may be created meanwhile)
 
 
 class Shipper:
@@ -304,6 +305,15 @@ class Shipper:
                     f"bubblescope: service rejected {message.path} ({response.status}): {response.body[:500]!r}",
                 )
                 return True
+            if response.verdict is Verdict.UNAUTHORIZED:  # keep everything: the token can be fixed
+                self._down_until = time.monotonic() + TOKEN_REFUSED_BACKOFF_S
+                self._warn_once(
+                    "token",
+                    f"bubblescope: the service refused the token ({response.status}: {response.body[:300]!r}); "
+                    "spooling everything: set BUBBLESCOPE_TOKEN to an ingest token, then deliver the spool with "
+                    "bubblescope upload-spool",
+                )
+                return False
             if response.retry_after_s is not None:  # busy or its database away: come back when told
                 self._down_until = time.monotonic() + response.retry_after_s
                 self._warn_once("busy", f"bubblescope: service busy ({response.status}); spooling, retrying later")

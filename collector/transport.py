@@ -22,6 +22,7 @@ class Verdict(enum.Enum):
     DELIVERED = "delivered"  # 2xx with the service's acknowledgement: stored (or already stored)
     RETRY = "retry"  # down, slow, 5xx, 408/429, dropped connection, not our service: try again later
     REJECTED = "rejected"  # other 4xx: the server will never take this message
+    UNAUTHORIZED = "unauthorized"  # 401/403: the token is missing, wrong, revoked or lacks a scope: keep it
 
 
 @dataclass(frozen=True)
@@ -95,13 +96,14 @@ def send(base_url: str, message: Message, token: str | None, timeout_s: float) -
     except urllib.error.HTTPError as error:
         status = error.code
         retry = status >= 500 or status in (408, 425, 429)
+        verdict = Verdict.RETRY if retry else Verdict.UNAUTHORIZED if status in (401, 403) else Verdict.REJECTED
         body = b""
         try:
             body = error.read(1 << 16)
         except Exception:  # noqa: BLE001 - a broken error body changes nothing
             pass
         wait = _retry_after(error.headers.get("Retry-After") if error.headers is not None else None)
-        return Response(Verdict.RETRY if retry else Verdict.REJECTED, status, body, str(error), retry_after_s=wait)
+        return Response(verdict, status, body, str(error), retry_after_s=wait)
     except (TimeoutError, OSError, http.client.HTTPException, ValueError) as error:
         return Response(Verdict.RETRY, None, b"", f"{type(error).__name__}: {error}")
     except Exception as error:  # noqa: BLE001 - whatever the peer does, the caller gets a verdict

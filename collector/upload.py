@@ -19,6 +19,7 @@ class UploadResult:
     rejected: int
     remaining: int
     unreadable: int = 0  # corrupt files moved aside as *.bad (never sent, never blocking)
+    refused_token: str | None = None  # the service's 401/403 answer: the upload stopped, nothing removed
 
 
 def upload_spool(
@@ -29,12 +30,13 @@ def upload_spool(
 ) -> UploadResult:
     """Send every spooled message oldest first; stop at the first the service cannot take now.
 
-    What is not given comes from the collector's settings, as the job that spooled read them
-    (``BUBBLESCOPE_SPOOL_DIR``, ``BUBBLESCOPE_URL``, ``BUBBLESCOPE_TOKEN``); ValueError without
-    any URL. Delivered and rejected (4xx other than 408/429) messages are removed; a retried
-    batch the service already has is answered as delivered, so an upload can be repeated safely.
-    Temporary files left by a process killed mid-write are deleted once stale; they were never
-    messages.
+        What is not given comes from the collector's settings, as the job that spooled read them
+        (``BUBBLESCOPE_SPOOL_DIR``, ``BUBBLESCOPE_URL``, ``BUBBLESCOPE_TOKEN``); ValueError without
+        any URL. Delivered and rejected (4xx other than 401/403/408/429) messages are removed; a
+    refused token (401/403) stops the upload with everything kept; a retried
+        batch the service already has is answered as delivered, so an upload can be repeated safely.
+        Temporary files left by a process killed mid-write are deleted once stale; they were never
+        messages.
     """
     if url is not None:  # given explicitly: a bad one is an error, not a fallback to somewhere else
         try:
@@ -49,8 +51,12 @@ def upload_spool(
     spool = Spool(folder, max_bytes=1 << 62)
     spool.remove_stale_temporaries(STALE_TEMPORARY_S)
     delivered = rejected = 0
+    refused: str | None = None
     for path, message in spool.pending():
         response = send(url, message, token, timeout_s)
+        if response.verdict is Verdict.UNAUTHORIZED:
+            refused = f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}"
+            break
         if response.verdict is Verdict.RETRY:
             break
         if response.verdict is Verdict.DELIVERED:
@@ -58,4 +64,4 @@ def upload_spool(
         else:
             rejected += 1
         spool.remove(path)
-    return UploadResult(delivered, rejected, len(spool.files()), spool.unreadable)
+    return UploadResult(delivered, rejected, len(spool.files()), spool.unreadable, refused)
