@@ -80,9 +80,9 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     app.state.token_cache = TokenCache(app.state.session_factory)
     if settings.retain_days is not None:
         app.state.background.add(retention_task(app.state.session_factory, settings.retain_days))
-    app.state.metrics = metrics_registry(RunMetrics(app.state.session_factory, settings))
+    evaluator = install_alert_rules(app)  # the alert rules, on the service's clock and after ingest
+    app.state.metrics = metrics_registry(RunMetrics(app.state.session_factory, settings, evaluator.figures))
     install_delivery(app)  # alert webhooks and Alertmanager pushes, on their own threads
-    install_alert_rules(app)  # the alert rules, on the service's clock and after ingest
     install_error_handlers(app)
     install_openapi(app)
     app.add_middleware(GZipMiddleware, minimum_size=4096)

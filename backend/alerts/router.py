@@ -27,6 +27,7 @@ MAX_ALERTS = 1000
     "/alerts",
     response_model=AlertList,
     summary="Alerts raised by the service's rules (docs/alerts.md), newest first",
+    responses={404: {"description": "No run with the key given as `run`"}},
 )
 def list_alerts(
     request: Request,

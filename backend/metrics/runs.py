@@ -14,10 +14,13 @@ from typing import get_args
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from bubblescope.analysis.schedules import stages_floor
+from bubblescope.backend.alerts.figures import FigureCache
 from bubblescope.backend.db.engine import transaction
+from bubblescope.backend.db.models import Alert
 from bubblescope.backend.runs import queries
 from bubblescope.backend.runs.service import RECENT_STEPS, recent_steps
 from bubblescope.backend.runs.state import RunStateName, as_utc, run_state
@@ -33,9 +36,13 @@ def _gauge(name: str, documentation: str, labels: list[str] = RUN) -> GaugeMetri
 
 
 class RunMetrics(Collector):
-    def __init__(self, session_factory: sessionmaker[Session], settings: ServiceSettings) -> None:
+    def __init__(
+        self, session_factory: sessionmaker[Session], settings: ServiceSettings, figures: FigureCache | None = None
+    ) -> None:
+        """``figures``: the alert evaluator's cache (the measured bubble and its simulated floor)."""
         self.session_factory = session_factory
         self.settings = settings
+        self.figures = figures
 
     def collect(self) -> Iterator[Metric]:
         recent = f"over its newest {RECENT_STEPS} steps"
@@ -56,6 +63,21 @@ class RunMetrics(Collector):
         expected = _gauge("ranks_expected", "The run's world size")
         dropped = CounterMetricFamily(
             "bubblescope_run_dropped_spans", "Spans the collector dropped (a full queue or spool)", labels=RUN
+        )
+        bubble = _gauge("bubble_ratio", "Measured pipeline bubble over the newest steps with spans (the alert rules')")
+        simulated = _gauge(
+            "bubble_simulated_floor_ratio",
+            "The simulator's bubble floor for the run's schedule and measured stage costs",
+        )
+        firing = _gauge(
+            "alert_firing",
+            "1 per firing alert of the service's rules (docs/alerts.md)",
+            ["run", "alertname", "severity"],
+        )
+        flagged = _gauge(
+            "rank_flagged",
+            "1 per rank a firing alert names (a failure's culprit, a hang's lagging rank, a straggler): only those ranks",
+            ["run", "rank", "host", "reason"],
         )
         with transaction(self.session_factory) as session:
             now = queries.database_now(session)
@@ -85,7 +107,19 @@ class RunMetrics(Collector):
                 )
                 if closed is not None:
                     floor.add_metric(key, closed.fraction)
+                cached = self.figures.of(run.id) if self.figures is not None else None
+                if cached is not None and cached.bubble is not None:
+                    bubble.add_metric(key, cached.bubble.measured_fraction)
+                    simulated.add_metric(key, cached.bubble.floor_fraction)
                 reporting.add_metric(key, figures.ranks_reporting)
                 expected.add_metric(key, run.world_size)
                 dropped.add_metric(key, sum(info.dropped_spans for info in ranks))
+            keys = {run.id: run.key for run in runs}
+            for alert in session.scalars(select(Alert).where(Alert.ends_at.is_(None), Alert.run_id.in_(keys))):
+                labels = alert.labels
+                firing.add_metric([keys[alert.run_id], alert.alertname, alert.severity], 1)
+                if "rank" in labels:
+                    reason = alert.alertname.removeprefix("Bubblescope")
+                    flagged.add_metric([keys[alert.run_id], labels["rank"], labels.get("host", ""), reason], 1)
         yield from (info, state, heard, step, idle, floor, exposed, reporting, expected, dropped)
+        yield from (bubble, simulated, firing, flagged)

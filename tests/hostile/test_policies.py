@@ -38,7 +38,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Live
     options = {
         "open": ["--cors-origin", OK_ORIGIN, "--captures-per-hour", "3"],
         "named": ["--allowed-host", "127.0.0.1", "--allowed-host", "bubblescope.internal"],
-        "all_interfaces": ["--host", "0.0.0.0"],
+        "all_interfaces": ["--host", "0.0.0.0", "--insecure"],
     }
 
     folders = {name: tmp_path_factory.mktemp(f"policies-{name}") for name in options}
