@@ -162,7 +162,7 @@ class ServiceSettings:
         metavar="URL",
         kind=str,
     )
-    # ---- alert delivery (docs/alerts.md)
+    # ---- alert delivery (docs/alerting.md)
     alertmanager_urls: tuple[str, ...] = _setting(
         (),
         "an Alertmanager to push alerts to (its base URL; repeat for several)",

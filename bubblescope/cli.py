@@ -1,4 +1,4 @@
-"""The ``bubblescope`` command: serve, demo, db upgrade|current, upload-spool, plan."""
+"""The ``bubblescope`` command: serve, demo, db upgrade|current, token create|list|revoke, upload-spool, plan."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         url = prepare_database(args.db)
         server = build_server(url, args.host, args.port, settings)
-    except DatabaseNotReady as error:
+    except (DatabaseNotReady, ValueError) as error:  # ValueError: an unusable --webhook-secret-file
         print(f"bubblescope serve: {error}", file=sys.stderr)
         return 2
     warning = missing_token_warning(url, args.db) if settings.auth else None

@@ -11,18 +11,14 @@ by bench/alert_latency.py, not here.
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
-import httpx
 import pytest
 
+from tests.alerts.fault_jobs import alerts, finish, launch, wait_for
 from tests.support import LiveServer, migrated_database, start_server
 
 pytestmark = pytest.mark.slow
@@ -36,57 +32,6 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
         live = start_server(url, tmp_path_factory.mktemp("server"), extra_args=SERVE)
         yield live
         live.stop()
-
-
-def launch(url: str, run_key: str, ranks: int, *args: str) -> subprocess.Popen[str]:
-    env = {
-        **os.environ,
-        "BUBBLESCOPE_URL": url,
-        "BUBBLESCOPE_RUN_ID": run_key,
-        "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.2",
-        "BUBBLESCOPE_WATCHDOG_AFTER_S": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={ranks}",
-        "-m",
-        "bubblescope.demo_job",
-        "--schedule=1f1b",
-        "--hidden=128",
-        "--microbatches=4",
-        *args,
-    ]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def alerts(client: httpx.Client, run_key: str) -> list[dict[str, Any]]:
-    response = client.get("/api/v1/alerts", params={"run": run_key})
-    if response.status_code == 404:  # not registered yet
-        return []
-    assert response.status_code == 200, response.text
-    found: list[dict[str, Any]] = response.json()["alerts"]
-    return found
-
-
-def wait_for(client: httpx.Client, run_key: str, name: str, status: str, timeout_s: float = 90) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    seen: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        seen = alerts(client, run_key)
-        for alert in seen:
-            if alert["labels"]["alertname"] == name and alert["status"] == status:
-                return alert
-        time.sleep(0.5)
-    raise AssertionError(f"no {status} {name} for {run_key} in {timeout_s} s; alerts: {seen}")
-
-
-def finish(process: subprocess.Popen[str], timeout_s: float = 180) -> str:
-    output, _ = process.communicate(timeout=timeout_s)
-    return output
 
 
 def test_a_rank_that_raises_is_named(service: LiveServer) -> None:

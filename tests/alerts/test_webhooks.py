@@ -140,3 +140,21 @@ def test_a_new_service_on_the_same_database_delivers_what_the_old_one_could_not(
         wait_until(lambda: delivery_rows(second, alert_id)[0]["delivered"], 30, "the delivery recorded")
     body = request.json()
     assert body["status"] == "firing" and body["alerts"][0]["labels"]["run"] == key
+
+
+def test_serve_refuses_an_unreadable_webhook_secret_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    missing = tmp_path / "no-such-secret"
+    command = [sys.executable, "-m", "bubblescope.cli", "serve", "--db", str(tmp_path / "db.sqlite"), "--port", "9"]
+    done = subprocess.run(
+        [*command, "--webhook-url", "http://127.0.0.1:9/hook", "--webhook-secret-file", str(missing)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"bubblescope serve: --webhook-secret-file {missing}: No such file or directory"
+    ]

@@ -1,0 +1,74 @@
+"""Real torchrun jobs of the demo with an injected fault, and waiting for the alerts they raise
+(shared by tests/alerts/test_fault_jobs.py and bench/alert_latency.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+
+INJECTED = re.compile(r"bubblescope-demo: injected (\S+) at step (\d+) at ([0-9.]+)")
+
+
+def launch(url: str, run_key: str, ranks: int, *args: str, watchdog_s: float = 1.0) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "BUBBLESCOPE_URL": url,
+        "BUBBLESCOPE_RUN_ID": run_key,
+        "BUBBLESCOPE_FLUSH_INTERVAL_S": "0.2",
+        "BUBBLESCOPE_WATCHDOG_AFTER_S": str(watchdog_s),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={ranks}",
+        "-m",
+        "bubblescope.demo_job",
+        "--schedule=1f1b",
+        "--hidden=128",
+        "--microbatches=4",
+        *args,
+    ]
+    return subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+def alerts(client: httpx.Client, run_key: str) -> list[dict[str, Any]]:
+    response = client.get("/api/v1/alerts", params={"run": run_key})
+    if response.status_code == 404:  # not registered yet
+        return []
+    assert response.status_code == 200, response.text
+    found: list[dict[str, Any]] = response.json()["alerts"]
+    return found
+
+
+def wait_for(client: httpx.Client, run_key: str, name: str, status: str, timeout_s: float = 90) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    seen: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        seen = alerts(client, run_key)
+        for alert in seen:
+            if alert["labels"]["alertname"] == name and alert["status"] == status:
+                return alert
+        time.sleep(0.5)
+    raise AssertionError(f"no {status} {name} for {run_key} in {timeout_s} s; alerts: {seen}")
+
+
+def finish(process: subprocess.Popen[str], timeout_s: float = 180) -> str:
+    output, _ = process.communicate(timeout=timeout_s)
+    return output
+
+
+def injected_at(output: str) -> float | None:
+    """The wall-clock time the job's fault was injected (the line ``demo_faults`` prints)."""
+    found = INJECTED.search(output)
+    return float(found.group(3)) if found else None
