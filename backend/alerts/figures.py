@@ -1,6 +1,7 @@
 """The costlier figures the alert rules read: step-time regression, bubble over its floor, stragglers.
 
-Each is computed at most once per ``RECOMPUTE_S`` per run, and only when the run has new steps;
+Each is computed when the run has new steps: at most once per ``RECOMPUTE_S`` per run, or sooner
+while the run is young (whenever its step count has doubled since: steps 1, 2, 4, 8 ...);
 in between the evaluator reuses the last figures (``FigureCache``), which ``/metrics`` also reads
 (the simulated floor and the measured bubble), so neither computes them twice.
 """
@@ -57,7 +58,8 @@ class FigureCache:
         figures = self.runs.setdefault(run.id, RunFigures())
         if newest_step is None or newest_step == figures.newest_step:
             return figures
-        if time.monotonic() - figures.computed_at < RECOMPUTE_S:
+        doubled = figures.newest_step is None or newest_step >= 2 * max(figures.newest_step, 1)
+        if not doubled and time.monotonic() - figures.computed_at < RECOMPUTE_S:
             return figures
         figures.newest_step = newest_step
         figures.computed_at = time.monotonic()

@@ -15,6 +15,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -94,3 +95,26 @@ def test_a_healthy_job_pages_nobody(service: LiveServer) -> None:
     with service.client() as client:
         raised = [a for a in alerts(client, run_key) if a["labels"]["severity"] != "info"]
         assert raised == [], [(a["labels"], a["annotations"]["description"]) for a in raised]
+
+
+def test_a_slowed_rank_is_named_as_a_straggler_while_the_job_runs_and_resolves_when_it_ends(
+    service: LiveServer,
+) -> None:
+    """tests/stragglers/straggler_job.py: four ranks on two hosts, rank 3 computing 1.6x the others."""
+    import threading
+
+    from tests.support import run_torchrun
+
+    run_key = f"slow-{uuid.uuid4().hex[:8]}"
+    script = "tests/stragglers/straggler_job.py"
+    args = ("--steps=60", "--hosts=hA,hA,hB,hB", "--slow=3:1.6")
+    result: list[Any] = []
+    job = threading.Thread(target=lambda: result.append(run_torchrun(service.url, script, 4, *args, run_key=run_key)))
+    job.start()
+    with service.client() as client:
+        alert = wait_for(client, run_key, "BubblescopeStraggler", "firing", timeout_s=120)
+        assert alert["labels"]["rank"] == "3" and alert["labels"]["host"] == "hB", alert
+        assert "rank 3 (host hB" in alert["annotations"]["description"]
+        job.join(300)
+        assert result and result[0].returncode == 0, result and result[0].output[-3000:]
+        wait_for(client, run_key, "BubblescopeStraggler", "resolved", timeout_s=30)
