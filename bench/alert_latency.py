@@ -1,8 +1,9 @@
 """Detection latency of each alert rule on real torchrun jobs (gloo, CPU) with an injected fault.
 
 A real ``bubblescope serve`` (SQLite) evaluates its rules; the demo job (``--inject``) makes one rank
-raise, die of SIGKILL, hang before its all-reduce or its pipeline step, or run slow; for ``silent``
-the whole job is killed with SIGKILL. Prints, per scenario: the alert expected, the rank it named,
+raise, die of SIGKILL, or hang before its all-reduce or its pipeline step; for ``silent`` the whole
+job is killed with SIGKILL; for ``slow``, tests/stragglers/straggler_job.py runs rank 3 at 1.6x the
+others from its first step (latency from the job's launch, torchrun's start included). Prints, per scenario: the alert expected, the rank it named,
 the seconds from the fault (the time the job printed as it injected it; for ``silent`` the kill) to
 the alert being seen firing in ``GET /api/v1/alerts`` (polled every 0.2 s), and for the hangs the
 seconds from the hang's end to the alert being seen resolved. The thresholds in force are printed
@@ -26,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.alerts.fault_jobs import alerts, injected_at, launch
+from tests.alerts.fault_jobs import DEMO, STRAGGLER_JOB, alerts, injected_at, launch
 from tests.support import LiveServer, migrated_database, start_server
 
 HUNG_AFTER_S = 5.0
@@ -44,6 +45,7 @@ class Scenario:
     ranks: int
     args: tuple[str, ...]
     resolves_after_s: float | None = None  # the fault's end, after its injection
+    job: tuple[str, ...] = DEMO
 
 
 SCENARIOS = {
@@ -66,11 +68,8 @@ SCENARIOS = {
         HANG_S,
     ),
     "silent": Scenario("silent", "BubblescopeRunSilent", 2, ("--steps=100000",)),
-    "slow": Scenario(
-        "slow",
-        "BubblescopeStraggler",
-        4,
-        ("--steps=200", "--inject=slow", "--inject-rank=2", "--inject-step=10", "--inject-seconds=0.3"),
+    "slow": Scenario(  # slow from its first step: measured from the job's start
+        "slow", "BubblescopeStraggler", 4, ("--steps=200", "--hosts=hA,hA,hB,hB", "--slow=3:1.6"), job=STRAGGLER_JOB
     ),
 }
 
@@ -86,7 +85,7 @@ class Measured:
 
 def run(service: LiveServer, scenario: Scenario, timeout_s: float = 240) -> Measured:
     run_key = f"latency-{scenario.name}-{uuid.uuid4().hex[:6]}"
-    job = launch(service.url, run_key, scenario.ranks, *scenario.args, watchdog_s=WATCHDOG_S)
+    job = launch(service.url, run_key, scenario.ranks, *scenario.args, watchdog_s=WATCHDOG_S, job=scenario.job)
     started = time.time()
     fault_at: float | None = None
     seen_firing = seen_resolved = None
@@ -111,7 +110,7 @@ def run(service: LiveServer, scenario: Scenario, timeout_s: float = 240) -> Meas
     if job.poll() is None:
         os.killpg(os.getpgid(job.pid), signal.SIGKILL)
     output, _ = job.communicate(timeout=60)
-    fault_at = fault_at or injected_at(output)
+    fault_at = fault_at or injected_at(output) or (started if scenario.job is STRAGGLER_JOB else None)
     detect = None if seen_firing is None or fault_at is None else seen_firing - fault_at
     resolve = None
     if seen_resolved is not None and fault_at is not None and scenario.resolves_after_s is not None:

@@ -12,10 +12,19 @@ from typing import Any
 
 import httpx
 
+from tests.support import REPO
+
 INJECTED = re.compile(r"bubblescope-demo: injected (\S+) at step (\d+) at ([0-9.]+)")
 
 
-def launch(url: str, run_key: str, ranks: int, *args: str, watchdog_s: float = 1.0) -> subprocess.Popen[str]:
+DEMO = ("-m", "bubblescope.demo_job", "--schedule=1f1b", "--hidden=128", "--microbatches=4")
+STRAGGLER_JOB = (str(REPO / "tests" / "stragglers" / "straggler_job.py"),)  # four ranks, --slow=RANK:FACTOR
+
+
+def launch(
+    url: str, run_key: str, ranks: int, *args: str, watchdog_s: float = 1.0, job: tuple[str, ...] = DEMO
+) -> subprocess.Popen[str]:
+    """``job`` (the demo pipeline by default) under torchrun, streaming into ``url``; its own session."""
     env = {
         **os.environ,
         "BUBBLESCOPE_URL": url,
@@ -24,21 +33,9 @@ def launch(url: str, run_key: str, ranks: int, *args: str, watchdog_s: float = 1
         "BUBBLESCOPE_WATCHDOG_AFTER_S": str(watchdog_s),
         "OMP_NUM_THREADS": "1",
     }
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={ranks}",
-        "-m",
-        "bubblescope.demo_job",
-        "--schedule=1f1b",
-        "--hidden=128",
-        "--microbatches=4",
-        *args,
-    ]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", *job, *args]
     return subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=REPO
     )
 
 

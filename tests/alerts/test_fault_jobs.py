@@ -15,11 +15,10 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.alerts.fault_jobs import alerts, finish, launch, wait_for
+from tests.alerts.fault_jobs import STRAGGLER_JOB, alerts, finish, launch, wait_for
 from tests.support import LiveServer, migrated_database, start_server
 
 pytestmark = pytest.mark.slow
@@ -101,20 +100,13 @@ def test_a_slowed_rank_is_named_as_a_straggler_while_the_job_runs_and_resolves_w
     service: LiveServer,
 ) -> None:
     """tests/stragglers/straggler_job.py: four ranks on two hosts, rank 3 computing 1.6x the others."""
-    import threading
-
-    from tests.support import run_torchrun
-
     run_key = f"slow-{uuid.uuid4().hex[:8]}"
-    script = "tests/stragglers/straggler_job.py"
     args = ("--steps=60", "--hosts=hA,hA,hB,hB", "--slow=3:1.6")
-    result: list[Any] = []
-    job = threading.Thread(target=lambda: result.append(run_torchrun(service.url, script, 4, *args, run_key=run_key)))
-    job.start()
+    job = launch(service.url, run_key, 4, *args, job=STRAGGLER_JOB)
     with service.client() as client:
         alert = wait_for(client, run_key, "BubblescopeStraggler", "firing", timeout_s=120)
         assert alert["labels"]["rank"] == "3" and alert["labels"]["host"] == "hB", alert
         assert "rank 3 (host hB" in alert["annotations"]["description"]
-        job.join(300)
-        assert result and result[0].returncode == 0, result and result[0].output[-3000:]
+        output = finish(job)
+        assert job.returncode == 0, output[-3000:]
         wait_for(client, run_key, "BubblescopeStraggler", "resolved", timeout_s=30)
