@@ -15,8 +15,6 @@ too: a hang cannot be detected before ``--hung-after``, a silence before ``--sil
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.alerts.fault_jobs import DEMO, STRAGGLER_JOB, alerts, injected_at, launch
+from tests.alerts.fault_jobs import DEMO, STRAGGLER_JOB, alerts, injected_at, kill_job, launch
 from tests.support import LiveServer, migrated_database, start_server
 
 HUNG_AFTER_S = 5.0
@@ -93,7 +91,7 @@ def run(service: LiveServer, scenario: Scenario, timeout_s: float = 240) -> Meas
     with service.client() as client:
         while time.time() - started < timeout_s:
             if scenario.name == "silent" and fault_at is None and time.time() - started > 20:
-                os.killpg(os.getpgid(job.pid), signal.SIGKILL)  # the whole job, torchrun included
+                kill_job(job)  # the whole job: torchrun and every worker
                 fault_at = time.time()
             for alert in alerts(client, run_key):
                 if alert["labels"]["alertname"] != scenario.alert:
@@ -108,7 +106,7 @@ def run(service: LiveServer, scenario: Scenario, timeout_s: float = 240) -> Meas
                 break
             time.sleep(POLL_S)
     if job.poll() is None:
-        os.killpg(os.getpgid(job.pid), signal.SIGKILL)
+        kill_job(job)
     output, _ = job.communicate(timeout=60)
     fault_at = fault_at or injected_at(output) or (started if scenario.job is STRAGGLER_JOB else None)
     detect = None if seen_firing is None or fault_at is None else seen_firing - fault_at

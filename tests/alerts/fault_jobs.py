@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -11,6 +12,7 @@ import time
 from typing import Any
 
 import httpx
+import psutil
 
 from tests.support import REPO
 
@@ -22,7 +24,13 @@ STRAGGLER_JOB = (str(REPO / "tests" / "stragglers" / "straggler_job.py"),)  # fo
 
 
 def launch(
-    url: str, run_key: str, ranks: int, *args: str, watchdog_s: float = 1.0, job: tuple[str, ...] = DEMO
+    url: str,
+    run_key: str,
+    ranks: int,
+    *args: str,
+    watchdog_s: float = 1.0,
+    job: tuple[str, ...] = DEMO,
+    restarts: int = 0,
 ) -> subprocess.Popen[str]:
     """``job`` (the demo pipeline by default) under torchrun, streaming into ``url``; its own session."""
     env = {
@@ -33,10 +41,24 @@ def launch(
         "BUBBLESCOPE_WATCHDOG_AFTER_S": str(watchdog_s),
         "OMP_NUM_THREADS": "1",
     }
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", *job, *args]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+    command += [f"--max-restarts={restarts}", *job, *args]
     return subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=REPO
     )
+
+
+def kill_job(process: subprocess.Popen[str]) -> None:
+    """SIGKILL torchrun and every worker (they run in sessions of their own: a process group kill misses them)."""
+    try:
+        tree = psutil.Process(process.pid)
+        members = [*tree.children(recursive=True), tree]
+    except psutil.NoSuchProcess:
+        return
+    for member in members:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.kill()
+    psutil.wait_procs(members, timeout=30)
 
 
 def alerts(client: httpx.Client, run_key: str) -> list[dict[str, Any]]:
@@ -61,7 +83,12 @@ def wait_for(client: httpx.Client, run_key: str, name: str, status: str, timeout
 
 
 def finish(process: subprocess.Popen[str], timeout_s: float = 180) -> str:
-    output, _ = process.communicate(timeout=timeout_s)
+    """The job's output once it ends; killed (all of it) if it has not within ``timeout_s``."""
+    try:
+        output, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_job(process)
+        output, _ = process.communicate(timeout=60)
     return output
 
 
