@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 HUNG_STEP_FACTOR = 5.0  # a hang is at least this many usual steps without progress
 LISTED_RANKS = 8  # ranks spelled out in a description; the rest are counted
@@ -128,13 +128,14 @@ def _seconds(value: float) -> str:
     return f"{value / 3600:.1f} h"
 
 
-def _where(rank: RankStatus) -> str:
-    stage = f", stage {rank.stage}" if rank.stage is not None else ""
-    step = f", last step {rank.last_step}" if rank.last_step is not None else ", no step finished"
-    return f"rank {rank.rank} (host {rank.host}{stage}{step})"
+def _where(rank: RankFacts) -> str:
+    parts = [f"host {rank.host}"] if rank.host else []
+    parts += [f"stage {rank.stage}"] if rank.stage is not None else []
+    parts.append(f"last step {rank.last_step}" if rank.last_step is not None else "no step finished")
+    return f"rank {rank.rank} ({', '.join(parts)})"
 
 
-def _rank_labels(rank: RankStatus) -> dict[str, str]:
+def _rank_labels(rank: RankFacts) -> dict[str, str]:
     labels = {"rank": str(rank.rank), "host": rank.host}
     if rank.stage is not None:
         labels["stage"] = str(rank.stage)
@@ -151,32 +152,64 @@ def is_collateral(error: str | None) -> bool:
     return error is not None and COLLATERAL_ERROR.search(error) is not None
 
 
-def failure_culprit(snapshot: RunSnapshot) -> tuple[RankStatus, str] | None:
-    """The rank a failed run is blamed on, and why (see the module's docstring)."""
-    failed = sorted(
-        (r for r in snapshot.ranks if r.outcome == "failed" and r.rank < snapshot.world_size),
+class RankFacts(Protocol):
+    """What the culprit rules read of a rank (``RankStatus``; the run state's ``RankEnd``)."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def stage(self) -> int | None: ...
+    @property
+    def outcome(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def end_ns(self) -> int | None: ...
+    @property
+    def ended_at(self) -> datetime | None: ...
+    @property
+    def last_heard_at(self) -> datetime | None: ...
+    @property
+    def last_step(self) -> int | None: ...
+
+
+def first_failures(ranks: Sequence[RankFacts], world_size: int) -> list[RankFacts]:
+    """The failed ranks of the world, first on the aligned clock first (no end time: last, by rank)."""
+    return sorted(
+        (r for r in ranks if r.outcome == "failed" and r.rank < world_size),
         key=lambda r: (r.end_ns is None, r.end_ns or 0, r.rank),
     )
+
+
+def vanished_first(ranks: Sequence[RankFacts], world_size: int, now: datetime) -> RankFacts | None:
+    """When the first failure is collateral: the rank that went quiet first without any end, before
+    the failures were reported (killed), or None."""
+    failed = first_failures(ranks, world_size)
+    if not failed or not is_collateral(failed[0].error):
+        return None
+    cutoff = min((r.ended_at for r in failed if r.ended_at is not None), default=now)
+    vanished = [
+        r
+        for r in ranks
+        if r.outcome is None and r.rank < world_size and (r.last_heard_at is None or r.last_heard_at <= cutoff)
+    ]
+    return min(vanished, key=lambda r: (r.last_heard_at is not None, r.last_heard_at or now, r.rank), default=None)
+
+
+def failure_culprit(ranks: Sequence[RankFacts], world_size: int, now: datetime) -> tuple[RankFacts, str] | None:
+    """The rank a failed run is blamed on, and why (see the module's docstring)."""
+    failed = first_failures(ranks, world_size)
     if not failed:
         return None
     first = failed[0]
-    if is_collateral(first.error):
-        cutoff = min((r.ended_at for r in failed if r.ended_at is not None), default=snapshot.now)
-        vanished = [
-            r
-            for r in snapshot.ranks
-            if r.outcome is None
-            and r.rank < snapshot.world_size
-            and (r.last_heard_at is None or r.last_heard_at <= cutoff)
-        ]
-        if vanished:
-            culprit = min(
-                vanished, key=lambda r: (r.last_heard_at is not None, r.last_heard_at or snapshot.now, r.rank)
-            )
-            return culprit, (
-                f"{_where(culprit)} went quiet without reporting an end: killed (SIGKILL, the out-of-memory killer) "
-                f"or its host was lost; then rank {first.rank} failed: {first.error}"
-            )
+    killed = vanished_first(ranks, world_size, now)
+    if killed is not None:
+        return killed, (
+            f"{_where(killed)} went quiet without reporting an end: killed (SIGKILL, the out-of-memory killer) "
+            f"or its host was lost; then rank {first.rank} failed: {first.error}"
+        )
     others = len(failed) - 1
     then = f" (then {others} other rank{'s' if others > 1 else ''} failed)" if others else ""
     return first, f"{_where(first)} failed first: {first.error or 'no error text'}{then}"
@@ -185,7 +218,7 @@ def failure_culprit(snapshot: RunSnapshot) -> tuple[RankStatus, str] | None:
 def failed_rule(snapshot: RunSnapshot, _t: Thresholds) -> list[FiringAlert]:
     if snapshot.state != "failed":
         return []
-    found = failure_culprit(snapshot)
+    found = failure_culprit(snapshot.ranks, snapshot.world_size, snapshot.now)
     if found is None:
         return []
     culprit, why = found

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from bubblescope.backend.db.models import RankInfo, Run, Span, StepAggregate
 from bubblescope.backend.db.upsert import insert_on_conflict
-from bubblescope.backend.runs.state import RankEnd, rank_outcome
+from bubblescope.backend.runs.state import RankEnd, as_utc, rank_outcome
 
 
 def find_run(session: Session, key: str, for_update: bool = False) -> Run | None:
@@ -84,7 +84,17 @@ def rank_ends(session: Session, run_ids: Sequence[int]) -> dict[int, list[RankEn
 
 
 def rank_end(info: RankInfo) -> RankEnd:
-    return RankEnd(info.rank, rank_outcome(info.outcome), info.error, info.end_ns)
+    return RankEnd(
+        info.rank,
+        rank_outcome(info.outcome),
+        info.error,
+        info.end_ns,
+        ended_at=None if info.ended_at is None else as_utc(info.ended_at),
+        last_heard_at=None if info.last_heard_at is None else as_utc(info.last_heard_at),
+        host=info.host,
+        stage=info.stage,
+        last_step=info.last_step,
+    )
 
 
 def database_now(session: Session) -> datetime:

@@ -1,9 +1,10 @@
 """A run's state, read from what its ranks reported: running, finished, failed or silent.
 
 - **failed**: a rank reported that it ended on an uncaught exception (the collector notes it on
-  the way out). Wins over everything else: the other ranks are usually killed by the launcher
-  next, which they cannot report, or fail in turn on the broken connection, so the detail names
-  the rank that failed first (on the aligned clock): usually the cause.
+  the way out). Wins over everything else. The detail names the culprit as the failed alert does
+  (``analysis.alert_rules.failure_culprit``): the rank that failed first on the aligned clock,
+  unless that failure is a broken connection or a termination and a rank went quiet before it
+  without any end: that one was killed.
 - **finished**: every rank of the world reported a clean end (``collector.shutdown()``, which
   also runs at interpreter exit).
 - **silent**: not ended, and nothing heard from any rank for ``silent_after_s``: killed
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
 
+from bubblescope.analysis.alert_rules import failure_culprit, first_failures, vanished_first
+
 RunStateName = Literal["running", "finished", "failed", "silent"]
 RankOutcome = Literal["finished", "failed"]
 DEFAULT_SILENT_AFTER_S = 120.0
@@ -27,10 +30,17 @@ MAX_SILENT_AFTER_S = 30 * 86400
 
 @dataclass(frozen=True)
 class RankEnd:
+    """How a rank ended, and what names it when it is the one a failure is blamed on."""
+
     rank: int
     outcome: RankOutcome | None  # None: the rank has not reported an end
     error: str | None = None
-    at_ns: int | None = None  # when it ended, on rank 0's clock (None: not told)
+    end_ns: int | None = None  # when it ended, on rank 0's clock (None: not told)
+    ended_at: datetime | None = None  # when the end was received (service clock)
+    last_heard_at: datetime | None = None
+    host: str = ""
+    stage: int | None = None
+    last_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -59,8 +69,12 @@ def run_state(
     """The state by the rule above; a rank at or above ``world_size`` (registered before the run's
     latest registration shrank it) is not part of the world and does not count."""
     ranks = [r for r in ranks if r.rank < world_size]
-    failed = sorted((r for r in ranks if r.outcome == "failed"), key=lambda r: (r.at_ns is None, r.at_ns or 0, r.rank))
+    failed = first_failures(ranks, world_size)
     if failed:
+        aware = as_utc(now)
+        killed = failure_culprit(ranks, world_size, aware) if vanished_first(ranks, world_size, aware) else None
+        if killed is not None:  # the first failure is a broken connection: a rank vanished before it
+            return RunState("failed", killed[1])
         first = failed[0]
         if len(failed) == 1:
             return RunState("failed", f"rank {first.rank} failed: {first.error or 'no error text'}")

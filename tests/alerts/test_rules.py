@@ -82,7 +82,7 @@ def test_the_first_failure_is_blamed_when_it_is_its_own_error() -> None:
         ],
         state="failed",
     )
-    culprit, why = failure_culprit(failed) or (None, "")
+    culprit, why = failure_culprit(failed.ranks, 3, NOW) or (None, "")
     assert culprit is not None and culprit.rank == 1 and "illegal memory access" in why
     alert = evaluate(failed, THRESHOLDS)[0]
     assert alert.alertname == "BubblescopeRunFailed" and alert.labels == {"rank": "1", "host": "node0", "stage": "1"}
@@ -95,7 +95,7 @@ def test_broken_connections_and_terminations_blame_the_rank_that_vanished_first(
         rank(9, ago_s=30, last_step=41),  # killed: quiet before anyone failed, no end
         rank(3, ago_s=40, last_step=40),  # killed earlier still: the culprit
     ]
-    culprit, why = failure_culprit(snapshot(ranks, state="failed")) or (None, "")
+    culprit, why = failure_culprit(ranks, len(ranks), NOW) or (None, "")
     assert culprit is not None and culprit.rank == 3
     assert "without reporting an end" in why and "host node0" in why and "last step 40" in why
 
@@ -105,7 +105,7 @@ def test_a_rank_heard_after_the_failures_is_not_blamed() -> None:
         rank(0, outcome="failed", error="Connection reset by peer", end_ns=1, ended_at=NOW - timedelta(seconds=10)),
         rank(1, ago_s=1),  # heard after rank 0 failed: alive then
     ]
-    culprit, _ = failure_culprit(snapshot(ranks, state="failed")) or (None, "")
+    culprit, _ = failure_culprit(ranks, len(ranks), NOW) or (None, "")
     assert culprit is not None and culprit.rank == 0
 
 

@@ -36,10 +36,10 @@ def test_a_failed_rank_fails_the_run_whatever_the_others_did() -> None:
 
 def test_the_first_rank_to_fail_on_the_aligned_clock_is_named() -> None:
     ends = [
-        RankEnd(0, "failed", "RuntimeError: Connection closed by peer", at_ns=2_000),
-        RankEnd(3, "failed", "torch.OutOfMemoryError: CUDA out of memory", at_ns=1_000),
-        RankEnd(1, "failed", "RuntimeError: Connection closed by peer", at_ns=None),
-        RankEnd(2, "finished", at_ns=500),
+        RankEnd(0, "failed", "RuntimeError: Connection closed by peer", end_ns=2_000),
+        RankEnd(3, "failed", "torch.OutOfMemoryError: CUDA out of memory", end_ns=1_000),
+        RankEnd(1, "failed", "RuntimeError: Connection closed by peer", end_ns=None),
+        RankEnd(2, "finished", end_ns=500),
     ]
     state, detail = state_of(ends, quiet_s=1, world=4)
     assert (state, detail) == (
@@ -191,3 +191,16 @@ def test_serve_silent_after_sets_the_default_threshold(tmp_path: Path) -> None:
         timeout=60,
     )
     assert refused.returncode == 2 and "--silent-after: 0 is not above 0" in refused.stderr
+
+
+def test_a_rank_killed_before_a_broken_connection_is_named_not_the_rank_that_saw_it() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime(2026, 11, 24, 12, 0, tzinfo=timezone.utc)
+    ends = [
+        RankEnd(0, "failed", "RuntimeError: Connection reset by peer", end_ns=5, ended_at=now, last_heard_at=now),
+        RankEnd(1, None, host="node7", stage=1, last_step=41, last_heard_at=now - timedelta(seconds=3)),
+    ]
+    state = run_state(2, ends, now, now, 60)
+    assert state.state == "failed"
+    assert state.detail.startswith("rank 1 (host node7, stage 1, last step 41) went quiet without reporting an end")
