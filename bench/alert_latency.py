@@ -91,8 +91,8 @@ def run(service: LiveServer, scenario: Scenario, timeout_s: float = 240) -> Meas
     with service.client() as client:
         while time.time() - started < timeout_s:
             if scenario.name == "silent" and fault_at is None and time.time() - started > 20:
-                kill_job(job)  # the whole job: torchrun and every worker
                 fault_at = time.time()
+                kill_job(job)  # the whole job: torchrun and every worker
             for alert in alerts(client, run_key):
                 if alert["labels"]["alertname"] != scenario.alert:
                     continue
