@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 HUNG_STEP_FACTOR = 5.0  # a hang is at least this many usual steps without progress
 LISTED_RANKS = 8  # ranks spelled out in a description; the rest are counted
@@ -32,16 +32,18 @@ COLLATERAL_ERROR = re.compile(
 
 @dataclass(frozen=True)
 class RankStatus:
+    """A rank as the rules see it: how it ended, when it was last heard, what it is blocked in."""
+
     rank: int
-    host: str
-    stage: int | None
     outcome: str | None  # "finished" / "failed" / None: no end reported
-    error: str | None
-    end_ns: int | None  # when it ended, rank 0's clock
-    ended_at: datetime | None  # when the end was received (service clock)
-    last_heard_at: datetime | None
-    last_step: int | None
-    in_flight: dict[str, Any] | None  # the collector watchdog's report (wire's in_flight)
+    error: str | None = None
+    end_ns: int | None = None  # when it ended, rank 0's clock
+    ended_at: datetime | None = None  # when the end was received (service clock)
+    last_heard_at: datetime | None = None
+    host: str = ""
+    stage: int | None = None
+    last_step: int | None = None
+    in_flight: dict[str, Any] | None = None  # the collector watchdog's report (wire's in_flight)
 
 
 @dataclass(frozen=True)
@@ -128,14 +130,14 @@ def _seconds(value: float) -> str:
     return f"{value / 3600:.1f} h"
 
 
-def _where(rank: RankFacts) -> str:
+def _where(rank: RankStatus) -> str:
     parts = [f"host {rank.host}"] if rank.host else []
     parts += [f"stage {rank.stage}"] if rank.stage is not None else []
     parts.append(f"last step {rank.last_step}" if rank.last_step is not None else "no step finished")
     return f"rank {rank.rank} ({', '.join(parts)})"
 
 
-def _rank_labels(rank: RankFacts) -> dict[str, str]:
+def _rank_labels(rank: RankStatus) -> dict[str, str]:
     labels = {"rank": str(rank.rank), "host": rank.host}
     if rank.stage is not None:
         labels["stage"] = str(rank.stage)
@@ -152,30 +154,7 @@ def is_collateral(error: str | None) -> bool:
     return error is not None and COLLATERAL_ERROR.search(error) is not None
 
 
-class RankFacts(Protocol):
-    """What the culprit rules read of a rank (``RankStatus``; the run state's ``RankEnd``)."""
-
-    @property
-    def rank(self) -> int: ...
-    @property
-    def host(self) -> str: ...
-    @property
-    def stage(self) -> int | None: ...
-    @property
-    def outcome(self) -> str | None: ...
-    @property
-    def error(self) -> str | None: ...
-    @property
-    def end_ns(self) -> int | None: ...
-    @property
-    def ended_at(self) -> datetime | None: ...
-    @property
-    def last_heard_at(self) -> datetime | None: ...
-    @property
-    def last_step(self) -> int | None: ...
-
-
-def first_failures(ranks: Sequence[RankFacts], world_size: int) -> list[RankFacts]:
+def first_failures(ranks: Sequence[RankStatus], world_size: int) -> list[RankStatus]:
     """The failed ranks of the world, first on the aligned clock first (no end time: last, by rank)."""
     return sorted(
         (r for r in ranks if r.outcome == "failed" and r.rank < world_size),
@@ -183,7 +162,7 @@ def first_failures(ranks: Sequence[RankFacts], world_size: int) -> list[RankFact
     )
 
 
-def vanished_first(ranks: Sequence[RankFacts], world_size: int, now: datetime) -> RankFacts | None:
+def vanished_first(ranks: Sequence[RankStatus], world_size: int, now: datetime) -> RankStatus | None:
     """When the first failure is collateral: the rank that went quiet first without any end, before
     the failures were reported (killed), or None."""
     failed = first_failures(ranks, world_size)
@@ -198,7 +177,7 @@ def vanished_first(ranks: Sequence[RankFacts], world_size: int, now: datetime) -
     return min(vanished, key=lambda r: (r.last_heard_at is not None, r.last_heard_at or now, r.rank), default=None)
 
 
-def failure_culprit(ranks: Sequence[RankFacts], world_size: int, now: datetime) -> tuple[RankFacts, str] | None:
+def failure_culprit(ranks: Sequence[RankStatus], world_size: int, now: datetime) -> tuple[RankStatus, str] | None:
     """The rank a failed run is blamed on, and why (see the module's docstring)."""
     failed = first_failures(ranks, world_size)
     if not failed:

@@ -24,12 +24,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bubblescope.analysis.alert_rules import FiringAlert, RankStatus, RunSnapshot, Thresholds, evaluate
+from bubblescope.analysis.alert_rules import FiringAlert, RunSnapshot, Thresholds, evaluate
 from bubblescope.backend.alerts.delivery import enqueue_notifications
 from bubblescope.backend.alerts.figures import FigureCache
 from bubblescope.backend.alerts.shape import AlertStatus, fingerprint
 from bubblescope.backend.db.engine import transaction
-from bubblescope.backend.db.models import Alert, RankInfo, Run
+from bubblescope.backend.db.models import Alert, Run
 from bubblescope.backend.runs import queries as run_queries
 from bubblescope.backend.runs.service import recent_steps
 from bubblescope.backend.runs.state import as_utc, run_state
@@ -116,9 +116,8 @@ class AlertEvaluator:
         ranks = run_queries.ranks_of(session, run.id)
         config = run.config or {}
         thresholds = thresholds_for(self.settings, config)
-        state = run_state(
-            run.world_size, [run_queries.rank_end(r) for r in ranks], run.updated_at, now, self.settings.silent_after_s
-        )
+        statuses = [run_queries.rank_end(r) for r in ranks]
+        state = run_state(run.world_size, statuses, run.updated_at, now, self.settings.silent_after_s)
         recent = recent_steps(session, run, ranks)
         usual_s = recent.median_step_ns / 1e9 if recent.median_step_ns is not None else None
         newest = max((r.last_step for r in ranks if r.last_step is not None), default=None)
@@ -131,7 +130,7 @@ class AlertEvaluator:
             state_detail=state.detail,
             now=as_utc(now),
             quiet_s=max(0.0, (as_utc(now) - as_utc(run.updated_at)).total_seconds()),
-            ranks=[_status(r) for r in ranks],
+            ranks=statuses,
             world_size=run.world_size,
             usual_step_s=usual_s,
             progress_quiet_s=(as_utc(now) - max(progress)).total_seconds() if progress else None,
@@ -198,18 +197,3 @@ class AlertEvaluator:
     def _notify(self, session: Session, alert: Alert, status: AlertStatus) -> None:
         enqueue_notifications(session, alert, status, self.settings)
         log.info("bubblescope: alert %s %s for run %s", alert.alertname, status, alert.labels.get("run"))
-
-
-def _status(info: RankInfo) -> RankStatus:
-    return RankStatus(
-        rank=info.rank,
-        host=info.host,
-        stage=info.stage,
-        outcome=info.outcome,
-        error=info.error,
-        end_ns=info.end_ns,
-        ended_at=as_utc(info.ended_at) if info.ended_at is not None else None,
-        last_heard_at=as_utc(info.last_heard_at) if info.last_heard_at is not None else None,
-        last_step=info.last_step,
-        in_flight=info.in_flight,
-    )

@@ -94,6 +94,7 @@ def rank_end(info: RankInfo) -> RankEnd:
         host=info.host,
         stage=info.stage,
         last_step=info.last_step,
+        in_flight=info.in_flight,
     )
 
 

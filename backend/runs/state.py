@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
 
-from bubblescope.analysis.alert_rules import failure_culprit, first_failures, vanished_first
+from bubblescope.analysis.alert_rules import RankStatus, failure_culprit, first_failures, vanished_first
 
 RunStateName = Literal["running", "finished", "failed", "silent"]
 RankOutcome = Literal["finished", "failed"]
@@ -28,19 +28,8 @@ DEFAULT_SILENT_AFTER_S = 120.0
 MAX_SILENT_AFTER_S = 30 * 86400
 
 
-@dataclass(frozen=True)
-class RankEnd:
-    """How a rank ended, and what names it when it is the one a failure is blamed on."""
-
-    rank: int
-    outcome: RankOutcome | None  # None: the rank has not reported an end
-    error: str | None = None
-    end_ns: int | None = None  # when it ended, on rank 0's clock (None: not told)
-    ended_at: datetime | None = None  # when the end was received (service clock)
-    last_heard_at: datetime | None = None
-    host: str = ""
-    stage: int | None = None
-    last_step: int | None = None
+RankEnd = RankStatus
+"""How a rank ended, and what names it when a failure is blamed on it (the alert rules' type)."""
 
 
 @dataclass(frozen=True)
