@@ -27,6 +27,7 @@ WARMUP_STEPS = 5  # steps left out of the baseline (compilation, allocator warm-
 BASELINE_STEPS = 50  # the baseline: the median of this many steps after the warm-up
 MAX_WINDOW_STEPS = 5000  # a regression window of fast steps is this many steps, whatever it spans
 WINDOW_PARTS = 3  # the window's parts: each must be slower than the limit (it held throughout)
+MIN_STRAGGLER_STEPS = 10  # steps after the warm-up before a straggler verdict is trusted
 
 
 @dataclass
@@ -67,7 +68,7 @@ class FigureCache:
             figures.baseline_step_s = _baseline(session, run.id, newest_step)
         figures.regression = _regression(session, run.id, newest_step, figures.baseline_step_s, usual_step_s, t)
         figures.bubble = _bubble(session, run.key, newest_step, t)
-        figures.stragglers = _stragglers(session, run.key)
+        figures.stragglers = _stragglers(session, run, newest_step)
         return figures
 
 
@@ -140,9 +141,15 @@ def _bubble(session: Session, key: str, newest_step: int, t: Thresholds) -> Bubb
     )
 
 
-def _stragglers(session: Session, key: str) -> list[StragglerFinding]:
-    """The straggler analysis' persistent findings over its default range (the newest steps)."""
-    view = straggler_view(session, key, None, None)
+def _stragglers(session: Session, run: Run, newest_step: int) -> list[StragglerFinding]:
+    """The straggler analysis' persistent findings over its default range of the newest steps, past
+    the warm-up, once there are ``MIN_STRAGGLER_STEPS`` of them (a verdict on 2 of 4 steps is noise)."""
+    first = _first_step(session, run.id)
+    if first is None or newest_step - (first + WARMUP_STEPS) + 1 < MIN_STRAGGLER_STEPS:
+        return []
+    view = straggler_view(session, run.key, None, None)
+    if view.from_step is not None and view.from_step < first + WARMUP_STEPS:
+        view = straggler_view(session, run.key, first + WARMUP_STEPS, newest_step)
     hosts = {score.rank: score.host for score in view.rank_scores}
     stages = {score.rank: score.stage for score in view.rank_scores}
     found = []
