@@ -13,7 +13,7 @@ Checks (``CHECKS``), and why these:
 
 Left out: ``positive_data_acceptance`` (a schema-valid request may still be refused: an unknown run
 is a 404, ``end_ns`` before ``start_ns`` a 422), ``use_after_free`` and ``ensure_resource_availability``
-(no DELETE), the auth checks (no auth).
+(a DELETE is aimed at a run that is not there, so ``FUZZ_RUN`` stays), the auth checks (no auth: tests/auth/).
 
 Bounded and reproducible: a fixed seed with derandomized Hypothesis, ``MAX_EXAMPLES`` per operation
 in the fuzzing phase (schemathesis' examples and coverage phases add their own, fixed, cases), no
@@ -210,7 +210,9 @@ PATH_PARAMETERS = {
     "run_key": st.just(FUZZ_RUN),
     "rank": st.integers(0, RANKS),  # RANKS itself: one past the run's ranks
     "step": st.integers(0, SEEDED_STEPS),
+    "name_or_prefix": st.sampled_from(["fuzz-token", "bs_0000000"]),
 }
+DELETE_PATH_PARAMETERS = {**PATH_PARAMETERS, "run_key": st.just(f"{FUZZ_RUN}-absent")}  # FUZZ_RUN must stay
 
 
 def before_generate_case(context: Any, strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -222,7 +224,8 @@ def before_generate_case(context: Any, strategy: st.SearchStrategy[Any]) -> st.S
 def _aimed(case: Any) -> st.SearchStrategy[Any]:
     if case.meta is not None and case.meta.generation.mode == GenerationMode.NEGATIVE:
         return st.just(case)
-    path = st.fixed_dictionaries({name: PATH_PARAMETERS[name] for name in case.path_parameters})
+    parameters = DELETE_PATH_PARAMETERS if case.method.upper() == "DELETE" else PATH_PARAMETERS
+    path = st.fixed_dictionaries({name: parameters[name] for name in case.path_parameters})
     body = BODIES.get((case.method.upper(), case.path))
 
     def aim(parts: tuple[dict[str, Any], Any]) -> Any:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from bubblescope.backend.auth.tokens import MAX_TOKEN_CHARS, TOKEN_NAME_PATTERN
+from bubblescope.backend.runs.state import as_utc
 
 ScopeName = Literal["ingest", "read", "admin"]  # scopes.Scope's values (tests/auth checks)
 
@@ -39,6 +40,11 @@ class TokenOut(BaseModel):
     created_at: datetime
     last_used_at: datetime | None = Field(description="updated at most once a minute")
     revoked_at: datetime | None
+
+    @field_validator("created_at", "last_used_at", "revoked_at")
+    @classmethod
+    def _in_utc(cls, moment: datetime | None) -> datetime | None:
+        return None if moment is None else as_utc(moment)  # SQLite's are naive (and UTC)
 
 
 class TokenCreatedOut(TokenOut):
