@@ -193,7 +193,12 @@ class CollectorSession:
     def report_end(self, error: str | None, at_ns: int) -> None:
         """Tell the service how this rank ended (at ``at_ns``, epoch ns): failed with ``error``, or finished."""
         clock = self.clock or ClockOffset(0, 0)
-        body: dict[str, Any] = {"outcome": "finished", "end_ns": at_ns, "clock_offset_ns": clock.offset_ns}
+        body: dict[str, Any] = {
+            "outcome": "finished",
+            "end_ns": at_ns,
+            "clock_offset_ns": clock.offset_ns,
+            "pid": os.getpid(),  # an end arriving after a restarted worker registered is ignored
+        }
         if error is not None:
             body.update(outcome="failed", error=error[:1000])
         self._put(f"{wire.API_PREFIX}/runs/{self.run_key}/ranks/{self.rank}/end", body, past_a_full_inbox=True)

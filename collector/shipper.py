@@ -71,7 +71,9 @@ class Shipper:
         # Inbox: appended by the training thread, popped by this one (deque ends are thread-safe)
         self._inbox: deque[Any] = deque()
         self._wake = threading.Event()
-        self._seq = 0
+        # Per process, not from 0: a worker restarted under the same run key (torchrun --max-restarts)
+        # must not send seqs its predecessor used, or the service would drop its batches as retries.
+        self._seq = time.time_ns() // 1000
         self._pending_steps: list[StepRecord] = []
         self._pending_span_count = 0
         self._last_flush = time.monotonic()

@@ -94,6 +94,16 @@ class RankEndIn(BaseModel):
         ClockOffsetNs | None,
         Field(description="this rank's clock minus rank 0's when it ended (default: the offset it registered)"),
     ] = None
+    pid: Annotated[
+        int | None,
+        Strict(),
+        Field(
+            ge=0,
+            le=INT64_MAX,
+            description="the process that ended; an end from another process than the one registered now "
+            "(a worker restarted since) is ignored",
+        ),
+    ] = None
 
     @field_validator("error")
     @classmethod

@@ -113,6 +113,8 @@ def end_rank(session: Session, key: str, rank: int, end: RankEndIn) -> RankOut:
     info = queries.find_rank(session, run.id, rank)
     if info is None:
         raise NotFound("rank", f"rank {rank} of run {key!r} is not registered")
+    if end.pid is not None and end.pid != info.pid:  # a restarted worker registered since: stale news
+        return _rank_out(info)
     offset = end.clock_offset_ns if end.clock_offset_ns is not None else info.clock_offset_ns
     on_rank0_clock = None if end.end_ns is None else end.end_ns - offset
     queries.end_rank(

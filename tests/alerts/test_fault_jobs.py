@@ -47,6 +47,9 @@ def test_a_rank_that_raises_is_named_and_the_alert_resolves_when_the_restarted_r
         assert job.returncode == 0, output[-3000:]  # torchrun restarted both workers; the fault is not repeated
         resolved = wait_for(client, run_key, "BubblescopeRunFailed", "resolved")
         assert resolved["fingerprint"] == alert["fingerprint"] and resolved["endsAt"] > resolved["startsAt"]
+        # the restarted workers' batches are theirs, not retries of their predecessors' (per-process seqs)
+        detail = client.get(f"/api/v1/runs/{run_key}").json()
+        assert detail["state"] == "finished" and [r["last_step"] for r in detail["ranks"]] == [11, 11], detail["ranks"]
 
 
 def test_a_killed_rank_is_named_though_its_peer_failed_first_on_the_broken_connection(service: LiveServer) -> None:

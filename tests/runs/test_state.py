@@ -204,3 +204,17 @@ def test_a_rank_killed_before_a_broken_connection_is_named_not_the_rank_that_saw
     state = run_state(2, ends, now, now, 60)
     assert state.state == "failed"
     assert state.detail.startswith("rank 1 (host node7, stage 1, last step 41) went quiet without reporting an end")
+
+
+def test_an_end_from_a_process_that_was_replaced_is_ignored(sqlite_server: LiveServer) -> None:
+    """torchrun restarted the worker: its predecessor's late end must not fail the running rank."""
+    with sqlite_server.client() as client:
+        key = register(client, world_size=1)
+        rank = {"host": "h", "pid": 200, "clock_offset_ns": 0, "clock_uncertainty_ns": 0}
+        assert client.put(f"/api/v1/runs/{key}/ranks/0", json=rank).status_code == 200
+        stale = {"outcome": "failed", "error": "SIGTERM: terminated", "pid": 100}
+        assert client.put(f"/api/v1/runs/{key}/ranks/0/end", json=stale).status_code == 200
+        assert client.get(f"/api/v1/runs/{key}").json()["state"] == "running"
+        own = {"outcome": "finished", "pid": 200}
+        assert client.put(f"/api/v1/runs/{key}/ranks/0/end", json=own).json()["outcome"] == "finished"
+        assert client.get(f"/api/v1/runs/{key}").json()["state"] == "finished"
