@@ -23,6 +23,10 @@ then a death, not a hang)::
 own code); ``in_step`` false means between steps (after step ``step - 1``). A batch with steps
 and no ``in_flight`` means the rank is moving again.
 
+``seq`` numbers a process's batches, increasing, from the process's clock in microseconds (so a
+worker restarted under the same run key never repeats its predecessor's): the service stores a
+(run, rank, seq) once, which makes a retry harmless.
+
 The service answers ``{"stored_spans", "stored_steps", "duplicate", "captures": [{"id",
 "steps", "from_step"}]}``; a capture asks for full spans of steps [from_step, from_step+steps).
 

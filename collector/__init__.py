@@ -14,8 +14,10 @@
 
 An uncaught exception that ends the process (``sys.excepthook`` is chained, not replaced), or
 one propagating through the ``finally`` that calls ``shutdown()``, reports the rank failed with
-its type and message; a killed rank reports nothing, and the service shows its run as silent
-once nothing has been heard for a while.
+its type and message. SIGTERM (torchrun tearing the other ranks down after one died) reports the
+rank failed, terminated (``termination``). A killed rank (SIGKILL, the out-of-memory killer)
+reports nothing: the service names it as the rank that went quiet first, and shows the run as
+silent once nothing has been heard for a while.
 
 Every torch.distributed collective and point-to-point call (and the functional collectives of
 DTensor / tensor parallelism, which FSDP2 and TP use) is recorded once ``init`` has run after
