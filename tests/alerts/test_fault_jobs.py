@@ -37,7 +37,8 @@ def test_a_rank_that_raises_is_named_and_the_alert_resolves_when_the_restarted_r
     service: LiveServer,
 ) -> None:
     run_key = f"raise-{uuid.uuid4().hex[:8]}"
-    job = launch(service.url, run_key, 2, "--steps=12", "--inject=raise", "--inject-rank=1", restarts=1)
+    # Up to 3 restarts: on a loaded machine a restarted gloo group may fail to connect once (torch's flake)
+    job = launch(service.url, run_key, 2, "--steps=12", "--inject=raise", "--inject-rank=1", restarts=3)
     with service.client() as client:
         alert = wait_for(client, run_key, "BubblescopeRunFailed", "firing")
         assert alert["labels"]["rank"] == "1" and alert["labels"]["host"] == HOST
