@@ -118,3 +118,15 @@ def test_a_batch_never_holds_more_steps_than_the_service_takes(tmp_path: Path) -
     shipper.stop(timeout_s=30.0)
     sizes = [len(json.loads(gzip.decompress(message.body))["steps"]) for _, message in shipper.spool.pending()]
     assert sum(sizes) == steps and max(sizes) <= MAX_BATCH_STEPS, sizes
+
+
+def test_a_restarted_process_never_reuses_its_predecessors_seqs(tmp_path: Path) -> None:
+    """A worker restarted under the same run key (torchrun --max-restarts) starts its batch seqs past
+    every seq its predecessor could have sent by then, so the service does not drop them as retries."""
+    first = shipper_for(tmp_path / "first")
+    sent_by_first = [first._batch([], {})["seq"] for _ in range(1000)]
+    time.sleep(0.002)  # a restart takes seconds; 2 ms is enough for the clock to move past 1,000 batches
+    restarted = shipper_for(tmp_path / "restarted")
+    sent_by_restarted = [restarted._batch([], {})["seq"] for _ in range(3)]
+    assert sent_by_first == list(range(sent_by_first[0], sent_by_first[0] + 1000))
+    assert min(sent_by_restarted) > max(sent_by_first)
