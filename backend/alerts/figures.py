@@ -20,7 +20,7 @@ from bubblescope.analysis.alert_rules import BubbleFigures, RegressionFigures, S
 from bubblescope.backend.analysis.service import run_analysis
 from bubblescope.backend.db.models import RankInfo, Run, StepAggregate
 from bubblescope.backend.errors import ApiError, DomainError
-from bubblescope.backend.stragglers.service import straggler_view
+from bubblescope.backend.stragglers.service import DEFAULT_STEPS, straggler_view
 
 RECOMPUTE_S = 30.0
 WARMUP_STEPS = 5  # steps left out of the baseline (compilation, allocator warm-up)
@@ -147,9 +147,7 @@ def _stragglers(session: Session, run: Run, newest_step: int) -> list[StragglerF
     first = _first_step(session, run.id)
     if first is None or newest_step - (first + WARMUP_STEPS) + 1 < MIN_STRAGGLER_STEPS:
         return []
-    view = straggler_view(session, run.key, None, None)
-    if view.from_step is not None and view.from_step < first + WARMUP_STEPS:
-        view = straggler_view(session, run.key, first + WARMUP_STEPS, newest_step)
+    view = straggler_view(session, run.key, max(first + WARMUP_STEPS, newest_step - DEFAULT_STEPS + 1), newest_step)
     hosts = {score.rank: score.host for score in view.rank_scores}
     stages = {score.rank: score.stage for score in view.rank_scores}
     found = []
