@@ -1,7 +1,8 @@
 """Why the bubble is as large as it is: the measured bubble split into named causes that add up.
 
 Algorithm, for a run's steps (all times are per-rank means, ns):
-1. measured bubble = mean over steps of ``StepBubble.measured_fraction × wall``;
+1. measured bubble = median over steps of ``StepBubble.measured_fraction × wall`` (as the step time is a
+   median: one step the host stalled does not move it);
 2. schedule-inherent = the replay's idle with every stage at the mean measured stage cost and free
    communication — for equal stages that is exactly the schedule's closed form (``schedules.py``);
 3. stage imbalance = the replay's idle with the *measured* stage costs (the simulated floor), minus 2;

@@ -155,7 +155,7 @@ class ServiceSettings:
     bubble_over_floor_points: float = _setting(
         10.0, "bubble above floor: the measured bubble this many points (of 100) above the schedule's", metavar="PTS"
     )
-    bubble_for_steps: int = _setting(20, "bubble above floor: over this many recent steps", metavar="N")
+    bubble_for_steps: int = _setting(20, "bubble above floor: in each of this many recent steps", metavar="N")
     external_url: str | None = _setting(
         None,
         "the service's address as people reach it, for the links in alerts (default: http://HOST:PORT)",

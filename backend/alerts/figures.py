@@ -136,7 +136,7 @@ def _bubble(session: Session, key: str, newest_step: int, t: Thresholds) -> Bubb
     return BubbleFigures(
         analysis.attribution.measured_bubble_fraction,
         analysis.attribution.simulated_floor_fraction,
-        len(analysis.steps),
+        analysis.step_bubble_fractions,
         action,
     )
 

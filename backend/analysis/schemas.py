@@ -110,6 +110,9 @@ class AnalysisOut(BaseModel):
     run_key: str
     steps: list[int] = Field(description="the steps analysed (with spans; step 0 left out when others exist)")
     step_ns: float = Field(description="median step wall time over those steps")
+    step_bubble_fractions: list[float] = Field(
+        description="each analysed step's measured bubble, a fraction of its wall time (same order as steps)"
+    )
     stages: list[StageBreakdownOut]
     exposed_comm_ns_by_group: dict[str, float] = Field(description="mean per rank per step, pipeline p2p excluded")
     pipeline: MeasuredPipelineOut | None = Field(description="the run in the simulator's terms")

@@ -55,7 +55,7 @@ def run_analysis(session: Session, key: str, from_step: int | None, to_step: int
     measured, why_not = _measure(run, window)
     attribution = imbalance = None
     if measured is not None:
-        attribution = attribute_bubble(measured, statistics.mean(window.bubble_ns), step_ns)
+        attribution = attribute_bubble(measured, statistics.median(window.bubble_ns), step_ns)
         imbalance = stage_imbalance(measured)
     evidence = RunEvidence(
         config=run.config or {},
@@ -72,6 +72,7 @@ def run_analysis(session: Session, key: str, from_step: int | None, to_step: int
         run_key=key,
         steps=[s.step for s in window.steps],
         step_ns=step_ns,
+        step_bubble_fractions=[ns / wall if wall else 0.0 for ns, wall in zip(window.bubble_ns, window.walls)],
         stages=_per_stage(window.breakdowns),
         exposed_comm_ns_by_group=window.exposed_by_group,
         pipeline=None if measured is None else MeasuredPipelineOut.model_validate(measured),

@@ -84,15 +84,15 @@ def test_a_stuck_rank_is_named_with_what_the_others_wait_in_and_the_alert_resolv
 
 
 def test_a_healthy_job_pages_nobody(service: LiveServer) -> None:
-    """Nothing critical or warning. The info-level bubble-above-floor may fire: two ranks sharing two
-    loaded cores do leave a bubble above the simulator's floor (docs/alerts.md, "Known gaps")."""
+    """No alert at all, info included, over 80 steps (two ranks sharing two loaded cores leave a median
+    bubble some points above the simulator's floor, but not in every step: docs/alerts.md)."""
     run_key = f"healthy-{uuid.uuid4().hex[:8]}"
     job = launch(service.url, run_key, 2, "--steps=80", "--hidden=512", "--microbatches=8")
     output = finish(job)
     assert job.returncode == 0, output[-3000:]
     time.sleep(3)  # two evaluation rounds after the last batch
     with service.client() as client:
-        raised = [a for a in alerts(client, run_key) if a["labels"]["severity"] != "info"]
+        raised = alerts(client, run_key)
         assert raised == [], [(a["labels"], a["annotations"]["description"]) for a in raised]
 
 

@@ -67,7 +67,7 @@ def names(found: list[Any]) -> list[str]:
 def test_a_healthy_run_raises_nothing() -> None:
     healthy = snapshot(
         [rank(r) for r in range(16)],
-        bubble=BubbleFigures(0.20, 0.15, 20, None),
+        bubble=BubbleFigures(0.20, 0.15, [0.20] * 20, None),
         regression=RegressionFigures(1.0, [1.05, 1.1, 1.0], 320),
     )
     assert evaluate(healthy, THRESHOLDS) == []
@@ -152,9 +152,21 @@ def test_regression_fires_only_when_every_part_of_the_window_is_slower() -> None
 
 
 def test_bubble_above_floor_carries_the_advisors_action() -> None:
-    above = snapshot([rank(0)], bubble=BubbleFigures(0.40, 0.15, 20, "Raise micro-batches to 16"))
+    above = snapshot([rank(0)], bubble=BubbleFigures(0.40, 0.15, [0.40, 0.30] * 10, "Raise micro-batches to 16"))
     (alert,) = evaluate(above, THRESHOLDS)
     assert alert.alertname == "BubblescopeBubbleAboveFloor" and alert.action == "Raise micro-batches to 16"
+    assert "40% of the median step, and at least 30% in each of the newest 20 steps" in alert.description
+
+
+def test_bubble_above_floor_must_hold_in_each_of_the_steps() -> None:
+    """A median well above the floor with some steps near it is jitter (a loaded host), not a pattern;
+    and fewer steps than --bubble-for-steps are not enough to say."""
+    jittery = snapshot([rank(0)], bubble=BubbleFigures(0.40, 0.15, [0.40] * 19 + [0.24], None))
+    assert evaluate(jittery, THRESHOLDS) == []
+    young = snapshot([rank(0)], bubble=BubbleFigures(0.40, 0.15, [0.40] * 19, None))
+    assert evaluate(young, THRESHOLDS) == []
+    persistent = snapshot([rank(0)], bubble=BubbleFigures(0.40, 0.15, [0.40] * 19 + [0.26], None))
+    assert names(evaluate(persistent, THRESHOLDS)) == ["BubblescopeBubbleAboveFloor"]
 
 
 def test_silent_names_the_first_rank_to_go_quiet_and_disabled_rules_stay_quiet() -> None:
