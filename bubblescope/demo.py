@@ -87,6 +87,16 @@ def main(args: argparse.Namespace) -> int:
             f"bubblescope demo: --url names a running service, and the demo starts none: drop {given}", file=sys.stderr
         )
         return 2
+    from bubblescope.backend.settings import is_loopback
+
+    if not args.url and not is_loopback(args.host):
+        print(
+            f"bubblescope demo: --host {args.host}: the demo's service has no auth, so it serves on loopback only; "
+            "to share a demo, run `bubblescope serve --auth --host ...` (docs/access.md) and stream into it with "
+            "`bubblescope demo --url`",
+            file=sys.stderr,
+        )
+        return 2
     run_key = f"demo-{args.schedule}-p{args.stages}m{args.microbatches}-{uuid.uuid4().hex[:8]}"
     if args.url:  # a running service: stream into it, start none
         page = f"{args.url.rstrip('/')}/runs/{run_key}"

@@ -59,6 +59,11 @@ def test_no_serve_without_url_is_an_error_naming_the_option() -> None:
     assert done.returncode == 2 and "--url" in done.stderr, done.stderr
 
 
+def test_the_embedded_service_without_auth_is_refused_on_a_non_loopback_address() -> None:
+    done = bubblescope("demo", "--host", "0.0.0.0")
+    assert done.returncode == 2 and "--host 0.0.0.0" in done.stderr and "serve --auth" in done.stderr, done.stderr
+
+
 def test_url_with_the_embedded_service_options_is_an_error_naming_them(tmp_path: Path) -> None:
     done = bubblescope("demo", "--url", "http://127.0.0.1:9", "--db", str(tmp_path / "x.db"), "--port", "9999")
     assert done.returncode == 2 and "--db and --port" in done.stderr, done.stderr
