@@ -29,6 +29,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 from pydantic.json_schema import models_json_schema
 
+from bubblescope.backend.auth.openapi_security import document_security
 from bubblescope.backend.body import BODY_MODELS
 from bubblescope.backend.db.session import get_session
 
@@ -88,8 +89,9 @@ def finish_document(app: FastAPI, document: Json) -> None:
     error_ref = {"$ref": PREFIX + ErrorResponse.__name__}
     for path, route in _api_routes(app):
         has_body = "requestBody" in (route.openapi_extra or {})
-        for operation in _operations(path, route, document):
+        for method, operation in _operations(path, route, document):
             _document_errors(route, operation, has_body, error_ref)
+            document_security(document, operation, method, path, error_ref)
     for name in _FASTAPI_ERROR_SCHEMAS:  # unused once 422 is an ErrorResponse
         if name in components and PREFIX + name not in set(_refs(document)):
             del components[name]
@@ -132,12 +134,12 @@ def _api_routes(app: FastAPI) -> Iterator[tuple[str, APIRoute]]:
             yield context.path_format, route
 
 
-def _operations(path: str, route: APIRoute, document: Json) -> Iterator[Json]:
+def _operations(path: str, route: APIRoute, document: Json) -> Iterator[tuple[str, Json]]:
     path_item = document.get("paths", {}).get(path, {})
     for method in sorted(route.methods or ()):
         operation = path_item.get(method.lower())
         if operation is not None:
-            yield operation
+            yield method, operation
 
 
 def _document_errors(route: APIRoute, operation: Json, has_body: bool, error_ref: Json) -> None:
