@@ -1,0 +1,194 @@
+"""A big synthetic run through one service: ingest over HTTP, then every request the run page makes,
+timed and sized, and (``--page``) the run page itself in Chromium.
+
+The run comes from ``bench/synthetic_run.py`` (stages × replicas ranks, a schedule replayed by the
+analysis's simulator, injected slow ranks) and is sent as the collector sends it: gzip JSON batches,
+full spans every 10th step, aggregates every step. ``--steps-per-batch 1`` is the collector's cadence
+at a ~1 s step (one batch per rank and flush); a larger value sends fewer, bigger batches.
+
+    python bench/scale.py [--db sqlite|postgres] [--stages 8] [--replicas 128] [--steps 20]
+                          [--schedule Schedule1F1B] [--steps-per-batch 20] [--senders 4] [--page]
+
+Prints: ingest batches/s and spans/s with p50/p99 request latency; then per read endpoint the
+median and worst of ``--repeats`` timings and the answer's size (and 304s where an ETag is sent);
+then, with ``--page``, the seconds from navigation until every card of the run page is drawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.synthetic_run import SyntheticJob, batches
+from bubblescope import wire
+from tests.support import LiveServer, migrated_database, start_server
+
+GZIP_JSON = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+
+
+def register(client: httpx.Client, job: SyntheticJob, run_key: str, senders: int) -> None:
+    client.put(f"/api/v1/runs/{run_key}", json={"name": "scale", "world_size": job.world_size, "config": job.config()})
+
+    def put(rank: int) -> None:
+        client.put(f"/api/v1/runs/{run_key}/ranks/{rank}", json=job.registration(rank)).raise_for_status()
+
+    with concurrent.futures.ThreadPoolExecutor(senders) as pool:
+        list(pool.map(put, range(job.world_size)))
+
+
+def send(client: httpx.Client, job: SyntheticJob, run_key: str, steps_per_batch: int, senders: int) -> dict[str, float]:
+    """Posts every batch from ``senders`` threads; returns the ingest figures."""
+    latencies: list[float] = []
+    spans = 0
+
+    def post(body: bytes) -> None:
+        began = time.perf_counter()
+        response = client.post("/api/v1/ingest", content=body, headers=GZIP_JSON)
+        latencies.append(time.perf_counter() - began)
+        response.raise_for_status()
+
+    bodies = []
+    for _, batch in batches(job, steps_per_batch):
+        batch["run_key"] = run_key
+        spans += len(batch["spans"]["step"])
+        bodies.append(wire.encode_batch(batch))
+    began = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(senders) as pool:
+        list(pool.map(post, bodies))
+    elapsed = time.perf_counter() - began
+    latencies.sort()
+    return {
+        "batches": len(bodies),
+        "spans": spans,
+        "seconds": elapsed,
+        "wire_mb": sum(map(len, bodies)) / 1e6,
+        "p50_ms": 1000 * latencies[len(latencies) // 2],
+        "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)],
+    }
+
+
+def page_requests(job: SyntheticJob, run_key: str) -> dict[str, str]:
+    """What the run page asks for (frontend/api.js), by a short label."""
+    newest_full = max(step for step in range(job.steps) if job.has_spans(step))
+    base = f"/api/v1/runs/{run_key}"
+    return {
+        "run": base,
+        f"step {newest_full}": f"{base}/steps/{newest_full}",
+        "analysis": f"{base}/analysis",
+        "stragglers": f"{base}/stragglers",
+        "alerts firing": f"/api/v1/alerts?state=firing&run={run_key}&limit=100",
+        "alerts resolved": f"/api/v1/alerts?state=resolved&run={run_key}&limit=5",
+        "run list": "/api/v1/runs",
+    }
+
+
+def time_reads(client: httpx.Client, requests: dict[str, str], repeats: int) -> None:
+    print(f"{'request':18s} {'first ms':>9s} {'median ms':>10s} {'worst ms':>9s} {'bytes':>10s} {'if-none-match':>14s}")
+    for label, path in requests.items():
+        timings = []
+        size, etag = 0, None
+        for _ in range(repeats):
+            began = time.perf_counter()
+            response = client.get(path)
+            timings.append(1000 * (time.perf_counter() - began))
+            response.raise_for_status()
+            size, etag = len(response.content), response.headers.get("etag")
+        revalidated = "-"
+        if etag:
+            began = time.perf_counter()
+            again = client.get(path, headers={"If-None-Match": etag})
+            revalidated = f"{again.status_code} {1000 * (time.perf_counter() - began):.0f} ms"
+        print(
+            f"{label:18s} {timings[0]:9.0f} {statistics.median(timings[1:] or timings):10.0f} "
+            f"{max(timings):9.0f} {size:10,d} {revalidated:>14s}"
+        )
+
+
+def time_page(url: str, run_key: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium")
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+        errors: list[str] = []
+        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+        began = time.perf_counter()
+        page.goto(f"{url}/runs/{run_key}")
+        painted = time.perf_counter() - began
+        page.wait_for_selector("body[data-drawn='true']", timeout=120_000)
+        drawn = time.perf_counter() - began
+        print(f"run page: first paint {painted:.2f} s, every card drawn {drawn:.2f} s, console errors {len(errors)}")
+        browser.close()
+
+
+@contextmanager
+def service(db: str) -> Iterator[LiveServer]:
+    folder = Path(tempfile.mkdtemp(prefix="bubblescope-scale-"))
+    with migrated_database(db, folder) as url:
+        live = start_server(url, folder)
+        try:
+            yield live
+        finally:
+            live.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--stages", type=int, default=8)
+    parser.add_argument("--replicas", type=int, default=128)
+    parser.add_argument("--microbatches", type=int, default=16)
+    parser.add_argument("--schedule", default="Schedule1F1B")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps-per-batch", type=int, default=20)
+    parser.add_argument("--senders", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--slow", type=int, default=None, help="a rank computing 1.3x (default: world_size // 3)")
+    parser.add_argument("--page", action="store_true", help="also time the run page in Chromium")
+    args = parser.parse_args()
+    probe = SyntheticJob(stages=args.stages, replicas=args.replicas)
+    slow = args.slow if args.slow is not None else probe.world_size // 3
+    job = SyntheticJob(
+        stages=args.stages,
+        replicas=args.replicas,
+        microbatches=args.microbatches,
+        schedule=args.schedule,
+        steps=args.steps,
+        slow=((slow, 1.3),),
+    )
+    run_key = f"scale-{uuid.uuid4().hex[:8]}"
+    print(
+        f"{job.world_size:,} ranks ({job.stages} stages x {job.replicas} replicas, {job.schedule}, "
+        f"{job.microbatches} micro-batches), {job.steps} steps of {job.step_ns / 1e6:.0f} ms, rank {slow} 1.3x slow; "
+        f"{args.db}"
+    )
+    with service(args.db) as live, httpx.Client(base_url=live.url, timeout=300) as client:
+        began = time.perf_counter()
+        register(client, job, run_key, args.senders)
+        print(f"registered {job.world_size:,} ranks in {time.perf_counter() - began:.1f} s")
+        figures = send(client, job, run_key, args.steps_per_batch, args.senders)
+        print(
+            f"ingest: {figures['batches']:,.0f} batches, {figures['spans']:,.0f} spans ({figures['wire_mb']:.1f} MB gzip) "
+            f"in {figures['seconds']:.1f} s = {figures['batches'] / figures['seconds']:.0f} batches/s, "
+            f"{figures['spans'] / figures['seconds']:,.0f} spans/s; latency p50 {figures['p50_ms']:.0f} ms, "
+            f"p99 {figures['p99_ms']:.0f} ms ({args.senders} senders, {args.steps_per_batch} steps per batch)"
+        )
+        time_reads(client, page_requests(job, run_key), args.repeats)
+        if args.page:
+            time_page(live.url, run_key)
+
+
+if __name__ == "__main__":
+    main()
