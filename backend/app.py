@@ -29,6 +29,7 @@ from bubblescope.backend.metrics.router import router as metrics_router
 from bubblescope.backend.metrics.runs import RunMetrics
 from bubblescope.backend.openapi import install_openapi
 from bubblescope.backend.plan.router import router as plan_router
+from bubblescope.backend.read_cache import AnswerStore
 from bubblescope.backend.runs.retention import retention_task
 from bubblescope.backend.runs.router import router as runs_router
 from bubblescope.backend.settings import ServiceSettings
@@ -78,6 +79,7 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     app.state.session_factory = build_session_factory(engine)
     app.state.background = BackgroundTasks()  # periodic tasks, started with the server
     app.state.token_cache = TokenCache(app.state.session_factory)
+    app.state.answers = AnswerStore()  # cached reads per run revision (read_cache)
     if settings.retain_days is not None:
         app.state.background.add(retention_task(app.state.session_factory, settings.retain_days))
     evaluator = install_alert_rules(app)  # the alert rules, on the service's clock and after ingest

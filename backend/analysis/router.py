@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
@@ -11,6 +11,7 @@ from bubblescope.backend.analysis.schemas import AnalysisOut, PredictionOut, Wha
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.fields import RunKey, StepBound
+from bubblescope.backend.read_cache import cached_answer
 
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["analysis"])
 
@@ -23,9 +24,9 @@ router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["analysis"])
     "every step with spans; step 0, the warm-up, left out). See docs/analysis.md.",
 )
 def get_analysis(
-    run_key: RunKey, session: DbSession, from_step: StepBound = None, to_step: StepBound = None
-) -> AnalysisOut:
-    return service.run_analysis(session, run_key, from_step, to_step)
+    run_key: RunKey, session: DbSession, request: Request, from_step: StepBound = None, to_step: StepBound = None
+) -> Response:
+    return cached_answer(request, session, run_key, lambda: service.run_analysis(session, run_key, from_step, to_step))
 
 
 @router.post(

@@ -51,7 +51,7 @@ def register_run(
     session.execute(
         update(Run)
         .where(Run.id == run.id)
-        .values(name=name, world_size=world_size, config=merged, updated_at=func.now())
+        .values(name=name, world_size=world_size, config=merged, updated_at=func.now(), revision=Run.revision + 1)
     )
     session.refresh(run)
     return run
@@ -104,7 +104,7 @@ def database_now(session: Session) -> datetime:
 
 
 def touch_run(session: Session, run_id: int) -> None:
-    session.execute(update(Run).where(Run.id == run_id).values(updated_at=func.now()))
+    session.execute(update(Run).where(Run.id == run_id).values(updated_at=func.now(), revision=Run.revision + 1))
 
 
 def list_runs(session: Session, limit: int, after: int | None = None) -> Sequence[tuple[Run, int]]:

@@ -12,6 +12,7 @@ from bubblescope.backend.alerts.evaluator import ALERT_TASK
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.fields import INT32_MAX, INT64_MAX, RankIndex, RunKey, StepIndex
+from bubblescope.backend.read_cache import cached_answer
 from bubblescope.backend.runs import deletion, service
 from bubblescope.backend.runs.schemas import (
     RankEndIn,
@@ -119,8 +120,8 @@ def get_run(run_key: RunKey, session: DbSession, request: Request, silent_after_
     response_model=StepDetail,
     summary="One step: aligned spans, per-rank breakdown, measured vs theoretical bubble",
 )
-def get_step(run_key: RunKey, step: StepIndex, session: DbSession) -> StepDetail:
-    return service.step_detail(session, run_key, step)
+def get_step(run_key: RunKey, step: StepIndex, session: DbSession, request: Request) -> Response:
+    return cached_answer(request, session, run_key, lambda: service.step_detail(session, run_key, step))
 
 
 @router.delete(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
 
 from bubblescope import wire
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.fields import RunKey, StepBound
+from bubblescope.backend.read_cache import cached_answer
 from bubblescope.backend.stragglers.schemas import StragglersOut
 from bubblescope.backend.stragglers.service import DEFAULT_STEPS, MAX_STEPS, straggler_view
 
@@ -24,7 +25,8 @@ router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["stragglers"])
 def get_stragglers(
     run_key: RunKey,
     session: DbSession,
+    request: Request,
     from_step: StepBound = None,
     to_step: StepBound = None,
-) -> StragglersOut:
-    return straggler_view(session, run_key, from_step, to_step)
+) -> Response:
+    return cached_answer(request, session, run_key, lambda: straggler_view(session, run_key, from_step, to_step))
