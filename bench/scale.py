@@ -10,7 +10,8 @@ at a ~1 s step (one batch per rank and flush); a larger value sends fewer, bigge
                           [--schedule Schedule1F1B] [--steps-per-batch 20] [--senders 4] [--page]
 
 Prints: ingest batches/s and spans/s with p50/p99 request latency; then per read endpoint the
-median and worst of ``--repeats`` timings and the answer's size (and 304s where an ETag is sent);
+first timing and the median of the ``--repeats - 1`` after it, the answer's size as JSON and as
+gzip on the wire, and a revalidation with the ETag where one is sent (status and time);
 then, with ``--page``, the seconds from navigation until every card of the run page is drawn.
 """
 
@@ -95,24 +96,24 @@ def page_requests(job: SyntheticJob, run_key: str) -> dict[str, str]:
 
 
 def time_reads(client: httpx.Client, requests: dict[str, str], repeats: int) -> None:
-    print(f"{'request':18s} {'first ms':>9s} {'median ms':>10s} {'worst ms':>9s} {'bytes':>10s} {'if-none-match':>14s}")
+    print(f"{'request':18s} {'first ms':>9s} {'again ms':>9s} {'bytes':>11s} {'gzip bytes':>11s} {'revalidated':>14s}")
     for label, path in requests.items():
         timings = []
-        size, etag = 0, None
+        size, wire_size, etag = 0, 0, None
         for _ in range(repeats):
             began = time.perf_counter()
-            response = client.get(path)
+            response = client.get(path, headers={"Accept-Encoding": "gzip"})
             timings.append(1000 * (time.perf_counter() - began))
             response.raise_for_status()
-            size, etag = len(response.content), response.headers.get("etag")
+            size, wire_size, etag = len(response.content), response.num_bytes_downloaded, response.headers.get("etag")
         revalidated = "-"
         if etag:
             began = time.perf_counter()
             again = client.get(path, headers={"If-None-Match": etag})
             revalidated = f"{again.status_code} {1000 * (time.perf_counter() - began):.0f} ms"
         print(
-            f"{label:18s} {timings[0]:9.0f} {statistics.median(timings[1:] or timings):10.0f} "
-            f"{max(timings):9.0f} {size:10,d} {revalidated:>14s}"
+            f"{label:18s} {timings[0]:9.0f} {statistics.median(timings[1:] or timings):9.0f} "
+            f"{size:11,d} {wire_size:11,d} {revalidated:>14s}"
         )
 
 

@@ -76,7 +76,8 @@ function alertQuery({ states = [], run = null, limit = null } = {}) {
 export const api = {
   runs: () => getJson("/runs"),
   run: (key) => getJson(runPath(key)),
-  step: (key, step) => getJson(`${runPath(key)}/steps/${step}`),
+  // ranks: whose spans ("0-7,341"); null: the service's choice (every rank, or each stage's median and slowest)
+  step: (key, step, ranks = null) => getJson(`${runPath(key)}/steps/${step}${ranks ? `?ranks=${encodeURIComponent(ranks)}` : ""}`),
   analysis: (key) => getJson(`${runPath(key)}/analysis`),
   stragglers: (key) => getJson(`${runPath(key)}/stragglers`),
   spanKinds: () => getJson("/span-kinds"),

@@ -1,4 +1,5 @@
-// Where each rank's time went in the step: a stacked bar per rank and the same numbers as a table.
+// Where each rank's time went in the step: a stacked bar per rank and the same numbers as a table,
+// slowest compute first (the rank the others wait for heads the list), a page of PAGE_ROWS at a time.
 import { cell, PLOT_CONFIG } from "./dom.js";
 import { ms, percent, rankLabel, share } from "./format.js";
 import { rowHeight } from "./timeline.js";
@@ -18,8 +19,21 @@ function row(b) {
   return tr;
 }
 
+export const PAGE_ROWS = 32;
+const view = { page: 0, last: null }; // the page shown, and the last arguments, to turn pages
+
 export function renderBreakdown(detail, run, kinds) {
-  const rows = detail.breakdown;
+  view.last = [detail, run, kinds];
+  const sorted = [...detail.breakdown].sort((a, b) => b.compute_ns - a.compute_ns || a.rank - b.rank);
+  const pages = Math.max(1, Math.ceil(sorted.length / PAGE_ROWS));
+  view.page = Math.min(view.page, pages - 1);
+  const rows = sorted.slice(view.page * PAGE_ROWS, (view.page + 1) * PAGE_ROWS);
+  const pager = document.getElementById("breakdown-pager");
+  pager.hidden = pages === 1;
+  document.getElementById("breakdown-page").textContent =
+    `ranks ${view.page * PAGE_ROWS + 1}–${view.page * PAGE_ROWS + rows.length} of ${sorted.length}, slowest compute first`;
+  document.getElementById("breakdown-prev").disabled = view.page === 0;
+  document.getElementById("breakdown-next").disabled = view.page === pages - 1;
   const labels = rows.map((b) => rankLabel(run, b.rank));
   const part = (name, key, color) => ({ type: "bar", orientation: "h", name, y: labels, x: rows.map((b) => b[key] / 1e6), marker: { color } });
   Plotly.react("breakdown-chart", [
@@ -34,3 +48,10 @@ export function renderBreakdown(detail, run, kinds) {
   }, PLOT_CONFIG);
   document.querySelector("#breakdown tbody").replaceChildren(...rows.map(row));
 }
+
+function turn(by) {
+  view.page = Math.max(0, view.page + by);
+  if (view.last) renderBreakdown(...view.last);
+}
+document.getElementById("breakdown-prev").addEventListener("click", () => turn(-1));
+document.getElementById("breakdown-next").addEventListener("click", () => turn(1));

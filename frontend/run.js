@@ -21,12 +21,14 @@ const FIRING_AT_MOST = 100;
 
 const key = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop());
 const linkedStep = new URLSearchParams(location.search).get("step");
+const linkedRanks = new URLSearchParams(location.search).get("ranks");
 
 const state = {
   run: null,
   version: null, // of the run last loaded (runVersion)
   // The step the user picked (also ?step=N, so a step view can be linked); null follows the latest.
   wanted: linkedStep === null ? null : Number(linkedStep),
+  ranks: linkedRanks || null, // whose spans the timeline shows ("0-7,341", also ?ranks=); null: the service's choice
   requests: 0, // showStep calls so far: only the latest one may render
   step: null, // the step shown
   loaded: { step: null, analysis: null, stragglers: null }, // the run version each part was loaded at
@@ -51,7 +53,7 @@ function chooseStep(steps) {
 async function showStep(step, version) {
   const request = ++state.requests;
   try {
-    const [detail, kinds] = await Promise.all([api.step(key, step), spanKinds()]);
+    const [detail, kinds] = await Promise.all([api.step(key, step, state.ranks), spanKinds()]);
     if (request !== state.requests) return; // a later pick or round asked for a step meanwhile
     renderBubble(detail);
     renderTimeline(detail, state.run, kinds);
@@ -171,6 +173,17 @@ document.getElementById("step-select").addEventListener("change", (event) => {
   else url.searchParams.set("step", String(chosen));
   history.replaceState(null, "", url);
   showStep(chosen, state.version);
+});
+
+document.getElementById("rank-filter").value = state.ranks || "";
+document.getElementById("rank-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  state.ranks = document.getElementById("rank-filter").value.trim() || null;
+  const url = new URL(location.href);
+  if (state.ranks === null) url.searchParams.delete("ranks");
+  else url.searchParams.set("ranks", state.ranks);
+  history.replaceState(null, "", url);
+  if (state.step !== null) showStep(state.step, state.version);
 });
 
 // An alert's evidence on this page (same run) is shown without loading the page again: the URL

@@ -1,4 +1,6 @@
-// The step's aligned timeline: one row per rank, one bar per span, coloured by kind.
+// The step's aligned timeline: one row per rank the service sent spans of (every rank of a small run;
+// of a big one each stage's median and slowest rank, or the ranks asked for), one bar per span,
+// coloured by kind.
 import { PLOT_CONFIG } from "./dom.js";
 import { ms, plotText, rankLabel } from "./format.js";
 
@@ -18,8 +20,10 @@ function hover(span, category) {
 }
 
 export function renderTimeline(detail, run, kinds) {
-  const ranks = [...new Set(run.ranks.map((r) => r.rank).concat(detail.breakdown.map((b) => b.rank)))].sort((a, b) => a - b);
-  const labels = new Map(ranks.map((rank) => [rank, rankLabel(run, rank)]));
+  const shown = detail.timeline_ranks;
+  const ranks = shown.map((r) => r.rank);
+  const roleOf = (r) => (r.role === "every rank" || r.role === "asked" ? "" : ` · ${r.role}`);
+  const labels = new Map(shown.map((r) => [r.rank, rankLabel(run, r.rank) + roleOf(r)]));
   const byKind = new Map();
   for (const span of detail.spans) {
     if (!byKind.has(span.kind)) byKind.set(span.kind, []);
@@ -47,4 +51,8 @@ export function renderTimeline(detail, run, kinds) {
     height: Math.max(240, rowHeight(ranks.length) * ranks.length + 110),
   };
   Plotly.react("timeline", traces, layout, PLOT_CONFIG);
+  const folded = shown.find((r) => r.role.startsWith("median of"));
+  document.getElementById("timeline-note").textContent = folded
+    ? `${run.world_size.toLocaleString()} ranks: each stage's median and slowest rank (by compute) shown; ask for any ranks above`
+    : "";
 }

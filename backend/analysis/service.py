@@ -6,7 +6,9 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from bubblescope import intervals, wire
@@ -28,7 +30,7 @@ from bubblescope.backend.analysis.schemas import (
     SuggestionOut,
     WhatIfIn,
 )
-from bubblescope.backend.db.models import RankInfo, Run, Span
+from bubblescope.backend.db.models import RankInfo, Run
 from bubblescope.backend.errors import DomainError, Invalid, NotFound
 from bubblescope.backend.fields import check_step_order
 from bubblescope.backend.runs import queries
@@ -142,7 +144,7 @@ def _load(session: Session, run: Run, ranks: Sequence[RankInfo], from_step: int 
     return window
 
 
-def _exposed_comm_by_group(rows: Sequence[Span], spans: Sequence[TimedSpan], ranks: int) -> dict[str, float]:
+def _exposed_comm_by_group(rows: Sequence[Row[Any]], spans: Sequence[TimedSpan], ranks: int) -> dict[str, float]:
     """Mean per rank of each group's communication not under compute (pipeline p2p excluded)."""
     compute: dict[int, list[intervals.Interval]] = defaultdict(list)
     comm: dict[tuple[int, str], list[intervals.Interval]] = defaultdict(list)

@@ -120,8 +120,21 @@ def get_run(run_key: RunKey, session: DbSession, request: Request, silent_after_
     response_model=StepDetail,
     summary="One step: aligned spans, per-rank breakdown, measured vs theoretical bubble",
 )
-def get_step(run_key: RunKey, step: StepIndex, session: DbSession, request: Request) -> Response:
-    return cached_answer(request, session, run_key, lambda: service.step_detail(session, run_key, step))
+def get_step(
+    run_key: RunKey,
+    step: StepIndex,
+    session: DbSession,
+    request: Request,
+    ranks: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            description="whose spans to include, e.g. 0-7,341 (at most 64 ranks); default: every rank of a run "
+            "of up to 64, else each stage's median and slowest rank. The breakdown always covers every rank.",
+        ),
+    ] = None,
+) -> Response:
+    return cached_answer(request, session, run_key, lambda: service.step_detail(session, run_key, step, ranks))
 
 
 @router.delete(

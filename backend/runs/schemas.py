@@ -209,10 +209,23 @@ class StepBubbleOut(FromAnalysis):
     formula: str | None
 
 
+class TimelineRankOut(FromAnalysis):
+    rank: int
+    stage: int | None
+    role: str = Field(
+        description='why its spans are here: "every rank", "asked", "median of N" or "slowest of N" '
+        "(of the N ranks of its stage)"
+    )
+
+
 class StepDetail(BaseModel):
     run_key: str
     step: int
     origin_ns: int = Field(description="aligned epoch ns that span times are relative to")
+    timeline_ranks: list[TimelineRankOut] = Field(
+        description="the ranks whose spans are in `spans`, in display order: every rank of a run of up to "
+        "64, else each stage's median and slowest rank, or those asked for with `ranks`"
+    )
     spans: list[SpanOut]
     breakdown: list[RankBreakdownOut]
     bubble: StepBubbleOut

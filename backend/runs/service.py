@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from bubblescope.analysis.breakdown import step_breakdown, step_bubble
 from bubblescope.analysis.model import RankBreakdown, StepBubble, TimedSpan
-from bubblescope.backend.db.models import RankInfo, Run, Span, StepAggregate
+from bubblescope.backend.db.models import RankInfo, Run, StepAggregate
 from bubblescope.backend.errors import Invalid, NotFound, TooLarge
 from bubblescope.backend.runs import queries
 from bubblescope.backend.runs.schemas import (
@@ -29,8 +30,10 @@ from bubblescope.backend.runs.schemas import (
     StepBubbleOut,
     StepDetail,
     StepSummary,
+    TimelineRankOut,
 )
 from bubblescope.backend.runs.state import RankEnd, as_utc, rank_outcome, run_state
+from bubblescope.backend.runs.timeline_ranks import parse_ranks, timeline_ranks
 from bubblescope.backend.settings import ServiceSettings
 
 
@@ -185,7 +188,7 @@ def run_detail(session: Session, key: str, silent_after_s: float) -> RunDetail:
 class AlignedStep:
     """One step's rows and spans on rank 0's clock, each rank's window and stage."""
 
-    rows: Sequence[Span]
+    rows: Sequence[Row[Any]]  # queries.spans_of_step
     spans: list[TimedSpan]
     windows: dict[int, tuple[int, int]]
     stages: dict[int, int | None]
@@ -233,18 +236,23 @@ def run_bubble(run: Run, breakdowns: list[RankBreakdown], windows: dict[int, tup
     )
 
 
-def step_detail(session: Session, key: str, step: int) -> StepDetail:
-    """Spans of one step on an aligned time axis, each rank's breakdown, and the step's bubble."""
+def step_detail(session: Session, key: str, step: int, ranks: str | None = None) -> StepDetail:
+    """Spans of one step on an aligned time axis (of the ranks ``timeline_ranks`` picks, or ``ranks``:
+    "0-7,341"), each rank's breakdown, and the step's bubble."""
     run = require_run(session, key)
+    asked = None if ranks is None else parse_ranks(ranks, run.world_size)
     aligned = aligned_step(session, run, queries.ranks_of(session, run.id), step)
     if aligned is None:
         raise NotFound("step", f"run {key!r} has no data for step {step}")
     breakdowns = step_breakdown(aligned.spans, aligned.windows, aligned.stages)
     origin = min(lo for lo, _ in aligned.windows.values())
+    shown = timeline_ranks(breakdowns, asked)
+    wanted = {r.rank for r in shown}
     return StepDetail(
         run_key=key,
         step=step,
         origin_ns=origin,
+        timeline_ranks=[TimelineRankOut.model_validate(r) for r in shown],
         spans=[
             SpanOut(
                 rank=row.rank,
@@ -259,6 +267,7 @@ def step_detail(session: Session, key: str, step: int) -> StepDetail:
                 name=row.name,
             )
             for row, span in zip(aligned.rows, aligned.spans)
+            if row.rank in wanted
         ],
         breakdown=[RankBreakdownOut.model_validate(b) for b in breakdowns],
         bubble=StepBubbleOut.model_validate(run_bubble(run, breakdowns, aligned.windows)),
