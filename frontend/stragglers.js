@@ -13,8 +13,12 @@ function rankLabel(score) {
   return parts.join(" · ");
 }
 
+// Past this many rows, a row is thinner than its label: rows are drawn without labels or gaps.
+const LABELLED_ROWS = 64;
+
 function renderHeatmap(view) {
   const labels = view.rank_scores.map(rankLabel);
+  const many = labels.length > LABELLED_ROWS;
   const compute = view.matrices.compute;
   const hover = compute.values_ns.map((row, i) => row.map((ns, j) => (ns === null ? "not reported" : [
     labels[i], `step ${view.steps[j]}`,
@@ -29,7 +33,7 @@ function renderHeatmap(view) {
       type: "heatmap", x: view.steps, y: labels, z: compute.ratio_to_step_median, zmin: 0.5, zmax: 1.5,
       colorscale: [[0, "#2f6fde"], [0.5, "#f7f8fa"], [1, "#c0392b"]],
       colorbar: { title: { text: "× step median" }, thickness: 12 },
-      text: hover, hoverinfo: "text", xgap: 1, ygap: 1,
+      text: hover, hoverinfo: "text", xgap: 1, ygap: many ? 0 : 1,
     },
     {
       type: "scatter", mode: "markers", name: "flagged", x: flaggedX, y: flaggedY, hoverinfo: "skip",
@@ -37,11 +41,15 @@ function renderHeatmap(view) {
     },
   ];
   const layout = {
-    margin: { l: 150, r: 20, t: 10, b: 45 }, height: Math.min(900, Math.max(220, 30 * labels.length + 90)),
+    margin: { l: 150, r: 20, t: 10, b: 45 },
+    height: Math.min(900, Math.max(220, (many ? 1 : 30) * labels.length + 90)),
     xaxis: { title: { text: "step" }, type: "category" },
     // rank 0 on top by reversing the axis, not the categories: a heatmap's hover finds its cell as if
     // the rows ran up the axis in data order, so reordered categories showed another rank's numbers
-    yaxis: { type: "category", autorange: "reversed", automargin: true },
+    yaxis: {
+      type: "category", autorange: "reversed", automargin: true, showticklabels: !many,
+      title: many ? { text: `${labels.length.toLocaleString()} ranks, rank 0 on top (hover a row)` } : undefined,
+    },
   };
   Plotly.react("straggler-heatmap", traces, layout, PLOT_CONFIG);
 }

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
 
 from bubblescope import wire
+from bubblescope.analysis.stragglers import PHASES
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.fields import RunKey, StepBound
 from bubblescope.backend.read_cache import cached_answer
 from bubblescope.backend.stragglers.schemas import StragglersOut
-from bubblescope.backend.stragglers.service import DEFAULT_STEPS, MAX_STEPS, straggler_view
+from bubblescope.backend.stragglers.service import DEFAULT_STEPS, MAX_STEPS, chosen_phases, straggler_view
 
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["stragglers"])
 
@@ -28,5 +31,16 @@ def get_stragglers(
     request: Request,
     from_step: StepBound = None,
     to_step: StepBound = None,
+    phases: Annotated[
+        list[str] | None,
+        Query(
+            max_length=len(PHASES),
+            description=f"the matrices to include, of {', '.join(PHASES)} (default: all); the run page asks for "
+            "compute only: a 1,024-rank × 100-step answer with all five is ~18 MB",
+        ),
+    ] = None,
 ) -> Response:
-    return cached_answer(request, session, run_key, lambda: straggler_view(session, run_key, from_step, to_step))
+    chosen = chosen_phases(phases)
+    return cached_answer(
+        request, session, run_key, lambda: straggler_view(session, run_key, from_step, to_step, chosen)
+    )

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Annotated
+
+from pydantic import Field, PlainSerializer
 
 from bubblescope.backend.fields import FromAnalysis
+
+
+def _four_places(value: float) -> float:
+    return round(value, 4)
+
+
+Ratio = Annotated[float, PlainSerializer(_four_places, return_type=float)]
+"""A ratio written with 4 decimals: a matrix of 100k of them is a third of its full-precision size."""
 
 
 class PhaseMatrixOut(FromAnalysis):
@@ -12,7 +22,7 @@ class PhaseMatrixOut(FromAnalysis):
 
     phase: str
     values_ns: list[list[int | None]]
-    ratio_to_step_median: list[list[float | None]]
+    ratio_to_step_median: list[list[Ratio | None]]
 
 
 class RankScoreOut(FromAnalysis):
@@ -77,7 +87,9 @@ class StragglersOut(FromAnalysis):
     to_step: int | None
     ranks: list[int] = Field(description="row order of every matrix")
     steps: list[int] = Field(description="column order of every matrix (steps some rank reported)")
-    matrices: dict[str, PhaseMatrixOut] = Field(description="window, compute, comm, exposed_comm, idle")
+    matrices: dict[str, PhaseMatrixOut] = Field(
+        description="window, compute, comm, exposed_comm, idle (those asked for with `phases`)"
+    )
     flagged: list[list[bool]] = Field(description="compute cells flagged against the rank's basis")
     rank_scores: list[RankScoreOut]
     groups: list[GroupFindingOut]

@@ -7,7 +7,7 @@ from dataclasses import fields
 
 from sqlalchemy.orm import Session
 
-from bubblescope.analysis.stragglers import RankPlacement, find_stragglers
+from bubblescope.analysis.stragglers import PHASES, RankPlacement, find_stragglers
 from bubblescope.backend.errors import Invalid
 from bubblescope.backend.fields import check_step_order
 from bubblescope.backend.runs import queries as run_queries
@@ -34,7 +34,19 @@ def step_range(newest: int | None, from_step: int | None, to_step: int | None) -
     return max(0, end - DEFAULT_STEPS + 1), end
 
 
-def straggler_view(session: Session, key: str, from_step: int | None, to_step: int | None) -> StragglersOut:
+def chosen_phases(asked: list[str] | None) -> tuple[str, ...]:
+    """The phases whose matrices an answer carries (all by default); an unknown one is a 422."""
+    if not asked:
+        return PHASES
+    unknown = sorted(set(asked) - set(PHASES))
+    if unknown:
+        raise Invalid("phases", f"unknown phase {unknown[0][:40]!r}; the phases are {', '.join(PHASES)}")
+    return tuple(p for p in PHASES if p in asked)
+
+
+def straggler_view(
+    session: Session, key: str, from_step: int | None, to_step: int | None, phases: tuple[str, ...] = PHASES
+) -> StragglersOut:
     run = require_run(session, key)
     chosen = step_range(run_queries.newest_step(session, run.id), from_step, to_step)
     rows = queries.aggregates_between(session, run.id, *chosen) if chosen else []
@@ -49,5 +61,6 @@ def straggler_view(session: Session, key: str, from_step: int | None, to_step: i
             "from_step": chosen[0] if chosen else None,
             "to_step": chosen[1] if chosen else None,
             **{f.name: getattr(report, f.name) for f in fields(report)},
+            "matrices": {phase: matrix for phase, matrix in report.matrices.items() if phase in phases},
         }
     )

@@ -49,3 +49,16 @@ def test_another_query_is_another_answer_and_an_unknown_run_is_still_a_404(serve
         assert (whole.json()["from_step"], part.json()["from_step"]) == (0, 2)
         missing = client.get("/api/v1/runs/no-such-run/analysis", headers={"If-None-Match": whole.headers["etag"]})
         assert missing.status_code == 404 and "no-such-run" in missing.text
+
+
+def test_the_stragglers_carry_only_the_phases_asked_for(server: LiveServer) -> None:
+    with server.client() as client:
+        key = register(client)
+        for step in range(3):
+            _post(client, key, step)
+        everything = client.get(f"/api/v1/runs/{key}/stragglers").json()["matrices"]
+        assert sorted(everything) == ["comm", "compute", "exposed_comm", "idle", "window"]
+        one = client.get(f"/api/v1/runs/{key}/stragglers", params={"phases": "compute"}).json()["matrices"]
+        assert list(one) == ["compute"] and one["compute"] == everything["compute"]
+        bad = client.get(f"/api/v1/runs/{key}/stragglers", params={"phases": ["compute", "lunch"]})
+        assert bad.status_code == 422 and "phases" in bad.text and "lunch" in bad.text
