@@ -132,6 +132,30 @@ def ranks_of(session: Session, run_id: int) -> Sequence[RankInfo]:
     return session.scalars(select(RankInfo).where(RankInfo.run_id == run_id).order_by(RankInfo.rank)).all()
 
 
+def step_totals(session: Session, run_id: int) -> Sequence[Row[Any]]:
+    """Per step, summed in the database (a 1,024-rank run of 600 steps has 600k aggregates): ``step``,
+    ``ranks``, ``first_start`` and ``last_end`` on rank 0's clock (the step's own offset where it
+    carries one, else the rank's), and the ``compute``, ``comm`` and ``idle`` sums."""
+    offset = func.coalesce(StepAggregate.clock_offset_ns, RankInfo.clock_offset_ns, 0)
+    query = (
+        select(
+            StepAggregate.step,
+            func.count().label("ranks"),
+            func.min(StepAggregate.start_ns - offset).label("first_start"),
+            func.max(StepAggregate.end_ns - offset).label("last_end"),
+            func.sum(StepAggregate.compute_ns).label("compute"),
+            func.sum(StepAggregate.comm_ns).label("comm"),
+            func.sum(StepAggregate.idle_ns).label("idle"),
+        )
+        .outerjoin(RankInfo, (RankInfo.run_id == StepAggregate.run_id) & (RankInfo.rank == StepAggregate.rank))
+        .where(StepAggregate.run_id == run_id)
+        .group_by(StepAggregate.step)
+        .order_by(StepAggregate.step)
+    )
+    rows: Sequence[Row[Any]] = session.execute(query).all()  # type: ignore[assignment]  # Row's column types
+    return rows
+
+
 def step_aggregates(session: Session, run_id: int, step: int | None = None) -> Sequence[StepAggregate]:
     query = select(StepAggregate).where(StepAggregate.run_id == run_id)
     if step is not None:

@@ -169,12 +169,19 @@ def list_runs(
 def run_detail(session: Session, key: str, silent_after_s: float) -> RunDetail:
     run = require_run(session, key)
     ranks = queries.ranks_of(session, run.id)
-    offsets = {info.rank: info.clock_offset_ns for info in ranks}
     with_spans = queries.steps_with_spans(session, run.id)
-    by_step: dict[int, list[StepAggregate]] = defaultdict(list)
-    for aggregate in queries.step_aggregates(session, run.id):
-        by_step[aggregate.step].append(aggregate)
-    steps = [_step_summary(step, rows, offsets, step in with_spans) for step, rows in sorted(by_step.items())]
+    steps = [
+        StepSummary(
+            step=row.step,
+            ranks_reported=row.ranks,
+            wall_ns=int(row.last_end - row.first_start),
+            mean_compute_ns=int(row.compute) // row.ranks,
+            mean_comm_ns=int(row.comm) // row.ranks,
+            mean_idle_ns=int(row.idle) // row.ranks,
+            has_spans=row.step in with_spans,
+        )
+        for row in queries.step_totals(session, run.id)
+    ]
     return RunDetail(
         **_summary(
             run, len(steps), [queries.rank_end(info) for info in ranks], queries.database_now(session), silent_after_s
