@@ -1,6 +1,7 @@
 // The top of the run page: name, state and facts of the run; the step picker and the step's bubble.
 import { el, fact, stateBadge } from "./dom.js";
 import { ms, percent } from "./format.js";
+import { isComplete, WARMUP_STEPS } from "./glance.js";
 
 export function renderRun(run) {
   const c = run.config;
@@ -23,10 +24,12 @@ export function renderRun(run) {
 
 let shownOptions = null; // the options' text, so an open picker is rebuilt only when the steps change
 
-// One option per step with spans; `chosen` selected.
-export function renderStepOptions(steps, chosen) {
+// One option per step with spans, warm-up and partial steps marked; `chosen` selected.
+export function renderStepOptions(steps, chosen, run) {
   const select = document.getElementById("step-select");
-  const options = steps.map((s) => [String(s.step), `${s.step} — ${ms(s.wall_ns)} ms`]);
+  const mark = (s) => (!isComplete(run, s) ? ` (partial: ${s.ranks_reported} of ${run.world_size} ranks)`
+    : s.step < WARMUP_STEPS ? " (warm-up)" : "");
+  const options = steps.map((s) => [String(s.step), `${s.step} — ${ms(s.wall_ns)} ms${mark(s)}`]);
   const text = JSON.stringify(options);
   if (text !== shownOptions) {
     select.replaceChildren(...options.map(([value, label]) => el("option", { value }, label)));

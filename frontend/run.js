@@ -9,6 +9,7 @@ import { el, say } from "./dom.js";
 import { spanKinds } from "./kinds.js";
 import { renderAnalysis, showAnalysisError } from "./analysis.js";
 import { renderBreakdown } from "./breakdown.js";
+import { isComplete, renderGlance, WARMUP_STEPS } from "./glance.js";
 import { renderBubble, renderRun, renderStepNote, renderStepOptions } from "./overview.js";
 import { poll } from "./poll.js";
 import { renderStragglers, showStragglersError } from "./stragglers.js";
@@ -45,9 +46,21 @@ const hungView = () => new URLSearchParams(location.search).get("view") === "hun
 const runVersion = (run) => JSON.stringify([run.updated_at, run.step_count, run.steps]);
 const stepsWithSpans = (run) => run.steps.filter((s) => s.has_spans);
 
-function chooseStep(steps) {
+// The step shown unless one was picked: of the complete steps with spans (every rank reported; past
+// the warm-up where there are such, else past step 0), the newest while the run runs, else the one
+// whose wall time is nearest the median, the newer on a tie (a crashed run's partial last step and a
+// finished run's outlier are not the default).
+function chooseStep(steps, run) {
   if (!steps.length) return null;
-  return steps.some((s) => s.step === state.wanted) ? state.wanted : steps[steps.length - 1].step;
+  if (steps.some((s) => s.step === state.wanted)) return state.wanted;
+  const complete = steps.filter((s) => isComplete(run, s));
+  const warm = complete.filter((s) => s.step >= WARMUP_STEPS);
+  const pastFirst = complete.filter((s) => s.step > 0);
+  const pool = [warm, pastFirst, complete, steps].find((candidates) => candidates.length);
+  if (run.state === "running") return pool[pool.length - 1].step;
+  const walls = pool.map((s) => s.wall_ns).sort((a, b) => a - b);
+  const middle = walls[Math.floor((walls.length - 1) / 2)];
+  return pool.reduce((best, s) => (Math.abs(s.wall_ns - middle) <= Math.abs(best.wall_ns - middle) ? s : best)).step;
 }
 
 async function showStep(step, version) {
@@ -141,20 +154,24 @@ async function round() {
   state.run = run;
   state.version = runVersion(run);
   renderRun(run);
+  renderGlance({ run });
   await loadAlerts();
+  renderGlance({ firing: state.alerts.firing });
   renderAlertsAndRanks();
   scrollToHash(false); // the sections above may still grow: again once they are drawn
   const steps = stepsWithSpans(run);
-  const step = chooseStep(steps);
-  renderStepOptions(steps, step);
+  const step = chooseStep(steps, run);
+  renderStepOptions(steps, step, run);
   const work = [];
   if (step === null) renderStepNote("no step with spans yet");
   else if (step !== state.step || state.loaded.step !== state.version) work.push(showStep(step, state.version));
   if (state.loaded.analysis !== state.version) {
-    work.push(refresh("analysis", api.analysis, renderAnalysis, showAnalysisError, state.version));
+    const show = (analysis) => { renderAnalysis(analysis); renderGlance({ analysis }); };
+    work.push(refresh("analysis", api.analysis, show, showAnalysisError, state.version));
   }
   if (state.loaded.stragglers !== state.version) {
-    work.push(refresh("stragglers", api.stragglers, renderStragglers, showStragglersError, state.version));
+    const show = (stragglers) => { renderStragglers(stragglers); renderGlance({ stragglers }); };
+    work.push(refresh("stragglers", api.stragglers, show, showStragglersError, state.version));
   }
   await Promise.all(work);
   requestAnimationFrame(() => {
@@ -167,7 +184,7 @@ async function round() {
 document.getElementById("step-select").addEventListener("change", (event) => {
   const steps = stepsWithSpans(state.run);
   const chosen = Number(event.target.value);
-  state.wanted = chosen === steps[steps.length - 1].step ? null : chosen;
+  state.wanted = chosen;
   const url = new URL(location.href);
   if (state.wanted === null) url.searchParams.delete("step");
   else url.searchParams.set("step", String(chosen));

@@ -1,0 +1,140 @@
+// The run page's first card: the on-call questions answered in one screen, from what the page already
+// loads (the run, its analysis, its stragglers, its alerts): step time now against the run's own
+// baseline with the trend, the bubble against its floor, the largest cause, the slowest rank, the
+// first thing to do and the alerts firing. Each part fills in as its source arrives.
+import { el } from "./dom.js";
+import { ms, percent } from "./format.js";
+
+export const WARMUP_STEPS = 5; // left out of the baseline (compilation, allocator warm-up)
+const BASELINE_STEPS = 50; // the baseline: median of this many complete steps after the warm-up
+const NOW_STEPS = 5; // "now": median of the newest complete steps
+const TREND_STEPS = 200; // the sparkline's newest steps
+
+const known = { run: null, analysis: null, stragglers: null, firing: null };
+
+const median = (values) => {
+  if (!values.length) return null;
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+};
+
+// A step every rank of the world reported (a crashed run's last step, or one still arriving, is partial).
+export const isComplete = (run, step) => step.ranks_reported >= run.world_size;
+
+function stepTimes(run) {
+  const complete = run.steps.filter((s) => isComplete(run, s));
+  const past = complete.filter((s) => s.step >= WARMUP_STEPS);
+  const baseline = median(past.slice(0, BASELINE_STEPS).map((s) => s.wall_ns));
+  const now = median(past.slice(-NOW_STEPS).map((s) => s.wall_ns));
+  return { baseline, now, partial: run.steps.length - complete.length };
+}
+
+// The newest steps' wall times as an inline SVG line; warm-up steps and partial steps as hollow dots.
+function sparkline(run) {
+  const steps = run.steps.slice(-TREND_STEPS);
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("class", "sparkline");
+  svg.setAttribute("viewBox", "0 0 200 36");
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("aria-label", "step time trend");
+  if (steps.length < 2) return svg;
+  const walls = steps.map((s) => s.wall_ns);
+  const lo = Math.min(...walls);
+  const span = Math.max(...walls) - lo || 1;
+  const x = (i) => (200 * i) / (steps.length - 1);
+  const y = (ns) => 33 - (30 * (ns - lo)) / span;
+  const line = document.createElementNS(svg.namespaceURI, "polyline");
+  line.setAttribute("points", steps.map((s, i) => `${x(i).toFixed(1)},${y(s.wall_ns).toFixed(1)}`).join(" "));
+  svg.append(line);
+  steps.forEach((s, i) => {
+    if (s.step >= WARMUP_STEPS && isComplete(run, s)) return;
+    const dot = document.createElementNS(svg.namespaceURI, "circle");
+    dot.setAttribute("cx", x(i).toFixed(1));
+    dot.setAttribute("cy", y(s.wall_ns).toFixed(1));
+    dot.setAttribute("r", "2");
+    dot.setAttribute("class", isComplete(run, s) ? "warmup" : "partial");
+    svg.append(dot);
+  });
+  return svg;
+}
+
+function item(id, label, value, note, tone = "") {
+  return el("div", { class: `glance-item ${tone}`, id },
+    el("div", { class: "label" }, label), el("div", { class: "value" }, value), el("div", { class: "note" }, ...[note].flat()));
+}
+
+const waiting = (id, label) => item(id, label, "…", "loading");
+
+function stepItem(run) {
+  const { baseline, now, partial } = stepTimes(run);
+  if (now === null) return item("glance-step", "Step time", "—", `no complete step past the ${WARMUP_STEPS}-step warm-up yet`);
+  const change = baseline ? (now - baseline) / baseline : 0;
+  const tone = change > 0.1 ? "bad" : "";
+  const versus = `${change >= 0 ? "+" : "−"}${Math.abs(100 * change).toFixed(1)}% vs baseline ${ms(baseline)} ms`;
+  const marks = partial ? `; ${partial} partial step${partial > 1 ? "s" : ""} left out` : "";
+  return item("glance-step", "Step time now", `${ms(now)} ms`, [versus + marks, sparkline(run)], tone);
+}
+
+function bubbleItem(analysis) {
+  const a = analysis.attribution;
+  if (!a) return item("glance-bubble", "Bubble", "—", analysis.pipeline_unavailable || "not measurable for this run");
+  const over = a.measured_bubble_fraction - a.simulated_floor_fraction;
+  const tone = over > 0.05 ? "bad" : "";
+  return item("glance-bubble", "Bubble", percent(a.measured_bubble_fraction),
+    `floor ${percent(a.simulated_floor_fraction)} (simulated); ${Math.abs(100 * over).toFixed(1)} pts ${over >= 0 ? "above" : "below"}`,
+    tone);
+}
+
+function causeItem(analysis) {
+  const causes = analysis.attribution ? analysis.attribution.causes : [];
+  if (!causes.length) return item("glance-cause", "Largest cause", "—", "no bubble attribution");
+  const top = causes.reduce((a, b) => (b.ns > a.ns ? b : a));
+  return item("glance-cause", "Largest cause", top.name.replaceAll("_", " "),
+    `${ms(top.ns)} ms per rank per step (${percent(top.fraction_of_step)} of the step)`);
+}
+
+function slowestItem(view) {
+  const finding = view.findings[0];
+  if (!finding) return item("glance-slowest", "Slowest", "none", "every rank within the straggler thresholds");
+  const score = view.rank_scores.find((s) => s.rank === finding.ranks[0]);
+  const where = score ? [score.host && `host ${score.host}`, score.stage !== null && `stage ${score.stage}`].filter(Boolean).join(" · ") : "";
+  const who = finding.kind === "slow rank" ? `rank ${finding.ranks[0]}` : `${finding.kind}: ${finding.ranks.length} ranks`;
+  const ratio = finding.ratio ? `${finding.ratio.toFixed(2)}× its peers, ` : "";
+  return item("glance-slowest", "Slowest", who, `${where}${where ? "; " : ""}${ratio}${finding.verdict}`, "bad");
+}
+
+function suggestionItem(analysis) {
+  const s = analysis.suggestions[0];
+  if (!s) return item("glance-do", "Do first", "nothing to change", "no suggestion predicts a faster step");
+  const sign = s.gain_fraction >= 0 ? "−" : "+"; // as the suggestions list writes it (analysis.js)
+  const gain = `${ms(s.current_step_ns)} → ${ms(s.predicted_step_ns)} ms (${sign}${Math.abs(100 * s.gain_fraction).toFixed(1)}%)`;
+  return item("glance-do", "Do first", s.title, gain, "long");
+}
+
+function alertsItem(firing) {
+  if (!firing.length) return item("glance-alerts", "Alerts", "none firing", "");
+  const critical = firing.filter((a) => a.labels.severity === "critical").length;
+  return item("glance-alerts", "Alerts", `${firing.length} firing`,
+    el("a", { href: "#alert-banner" }, critical ? `${critical} critical: see above` : "see above"), critical ? "bad" : "");
+}
+
+function render() {
+  const box = document.getElementById("glance");
+  if (!known.run) return;
+  box.replaceChildren(
+    stepItem(known.run),
+    known.analysis ? bubbleItem(known.analysis) : waiting("glance-bubble", "Bubble"),
+    known.analysis ? causeItem(known.analysis) : waiting("glance-cause", "Largest cause"),
+    known.stragglers ? slowestItem(known.stragglers) : waiting("glance-slowest", "Slowest"),
+    known.analysis ? suggestionItem(known.analysis) : waiting("glance-do", "Do first"),
+    known.firing ? alertsItem(known.firing) : waiting("glance-alerts", "Alerts"),
+  );
+  box.hidden = false;
+}
+
+// Takes whichever of run, analysis, stragglers and firing (alerts) is given, and redraws the card.
+export function renderGlance(parts) {
+  Object.assign(known, parts);
+  render();
+}
