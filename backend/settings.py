@@ -99,6 +99,12 @@ class ServiceSettings:
     ingest_in_flight: int = _setting(
         16, "ingest requests handled at once; more get 503 with Retry-After (the collector retries)", metavar="N"
     )
+    ingest_batches_per_s: float = _setting(
+        128.0,
+        "batches a second one run may send in all: its collectors flush every world_size / N seconds "
+        "(1 to 60 s), so a 1,024-rank job sends 128 a second, not 1,024 (docs/scale.md)",
+        metavar="N",
+    )
     retry_after_s: int = _setting(
         2, "the Retry-After a client gets with a 503 (busy, database unavailable)", metavar="SECONDS"
     )

@@ -3,7 +3,8 @@
 The training thread only calls :meth:`Shipper.submit`: an append to a bounded inbox (a full
 inbox drops the step and counts its spans) that wakes this thread only when the inbox holds a
 batch's worth of spans, so most steps cost no thread switch; otherwise this thread flushes on
-its own clock, once per ``flush_interval_s``. It computes per-step aggregates, groups steps
+its own clock, once per ``flush_interval_s`` (or the longer interval the service's ingest answers
+ask for a big run: ``adopted_interval``). It computes per-step aggregates, groups steps
 into batches, and sends them with a timeout and capped retries. When the service is down the
 messages go to the on-disk spool, in order, and are re-sent once it answers again.
 
@@ -17,6 +18,7 @@ applies to every step not started yet.
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import threading
 import time
@@ -45,6 +47,15 @@ WATCHDOG_STEP_FACTOR = 3.0  # a step this many times its usual length (and watch
 WATCHDOG_EVERY_S = 5.0  # while it lasts, a report this often: the rank is alive, and where it waits
 USUAL_STEPS = 20  # the usual length: the median of this many newest steps
 TOKEN_REFUSED_BACKOFF_S = 60.0  # a refused token is tried again this often (it may be created meanwhile)
+
+
+def adopted_interval(configured_s: float, answer: Any) -> float:
+    """The flush interval after an ingest answer: the service's ``flush_interval_s`` (longer for a big
+    run) where it is a sane number, never shorter than the one configured."""
+    asked = answer.get("flush_interval_s") if isinstance(answer, dict) else None
+    if isinstance(asked, bool) or not isinstance(asked, (int, float)) or not math.isfinite(asked):
+        return configured_s
+    return max(configured_s, min(float(asked), wire.MAX_FLUSH_INTERVAL_S))
 
 
 class Shipper:
@@ -77,7 +88,8 @@ class Shipper:
         self._pending_steps: list[StepRecord] = []
         self._pending_span_count = 0
         self._last_flush = time.monotonic()
-        self._flush_due_at = self._last_flush + config.flush_interval_s
+        self._interval = config.flush_interval_s  # lengthened when the service asks (adopted_interval)
+        self._flush_due_at = self._last_flush + self._interval
         self._wake_at_spans = self.max_batch_spans  # read by the training thread, written here only
         self._submitted_spans = 0  # training thread only
         self._taken_spans = 0  # shipper thread only
@@ -161,7 +173,7 @@ class Shipper:
                 self._watch()
             except Exception as error:  # noqa: BLE001 - the shipper must outlive any bug
                 self._warn_once("bug", f"bubblescope: shipper error ignored: {error!r}")
-                self._flush_due_at = max(self._flush_due_at, time.monotonic() + self.config.flush_interval_s)
+                self._flush_due_at = max(self._flush_due_at, time.monotonic() + self._interval)
 
     def _take_inbox(self) -> bool:
         """Take what the inbox holds now, flushing at each batch's worth of spans, so that a
@@ -227,7 +239,7 @@ class Shipper:
 
     def _flush(self) -> None:
         self._last_flush = time.monotonic()
-        self._flush_due_at = self._last_flush + self.config.flush_interval_s
+        self._flush_due_at = self._last_flush + self._interval
         self._wake_at_spans = self._taken_spans + self.max_batch_spans
         if not self._pending_steps:
             return
@@ -299,6 +311,8 @@ class Shipper:
                 self._down_backoff_s = 1.0
                 if response.document is not None and message.path == _INGEST_PATH:
                     self.captures.learn(response.document)
+                    self._interval = adopted_interval(self.config.flush_interval_s, response.document)
+                    self._flush_due_at = self._last_flush + self._interval
                 return True
             if response.verdict is Verdict.REJECTED:
                 self._dropped_here += message.span_count

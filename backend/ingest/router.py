@@ -36,7 +36,7 @@ async def ingest_batch(request: Request, session: DbSession) -> IngestResult:
             with gate.admit():
                 document = await read_json(request, BodyLimit.for_ingest(settings))
                 batch = await run_in_threadpool(parse_document, IngestBatchIn, document, batch_size_check(settings))
-                result = await run_in_threadpool(ingest, session, batch)
+                result = await run_in_threadpool(ingest, session, batch, settings.ingest_batches_per_s)
         except Exception as error:
             INGEST_REJECTED.labels(error_type(error)).inc()
             raise

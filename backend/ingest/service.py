@@ -16,8 +16,9 @@ from bubblescope.backend.ingest.validation import check_batch
 from bubblescope.backend.runs.queries import find_run, record_contact, touch_run
 
 
-def ingest(session: Session, batch: IngestBatchIn) -> IngestResult:
-    """Validate against the run, claim (run, rank, seq), then write steps and spans.
+def ingest(session: Session, batch: IngestBatchIn, batches_per_s: float) -> IngestResult:
+    """Validate against the run, claim (run, rank, seq), then write steps and spans; the answer tells
+    the collector its flush interval for the run's size (``wire.flush_interval_for``).
 
     Runs inside the request's transaction: any error rolls every row of the batch back.
     """
@@ -30,15 +31,24 @@ def ingest(session: Session, batch: IngestBatchIn) -> IngestResult:
     check_batch(batch, run.world_size)
     span_count = len(batch.spans.step)
     captures = _captures_for(session, run.id, batch)
+    interval = wire.flush_interval_for(run.world_size, batches_per_s)
     if not queries.claim_batch(session, run.id, batch.rank, batch.seq, span_count, len(batch.steps)):
-        return IngestResult(stored_spans=0, stored_steps=0, duplicate=True, captures=captures)
+        return IngestResult(
+            stored_spans=0, stored_steps=0, duplicate=True, captures=captures, flush_interval_s=interval
+        )
     stored_steps = queries.upsert_steps(session, run.id, batch.rank, batch.steps)
     stored_spans = queries.insert_spans(session, run.id, batch.rank, batch.spans)
     if batch.dropped_spans:
         queries.record_dropped(session, run.id, batch.rank, batch.dropped_spans)
     record_contact(session, run.id, batch.rank, _last_step(batch), _in_flight(batch))
     touch_run(session, run.id)
-    return IngestResult(stored_spans=stored_spans, stored_steps=stored_steps, duplicate=False, captures=captures)
+    return IngestResult(
+        stored_spans=stored_spans,
+        stored_steps=stored_steps,
+        duplicate=False,
+        captures=captures,
+        flush_interval_s=interval,
+    )
 
 
 def _captures_for(session: Session, run_id: int, batch: IngestBatchIn) -> list[CaptureOut]:
