@@ -51,6 +51,9 @@ from dataclasses import dataclass, field, replace
 from statistics import median
 
 PHASES = ("window", "compute", "comm", "exposed_comm", "idle")
+LISTED_PEERS = 64
+"""A rank's stage peers are listed up to this many, and only counted past it (16,384 ranks in 8 stages
+would list 33 million peers)."""
 MAD_TO_SIGMA = 1.4826
 EXACT_MAD_UP_TO = 32  # larger comparable groups share one MAD per step
 GROUP_KINDS = {"host": "slow host", "stage": "slow stage", "dp": "slow replica"}
@@ -109,7 +112,8 @@ class RankScore:
     stage: int | None
     dp: int | None
     basis: str  # "stage peers" | "all ranks" | "own history"
-    peers: list[int]  # the stage peers (empty for "all ranks" and "own history")
+    peers: list[int]  # the stage peers (empty for "all ranks" and "own history", and past LISTED_PEERS)
+    peer_count: int  # how many stage peers the rank has (0 for "all ranks" and "own history")
     steps_scored: int
     median_ratio: float | None  # compute / baseline, median over the scored steps
     median_z: float | None
@@ -186,10 +190,12 @@ def find_stragglers(
     for group in (g for g in groups_of_peers if len(g) > 1):
         cells.update(_group_cells(group, compute, windows, thresholds))
         if basis == "stage peers":
-            peers.update({r: [q for q in group if q != r] for r in group})
+            listed = len(group) - 1 <= LISTED_PEERS
+            peers.update({r: [q for q in group if q != r] if listed else [] for r in group})
+    peer_counts = {r: len(g) - 1 for g in groups_of_peers if basis == "stage peers" and len(g) > 1 for r in g}
     bases = {r: basis if cells[r] is not history[r] else "own history" for r in ranks}
     scores = [
-        _rank_score(r, where[r], bases[r], peers[r], cells[r], steps, matrices, i, thresholds)
+        _rank_score(r, where[r], bases[r], peers[r], peer_counts.get(r, 0), cells[r], steps, matrices, i, thresholds)
         for i, r in enumerate(ranks)
     ]
     groups = _group_findings(where, ranks, steps, cells, history, thresholds)
@@ -276,7 +282,8 @@ def _group_cells(
         position = {r: i for i, (_, r) in enumerate(present)}
         mads: dict[int, tuple[float, float]] = {}
         if len(ordered) > EXACT_MAD_UP_TO:  # the group's MAD once per step
-            shared = float(median(abs(v - median(ordered)) for v in ordered))
+            centre = median(ordered)  # once: inside the generator it was sorted again for every value
+            shared = float(median(abs(v - centre) for v in ordered))
             mads = {r: (_median_leaving_out(ordered, i), shared) for r, i in position.items()}
         for r in group:
             if r not in position or len(ordered) < 2:
@@ -313,6 +320,7 @@ def _rank_score(
     where: RankPlacement,
     basis: str,
     peers: list[int],
+    peer_count: int,
     cells: list[_Cell],
     steps: list[int],
     matrices: Mapping[str, PhaseMatrix],
@@ -329,6 +337,7 @@ def _rank_score(
         dp=where.coords.get("dp"),
         basis=basis,
         peers=peers,
+        peer_count=peer_count,
         steps_scored=len(scored),
         median_ratio=_median_of(c.ratio for c in scored),
         median_z=_median_of(c.z for c in scored),

@@ -31,7 +31,10 @@ class RankScoreOut(FromAnalysis):
     stage: int | None
     dp: int | None
     basis: str = Field(description='"stage peers", "all ranks" or "own history": what the rank is compared with')
-    peers: list[int] = Field(description="the stage peers (empty for all ranks and own history)")
+    peers: list[int] = Field(
+        description="the stage peers (empty for all ranks and own history, and past 64 peers: see peer_count)"
+    )
+    peer_count: int = Field(description="how many stage peers the rank is compared with (0: not by peers)")
     steps_scored: int
     median_ratio: float | None = Field(description="compute / baseline, median over the scored steps")
     median_z: float | None
