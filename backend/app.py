@@ -24,6 +24,7 @@ from bubblescope.backend.health import router as health_router
 from bubblescope.backend.hosts import HostAllowlist, JsonErrorCors
 from bubblescope.backend.ingest.gate import IngestGate
 from bubblescope.backend.ingest.router import router as ingest_router
+from bubblescope.backend.leadership import Leadership
 from bubblescope.backend.metrics.router import metrics_registry
 from bubblescope.backend.metrics.router import router as metrics_router
 from bubblescope.backend.metrics.runs import RunMetrics
@@ -77,7 +78,7 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     app.state.ingest_gate = IngestGate(settings.ingest_in_flight, settings.retry_after_s)
     app.state.body_budget = BodyBudget(settings.max_bodies_bytes, settings.retry_after_s)
     app.state.session_factory = build_session_factory(engine)
-    app.state.background = BackgroundTasks()  # periodic tasks, started with the server
+    app.state.background = BackgroundTasks(Leadership(engine))  # periodic tasks, run by one process of a deployment
     app.state.token_cache = TokenCache(app.state.session_factory)
     app.state.answers = AnswerStore()  # cached reads per run revision (read_cache)
     if settings.retain_days is not None:

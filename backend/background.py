@@ -3,7 +3,8 @@
 Each ``PeriodicTask`` is a daemon thread that calls its function, then waits its interval (or
 until woken early by ``wake``), from the app's start to its shutdown. A function that raises is
 logged and called again next time: one bad round never stops alert evaluation or delivery.
-Registered in ``create_app`` (alert rules, alert delivery, retention); started by the lifespan.
+Registered in ``create_app`` (alert rules, alert delivery, retention); started by the lifespan. With
+several processes on one PostgreSQL database, only the leader runs them (``leadership``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+
+from bubblescope.backend.leadership import Leadership
 
 log = logging.getLogger("bubblescope.background")
 
@@ -28,6 +31,7 @@ class PeriodicTask:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.leads: Callable[[], bool] = lambda: True  # set by BackgroundTasks.add: run only in the leader
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name=f"bubblescope-{self.name}", daemon=True)
@@ -47,19 +51,22 @@ class PeriodicTask:
         while not self._stop.is_set():
             self._wake.clear()
             try:
-                self.work()
+                if self.leads():
+                    self.work()
             except Exception:
                 log.exception("bubblescope: %s round failed; retrying in %.0f s", self.name, self.interval_s)
             self._wake.wait(self.interval_s)
 
 
 class BackgroundTasks:
-    """The app's periodic tasks, by name."""
+    """The app's periodic tasks, by name; each round runs only in the deployment's leader process."""
 
-    def __init__(self) -> None:
+    def __init__(self, leadership: Leadership) -> None:
         self.tasks: dict[str, PeriodicTask] = {}
+        self.leadership = leadership
 
     def add(self, task: PeriodicTask) -> PeriodicTask:
+        task.leads = self.leadership.leads
         self.tasks[task.name] = task
         return task
 
@@ -80,3 +87,4 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         for task in background.tasks.values():
             task.stop()
+        background.leadership.release()  # another process takes the lead at its next round

@@ -53,6 +53,10 @@ class HealthOut(BaseModel):
     database: Literal["ok", "unavailable"] = Field(description="as the last request or readiness check saw it")
     database_unavailable_since: float | None = Field(description="epoch seconds; null when available")
     database_error: str | None
+    background: Literal["leader", "standby"] = Field(
+        description="leader: this process runs the alert rules, deliveries and retention; standby: another "
+        "process on the same PostgreSQL database does (docs/scale.md)"
+    )
 
 
 class ReadyOut(BaseModel):
@@ -70,6 +74,7 @@ async def health(request: Request) -> HealthOut:  # on the event loop: answers w
         database="ok" if since is None else "unavailable",
         database_unavailable_since=since,
         database_error=status.reason or None,
+        background="leader" if request.app.state.background.leadership.leading else "standby",
     )
 
 
