@@ -13,11 +13,15 @@ step aggregates for every step.
 
 from __future__ import annotations
 
+import concurrent.futures
 import random
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
+
+import httpx
 
 from bubblescope import wire
 from bubblescope.analysis.schedule_orders import BACKWARD, FORWARD
@@ -25,6 +29,7 @@ from bubblescope.analysis.simulator import PipelineSetup, SimulationResult, Stag
 
 MS = 1_000_000
 EPOCH_NS = 1_770_000_000_000_000_000
+GZIP_JSON = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,9 @@ class _Step:
         for rank, rows in self.spans_by_rank.items():
             stage = job.stage_of(rank)
             reduce_end = slowest_per_stage[stage] + job.all_reduce_ms * MS
-            rows.append(_row(step, "all_reduce", pipeline_end[rank], reduce_end, stage, None, None, 2**26, "dp", "grads"))
+            rows.append(
+                _row(step, "all_reduce", pipeline_end[rank], reduce_end, stage, None, None, 2**26, "dp", "grads")
+            )
             optimizer_end = reduce_end + job.optimizer_ms * MS * self._factor(rank)
             rows.append(_row(step, "optimizer", reduce_end, optimizer_end, stage, None, None, None, None, None))
 
@@ -148,13 +155,30 @@ class _Step:
             name = wire.P2P_FORWARD if forward else wire.P2P_BACKWARD
             if needs_peer:
                 recv_start = min(free, timed.start_ns - job.p2p_ms * MS / 20)  # posted when free
-                rows.append(_row(step, "recv", recv_start, timed.start_ns, action.stage, action.microbatch, peer, 2**20, "pp", name))
-            rows.append(_row(step, kind, timed.start_ns, timed.end_ns, action.stage, action.microbatch, None, None, None, None))
+                rows.append(
+                    _row(
+                        step,
+                        "recv",
+                        recv_start,
+                        timed.start_ns,
+                        action.stage,
+                        action.microbatch,
+                        peer,
+                        2**20,
+                        "pp",
+                        name,
+                    )
+                )
+            rows.append(
+                _row(step, kind, timed.start_ns, timed.end_ns, action.stage, action.microbatch, None, None, None, None)
+            )
             sends = (forward and action.stage < job.stages - 1) or (not forward and action.stage > 0)
             if sends:
                 to = rank - stage_rank + (action.stage + 1 if forward else action.stage - 1)
                 send_end = timed.end_ns + job.p2p_ms * MS / 4
-                rows.append(_row(step, "send", timed.end_ns, send_end, action.stage, action.microbatch, to, 2**20, "pp", name))
+                rows.append(
+                    _row(step, "send", timed.end_ns, send_end, action.stage, action.microbatch, to, 2**20, "pp", name)
+                )
             free = timed.end_ns
         return rows
 
@@ -205,3 +229,46 @@ def batches(job: SyntheticJob, steps_per_batch: int) -> Iterator[tuple[int, dict
             }
             seqs[rank] += 1
             yield rank, batch
+
+
+def register_job(client: httpx.Client, job: SyntheticJob, run_key: str, senders: int) -> None:
+    client.put(f"/api/v1/runs/{run_key}", json={"name": "scale", "world_size": job.world_size, "config": job.config()})
+
+    def put(rank: int) -> None:
+        client.put(f"/api/v1/runs/{run_key}/ranks/{rank}", json=job.registration(rank)).raise_for_status()
+
+    with concurrent.futures.ThreadPoolExecutor(senders) as pool:
+        list(pool.map(put, range(job.world_size)))
+
+
+def send_job(
+    client: httpx.Client, job: SyntheticJob, run_key: str, steps_per_batch: int, senders: int
+) -> dict[str, float]:
+    """Posts every batch from ``senders`` threads; returns the ingest figures."""
+    latencies: list[float] = []
+    spans = 0
+
+    def post(body: bytes) -> None:
+        began = time.perf_counter()
+        response = client.post("/api/v1/ingest", content=body, headers=GZIP_JSON)
+        latencies.append(time.perf_counter() - began)
+        response.raise_for_status()
+
+    bodies = []
+    for _, batch in batches(job, steps_per_batch):
+        batch["run_key"] = run_key
+        spans += len(batch["spans"]["step"])
+        bodies.append(wire.encode_batch(batch))
+    began = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(senders) as pool:
+        list(pool.map(post, bodies))
+    elapsed = time.perf_counter() - began
+    latencies.sort()
+    return {
+        "batches": len(bodies),
+        "spans": spans,
+        "seconds": elapsed,
+        "wire_mb": sum(map(len, bodies)) / 1e6,
+        "p50_ms": 1000 * latencies[len(latencies) // 2],
+        "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)],
+    }
