@@ -183,7 +183,8 @@ class CollectorConfig:
     costs the others this, once)."""
 
     flush_interval_s: float = setting("BUBBLESCOPE_FLUSH_INTERVAL_S", seconds(0.001), 1.0)
-    """How often the background thread sends what the finished steps left."""
+    """How often the background thread sends what the finished steps left; the service may ask a big
+    run for longer (its ingest answers' `flush_interval_s`: world size / `--ingest-batches-per-s`)."""
 
     watchdog_after_s: float = setting("BUBBLESCOPE_WATCHDOG_AFTER_S", seconds(0.0), 10.0)
     """A step running this long, and 3 times its usual length, makes the background thread report
