@@ -101,8 +101,8 @@ class ServiceSettings:
     )
     ingest_batches_per_s: float = _setting(
         128.0,
-        "batches a second one run may send in all: its collectors flush every world_size / N seconds "
-        "(1 to 60 s), so a 1,024-rank job sends 128 a second, not 1,024 (docs/scale.md)",
+        "batches a second one run may send in all: its collectors flush at most every world_size / N seconds "
+        "(up to 60 s): a 1,024-rank job at 1 s would send 1,024 a second, it sends 128 (docs/scale.md)",
         metavar="N",
     )
     retry_after_s: int = _setting(

@@ -73,15 +73,14 @@ REQUIRED_SPAN_FIELDS: Final = ("step", "kind", "start_ns", "end_ns")
 P2P_FORWARD: Final = "fwd"
 P2P_BACKWARD: Final = "bwd"
 
-MIN_FLUSH_INTERVAL_S: Final = 1.0
 MAX_FLUSH_INTERVAL_S: Final = 60.0
-"""The flush interval the service asks of a collector (``IngestResult.flush_interval_s``) is within these."""
+"""The longest flush interval the service asks of a collector (``IngestResult.flush_interval_s``)."""
 
 
 def flush_interval_for(world_size: int, batches_per_s: float) -> float:
-    """Seconds between a rank's flushes so that a run of ``world_size`` ranks sends ``batches_per_s``
-    batches a second in all: 1 s up to that many ranks, longer past it, within the bounds above."""
-    return min(MAX_FLUSH_INTERVAL_S, max(MIN_FLUSH_INTERVAL_S, world_size / batches_per_s))
+    """The shortest interval between a rank's flushes for a run of ``world_size`` ranks to send at most
+    ``batches_per_s`` batches a second in all (a collector that flushes less often keeps its own)."""
+    return min(MAX_FLUSH_INTERVAL_S, world_size / batches_per_s)
 
 
 GZIP_LEVEL: Final = 1  # fast; spans compress ~8x even at level 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -59,13 +59,29 @@ def build_session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+AFTER_COMMIT = "bubblescope.after_commit"
+
+
+def after_commit(session: Session, action: Callable[[Session], None]) -> None:
+    """Run ``action`` once the request's transaction has committed, in a short transaction of its own
+    (ingest's touch of the run row: taken inside every batch's transaction, it made a 1,024-rank job's
+    concurrent batches wait for each other on that one row)."""
+    session.info.setdefault(AFTER_COMMIT, []).append(action)
+
+
 @contextmanager
 def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
-    """A session that commits on success and rolls back on any error: all or nothing."""
+    """A session that commits on success and rolls back on any error: all or nothing. Then what
+    ``after_commit`` queued runs in a second, short transaction."""
     session = factory()
     try:
         yield session
         session.commit()
+        queued = session.info.pop(AFTER_COMMIT, [])
+        for action in queued:
+            action(session)
+        if queued:
+            session.commit()
     except BaseException:
         session.rollback()
         raise

@@ -99,9 +99,9 @@ class IngestResult(BaseModel):
     stored_spans: int
     stored_steps: int
     flush_interval_s: float = Field(
-        default=wire.MIN_FLUSH_INTERVAL_S,
-        description="how often each rank of this run should flush: world_size / the service's "
-        "--ingest-batches-per-s, 1 to 60 s (a collector configured slower keeps its own)",
+        default=0.0,
+        description="the shortest interval at which each rank of this run should flush: world_size / the "
+        "service's --ingest-batches-per-s, at most 60 s (a collector configured slower keeps its own)",
     )
     duplicate: bool = Field(description="True when this (run, rank, seq) was already stored")
     captures: list[CaptureOut] = Field(

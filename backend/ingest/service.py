@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from bubblescope import wire
 from bubblescope.backend.capture.schemas import CaptureOut
 from bubblescope.backend.capture.service import pending_captures
+from bubblescope.backend.db.engine import after_commit
 from bubblescope.backend.errors import NotFound
 from bubblescope.backend.ingest import queries
 from bubblescope.backend.ingest.schemas import IngestBatchIn, IngestResult
@@ -41,7 +42,8 @@ def ingest(session: Session, batch: IngestBatchIn, batches_per_s: float) -> Inge
     if batch.dropped_spans:
         queries.record_dropped(session, run.id, batch.rank, batch.dropped_spans)
     record_contact(session, run.id, batch.rank, _last_step(batch), _in_flight(batch))
-    touch_run(session, run.id)
+    run_id = run.id
+    after_commit(session, lambda own: touch_run(own, run_id))  # not inside: every batch would queue on the row
     return IngestResult(
         stored_spans=stored_spans,
         stored_steps=stored_steps,

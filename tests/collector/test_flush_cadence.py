@@ -1,5 +1,5 @@
 """A big run's collectors flush less often: the service answers each ingest with the interval for the
-run's size (world_size / --ingest-batches-per-s, 1 to 60 s), and the shipper adopts it, never going
+run's size (world_size / --ingest-batches-per-s, at most 60 s), and the shipper adopts it, never going
 below its own configured interval nor taking a nonsensical answer."""
 
 from __future__ import annotations
