@@ -81,8 +81,9 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     app.state.background = BackgroundTasks(Leadership(engine))  # periodic tasks, run by one process of a deployment
     app.state.token_cache = TokenCache(app.state.session_factory)
     app.state.answers = AnswerStore()  # cached reads per run revision (read_cache)
-    if settings.retain_days is not None:
-        app.state.background.add(retention_task(app.state.session_factory, settings.retain_days))
+    retention = retention_task(app.state.session_factory, settings)
+    if retention is not None:
+        app.state.background.add(retention)
     evaluator = install_alert_rules(app)  # the alert rules, on the service's clock and after ingest
     app.state.metrics = metrics_registry(RunMetrics(app.state.session_factory, settings, evaluator.figures))
     install_delivery(app)  # alert webhooks and Alertmanager pushes, on their own threads

@@ -213,6 +213,13 @@ class ServiceSettings:
     retain_days: float | None = _setting(
         None, "delete runs not heard from for this many days (checked hourly)", metavar="DAYS", kind=float
     )
+    retain_spans_days: float | None = _setting(
+        None,
+        "delete the spans of runs not heard from for this many days, keeping the runs, ranks, per-step "
+        "aggregates and alerts: summaries, step times and stragglers stay, the timelines go (checked hourly)",
+        metavar="DAYS",
+        kind=float,
+    )
 
     def __post_init__(self) -> None:
         floor = max(self.max_json_bytes, SMALL_BODY_BYTES)

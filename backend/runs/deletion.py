@@ -1,5 +1,6 @@
 """Deleting runs: one run by its key (``DELETE /api/v1/runs/{key}``), or those not heard from for a
-while (``serve --retain-days``).
+while (``serve --retain-days``); or only the spans of those (``serve --retain-spans-days``), the
+biggest part of a run, keeping its per-step aggregates.
 
 Every row of a run goes: its ranks, steps, spans, ingested batches, capture requests, alerts and
 their deliveries. The big tables (spans, steps, ingested batches) are emptied in chunks of
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Final, cast
 
-from sqlalchemy import CursorResult, Table, delete, select, tuple_
+from sqlalchemy import CursorResult, Table, delete, select, tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from bubblescope.backend.db.engine import transaction
@@ -69,6 +70,35 @@ def _delete_chunk(session: Session, table: Table, run_id: int, rows: int) -> int
         condition = tuple_(*key_columns).in_(chosen)
     result = cast(CursorResult[Any], session.execute(delete(table).where(table.c.run_id == run_id, condition)))
     return int(result.rowcount)
+
+
+def delete_spans_not_heard_since(
+    session_factory: sessionmaker[Session], days: float, chunk_rows: int = CHUNK_ROWS
+) -> Sequence[str]:
+    """Delete the spans of the runs not heard from for more than ``days`` (as ``delete_runs_not_heard_since``
+    judges it), chunk by chunk; everything else of them stays. Bumps each run's revision (its cached
+    step views go) but not ``updated_at`` (the run was not heard from). The keys of the runs trimmed."""
+    spans = Base.metadata.tables[Span.__tablename__]
+    with transaction(session_factory) as session:
+        cutoff = database_now(session) - timedelta(days=days)
+        has_spans = select(Span.id).where(Span.run_id == Run.id).exists()
+        stale = session.execute(
+            select(Run.id, Run.key).where(Run.updated_at < cutoff, has_spans).order_by(Run.id)
+        ).all()
+    trimmed: list[str] = []
+    for run_id, key in stale:
+        deleted = [chunk_rows]
+        while deleted[-1] == chunk_rows:
+            with transaction(session_factory) as session:
+                deleted.append(_delete_chunk(session, spans, run_id, chunk_rows))
+        with transaction(session_factory) as session:
+            session.execute(update(Run).where(Run.id == run_id).values(revision=Run.revision + 1))
+        trimmed.append(key)
+    if trimmed:
+        log.warning(
+            "bubblescope: retention deleted the spans of %d run(s) not heard from for %g days", len(trimmed), days
+        )
+    return trimmed
 
 
 def delete_runs_not_heard_since(

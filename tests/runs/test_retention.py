@@ -1,5 +1,6 @@
 """``serve --retain-days D``: runs not heard from for D days are deleted (every row of them), the
-others kept. A run is made old by setting its ``updated_at`` in the database."""
+others kept; ``--retain-spans-days S``: only the spans of runs not heard from for S days go, the rest of
+them stays readable. A run is made old by setting its ``updated_at`` in the database."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from sqlalchemy import create_engine, update
 
 from bubblescope.backend.db.engine import build_engine, build_session_factory
 from bubblescope.backend.db.models import Run
-from bubblescope.backend.runs.deletion import delete_runs_not_heard_since
+from bubblescope.backend.runs.deletion import delete_runs_not_heard_since, delete_spans_not_heard_since
 from tests.runs.run_rows import full_run, rows_of_run, run_id_of
 from tests.support import LiveServer, migrated_database, start_server, wait_until
 
@@ -55,6 +56,35 @@ def test_only_runs_older_than_the_retention_are_deleted(open_server: LiveServer)
     assert list(deleted) == [old]
     assert set(rows_of_run(url, ids[old]).values()) == {0}
     assert {key: rows_of_run(url, ids[key]) for key in (recent, fresh)} == kept_before
+
+
+def test_span_retention_keeps_the_rest_of_the_run_readable(open_server: LiveServer) -> None:
+    url = open_server.db_url
+    with open_server.client() as client:
+        old, fresh = (full_run(client, url) for _ in range(2))
+        step_tag = client.get(f"/api/v1/runs/{old}/steps/1").headers["etag"]
+    last_heard_days_ago(url, old, 30)
+    ids = {key: run_id_of(url, key) for key in (old, fresh)}
+    before = {key: rows_of_run(url, ids[key]) for key in (old, fresh)}
+    with open_server.client() as client:
+        heard = client.get(f"/api/v1/runs/{old}").json()["updated_at"]
+    engine = build_engine(url)
+    try:
+        trimmed = delete_spans_not_heard_since(build_session_factory(engine), 7, chunk_rows=3)
+    finally:
+        engine.dispose()
+    assert list(trimmed) == [old]
+    after = rows_of_run(url, ids[old])
+    assert after["spans"] == 0 and before[old]["spans"] > 0
+    assert {t: n for t, n in after.items() if t != "spans"} == {t: n for t, n in before[old].items() if t != "spans"}
+    assert rows_of_run(url, ids[fresh]) == before[fresh]
+    with open_server.client() as client:
+        run = client.get(f"/api/v1/runs/{old}").json()
+        assert len(run["steps"]) == 4 and not any(step["has_spans"] for step in run["steps"])
+        assert run["updated_at"] == heard  # the trim is not news from the run
+        stale = client.get(f"/api/v1/runs/{old}/steps/1", headers={"If-None-Match": step_tag})
+        assert stale.status_code == 200 and stale.json()["spans"] == []  # the stored answer went with the revision
+        assert client.get(f"/api/v1/runs/{old}/stragglers").status_code == 200
 
 
 def test_serve_retain_days_deletes_old_runs(tmp_path: Path) -> None:
