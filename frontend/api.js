@@ -23,7 +23,7 @@ async function failure(response) {
   return new ApiError(response.status, message, detail);
 }
 
-async function getJson(path) {
+async function get(path) {
   let response;
   try {
     response = await fetch(`${API_PREFIX}${path}`, { headers: { Accept: "application/json" } });
@@ -32,7 +32,15 @@ async function getJson(path) {
   }
   if (response.status === 401) toSignIn();
   if (!response.ok) throw await failure(response);
-  return response.json();
+  return response;
+}
+
+const getJson = async (path) => (await get(path)).json();
+
+// A page of a listing: its items, and the cursor of the next page (X-Next-Cursor; null: the last).
+async function getPage(path) {
+  const response = await get(path);
+  return { items: await response.json(), next: response.headers.get("X-Next-Cursor") };
 }
 
 // serve --auth (docs/access.md): an API answer of 401 sends the browser to the sign-in page, which
@@ -74,7 +82,8 @@ function alertQuery({ states = [], run = null, limit = null } = {}) {
 }
 
 export const api = {
-  runs: () => getJson("/runs"),
+  // filters: state, name, since (ISO), limit, cursor; the answer's X-Next-Cursor comes back as `next`
+  runs: (filters = {}) => getPage(`/runs?${new URLSearchParams(Object.entries(filters).filter(([, v]) => v))}`),
   run: (key) => getJson(runPath(key)),
   // ranks: whose spans ("0-7,341"); null: the service's choice (every rank, or each stage's median and slowest)
   step: (key, step, ranks = null) => getJson(`${runPath(key)}/steps/${step}${ranks ? `?ranks=${encodeURIComponent(ranks)}` : ""}`),

@@ -1,12 +1,28 @@
-// The runs list page: every run the service knows, newest activity first, each with its firing
-// alerts; refreshed every 5 s. A round asks for the runs and, once for the whole list, for the
-// firing alerts.
+// The runs list page: the runs the service knows, newest activity first, PAGE_SIZE at a time, filtered
+// by state, name or key, and how recently they were heard from (the filters and the page are in the
+// URL, so a view can be linked), each with its firing alerts; refreshed every 5 s. A round asks for
+// the page of runs and, once for the whole list, for the firing alerts.
 import { alertsCell } from "./alerts.js";
 import { api } from "./api.js";
 import { cell, el, say, stateBadge } from "./dom.js";
 import { poll } from "./poll.js";
 
 const EVERY_MS = 5000;
+const PAGE_SIZE = 50;
+const form = document.getElementById("run-filters");
+const view = { cursors: [null], next: null }; // cursors of the pages seen, the one shown last
+
+function filters() {
+  const asked = new URLSearchParams(location.search);
+  const within = Number(asked.get("within") || 0);
+  return {
+    state: asked.get("state") || "",
+    name: asked.get("name") || "",
+    since: within ? new Date(Date.now() - within * 1000).toISOString() : "",
+    limit: String(PAGE_SIZE),
+    cursor: view.cursors[view.cursors.length - 1] || "",
+  };
+}
 const FIRING_AT_MOST = 1000; // GET /alerts' limit
 
 function row(run, alerts) {
@@ -49,15 +65,42 @@ function unknownAlerts() {
 
 async function round() {
   try {
-    const [runs, firing] = await Promise.all([api.runs(), firingByRun()]);
+    const [page, firing] = await Promise.all([api.runs(filters()), firingByRun()]);
+    const runs = page.items;
+    view.next = page.next;
+    const first = (view.cursors.length - 1) * PAGE_SIZE;
+    document.getElementById("runs-page").textContent = runs.length ? `runs ${first + 1}–${first + runs.length}` : "";
+    document.getElementById("runs-older").disabled = !page.next;
+    document.getElementById("runs-newest").disabled = view.cursors.length === 1;
     const alerts = (run) => (firing ? alertsCell(firing.get(run.key)) : unknownAlerts());
     document.querySelector("#runs tbody").replaceChildren(...runs.map((run) => row(run, alerts(run))));
-    document.getElementById("runs-empty").hidden = runs.length > 0;
+    const filtered = [...new URLSearchParams(location.search).values()].some(Boolean);
+    document.getElementById("runs-empty").hidden = runs.length > 0 || filtered;
+    say("runs-none", runs.length || !filtered ? "" : "No run matches these filters.");
     say("runs-error", "");
   } catch (error) {
     say("runs-error", `Could not load runs: ${error.message}`);
   }
   return EVERY_MS;
 }
+
+// The filters live in the URL; a new filter or "Newest" starts again from the first page.
+for (const [name, value] of new URLSearchParams(location.search)) if (form.elements[name]) form.elements[name].value = value;
+form.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const url = new URL(location.href);
+  url.search = new URLSearchParams([...new FormData(form)].filter(([, v]) => v)).toString();
+  history.replaceState(null, "", url);
+  view.cursors = [null];
+  round();
+});
+document.getElementById("runs-older").addEventListener("click", () => {
+  if (view.next) view.cursors.push(view.next);
+  round();
+});
+document.getElementById("runs-newest").addEventListener("click", () => {
+  view.cursors = [null];
+  round();
+});
 
 poll(round, EVERY_MS);

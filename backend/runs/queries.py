@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime, timezone
 from typing import Any, Literal
 
-from sqlalchemy import Row, and_, case, func, or_, select, text, update
+from sqlalchemy import ColumnElement, Row, and_, case, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from bubblescope.backend.db.models import RankInfo, Run, Span, StepAggregate
@@ -107,25 +107,72 @@ def touch_run(session: Session, run_id: int) -> None:
     session.execute(update(Run).where(Run.id == run_id).values(updated_at=func.now(), revision=Run.revision + 1))
 
 
-def list_runs(session: Session, limit: int, after: int | None = None) -> Sequence[tuple[Run, int]]:
+LIKE_ESCAPE = "\\"
+
+
+def _like_escaped(text: str) -> str:
+    """``text`` matched literally inside a LIKE pattern (its %, _ and the escape itself escaped)."""
+    return "".join(LIKE_ESCAPE + c if c in ("%", "_", LIKE_ESCAPE) else c for c in text)
+
+
+def _database_time(session: Session, moment: datetime) -> datetime:
+    """``moment`` as the database's timestamps compare: in UTC, and naive on SQLite (which stores no zone)."""
+    utc = moment.astimezone(timezone.utc) if moment.tzinfo else moment
+    bind = session.get_bind()
+    return utc.replace(tzinfo=None) if bind.dialect.name == "sqlite" else utc.replace(tzinfo=utc.tzinfo or timezone.utc)
+
+
+def may_be_in(states: Collection[str], heard_after: datetime) -> ColumnElement[bool] | None:
+    """A condition every run in one of ``states`` meets (runs_state's rules, necessary, not sufficient:
+    the state itself is worked out per run), so the database skips the rest; None: no such shortcut.
+    ``heard_after``: the database time before which a run not ended is silent."""
+    failed = (
+        select(RankInfo.id)
+        .where(RankInfo.run_id == Run.id, RankInfo.outcome == "failed", RankInfo.rank < Run.world_size)
+        .exists()
+    )
+    conditions: list[ColumnElement[bool]] = []
+    for state in states:
+        if state == "finished":
+            return None
+        conditions.append(
+            {"failed": failed, "running": Run.updated_at >= heard_after, "silent": Run.updated_at <= heard_after}[state]
+        )
+    return or_(*conditions) if conditions else None
+
+
+def list_runs(
+    session: Session,
+    limit: int,
+    after: int | None = None,
+    name: str | None = None,
+    since: datetime | None = None,
+    only: ColumnElement[bool] | None = None,
+) -> Sequence[tuple[Run, int]]:
     """Runs with their step counts, most recently active first (then newest id); ``after``: those
     after the run of that id in this order, compared in SQL against its current ``updated_at``, so
-    a run that became active again moves the cursor back (runs may repeat, none is skipped)."""
-    step_counts = (
-        select(StepAggregate.run_id, func.count(func.distinct(StepAggregate.step)).label("steps"))
-        .group_by(StepAggregate.run_id)
-        .subquery()
+    a run that became active again moves the cursor back (runs may repeat, none is skipped).
+    ``name``: only runs whose name or key holds it (any case); ``since``: heard from at or after it;
+    ``only``: a further condition (``may_be_in``).
+    Steps are counted for the listed runs only (a correlated count, not one over every run)."""
+    steps = (
+        select(func.count(func.distinct(StepAggregate.step)))
+        .where(StepAggregate.run_id == Run.id)
+        .correlate(Run)
+        .scalar_subquery()
     )
-    query = (
-        select(Run, func.coalesce(step_counts.c.steps, 0))
-        .outerjoin(step_counts, step_counts.c.run_id == Run.id)
-        .order_by(Run.updated_at.desc(), Run.id.desc())
-        .limit(limit)
-    )
+    query = select(Run, steps).order_by(Run.updated_at.desc(), Run.id.desc()).limit(limit)
+    if name:
+        pattern = f"%{_like_escaped(name.lower())}%"
+        query = query.where(or_(*(func.lower(c).like(pattern, escape=LIKE_ESCAPE) for c in (Run.name, Run.key))))
+    if since is not None:
+        query = query.where(Run.updated_at >= _database_time(session, since))
+    if only is not None:
+        query = query.where(only)
     if after is not None:
         mark = select(Run.updated_at).where(Run.id == after).scalar_subquery()
         query = query.where(or_(Run.updated_at < mark, and_(Run.updated_at == mark, Run.id < after)))
-    return [(run, int(count)) for run, count in session.execute(query).all()]
+    return [(run, int(count or 0)) for run, count in session.execute(query).all()]
 
 
 def ranks_of(session: Session, run_id: int) -> Sequence[RankInfo]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -99,9 +100,16 @@ def get_runs(
         list[RunStateName] | None,
         Query(description="only runs in one of these states (repeat for several: ?state=failed&state=silent)"),
     ] = None,
+    name: Annotated[
+        str | None, Query(max_length=128, description="only runs whose name or key holds this text (any case)")
+    ] = None,
+    since: Annotated[
+        datetime | None,
+        Query(description="only runs heard from at or after this time (ISO 8601; without a zone: UTC)"),
+    ] = None,
 ) -> list[RunSummary]:
     page, following = service.list_runs(
-        session, limit, offset, _silent_after(request, silent_after_s), state, after=cursor
+        session, limit, offset, _silent_after(request, silent_after_s), state, after=cursor, name=name, since=since
     )
     if following is not None:
         response.headers["X-Next-Cursor"] = str(following)

@@ -7,7 +7,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Row
@@ -139,6 +139,8 @@ def list_runs(
     silent_after_s: float,
     states: Collection[str] | None = None,
     after: int | None = None,
+    name: str | None = None,
+    since: datetime | None = None,
 ) -> tuple[list[RunSummary], int | None]:
     """Runs most recently active first, and the cursor of the next page (None: no more).
 
@@ -150,8 +152,9 @@ def list_runs(
     ids: list[int] = []
     last = after
     chunk = SCAN_CHUNK if states else offset + limit + 1
+    only = queries.may_be_in(states, now - timedelta(seconds=silent_after_s)) if states else None
     while len(found) < offset + limit + 1:
-        listed = queries.list_runs(session, chunk, after=last)
+        listed = queries.list_runs(session, chunk, after=last, name=name, since=since, only=only)
         ends = queries.rank_ends(session, [run.id for run, _ in listed])
         for run, count in listed:
             summary = _summary(run, count, ends[run.id], now, silent_after_s)
