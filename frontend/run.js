@@ -193,6 +193,7 @@ document.getElementById("step-select").addEventListener("change", (event) => {
 });
 
 document.getElementById("rank-filter").value = state.ranks || "";
+document.getElementById("compare-b").value = key;
 document.getElementById("rank-form").addEventListener("submit", (event) => {
   event.preventDefault();
   state.ranks = document.getElementById("rank-filter").value.trim() || null;

@@ -46,6 +46,12 @@ def run_page(run_key: str) -> FileResponse:
     return FileResponse(FRONTEND_DIR / "run.html")
 
 
+@router.get("/compare")
+def compare_page() -> FileResponse:
+    """Two runs side by side (?a=KEY&b=KEY): before and after a fix."""
+    return FileResponse(FRONTEND_DIR / "compare.html")
+
+
 @router.get("/signin")
 def signin_page() -> FileResponse:
     """Where the dashboard sends a browser the API answered 401 (serve --auth; docs/access.md)."""
