@@ -36,6 +36,7 @@ from bubblescope.backend.runs.router import router as runs_router
 from bubblescope.backend.settings import ServiceSettings
 from bubblescope.backend.settings_view.router import router as settings_router
 from bubblescope.backend.stragglers.router import router as stragglers_router
+from bubblescope.backend.warm_views import install_view_warmer
 from bubblescope.backend.web.routes import mount_frontend
 from bubblescope.backend.web.span_kinds import router as span_kinds_router
 
@@ -87,6 +88,7 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     evaluator = install_alert_rules(app)  # the alert rules, on the service's clock and after ingest
     app.state.metrics = metrics_registry(RunMetrics(app.state.session_factory, settings, evaluator.figures))
     install_delivery(app)  # alert webhooks and Alertmanager pushes, on their own threads
+    install_view_warmer(app)  # a quiet run's page answers, stored before anyone asks
     install_error_handlers(app)
     install_openapi(app)
     app.add_middleware(GZipMiddleware, minimum_size=4096)

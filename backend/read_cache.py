@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from fastapi import Request, Response
@@ -23,8 +23,10 @@ from sqlalchemy.orm import Session
 
 from bubblescope import __version__
 from bubblescope.backend.db.models import Run
+from bubblescope.backend.settings import ServiceSettings
 
 ANSWERS_KEPT: Final = 64
+ANSWER_HEADER: Final = "X-Bubblescope-Answer"  # "stored" (asked before, or warmed) or "computed" now
 CACHE_CONTROL: Final = "no-cache"  # a browser may keep the answer, but asks (If-None-Match) before using it
 
 
@@ -51,10 +53,13 @@ class AnswerStore:
                 self._answers.popitem(last=False)
 
 
-def entity_tag(request: Request, run_id: int, revision: int) -> str:
-    settings = repr(request.app.state.settings)  # a restart with other settings may answer differently
-    query = "&".join(sorted(f"{k}={v}" for k, v in request.query_params.multi_items()))
-    text = f"{__version__}|{settings}|{request.url.path}?{query}|{run_id}|{revision}"
+def entity_tag(
+    settings: ServiceSettings, path: str, query: Iterable[tuple[str, str]], run_id: int, revision: int
+) -> str:
+    """The ETag of the answer to ``path?query`` for a run at a revision, under these settings (a restart
+    with other settings may answer differently)."""
+    asked = "&".join(sorted(f"{k}={v}" for k, v in query))
+    text = f"{__version__}|{settings!r}|{path}?{asked}|{run_id}|{revision}"
     return '"' + hashlib.sha256(text.encode()).hexdigest()[:32] + '"'
 
 
@@ -69,12 +74,14 @@ def cached_answer(request: Request, session: Session, run_key: str, compute: Cal
     found = session.execute(select(Run.id, Run.revision).where(Run.key == run_key)).one_or_none()
     if found is None:
         return Response(compute().model_dump_json(), media_type="application/json")
-    tag = entity_tag(request, found.id, found.revision)
+    query = request.query_params.multi_items()
+    tag = entity_tag(request.app.state.settings, request.url.path, query, found.id, found.revision)
     headers = {"ETag": tag, "Cache-Control": CACHE_CONTROL}
     if _matches(request, tag):
         return Response(status_code=304, headers=headers)
     store: AnswerStore = request.app.state.answers
     body = store.get(tag)
+    headers[ANSWER_HEADER] = "stored" if body is not None else "computed"
     if body is None:
         body = compute().model_dump_json().encode()
         store.put(tag, body)

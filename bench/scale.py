@@ -12,8 +12,8 @@ at a ~1 s step (one batch per rank and flush); a larger value sends fewer, bigge
 Prints: ingest batches/s and spans/s with p50/p99 request latency; then per read endpoint the
 first timing and the median of the ``--repeats - 1`` after it, the answer's size as JSON and as
 gzip on the wire, and a revalidation with the ETag where one is sent (status and time);
-with ``--page``, first (nothing cached yet), the seconds from navigation until every card of the run page
-is drawn.
+with ``--page``, first (nothing asked for yet; ``--quiet-s S``: S seconds after the ingest, as a run that
+went quiet), the seconds from navigation until every card of the run page is drawn.
 """
 
 from __future__ import annotations
@@ -116,6 +116,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--slow", type=int, default=None, help="a rank computing 1.3x (default: world_size // 3)")
     parser.add_argument("--page", action="store_true", help="also time the run page in Chromium")
+    parser.add_argument(
+        "--quiet-s", type=float, default=0.0, help="wait this long after the ingest before the page (a run gone quiet)"
+    )
     args = parser.parse_args()
     probe = SyntheticJob(stages=args.stages, replicas=args.replicas)
     slow = args.slow if args.slow is not None else probe.world_size // 3
@@ -144,7 +147,8 @@ def main() -> None:
             f"{figures['spans'] / figures['seconds']:,.0f} spans/s; latency p50 {figures['p50_ms']:.0f} ms, "
             f"p99 {figures['p99_ms']:.0f} ms ({args.senders} senders, {args.steps_per_batch} steps per batch)"
         )
-        if args.page:  # first, while nothing is cached
+        if args.page:  # first, while nothing was asked for
+            time.sleep(args.quiet_s)  # the service stores a quiet run's page answers itself (warm_views)
             time_page(live.url, run_key)
         time_reads(client, page_requests(job, run_key), args.repeats)
 

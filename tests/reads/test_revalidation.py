@@ -3,6 +3,8 @@ answers a revalidation with 304 and no body; any write to the run gives a new ta
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -62,3 +64,19 @@ def test_the_stragglers_carry_only_the_phases_asked_for(server: LiveServer) -> N
         assert list(one) == ["compute"] and one["compute"] == everything["compute"]
         bad = client.get(f"/api/v1/runs/{key}/stragglers", params={"phases": ["compute", "lunch"]})
         assert bad.status_code == 422 and "phases" in bad.text and "lunch" in bad.text
+
+
+def test_a_quiet_runs_page_answers_are_stored_before_anyone_asks(server: LiveServer) -> None:
+    """backend/warm_views.py: every 5 s, a run whose revision did not move since the last look."""
+    with server.client() as client:
+        key = register(client)
+        for step in range(3):
+            _post(client, key, step)
+        time.sleep(16)  # two looks and a margin: the first sees the revision, the next warms
+        analysis = client.get(f"/api/v1/runs/{key}/analysis")
+        stragglers = client.get(f"/api/v1/runs/{key}/stragglers", params={"phases": "compute"})
+        assert analysis.headers["x-bubblescope-answer"] == "stored", analysis.headers
+        assert stragglers.headers["x-bubblescope-answer"] == "stored", stragglers.headers
+        assert analysis.json()["steps"] == [1, 2]
+        again = client.get(f"/api/v1/runs/{key}/stragglers")  # all phases: not what the page asks for
+        assert again.headers["x-bubblescope-answer"] == "computed"
