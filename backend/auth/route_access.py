@@ -62,6 +62,7 @@ ROUTE_ACCESS: Final[dict[RouteKey, Access]] = {
     # pages and assets (the data behind them is not public), the API's documentation
     ("GET", "/"): PUBLIC,
     ("GET", "/runs/{run_key}"): PUBLIC,
+    ("GET", "/compare"): PUBLIC,
     ("GET", "/signin"): PUBLIC,
     ("GET", "/vendor/{name}"): PUBLIC,
     ("GET", "/docs"): PUBLIC,

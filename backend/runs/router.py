@@ -12,6 +12,7 @@ from bubblescope import wire
 from bubblescope.backend.alerts.evaluator import ALERT_TASK
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
+from bubblescope.backend.errors import Invalid
 from bubblescope.backend.fields import INT32_MAX, INT64_MAX, RankIndex, RunKey, StepIndex
 from bubblescope.backend.read_cache import cached_answer
 from bubblescope.backend.runs import deletion, service
@@ -76,6 +77,19 @@ SilentAfter = Annotated[
 ]
 
 
+ISO_MOMENT = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:?\d{2})?$"
+
+
+def _moment(field: str, text: str | None) -> datetime | None:
+    """An ISO 8601 time from a query parameter (the pattern above passed), or a 422 naming it."""
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise Invalid(field, f"{text!r} is not a time (ISO 8601, e.g. 2026-11-24T10:00:00Z)") from None
+
+
 def _silent_after(request: Request, asked: float | None) -> float:
     return asked if asked is not None else settings_of(request).silent_after_s
 
@@ -104,12 +118,23 @@ def get_runs(
         str | None, Query(max_length=128, description="only runs whose name or key holds this text (any case)")
     ] = None,
     since: Annotated[
-        datetime | None,
-        Query(description="only runs heard from at or after this time (ISO 8601; without a zone: UTC)"),
+        str | None,
+        Query(
+            pattern=ISO_MOMENT,
+            description="only runs heard from at or after this time (ISO 8601, e.g. 2026-11-24T10:00:00Z; "
+            "without a zone: UTC)",
+        ),
     ] = None,
 ) -> list[RunSummary]:
     page, following = service.list_runs(
-        session, limit, offset, _silent_after(request, silent_after_s), state, after=cursor, name=name, since=since
+        session,
+        limit,
+        offset,
+        _silent_after(request, silent_after_s),
+        state,
+        after=cursor,
+        name=name,
+        since=_moment("since", since),
     )
     if following is not None:
         response.headers["X-Next-Cursor"] = str(following)

@@ -58,6 +58,7 @@ def test_health_pages_and_assets_are_public_and_the_api_behind_them_is_not() -> 
     assert public == sorted(
         [
             "/",
+            "/compare",
             "/api/v1/health",
             "/api/v1/ready",
             "/api/v1/session",
