@@ -123,7 +123,7 @@ def _database_time(session: Session, moment: datetime) -> datetime:
 
 
 def may_be_in(states: Collection[str], heard_after: datetime) -> ColumnElement[bool] | None:
-    """A condition every run in one of ``states`` meets (runs_state's rules, necessary, not sufficient:
+    """A condition every run in one of ``states`` meets (run_state's rules: necessary, not sufficient:
     the state itself is worked out per run), so the database skips the rest; None: no such shortcut.
     ``heard_after``: the database time before which a run not ended is silent."""
     failed = (
