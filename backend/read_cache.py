@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from bubblescope import __version__
 from bubblescope.backend.db.models import Run
+from bubblescope.backend.runs.touch import RunToucher
 from bubblescope.backend.settings import ServiceSettings
 
 ANSWERS_KEPT: Final = 64
@@ -71,6 +72,8 @@ def _matches(request: Request, tag: str) -> bool:
 def cached_answer(request: Request, session: Session, run_key: str, compute: Callable[[], BaseModel]) -> Response:
     """The JSON answer of ``compute`` for run ``run_key``, revalidated and stored per run revision.
     An unknown run: ``compute`` raises its 404 as it would uncached."""
+    toucher: RunToucher = request.app.state.run_toucher
+    toucher.settle(run_key)  # the revision counts this process's newest batches
     found = session.execute(select(Run.id, Run.revision).where(Run.key == run_key)).one_or_none()
     if found is None:
         return Response(compute().model_dump_json(), media_type="application/json")

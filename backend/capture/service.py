@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from bubblescope.backend.capture import queries
@@ -82,7 +83,7 @@ def request_capture(
     return _out(request), True
 
 
-def _out(row: CaptureRequest) -> CaptureOut:
+def _out(row: CaptureRequest | Row[tuple[int, int, int]]) -> CaptureOut:
     return CaptureOut(id=row.id, steps=row.steps, from_step=row.from_step)
 
 

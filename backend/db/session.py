@@ -18,8 +18,13 @@ from bubblescope.backend.db.engine import transaction
 def get_session(request: Request) -> Iterator[Session]:
     with transaction(request.app.state.session_factory) as session:
         yield session
+    database_answered(request)
+
+
+def database_answered(request: Request) -> None:
+    """A request's transaction committed: the database is back, if it was away."""
     if request.app.state.database.unavailable_since is not None:
-        request.app.state.database.answered()  # committed: the database is back
+        request.app.state.database.answered()
 
 
 DbSession = Annotated[Session, Depends(get_session, scope="function")]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import repeat
 
 from sqlalchemy import update
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.dml import Insert, ReturningInsert
 
 from bubblescope import wire
 from bubblescope.backend.db.bulk import insert_rows
-from bubblescope.backend.db.models import IngestedBatch, RankInfo, StepAggregate
+from bubblescope.backend.db.models import Base, IngestedBatch, RankInfo, StepAggregate
 from bubblescope.backend.db.upsert import conflict_insert, insert_on_conflict
 from bubblescope.backend.ingest.schemas import SpanColumns, StepAggregateIn
 
@@ -29,8 +31,13 @@ _STEP_UPDATE = (
 def claim_batch(session: Session, run_id: int, rank: int, seq: int, span_count: int, step_count: int) -> bool:
     """Record (run, rank, seq); False when it was already stored (a retry)."""
     row = {"run_id": run_id, "rank": rank, "seq": seq, "span_count": span_count, "step_count": step_count}
-    statement = conflict_insert(session, IngestedBatch, ("run_id", "rank", "seq"))
-    return session.execute(statement.values(row).returning(IngestedBatch.seq)).first() is not None
+    statement = _claim(conflict_insert(session, IngestedBatch, ("run_id", "rank", "seq")))
+    return session.connection().execute(statement, row).first() is not None
+
+
+@lru_cache(maxsize=4)
+def _claim(insert: Insert) -> ReturningInsert[tuple[int]]:
+    return insert.returning(IngestedBatch.__table__.c.seq)
 
 
 def insert_spans(session: Session, run_id: int, rank: int, spans: SpanColumns) -> int:
@@ -51,8 +58,9 @@ def upsert_steps(session: Session, run_id: int, rank: int, steps: list[StepAggre
 
 
 def record_dropped(session: Session, run_id: int, rank: int, dropped: int) -> None:
+    ranks = RankInfo.__table__.c
     session.execute(
-        update(RankInfo)
-        .where(RankInfo.run_id == run_id, RankInfo.rank == rank, RankInfo.dropped_spans < dropped)
+        update(Base.metadata.tables[RankInfo.__tablename__])
+        .where(ranks.run_id == run_id, ranks.rank == rank, ranks.dropped_spans < dropped)
         .values(dropped_spans=dropped)
     )

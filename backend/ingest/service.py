@@ -4,26 +4,32 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from bubblescope import wire
 from bubblescope.backend.capture.schemas import CaptureOut
 from bubblescope.backend.capture.service import pending_captures
 from bubblescope.backend.db.engine import after_commit
+from bubblescope.backend.db.models import Run
 from bubblescope.backend.errors import NotFound
 from bubblescope.backend.ingest import queries
 from bubblescope.backend.ingest.schemas import IngestBatchIn, IngestResult
 from bubblescope.backend.ingest.validation import check_batch
-from bubblescope.backend.runs.queries import find_run, record_contact, touch_run
+from bubblescope.backend.runs.queries import record_contact
+from bubblescope.backend.runs.touch import RunToucher
+
+_RUNS = Run.__table__.c
+_RUN_FOR_INGEST = select(_RUNS.id, _RUNS.key, _RUNS.world_size).where(_RUNS.key == bindparam("key"))
 
 
-def ingest(session: Session, batch: IngestBatchIn, batches_per_s: float) -> IngestResult:
+def ingest(session: Session, batch: IngestBatchIn, batches_per_s: float, toucher: RunToucher) -> IngestResult:
     """Validate against the run, claim (run, rank, seq), then write steps and spans; the answer tells
     the collector its flush interval for the run's size (``wire.flush_interval_for``).
 
     Runs inside the request's transaction: any error rolls every row of the batch back.
     """
-    run = find_run(session, batch.run_key)
+    run = session.connection().execute(_RUN_FOR_INGEST, {"key": batch.run_key}).one_or_none()
     if run is None:
         raise NotFound(
             "run_key",
@@ -42,8 +48,9 @@ def ingest(session: Session, batch: IngestBatchIn, batches_per_s: float) -> Inge
     if batch.dropped_spans:
         queries.record_dropped(session, run.id, batch.rank, batch.dropped_spans)
     record_contact(session, run.id, batch.rank, _last_step(batch), _in_flight(batch))
-    run_id = run.id
-    after_commit(session, lambda own: touch_run(own, run_id))  # not inside: every batch would queue on the row
+    run_id, run_key = run.id, run.key
+    # The revision bump (runs.touch): after the commit, not inside, where batches would queue on the row.
+    after_commit(session, lambda own: toucher.committed(own, run_id, run_key))
     return IngestResult(
         stored_spans=stored_spans,
         stored_steps=stored_steps,

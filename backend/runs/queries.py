@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Row, and_, case, func, or_, select, text, update
+from sqlalchemy import ColumnElement, Row, and_, bindparam, case, func, or_, select, text, update
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.dml import Update
 
-from bubblescope.backend.db.models import RankInfo, Run, Span, StepAggregate
+from bubblescope.backend.db.models import Base, RankInfo, Run, Span, StepAggregate
 from bubblescope.backend.db.upsert import insert_on_conflict
 from bubblescope.backend.runs.state import RankEnd, as_utc, rank_outcome
 
@@ -272,11 +274,20 @@ def record_contact(
 
     The durations in ``in_flight`` are as of ``last_heard_at`` (the watchdog's reports are what
     keeps a stalled rank heard from), so a reader adds the time since."""
+    params: dict[str, Any] = {"p_run_id": run_id, "p_rank": rank, "p_last_step": last_step, "p_in_flight": in_flight}
+    session.connection().execute(_contact_update(last_step is not None, in_flight is not False), params)
+
+
+@lru_cache(maxsize=4)
+def _contact_update(has_step: bool, sets_in_flight: bool) -> Update:
+    """record_contact's UPDATE, built once per shape (building it cost more than running it, per batch)."""
+    ranks = RankInfo.__table__.c
     values: dict[str, Any] = {"last_heard_at": func.now()}
-    if last_step is not None:
-        newer = RankInfo.last_step.is_(None) | (RankInfo.last_step < last_step)
-        values["last_step"] = case((newer, last_step), else_=RankInfo.last_step)
+    if has_step:
+        step = bindparam("p_last_step", type_=ranks.last_step.type)
+        values["last_step"] = case((ranks.last_step.is_(None) | (ranks.last_step < step), step), else_=ranks.last_step)
         values["last_step_at"] = func.now()
-    if in_flight is not False:
-        values["in_flight"] = in_flight
-    session.execute(update(RankInfo).where(RankInfo.run_id == run_id, RankInfo.rank == rank).values(values))
+    if sets_in_flight:
+        values["in_flight"] = bindparam("p_in_flight", type_=ranks.in_flight.type)
+    where = (ranks.run_id == bindparam("p_run_id")) & (ranks.rank == bindparam("p_rank"))
+    return update(Base.metadata.tables[RankInfo.__tablename__]).where(where).values(values)
