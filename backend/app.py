@@ -33,6 +33,7 @@ from bubblescope.backend.plan.router import router as plan_router
 from bubblescope.backend.read_cache import AnswerStore
 from bubblescope.backend.runs.retention import retention_task
 from bubblescope.backend.runs.router import router as runs_router
+from bubblescope.backend.runs.touch import RunToucher
 from bubblescope.backend.settings import ServiceSettings
 from bubblescope.backend.settings_view.router import router as settings_router
 from bubblescope.backend.stragglers.router import router as stragglers_router
@@ -76,12 +77,13 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.schema_head = head_revision(db_url)
     app.state.database = DatabaseStatus()
-    app.state.ingest_gate = IngestGate(settings.ingest_in_flight, settings.retry_after_s)
+    app.state.ingest_gate = IngestGate(settings.ingest_in_flight, settings.ingest_queue, settings.retry_after_s)
     app.state.body_budget = BodyBudget(settings.max_bodies_bytes, settings.retry_after_s)
     app.state.session_factory = build_session_factory(engine)
     app.state.background = BackgroundTasks(Leadership(engine))  # periodic tasks, run by one process of a deployment
     app.state.token_cache = TokenCache(app.state.session_factory)
     app.state.answers = AnswerStore()  # cached reads per run revision (read_cache)
+    app.state.run_toucher = RunToucher(app.state.session_factory)  # revision bumps after ingest (runs.touch)
     retention = retention_task(app.state.session_factory, settings)
     if retention is not None:
         app.state.background.add(retention)

@@ -23,7 +23,8 @@ def test_batch_is_stored_and_retry_is_stored_once(server: LiveServer) -> None:
             "stored_steps": 1,
             "duplicate": False,
             "captures": [],
-            "flush_interval_s": 2 / 128,  # 2 ranks, 128 batches a second at most: the collector's 1 s stands
+            # 2 ranks sending the default batches a second at most: the collector's 1 s stands
+            "flush_interval_s": 2 / ServiceSettings().ingest_batches_per_s,
         }
         retry = post_gzip(client, batch(key, seq=0, spans=7))
         assert retry.status_code == 202 and retry.json()["duplicate"] is True

@@ -1,5 +1,6 @@
-"""Backpressure: past ``--ingest-in-flight`` requests the service answers 503 with Retry-After at
-once (the sender keeps its batch and retries) instead of queueing them, and reads keep answering
+"""Backpressure: past ``--ingest-in-flight`` requests at work and ``--ingest-queue`` waiting, the
+service answers 503 with Retry-After at once (the sender keeps its batch and retries) instead of
+queueing them without bound, and reads keep answering
 while ingest is saturated. Real uvicorn process, real SQLite; figures in bench/hostile.py."""
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ SPANS = 4000
 def narrow_server(tmp_path: Path) -> Iterator[LiveServer]:
     url = f"sqlite:///{tmp_path / 'bubblescope.db'}"
     migrate.upgrade(url)
-    live = start_server(url, tmp_path, extra_args=["--ingest-in-flight", "2", "--retry-after", "1"])
+    live = start_server(
+        url, tmp_path, extra_args=["--ingest-in-flight", "2", "--ingest-queue", "2", "--retry-after", "1"]
+    )
     yield live
     live.stop()
 
