@@ -64,6 +64,10 @@ class BackgroundTasks:
     def __init__(self, leadership: Leadership) -> None:
         self.tasks: dict[str, PeriodicTask] = {}
         self.leadership = leadership
+        self.stoppers: list[Callable[[], None]] = []  # run after the tasks stop (a child process to end)
+
+    def on_stop(self, stopper: Callable[[], None]) -> None:
+        self.stoppers.append(stopper)
 
     def add(self, task: PeriodicTask) -> PeriodicTask:
         task.leads = self.leadership.leads
@@ -87,4 +91,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         for task in background.tasks.values():
             task.stop()
+        for stopper in background.stoppers:
+            stopper()
         background.leadership.release()  # another process takes the lead at its next round

@@ -8,8 +8,8 @@ Each opening and resolution goes to the delivery outbox in the same transaction,
 task is woken once committed. A run that left the active window resolves what it still has firing.
 
 Runs on the ``ALERT_TASK`` background task: every ``--alert-interval`` seconds, and when woken by
-an ingest or a rank's end, but never more often than every ``MIN_GAP_S`` (an ingest-heavy job
-does not keep it busy).
+an ingest or a rank's end, but never more often than every ``MIN_GAP_S``, nor than keeps it above
+``ROUNDS_MAX_SHARE`` of a core (a big job's ingest load does not keep it busy).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bubblescope.analysis.alert_rules import FiringAlert, RunSnapshot, Thresholds, evaluate
 from bubblescope.backend.alerts.delivery import enqueue_notifications
-from bubblescope.backend.alerts.figures import FigureCache
+from bubblescope.backend.alerts.figures import FigureCache, FigureCompute
 from bubblescope.backend.alerts.shape import AlertStatus, fingerprint
 from bubblescope.backend.db.engine import transaction
 from bubblescope.backend.db.models import Alert, Run
@@ -40,6 +40,10 @@ log = logging.getLogger("bubblescope.alerts")
 ALERT_TASK = "alert-rules"
 ACTIVE_FOR = timedelta(hours=6)
 MIN_GAP_S = 1.0
+# Woken by every ingest batch, rounds of a 1,024-rank run (~0.2 s) would take a core's fifth at 1 s
+# gaps; a round of d seconds starts the next d / share after its own start, at least MIN_GAP_S and at
+# most --alert-interval (a slow round, such as the one that starts the figure worker, delays no rule longer).
+ROUNDS_MAX_SHARE = 0.1
 SETTLE_S = 0.2  # a wake comes from a request whose transaction commits just after it
 DROPPING_FOR_S = 300.0  # the dropping alert holds this long after the count last grew
 THRESHOLD_KEYS = (
@@ -71,20 +75,29 @@ class DropWatch:
 
 class AlertEvaluator:
     def __init__(
-        self, session_factory: sessionmaker[Session], settings: ServiceSettings, wake_delivery: Callable[[], None]
+        self,
+        session_factory: sessionmaker[Session],
+        settings: ServiceSettings,
+        wake_delivery: Callable[[], None],
+        compute_figures: FigureCompute | None = None,
     ) -> None:
         self.session_factory = session_factory
         self.settings = settings
         self.wake_delivery = wake_delivery
-        self.figures = FigureCache()
+        self.figures = FigureCache(compute_figures)
         self._drops: dict[int, DropWatch] = {}
         self._last_round = -float("inf")
+        self._gap_s = MIN_GAP_S
 
     def run_round(self) -> None:
-        """The background task's work: one round, no sooner than ``MIN_GAP_S`` after the last."""
-        time.sleep(max(SETTLE_S, self._last_round + MIN_GAP_S - time.monotonic()))
+        """The background task's work: one round, no sooner than ``_gap_s`` after the last."""
+        time.sleep(max(SETTLE_S, self._last_round + self._gap_s - time.monotonic()))
         self._last_round = time.monotonic()
         self.evaluate_all()
+        share_gap = (time.monotonic() - self._last_round) / ROUNDS_MAX_SHARE
+        self._gap_s = min(
+            self.settings.alert_interval_s, max(MIN_GAP_S, share_gap)
+        )  # every interval, whatever it costs
 
     def evaluate_all(self) -> int:
         """One round over every active run; returns how many alerts opened or resolved."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
@@ -40,11 +41,23 @@ class RunFigures:
     stragglers: list[StragglerFinding] = field(default_factory=list)
 
 
-class FigureCache:
-    """The figures of each run, by run id (in memory: recomputed after a restart)."""
+@dataclass(frozen=True)
+class ComputedFigures:
+    """One computation's figures (picklable: ``figure_worker`` computes them in a child process)."""
 
-    def __init__(self) -> None:
+    baseline_step_s: float | None
+    regression: RegressionFigures | None
+    bubble: BubbleFigures | None
+    stragglers: list[StragglerFinding]
+
+
+class FigureCache:
+    """The figures of each run, by run id (in memory: recomputed after a restart). ``compute``: how
+    they are computed (``compute_figures`` in this process, or ``FigureWorker.compute`` in a child)."""
+
+    def __init__(self, compute: FigureCompute | None = None) -> None:
         self.runs: dict[int, RunFigures] = {}
+        self.compute = compute
 
     def of(self, run_id: int) -> RunFigures | None:
         return self.runs.get(run_id)
@@ -64,12 +77,39 @@ class FigureCache:
             return figures
         figures.newest_step = newest_step
         figures.computed_at = time.monotonic()
-        if figures.baseline_step_s is None:
-            figures.baseline_step_s = _baseline(session, run.id, newest_step)
-        figures.regression = _regression(session, run.id, newest_step, figures.baseline_step_s, usual_step_s, t)
-        figures.bubble = _bubble(session, run.key, newest_step, t)
-        figures.stragglers = _stragglers(session, run, newest_step)
+        asked = FigureRequest(run.id, run.key, newest_step, figures.baseline_step_s, usual_step_s, t)
+        computed = self.compute(asked) if self.compute is not None else compute_figures(session, asked)
+        figures.baseline_step_s = computed.baseline_step_s
+        figures.regression = computed.regression
+        figures.bubble = computed.bubble
+        figures.stragglers = computed.stragglers
         return figures
+
+
+@dataclass(frozen=True)
+class FigureRequest:
+    run_id: int
+    run_key: str
+    newest_step: int
+    baseline_step_s: float | None  # kept once known
+    usual_step_s: float | None
+    thresholds: Thresholds
+
+
+FigureCompute = Callable[[FigureRequest], ComputedFigures]
+
+
+def compute_figures(session: Session, asked: FigureRequest) -> ComputedFigures:
+    baseline = asked.baseline_step_s
+    if baseline is None:
+        baseline = _baseline(session, asked.run_id, asked.newest_step)
+    t = asked.thresholds
+    return ComputedFigures(
+        baseline,
+        _regression(session, asked.run_id, asked.newest_step, baseline, asked.usual_step_s, t),
+        _bubble(session, asked.run_key, asked.newest_step, t),
+        _stragglers(session, asked.run_id, asked.run_key, asked.newest_step),
+    )
 
 
 def step_walls(session: Session, run_id: int, first: int, last: int) -> list[tuple[int, int, int]]:
@@ -141,13 +181,13 @@ def _bubble(session: Session, key: str, newest_step: int, t: Thresholds) -> Bubb
     )
 
 
-def _stragglers(session: Session, run: Run, newest_step: int) -> list[StragglerFinding]:
+def _stragglers(session: Session, run_id: int, run_key: str, newest_step: int) -> list[StragglerFinding]:
     """The straggler analysis' persistent findings over its default range of the newest steps, past
     the warm-up, once there are ``MIN_STRAGGLER_STEPS`` of them (a verdict on 2 of 4 steps is noise)."""
-    first = _first_step(session, run.id)
+    first = _first_step(session, run_id)
     if first is None or newest_step - (first + WARMUP_STEPS) + 1 < MIN_STRAGGLER_STEPS:
         return []
-    view = straggler_view(session, run.key, max(first + WARMUP_STEPS, newest_step - DEFAULT_STEPS + 1), newest_step)
+    view = straggler_view(session, run_key, max(first + WARMUP_STEPS, newest_step - DEFAULT_STEPS + 1), newest_step)
     hosts = {score.rank: score.host for score in view.rank_scores}
     stages = {score.rank: score.stage for score in view.rank_scores}
     found = []

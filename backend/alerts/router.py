@@ -10,6 +10,7 @@ from sqlalchemy import select
 from bubblescope import wire
 from bubblescope.backend.alerts.delivery import DELIVERY_TASK
 from bubblescope.backend.alerts.evaluator import ALERT_TASK, AlertEvaluator
+from bubblescope.backend.alerts.figure_worker import FigureWorker, can_run_apart
 from bubblescope.backend.alerts.schemas import AlertList, AlertOut
 from bubblescope.backend.alerts.shape import alert_document
 from bubblescope.backend.background import PeriodicTask
@@ -59,7 +60,16 @@ def list_alerts(
 def install_alert_rules(app: FastAPI) -> AlertEvaluator:
     """The rules' background task (``ALERT_TASK``): every ``--alert-interval``, and when woken."""
     settings: ServiceSettings = app.state.settings
-    evaluator = AlertEvaluator(app.state.session_factory, settings, lambda: app.state.background.wake(DELIVERY_TASK))
+    db_url = app.state.engine.url.render_as_string(hide_password=False)
+    worker = FigureWorker(db_url) if can_run_apart(db_url) else None  # the costly figures off the serving GIL
+    evaluator = AlertEvaluator(
+        app.state.session_factory,
+        settings,
+        lambda: app.state.background.wake(DELIVERY_TASK),
+        worker.compute if worker is not None else None,
+    )
+    if worker is not None:
+        app.state.background.on_stop(worker.close)
     app.state.background.add(PeriodicTask(ALERT_TASK, settings.alert_interval_s, evaluator.run_round))
     app.state.alerts = evaluator
     return evaluator

@@ -1,0 +1,61 @@
+"""The alert rules' costly figures (bubble against its floor, persistent stragglers, regression) computed
+in a child process (``figure_worker``) are the figures computed in the serving process, and the child is
+another process, which comes back after it dies. A synthetic 1F1B run with a slow rank, sent over HTTP to
+a real service; SQLite and PostgreSQL (the ``server`` fixture)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from concurrent.futures.process import BrokenProcessPool
+
+import psutil
+import pytest
+
+from bench.synthetic_run import SyntheticJob, register_job, send_job
+from bubblescope.analysis.alert_rules import Thresholds
+from bubblescope.backend.alerts.figure_worker import FigureWorker
+from bubblescope.backend.alerts.figures import FigureRequest, compute_figures
+from bubblescope.backend.db.engine import build_engine, build_session_factory, transaction
+from bubblescope.backend.runs.queries import find_run
+from tests.support import LiveServer
+
+JOB = SyntheticJob(stages=2, replicas=2, microbatches=4, steps=20, slow=((1, 1.5),))
+THRESHOLDS = Thresholds(
+    silent_after_s=60, hung_after_s=60, regression_percent=25, regression_for_s=300,
+    bubble_over_floor_points=5, bubble_for_steps=10,
+)  # fmt: skip
+
+
+def _workers() -> set[int]:
+    """This process's spawned workers (not multiprocessing's resource tracker, also a child)."""
+    children = psutil.Process().children(recursive=True)
+    return {child.pid for child in children if "spawn_main" in " ".join(child.cmdline())}
+
+
+def test_figures_from_the_child_process_are_the_ones_computed_in_process(server: LiveServer) -> None:
+    key = f"figures-{uuid.uuid4().hex[:8]}"
+    with server.client() as client:
+        register_job(client, JOB, key, senders=2)
+        send_job(client, JOB, key, steps_per_batch=5, senders=2)
+    sessions = build_session_factory(build_engine(server.db_url))
+    with transaction(sessions) as session:
+        run = find_run(session, key)
+        assert run is not None
+        asked = FigureRequest(run.id, key, JOB.steps - 1, None, None, THRESHOLDS)
+        here = compute_figures(session, asked)
+    assert here.bubble is not None, "the synthetic pipeline run has a bubble and a floor"
+    assert here.stragglers and 1 in here.stragglers[0].ranks, here.stragglers
+
+    worker = FigureWorker(server.db_url)
+    before = _workers()
+    try:
+        assert worker.compute(asked) == here
+        child = _workers() - before
+        assert child and os.getpid() not in child, "computed in a child process"
+        psutil.Process(child.pop()).kill()  # the child dies: this refresh fails, the next starts another
+        with pytest.raises(BrokenProcessPool):
+            worker.compute(asked)
+        assert worker.compute(asked) == here
+    finally:
+        worker.close()
