@@ -97,12 +97,16 @@ class ServiceSettings:
         option="--body-timeout",
     )
     ingest_in_flight: int = _setting(
-        16, "ingest requests handled at once; more get 503 with Retry-After (the collector retries)", metavar="N"
+        4, "ingest requests worked on at once; up to --ingest-queue more wait their turn", metavar="N"
+    )
+    ingest_queue: int = _setting(
+        64, "ingest requests waiting their turn; more get 503 with Retry-After (the collector retries)", metavar="N"
     )
     ingest_batches_per_s: float = _setting(
-        128.0,
+        64.0,
         "batches a second one run may send in all: its collectors flush at most every world_size / N seconds "
-        "(up to 60 s): a 1,024-rank job at 1 s would send 1,024 a second, it sends 128 (docs/scale.md)",
+        "(up to 60 s): a 1,024-rank job flushes every 16 s, 64 batches a second, what one process takes with "
+        "headroom (docs/scale.md)",
         metavar="N",
     )
     retry_after_s: int = _setting(

@@ -4,8 +4,10 @@ the steps it finished since (aggregates of every step, full spans of every 10th)
 
 The interval is the one the service answers (``flush_interval_s``: world_size / --ingest-batches-per-s,
 at least 1 s), as the collector adopts it; ``--interval 1`` forces the collector's old fixed 1 s. Each
-rank starts at a random point of its interval, so the load is even. Prints what was offered and
-delivered, errors (any non-202), request latency (p50, p99, max), the service process's CPU in cores,
+rank starts at a random point of its interval, so the load is even. Every batch is built (in worker
+processes) before the clock starts: on a 2-core machine, senders building them as they go took as
+much CPU as the service. Prints what was offered and delivered, errors (any non-202), request
+latency (p50, p99, max), the service's CPU in cores (its figure worker included), the senders' and the whole machine's,
 how far the senders fell behind their schedule, and, on PostgreSQL, the database's growth (bytes per
 span stored, bytes per hour at this cadence).
 
@@ -34,6 +36,7 @@ from bench.scale import service
 from bench.synthetic_run import GZIP_JSON, SyntheticJob, aggregate, register_job
 from bubblescope import wire
 
+SLOW_S = 0.2  # the p99 goal
 TEMPLATE_STEPS = 2  # steps are replayed from this many simulated ones (the load, not the shape, matters here)
 
 
@@ -48,6 +51,35 @@ def batch_for(job: SyntheticJob, run_key: str, rank: int, seq: int, steps: range
     document = {"run_key": run_key, "rank": rank, "seq": seq, "dropped_spans": 0, "steps": aggregates}
     document["spans"] = wire.spans_to_columns(spans)
     return wire.encode_batch(document), len(spans)
+
+
+def schedule(world_size: int, interval: float, step_s: float, seconds: float) -> list[tuple[float, int, int, range]]:
+    """(seconds from the start, rank, seq, steps) of every batch the job's ranks send in ``seconds``: each
+    rank every ``interval`` from a random point of its first, with the steps it finished since its last."""
+    noise = random.Random(1)
+    due = [(noise.uniform(0, interval), rank) for rank in range(world_size)]
+    heapq.heapify(due)
+    sent_through = dict.fromkeys(range(world_size), 0)  # step 0 went with the probe (rank 0) or not at all
+    seqs = dict.fromkeys(range(world_size), 1)
+    plan = []
+    while due and due[0][0] < seconds:
+        at, rank = heapq.heappop(due)
+        finished = int(at / step_s)
+        if finished > sent_through[rank]:
+            plan.append((at, rank, seqs[rank], range(sent_through[rank] + 1, finished + 1)))
+            sent_through[rank], seqs[rank] = finished, seqs[rank] + 1
+        heapq.heappush(due, (at + interval, rank))
+    return plan
+
+
+def _build(args: tuple[SyntheticJob, str, int, int, range]) -> tuple[bytes, int]:
+    return batch_for(*args)
+
+
+def process_tree_cpu(process: psutil.Process) -> float:
+    """CPU seconds of the service and its children (the alert rules' figure worker)."""
+    tree = [process, *process.children(recursive=True)]
+    return sum(sum(member.cpu_times()[:2]) for member in tree)
 
 
 def database_bytes(db_url: str) -> int | None:
@@ -66,12 +98,15 @@ class Load:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.latencies: list[float] = []
+        self.slow_at_s: list[float] = []  # when (s from the start) the requests slower than SLOW_S were sent
         self.statuses: dict[str, int] = {}
         self.spans = 0
         self.behind_s: list[float] = []
 
-    def record(self, latency: float, status: str, spans: int, behind: float) -> None:
+    def record(self, latency: float, status: str, spans: int, behind: float, at_s: float) -> None:
         with self.lock:
+            if latency > SLOW_S:
+                self.slow_at_s.append(at_s)
             self.latencies.append(latency)
             self.statuses[status] = self.statuses.get(status, 0) + 1
             self.spans += spans if status == "202" else 0
@@ -103,39 +138,41 @@ def main() -> None:
             f"({'forced' if args.interval else 'the service answer'}): {job.world_size / interval:.0f} batches/s "
             f"offered for {args.seconds:.0f} s; {args.db}"
         )
+        plan = schedule(job.world_size, interval, step_s, args.seconds)
+        print(f"building {len(plan):,} batches before the clock starts (the senders' CPU is not the service's)")
+        with concurrent.futures.ProcessPoolExecutor() as builders:
+            bodies = list(builders.map(_build, ((job, run_key, *sent[1:]) for sent in plan), chunksize=256))
         server = psutil.Process(live.process.pid)
         size_before = database_bytes(live.db_url)
         load = Load()
-        noise = random.Random(1)
-        start = time.monotonic() + 1.0
-        due = [(start + noise.uniform(0, interval), rank) for rank in range(job.world_size)]
-        heapq.heapify(due)
-        sent_through = dict.fromkeys(range(job.world_size), 0)  # step 0 went with the probe (rank 0) or not at all
-        seqs = dict.fromkeys(range(job.world_size), 1)
-        cpu_before = sum(server.cpu_times()[:2])
 
-        def send(rank: int, steps: range, seq: int, at: float) -> None:
-            body, spans = batch_for(job, run_key, rank, seq, steps)
+        def send(body: bytes, spans: int, at: float) -> None:
             began = time.monotonic()
             try:
                 status = str(client.post("/api/v1/ingest", content=body, headers=GZIP_JSON).status_code)
             except httpx.HTTPError as error:
                 status = type(error).__name__
-            load.record(time.monotonic() - began, status, spans, began - at)
+            load.record(time.monotonic() - began, status, spans, began - at, began - start)
 
+        cpu_before = process_tree_cpu(server)
+        own_before = sum(psutil.Process().cpu_times()[:4])
+        machine_before = psutil.cpu_times()
+        start = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
-            while due and due[0][0] < start + args.seconds:
-                at, rank = heapq.heappop(due)
-                time.sleep(max(0.0, at - time.monotonic()))
-                finished = int((at - start) / step_s)
-                if finished > sent_through[rank]:
-                    pool.submit(send, rank, range(sent_through[rank] + 1, finished + 1), seqs[rank], at)
-                    sent_through[rank], seqs[rank] = finished, seqs[rank] + 1
-                heapq.heappush(due, (at + interval, rank))
+            for (offset, *_), (body, spans) in zip(plan, bodies):
+                time.sleep(max(0.0, start + offset - time.monotonic()))
+                pool.submit(send, body, spans, start + offset)
         wall = time.monotonic() - start
-        cpu = sum(server.cpu_times()[:2]) - cpu_before
+        cpu = process_tree_cpu(server) - cpu_before
+        senders_cpu = sum(psutil.Process().cpu_times()[:4]) - own_before
+        machine_after = psutil.cpu_times()
+        machine_cpu = machine_after.user + machine_after.system - machine_before.user - machine_before.system
         size_after = database_bytes(live.db_url)
     report(load, wall, cpu, size_before, size_after)
+    print(
+        f"senders {senders_cpu / wall:.2f} cores (batches built beforehand); "
+        f"machine busy {machine_cpu / wall:.2f} of {psutil.cpu_count()} cores"
+    )
 
 
 def report(load: Load, wall: float, cpu: float, size_before: int | None, size_after: int | None) -> None:
@@ -152,6 +189,10 @@ def report(load: Load, wall: float, cpu: float, size_before: int | None, size_af
         f"{load.spans:,} spans stored"
     )
     print(f"latency ms: p50 {at(0.5):.0f}, p99 {at(0.99):.0f}, max {1000 * latencies[-1]:.0f}")
+    bursts = sorted({int(t // 10) * 10 for t in load.slow_at_s})
+    print(
+        f"{len(load.slow_at_s):,} requests over {SLOW_S * 1000:.0f} ms, sent in the 10-s windows starting at {bursts} s"
+    )
     print(f"service CPU: {cpu / wall:.2f} cores; senders behind schedule: max {max(load.behind_s):.2f} s")
     if size_before is not None and size_after is not None:
         grown = size_after - size_before

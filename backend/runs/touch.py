@@ -2,7 +2,7 @@
 ``TOUCH_EVERY_S`` per run and process.
 
 Every stored answer is valid for one revision (``read_cache``), so every batch must be followed by a
-bump. A 1,024-rank job sends ~128 batches a second; a bump each was a transaction each, 15% of the
+bump. A 1,024-rank job sends 64 batches a second or more; a bump each was a transaction each, 15% of the
 ingest path's time. Here the first batch after a quiet spell bumps at once; the ones that follow within
 ``TOUCH_EVERY_S`` share one bump, made when the window ends. A read in this process settles a bump
 still waiting before it takes the revision, so it never answers from a stale revision; a read in
