@@ -30,6 +30,8 @@ router = APIRouter(prefix=wire.API_PREFIX, tags=["ingest"])
     openapi_extra=json_body_doc(IngestBatchIn),
     summary="Store a batch (gzip allowed); a retried (run_key, rank, seq) is stored once",
     description="503 with Retry-After when the service is behind (docs/limits.md): keep the batch and retry.",
+    # The database is used without the DbSession dependency (one thread hop), so say what it would say.
+    responses={404: {"description": "No such run: register it first (PUT /api/v1/runs/{run_key})"}},
 )
 async def ingest_batch(request: Request) -> IngestResult:
     settings = settings_of(request)

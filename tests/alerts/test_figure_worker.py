@@ -28,8 +28,9 @@ THRESHOLDS = Thresholds(
 
 
 def _workers() -> set[int]:
-    """This process's spawned workers (not multiprocessing's resource tracker, also a child)."""
-    children = psutil.Process().children(recursive=True)
+    """This process's spawned workers: not multiprocessing's resource tracker, also a child, nor the
+    server's own figure worker, a grandchild."""
+    children = psutil.Process().children(recursive=False)
     return {child.pid for child in children if "spawn_main" in " ".join(child.cmdline())}
 
 
