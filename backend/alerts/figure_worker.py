@@ -14,6 +14,7 @@ import logging
 import multiprocessing
 import os
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -25,13 +26,22 @@ from bubblescope.backend.db.engine import build_engine, build_session_factory, t
 log = logging.getLogger("bubblescope.alerts")
 
 CHILD_NICENESS = 10
+PARENT_CHECK_S = 1.0
 _child_sessions: sessionmaker[Session] | None = None  # the child's own, set by _open
 
 
-def _open(db_url: str) -> None:
+def _open(db_url: str, parent_pid: int) -> None:
     global _child_sessions
     os.nice(CHILD_NICENESS)  # background work: the serving process's requests go first on a busy host
+    threading.Thread(target=_exit_with, args=(parent_pid,), name="bubblescope-parent-watch", daemon=True).start()
     _child_sessions = build_session_factory(build_engine(db_url))
+
+
+def _exit_with(parent_pid: int) -> None:
+    """End this child when the service that started it is gone (killed: no shutdown reached the pool)."""
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(0)
 
 
 def _compute(asked: FigureRequest) -> ComputedFigures:
@@ -59,7 +69,9 @@ class FigureWorker:
         with self._lock:
             if self._pool is None:
                 context = multiprocessing.get_context("spawn")
-                self._pool = ProcessPoolExecutor(1, mp_context=context, initializer=_open, initargs=(self.db_url,))
+                self._pool = ProcessPoolExecutor(
+                    1, mp_context=context, initializer=_open, initargs=(self.db_url, os.getpid())
+                )
             pool = self._pool
         try:
             return pool.submit(_compute, asked).result()  # submit too raises once the pool knows it broke
