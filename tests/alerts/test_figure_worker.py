@@ -6,8 +6,12 @@ a real service; SQLite and PostgreSQL (the ``server`` fixture)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 import uuid
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 import psutil
 import pytest
@@ -18,7 +22,7 @@ from bubblescope.backend.alerts.figure_worker import FigureWorker
 from bubblescope.backend.alerts.figures import FigureRequest, compute_figures
 from bubblescope.backend.db.engine import build_engine, build_session_factory, transaction
 from bubblescope.backend.runs.queries import find_run
-from tests.support import LiveServer
+from tests.support import LiveServer, migrated_database
 
 JOB = SyntheticJob(stages=2, replicas=2, microbatches=4, steps=20, slow=((1, 1.5),))
 THRESHOLDS = Thresholds(
@@ -60,3 +64,27 @@ def test_figures_from_the_child_process_are_the_ones_computed_in_process(server:
         assert worker.compute(asked) == here
     finally:
         worker.close()
+
+
+PARENT = """
+import os, sys
+from bubblescope.analysis.alert_rules import Thresholds
+from bubblescope.backend.alerts.figure_worker import FigureWorker
+from bubblescope.backend.alerts.figures import FigureRequest
+t = Thresholds(60, 60, 25, 300, 5, 10)
+worker = FigureWorker(sys.argv[1])
+worker.compute(FigureRequest(1, "no-such-run", 5, None, None, t))  # starts the child
+print(worker._pool._processes and list(worker._pool._processes)[0], flush=True)
+os._exit(0)  # as a SIGKILL would: no shutdown reaches the pool
+"""
+
+
+def test_the_worker_ends_when_its_service_is_killed(tmp_path: Path) -> None:
+    with migrated_database("sqlite", tmp_path) as url:
+        done = subprocess.run([sys.executable, "-c", PARENT, url], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        child = psutil.Process(int(done.stdout.strip()))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.2)
+        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE, "the orphaned worker lives on"
