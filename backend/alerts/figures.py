@@ -19,8 +19,9 @@ from sqlalchemy.orm import Session
 
 from bubblescope.analysis.alert_rules import BubbleFigures, RegressionFigures, StragglerFinding, Thresholds
 from bubblescope.backend.analysis.service import run_analysis
-from bubblescope.backend.db.models import RankInfo, Run, StepAggregate
+from bubblescope.backend.db.models import Run, StepAggregate
 from bubblescope.backend.errors import ApiError, DomainError
+from bubblescope.backend.runs.queries import step_totals
 from bubblescope.backend.stragglers.service import DEFAULT_STEPS, straggler_view
 
 RECOMPUTE_S = 30.0
@@ -114,15 +115,9 @@ def compute_figures(session: Session, asked: FigureRequest) -> ComputedFigures:
 
 def step_walls(session: Session, run_id: int, first: int, last: int) -> list[tuple[int, int, int]]:
     """(step, start, end) of each step in [first, last] across its ranks, on rank 0's clock."""
-    offset = func.coalesce(StepAggregate.clock_offset_ns, RankInfo.clock_offset_ns)
-    query = (
-        select(StepAggregate.step, func.min(StepAggregate.start_ns - offset), func.max(StepAggregate.end_ns - offset))
-        .join(RankInfo, (RankInfo.run_id == StepAggregate.run_id) & (RankInfo.rank == StepAggregate.rank))
-        .where(StepAggregate.run_id == run_id, StepAggregate.step >= first, StepAggregate.step <= last)
-        .group_by(StepAggregate.step)
-        .order_by(StepAggregate.step)
-    )
-    return [(int(step), int(start), int(end)) for step, start, end in session.execute(query)]
+    return [
+        (int(row.step), int(row.first_start), int(row.last_end)) for row in step_totals(session, run_id, first, last)
+    ]
 
 
 def _first_step(session: Session, run_id: int) -> int | None:

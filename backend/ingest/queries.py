@@ -51,8 +51,15 @@ def insert_spans(session: Session, run_id: int, rank: int, spans: SpanColumns) -
     return count
 
 
-def upsert_steps(session: Session, run_id: int, rank: int, steps: list[StepAggregateIn]) -> int:
+def upsert_steps(
+    session: Session, run_id: int, rank: int, steps: list[StepAggregateIn], rank_offset: int | None
+) -> int:
+    """Each step keeps the clock offset in force for it: the collector's, else the rank's registered
+    one (``runs.queries.step_totals`` reads it without a join; None until the rank registers)."""
     rows = [{"run_id": run_id, "rank": rank, **step.model_dump()} for step in steps]
+    for row in rows:
+        if row["clock_offset_ns"] is None:
+            row["clock_offset_ns"] = rank_offset
     insert_on_conflict(session, StepAggregate, rows, ("run_id", "rank", "step"), _STEP_UPDATE)
     return len(rows)
 

@@ -43,11 +43,11 @@ def ingest(session: Session, batch: IngestBatchIn, batches_per_s: float, toucher
         return IngestResult(
             stored_spans=0, stored_steps=0, duplicate=True, captures=captures, flush_interval_s=interval
         )
-    stored_steps = queries.upsert_steps(session, run.id, batch.rank, batch.steps)
+    rank_offset = record_contact(session, run.id, batch.rank, _last_step(batch), _in_flight(batch))
+    stored_steps = queries.upsert_steps(session, run.id, batch.rank, batch.steps, rank_offset)
     stored_spans = queries.insert_spans(session, run.id, batch.rank, batch.spans)
     if batch.dropped_spans:
         queries.record_dropped(session, run.id, batch.rank, batch.dropped_spans)
-    record_contact(session, run.id, batch.rank, _last_step(batch), _in_flight(batch))
     run_id, run_key = run.id, run.key
     # The revision bump (runs.touch): after the commit, not inside, where batches would queue on the row.
     after_commit(session, lambda own: toucher.committed(own, run_id, run_key))

@@ -104,6 +104,7 @@ def register_rank(session: Session, key: str, rank: int, registration: RankRegis
     # key) clears the end its previous process reported.
     values.update(outcome=None, error=None, ended_at=None, end_ns=None, in_flight=None)
     queries.register_rank(session, run.id, rank, values)
+    queries.fill_step_offsets(session, run.id, rank, registration.clock_offset_ns)
     queries.record_contact(session, run.id, rank, None, False)
     queries.touch_run(session, run.id)
     info = queries.find_rank(session, run.id, rank)
