@@ -298,7 +298,7 @@ def fill_step_offsets(session: Session, run_id: int, rank: int, offset: int) -> 
 
 
 @lru_cache(maxsize=4)
-def _contact_update(has_step: bool, sets_in_flight: bool) -> ReturningUpdate[tuple[int]]:
+def _contact_update(has_step: bool, sets_in_flight: bool) -> ReturningUpdate[int]:
     """record_contact's UPDATE, built once per shape (building it cost more than running it, per batch)."""
     ranks = RankInfo.__table__.c
     values: dict[str, Any] = {"last_heard_at": func.now()}
