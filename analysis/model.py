@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class TimedSpan:
-    """A span with times already aligned to rank 0's clock."""
+class TimedSpan(NamedTuple):
+    """A span with times already aligned to rank 0's clock (a tuple: a 1,024-rank step builds ~100k of
+    them, and a frozen dataclass cost five times as much to build)."""
 
     rank: int
     kind: str

@@ -22,7 +22,7 @@ from bubblescope.backend.analysis.service import run_analysis
 from bubblescope.backend.db.models import Run, StepAggregate
 from bubblescope.backend.errors import ApiError, DomainError
 from bubblescope.backend.runs.queries import step_totals
-from bubblescope.backend.stragglers.service import DEFAULT_STEPS, straggler_view
+from bubblescope.backend.stragglers.service import DEFAULT_STEPS, straggler_report
 
 RECOMPUTE_S = 30.0
 WARMUP_STEPS = 5  # steps left out of the baseline (compilation, allocator warm-up)
@@ -182,11 +182,13 @@ def _stragglers(session: Session, run_id: int, run_key: str, newest_step: int) -
     first = _first_step(session, run_id)
     if first is None or newest_step - (first + WARMUP_STEPS) + 1 < MIN_STRAGGLER_STEPS:
         return []
-    view = straggler_view(session, run_key, max(first + WARMUP_STEPS, newest_step - DEFAULT_STEPS + 1), newest_step)
-    hosts = {score.rank: score.host for score in view.rank_scores}
-    stages = {score.rank: score.stage for score in view.rank_scores}
+    _, report = straggler_report(
+        session, run_key, max(first + WARMUP_STEPS, newest_step - DEFAULT_STEPS + 1), newest_step
+    )
+    hosts = {score.rank: score.host for score in report.rank_scores}
+    stages = {score.rank: score.stage for score in report.rank_scores}
     found = []
-    for finding in view.findings:
+    for finding in report.findings:
         if finding.verdict != "persistent":
             continue
         named_hosts = sorted({host for r in finding.ranks if (host := hosts.get(r))})

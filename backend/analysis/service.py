@@ -13,7 +13,6 @@ from sqlalchemy.orm import Session
 
 from bubblescope import intervals, wire
 from bubblescope.analysis.attribution import attribute_bubble, stage_imbalance
-from bubblescope.analysis.breakdown import step_breakdown
 from bubblescope.analysis.errors import InputError
 from bubblescope.analysis.memory_fixes import memory_suggestions
 from bubblescope.analysis.model import RankBreakdown, TimedSpan
@@ -34,8 +33,8 @@ from bubblescope.backend.db.models import RankInfo, Run
 from bubblescope.backend.errors import DomainError, Invalid, NotFound
 from bubblescope.backend.fields import check_step_order
 from bubblescope.backend.runs import queries
-from bubblescope.backend.runs.service import aligned_step, require_run, run_bubble
-from bubblescope.backend.stragglers.service import straggler_view
+from bubblescope.backend.runs.service import broken_down_step, require_run, run_bubble
+from bubblescope.backend.stragglers.service import straggler_report
 
 MAX_STEPS = 50  # the newest steps with spans in the range; enough for stable medians
 
@@ -129,9 +128,9 @@ def _load(session: Session, run: Run, ranks: Sequence[RankInfo], from_step: int 
     window = _Window([], [], [], [], {})
     exposed: dict[str, list[float]] = defaultdict(list)
     for step in candidates:
-        aligned = aligned_step(session, run, ranks, step)
-        assert aligned is not None
-        breakdowns = step_breakdown(aligned.spans, aligned.windows, aligned.stages)
+        found = broken_down_step(session, run, ranks, step)
+        assert found is not None
+        aligned, breakdowns = found.aligned, found.breakdowns
         bubble = run_bubble(run, breakdowns, aligned.windows)
         window.steps.append(StepSpans(step, aligned.spans, aligned.windows))
         window.breakdowns.append(breakdowns)
@@ -208,12 +207,12 @@ def _tp_hosts(ranks: Sequence[RankInfo]) -> int:
 def _straggler_notes(session: Session, key: str, from_step: int | None, to_step: int | None) -> list[StragglerNote]:
     """Persistent slow ranks and hosts, from the straggler analysis of the same range."""
     try:
-        view = straggler_view(session, key, from_step, to_step)
+        _, report = straggler_report(session, key, from_step, to_step)
     except DomainError:
         return []  # a range the straggler view refuses (too long): no straggler evidence
-    hosts = {score.rank: score.host for score in view.rank_scores}
+    hosts = {score.rank: score.host for score in report.rank_scores}
     return [
         StragglerNote(finding.ranks[0], hosts.get(finding.ranks[0]), finding.ratio or 1.0, finding.message)
-        for finding in view.findings
+        for finding in report.findings
         if finding.verdict == "persistent" and finding.kind in ("slow rank", "slow host") and finding.ranks
     ]

@@ -33,6 +33,8 @@ from bubblescope.backend.runs.schemas import (
     TimelineRankOut,
 )
 from bubblescope.backend.runs.state import RankEnd, as_utc, rank_outcome, run_state
+from bubblescope.backend.runs.step_memo import ENTRIES as STEP_MEMO_ENTRIES
+from bubblescope.backend.runs.step_memo import SingleFlightMemo, run_memo_key
 from bubblescope.backend.runs.timeline_ranks import parse_ranks, timeline_ranks
 from bubblescope.backend.settings import ServiceSettings
 
@@ -235,6 +237,29 @@ def aligned_step(session: Session, run: Run, ranks: Sequence[RankInfo], step: in
     return AlignedStep(rows, spans, windows, {info.rank: info.stage for info in ranks})
 
 
+@dataclass(frozen=True)
+class BrokenDownStep:
+    """A step's aligned spans and each rank's breakdown (shared between requests: read, never change)."""
+
+    aligned: AlignedStep
+    breakdowns: list[RankBreakdown]
+
+
+_BROKEN_DOWN: SingleFlightMemo[BrokenDownStep | None] = SingleFlightMemo(STEP_MEMO_ENTRIES)
+
+
+def broken_down_step(session: Session, run: Run, ranks: Sequence[RankInfo], step: int) -> BrokenDownStep | None:
+    """``aligned_step`` and its ``step_breakdown``, once per (run, revision, step) (``step_memo``)."""
+
+    def compute() -> BrokenDownStep | None:
+        aligned = aligned_step(session, run, ranks, step)
+        if aligned is None:
+            return None
+        return BrokenDownStep(aligned, step_breakdown(aligned.spans, aligned.windows, aligned.stages))
+
+    return _BROKEN_DOWN.get(run_memo_key(session, run, "step", step), compute)
+
+
 def run_bubble(run: Run, breakdowns: list[RankBreakdown], windows: dict[int, tuple[int, int]]) -> StepBubble:
     config = run.config or {}
     return step_bubble(
@@ -252,10 +277,10 @@ def step_detail(session: Session, key: str, step: int, ranks: str | None = None)
     "0-7,341"), each rank's breakdown, and the step's bubble."""
     run = require_run(session, key)
     asked = None if ranks is None else parse_ranks(ranks, run.world_size)
-    aligned = aligned_step(session, run, queries.ranks_of(session, run.id), step)
-    if aligned is None:
+    found = broken_down_step(session, run, queries.ranks_of(session, run.id), step)
+    if found is None:
         raise NotFound("step", f"run {key!r} has no data for step {step}")
-    breakdowns = step_breakdown(aligned.spans, aligned.windows, aligned.stages)
+    aligned, breakdowns = found.aligned, found.breakdowns
     origin = min(lo for lo, _ in aligned.windows.values())
     shown = timeline_ranks(breakdowns, asked)
     wanted = {r.rank for r in shown}

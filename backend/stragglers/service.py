@@ -7,11 +7,12 @@ from dataclasses import fields
 
 from sqlalchemy.orm import Session
 
-from bubblescope.analysis.stragglers import PHASES, RankPlacement, find_stragglers
+from bubblescope.analysis.stragglers import PHASES, RankPlacement, StragglerReport, find_stragglers
 from bubblescope.backend.errors import Invalid
 from bubblescope.backend.fields import check_step_order
 from bubblescope.backend.runs import queries as run_queries
 from bubblescope.backend.runs.service import require_run
+from bubblescope.backend.runs.step_memo import ENTRIES, SingleFlightMemo, run_memo_key
 from bubblescope.backend.stragglers import queries
 from bubblescope.backend.stragglers.schemas import StragglersOut
 
@@ -44,17 +45,32 @@ def chosen_phases(asked: list[str] | None) -> tuple[str, ...]:
     return tuple(p for p in PHASES if p in asked)
 
 
+_REPORTS: SingleFlightMemo[StragglerReport] = SingleFlightMemo(ENTRIES)
+
+
+def straggler_report(
+    session: Session, key: str, from_step: int | None, to_step: int | None
+) -> tuple[tuple[int, int] | None, StragglerReport]:
+    """The range scored and its report, once per (run, revision, range): the run page's stragglers,
+    the analysis' straggler notes and the alert rules all ask for it."""
+    run = require_run(session, key)
+    chosen = step_range(run_queries.newest_step(session, run.id), from_step, to_step)
+
+    def compute() -> StragglerReport:
+        rows = queries.aggregates_between(session, run.id, *chosen) if chosen else []
+        placements = [
+            RankPlacement(info.rank, info.host, info.stage, info.coords or {})
+            for info in run_queries.ranks_of(session, run.id)
+        ]
+        return find_stragglers(rows, placements)
+
+    return chosen, _REPORTS.get(run_memo_key(session, run, "stragglers", chosen), compute)
+
+
 def straggler_view(
     session: Session, key: str, from_step: int | None, to_step: int | None, phases: tuple[str, ...] = PHASES
 ) -> StragglersOut:
-    run = require_run(session, key)
-    chosen = step_range(run_queries.newest_step(session, run.id), from_step, to_step)
-    rows = queries.aggregates_between(session, run.id, *chosen) if chosen else []
-    placements = [
-        RankPlacement(info.rank, info.host, info.stage, info.coords or {})
-        for info in run_queries.ranks_of(session, run.id)
-    ]
-    report = find_stragglers(rows, placements)
+    chosen, report = straggler_report(session, key, from_step, to_step)
     return StragglersOut.model_validate(
         {
             "run_key": key,
