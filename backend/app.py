@@ -93,7 +93,8 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     install_view_warmer(app)  # a quiet run's page answers, stored before anyone asks
     install_error_handlers(app)
     install_openapi(app)
-    app.add_middleware(GZipMiddleware, minimum_size=4096)
+    # level 6, not Starlette's 9: a 330 kB answer compressed in 26 ms instead of 114 (3% larger), on the event loop
+    app.add_middleware(GZipMiddleware, minimum_size=4096, compresslevel=6)
     if settings.cors_origins:
         app.add_middleware(
             JsonErrorCors,

@@ -1,7 +1,7 @@
 // The run page's analysis section: the measured bubble split into causes (ms and % of the step)
 // beside the closed-form and simulated floors, stage imbalance, and the ranked suggestions with
 // their predicted step time and the change in torch / torchtitan / Megatron-LM terms.
-import { cell, el, fact, PLOT_CONFIG, say } from "./dom.js";
+import { cell, el, fact, plot, say } from "./dom.js";
 import { ms, percent, plotText } from "./format.js";
 
 // The causes of bubble.attribution names (analysis/attribution.py), as the page labels and colours them.
@@ -27,15 +27,16 @@ function renderAttribution(a, stepNs) {
     hovertext: [`${plotText(cause(c.name).label)}: ${ms(c.ns)} ms (${percent(c.fraction_of_step)} of the step)<br>${plotText(c.explanation)}`],
     hoverinfo: "text", text: [`${ms(c.ns)} ms`], textposition: "inside",
   }));
-  Plotly.react("attribution-chart", traces, {
+  const drawn = plot("attribution-chart", traces, {
     barmode: "relative", height: 150, margin: { l: 60, r: 20, t: 30, b: 40 },
     xaxis: { title: { text: "ms of idle per rank per step" } }, legend: { orientation: "h", x: 0, y: 1.15, yanchor: "bottom" },
-  }, PLOT_CONFIG);
+  });
   document.querySelector("#causes tbody").replaceChildren(...a.causes.map((c) => {
     const tr = document.createElement("tr");
     tr.append(cell(cause(c.name).label, "text"), cell(ms(c.ns)), cell(percent(c.fraction_of_step)), cell(c.explanation, "text"));
     return tr;
   }));
+  return drawn;
 }
 
 function renderImbalance(im) {
@@ -71,7 +72,7 @@ function suggestionItem(s) {
 
 export function renderAnalysis(view) {
   document.getElementById("analysis-note").textContent = `(steps ${view.steps[0]}–${view.steps[view.steps.length - 1]}, ${view.steps.length} with spans)`;
-  if (view.attribution) renderAttribution(view.attribution, view.step_ns);
+  const drawn = view.attribution ? renderAttribution(view.attribution, view.step_ns) : undefined;
   say("analysis-error", view.attribution ? "" : `No pipeline replay: ${view.pipeline_unavailable}`);
   renderImbalance(view.imbalance);
   const items = view.suggestions.length
@@ -79,6 +80,7 @@ export function renderAnalysis(view) {
     : [el("li", { class: "muted" }, "Nothing to change: no fix is predicted to save 1% of the step.")];
   document.getElementById("suggestions").replaceChildren(...items);
   document.body.dataset.suggestions = String(view.suggestions.length);
+  return drawn;
 }
 
 export const showAnalysisError = (error) => say("analysis-error", `No analysis yet: ${error.message}`);

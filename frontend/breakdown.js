@@ -1,6 +1,6 @@
 // Where each rank's time went in the step: a stacked bar per rank and the same numbers as a table,
 // slowest compute first (the rank the others wait for heads the list), a page of PAGE_ROWS at a time.
-import { cell, PLOT_CONFIG } from "./dom.js";
+import { cell, plot } from "./dom.js";
 import { ms, percent, rankLabel, share } from "./format.js";
 import { rowHeight } from "./timeline.js";
 
@@ -36,7 +36,7 @@ export function renderBreakdown(detail, run, kinds) {
   document.getElementById("breakdown-next").disabled = view.page === pages - 1;
   const labels = rows.map((b) => rankLabel(run, b.rank));
   const part = (name, key, color) => ({ type: "bar", orientation: "h", name, y: labels, x: rows.map((b) => b[key] / 1e6), marker: { color } });
-  Plotly.react("breakdown-chart", [
+  const drawn = plot("breakdown-chart", [
     part("compute", "compute_ns", kinds.category("compute")),
     part("transfer", "transfer_ns", kinds.category("communication")),
     part("dependency wait", "dependency_wait_ns", WAIT_COLOR),
@@ -45,8 +45,9 @@ export function renderBreakdown(detail, run, kinds) {
     barmode: "stack", margin: { l: 130, r: 20, t: 30, b: 45 }, xaxis: { title: { text: "ms" } },
     yaxis: { autorange: "reversed", automargin: true }, legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" },
     height: Math.max(240, Math.min(rowHeight(rows.length), 30) * rows.length + 90),
-  }, PLOT_CONFIG);
+  });
   document.querySelector("#breakdown tbody").replaceChildren(...rows.map(row));
+  return drawn;
 }
 
 function turn(by) {

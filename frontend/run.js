@@ -5,7 +5,7 @@
 // first in the ranks table; a #ranks, #stragglers or #analysis is scrolled to once the page is drawn.
 import { renderRanks, renderRunAlerts } from "./alerts.js";
 import { api, worthRetrying } from "./api.js";
-import { el, say } from "./dom.js";
+import { el, plotly, say } from "./dom.js";
 import { spanKinds } from "./kinds.js";
 import { renderAnalysis, showAnalysisError } from "./analysis.js";
 import { renderBreakdown } from "./breakdown.js";
@@ -69,8 +69,7 @@ async function showStep(step, version) {
     const [detail, kinds] = await Promise.all([api.step(key, step, state.ranks), spanKinds()]);
     if (request !== state.requests) return; // a later pick or round asked for a step meanwhile
     renderBubble(detail);
-    renderTimeline(detail, state.run, kinds);
-    renderBreakdown(detail, state.run, kinds);
+    await Promise.all([renderTimeline(detail, state.run, kinds), renderBreakdown(detail, state.run, kinds)]);
     state.step = step;
     state.loaded.step = version;
     document.body.dataset.renderedStep = String(step);
@@ -82,7 +81,7 @@ async function showStep(step, version) {
 // Loads one section and renders it; marks it loaded at `version` unless asking again may help.
 async function refresh(name, load, render, showError, version) {
   try {
-    render(await load(key));
+    await render(await load(key)); // a chart's promise: drawn
     state.loaded[name] = version;
   } catch (error) {
     showError(error);
@@ -155,22 +154,23 @@ async function round() {
   state.version = runVersion(run);
   renderRun(run);
   renderGlance({ run });
-  await loadAlerts();
-  renderGlance({ firing: state.alerts.firing });
-  renderAlertsAndRanks();
-  scrollToHash(false); // the sections above may still grow: again once they are drawn
+  const alertsShown = loadAlerts().then(() => {
+    renderGlance({ firing: state.alerts.firing });
+    renderAlertsAndRanks();
+    scrollToHash(false); // the sections above may still grow: again once they are drawn
+  });
   const steps = stepsWithSpans(run);
   const step = chooseStep(steps, run);
   renderStepOptions(steps, step, run);
-  const work = [];
+  const work = [alertsShown];
   if (step === null) renderStepNote("no step with spans yet");
   else if (step !== state.step || state.loaded.step !== state.version) work.push(showStep(step, state.version));
   if (state.loaded.analysis !== state.version) {
-    const show = (analysis) => { renderAnalysis(analysis); renderGlance({ analysis }); };
+    const show = (analysis) => { const drawn = renderAnalysis(analysis); renderGlance({ analysis }); return drawn; };
     work.push(refresh("analysis", api.analysis, show, showAnalysisError, state.version));
   }
   if (state.loaded.stragglers !== state.version) {
-    const show = (stragglers) => { renderStragglers(stragglers); renderGlance({ stragglers }); };
+    const show = (stragglers) => { const drawn = renderStragglers(stragglers); renderGlance({ stragglers }); return drawn; };
     work.push(refresh("stragglers", api.stragglers, show, showStragglersError, state.version));
   }
   await Promise.all(work);
@@ -233,4 +233,5 @@ for (const name of ["wheel", "touchstart", "keydown"]) {
   window.addEventListener(name, () => { state.readerScrolled = true; }, { passive: true });
 }
 
-poll(round, EVERY_MS);
+poll(round, EVERY_MS); // its first request is out:
+plotly(); // the chart library loads meanwhile

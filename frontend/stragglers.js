@@ -1,7 +1,7 @@
 // The run page's stragglers section: a rank × step heatmap of compute time as a ratio to the
 // step's median over all ranks (a slow host or stage is a horizontal band, a one-off a lone
 // cell; flagged cells are ringed), and the findings in plain English.
-import { el, PLOT_CONFIG, say } from "./dom.js";
+import { el, plot, say } from "./dom.js";
 import { ms, plotText } from "./format.js";
 
 // A heatmap row's label, escaped for Plotly (plotText): the same string is the row's category in
@@ -51,7 +51,7 @@ function renderHeatmap(view) {
       title: many ? { text: `${labels.length.toLocaleString()} ranks, rank 0 on top (hover a row)` } : undefined,
     },
   };
-  Plotly.react("straggler-heatmap", traces, layout, PLOT_CONFIG);
+  return plot("straggler-heatmap", traces, layout);
 }
 
 function renderFindings(view) {
@@ -67,8 +67,9 @@ function renderFindings(view) {
 export function renderStragglers(view) {
   say("straggler-error", "");
   renderFindings(view);
-  if (view.steps.length) renderHeatmap(view);
+  const drawn = view.steps.length ? renderHeatmap(view) : undefined;
   document.body.dataset.stragglersSteps = String(view.steps.length);
+  return drawn;
 }
 
 export const showStragglersError = (error) => say("straggler-error", `Could not load stragglers: ${error.message}`);

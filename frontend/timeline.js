@@ -1,7 +1,7 @@
 // The step's aligned timeline: one row per rank the service sent spans of (every rank of a small run;
 // of a big one each stage's median and slowest rank, or the ranks asked for), one bar per span,
 // coloured by kind.
-import { PLOT_CONFIG } from "./dom.js";
+import { plot } from "./dom.js";
 import { ms, plotText, rankLabel } from "./format.js";
 
 // Row height in px: roomy for a few ranks, compact for many.
@@ -50,9 +50,10 @@ export function renderTimeline(detail, run, kinds) {
     uniformtext: { mode: "hide", minsize: 10 }, // a micro-batch number too big for its bar is left out
     height: Math.max(240, rowHeight(ranks.length) * ranks.length + 110),
   };
-  Plotly.react("timeline", traces, layout, PLOT_CONFIG);
+  const drawn = plot("timeline", traces, layout);
   const folded = shown.find((r) => r.role.startsWith("median of"));
   document.getElementById("timeline-note").textContent = folded
     ? `${run.world_size.toLocaleString()} ranks: each stage's median and slowest rank (by compute) shown; ask for any ranks above`
     : "";
+  return drawn;
 }
