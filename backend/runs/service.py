@@ -216,17 +216,11 @@ def aligned_step(session: Session, run: Run, ranks: Sequence[RankInfo], step: in
     if not aggregates and not rows:
         return None
     spans = [
-        TimedSpan(
-            r.rank,
-            r.kind,
-            r.start_ns - offsets.get(r.rank, 0),
-            r.end_ns - offsets.get(r.rank, 0),
-            r.stage,
-            r.microbatch,
-            r.peer,
-            r.name,
+        TimedSpan(rank, kind, start - offset, end - offset, stage, microbatch, peer, name)
+        for rank, kind, start, end, stage, microbatch, peer, name, offset in (
+            (r.rank, r.kind, r.start_ns, r.end_ns, r.stage, r.microbatch, r.peer, r.name, offsets.get(r.rank, 0))
+            for r in rows
         )
-        for r in rows
     ]
     windows = {a.rank: (a.start_ns - offsets.get(a.rank, 0), a.end_ns - offsets.get(a.rank, 0)) for a in aggregates}
     reported = set(windows)

@@ -23,6 +23,7 @@ from bubblescope.backend.runs.queries import touch_run
 log = logging.getLogger("bubblescope.runs")
 
 TOUCH_EVERY_S = 0.25
+SETTLE_WAIT_S = 5.0  # a read waits this long at most for another thread's bump to commit
 
 
 class RunToucher:
@@ -32,6 +33,7 @@ class RunToucher:
         self._lock = threading.Lock()
         self._last: dict[int, float] = {}  # run id → when its last bump began (monotonic)
         self._waiting: dict[int, threading.Timer] = {}  # run id → its bump due at the window's end
+        self._bumping: dict[int, threading.Event] = {}  # run id → set when its bump under way has committed
         self._ids: dict[str, int] = {}  # run key → id, for reads, which know the key
 
     def committed(self, session: Session, run_id: int, run_key: str) -> None:
@@ -51,10 +53,18 @@ class RunToucher:
         touch_run(session, run_id)
 
     def settle(self, run_key: str) -> None:
-        """Make the run's waiting bump now: a read is about to take its revision."""
+        """Make the run's waiting bump now, or wait for one under way: a read is about to take its
+        revision (the run page's requests arrive together; each must see the bumped one)."""
         run_id = self._ids.get(run_key)
-        if run_id is not None and self._take_waiting(run_id):
+        if run_id is None:
+            return
+        if self._take_waiting(run_id):
             self._bump(run_id)
+            return
+        with self._lock:
+            under_way = self._bumping.get(run_id)
+        if under_way is not None:
+            under_way.wait(SETTLE_WAIT_S)
 
     def _bump_waiting(self, run_id: int) -> None:
         if self._take_waiting(run_id):  # not settled by a read meanwhile
@@ -67,6 +77,7 @@ class RunToucher:
                 return False
             timer.cancel()
             self._last[run_id] = time.monotonic()
+            self._bumping[run_id] = threading.Event()
             return True
 
     def _bump(self, run_id: int) -> None:
@@ -75,3 +86,8 @@ class RunToucher:
                 touch_run(session, run_id)
         except Exception:  # the next batch's bump covers it; a read may answer stale until then
             log.exception("bubblescope: bumping run id %s failed", run_id)
+        finally:
+            with self._lock:
+                done = self._bumping.pop(run_id, None)
+            if done is not None:
+                done.set()

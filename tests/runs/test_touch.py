@@ -5,6 +5,7 @@ window of ``WINDOW_S`` (the service's is ``TOUCH_EVERY_S``) so that a loaded mac
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from sqlalchemy import select
@@ -49,3 +50,41 @@ def test_batches_in_one_window_share_a_bump_that_a_read_settles_or_the_window_en
         wait_until(lambda: revision() == before + 3, WINDOW_S + 10, "the window's end to bump", interval_s=0.2)
         toucher.settle("another-run")  # a run this process never touched: nothing to do
         assert revision() == before + 3
+
+
+def test_a_read_arriving_while_another_settles_waits_for_that_bump(tmp_path: Path) -> None:
+    """The run page's requests arrive together: the one that does not make the bump must still read
+    the bumped revision (they share answers keyed by it). The bump is held up by a write lock here."""
+    with migrated_database("sqlite", tmp_path) as url:
+        sessions = build_session_factory(build_engine(url))
+        with transaction(sessions) as session:
+            run_id = register_run(session, KEY, "touch", 2, {}, lambda _config: None).id
+
+        def revision() -> int:
+            with transaction(sessions) as session:
+                return session.scalar(select(Run.revision).where(Run.id == run_id)) or 0
+
+        toucher = RunToucher(sessions, every_s=WINDOW_S)
+        with transaction(sessions) as session:
+            toucher.committed(session, run_id, KEY)
+            toucher.committed(session, run_id, KEY)  # waits for the window's end, or a read
+        before = revision()
+        blocker = build_engine(url).connect()
+        blocker.exec_driver_sql("BEGIN IMMEDIATE")  # the first reader's bump waits on this lock
+        first = threading.Thread(target=toucher.settle, args=(KEY,))
+        first.start()
+        wait_until(lambda: bump_under_way(toucher, run_id), 10, "the first read to start the bump")
+        seen: list[int] = []
+        second = threading.Thread(target=lambda: (toucher.settle(KEY), seen.append(revision())))
+        second.start()
+        second.join(0.5)
+        assert second.is_alive()  # it waits for the bump under way
+        blocker.rollback()
+        blocker.close()
+        first.join(10)
+        second.join(10)
+        assert seen == [before + 1]
+
+
+def bump_under_way(toucher: RunToucher, run_id: int) -> bool:
+    return run_id in toucher._bumping
