@@ -5,8 +5,7 @@
 import { el } from "./dom.js";
 import { ms, percent } from "./format.js";
 
-export const WARMUP_STEPS = 5; // left out of the baseline (compilation, allocator warm-up)
-const BASELINE_STEPS = 50; // the baseline: median of this many complete steps after the warm-up
+// The warm-up and the baseline's length come with the run (warmup_until_step, baseline_steps).
 const NOW_STEPS = 5; // "now": median of the newest complete steps
 const TREND_STEPS = 200; // the sparkline's newest steps
 
@@ -21,11 +20,12 @@ const median = (values) => {
 
 // A step every rank of the world reported (a crashed run's last step, or one still arriving, is partial).
 export const isComplete = (run, step) => step.ranks_reported >= run.world_size;
+export const isWarmup = (run, step) => run.warmup_until_step !== null && step.step < run.warmup_until_step;
 
 function stepTimes(run) {
   const complete = run.steps.filter((s) => isComplete(run, s));
-  const past = complete.filter((s) => s.step >= WARMUP_STEPS);
-  const baseline = median(past.slice(0, BASELINE_STEPS).map((s) => s.wall_ns));
+  const past = complete.filter((s) => !isWarmup(run, s));
+  const baseline = median(past.slice(0, run.baseline_steps).map((s) => s.wall_ns));
   const now = median(past.slice(-NOW_STEPS).map((s) => s.wall_ns));
   return { baseline, now, partial: run.steps.length - complete.length };
 }
@@ -48,7 +48,7 @@ function sparkline(run) {
   line.setAttribute("points", steps.map((s, i) => `${x(i).toFixed(1)},${y(s.wall_ns).toFixed(1)}`).join(" "));
   svg.append(line);
   steps.forEach((s, i) => {
-    if (s.step >= WARMUP_STEPS && isComplete(run, s)) return;
+    if (!isWarmup(run, s) && isComplete(run, s)) return;
     const dot = document.createElementNS(svg.namespaceURI, "circle");
     dot.setAttribute("cx", x(i).toFixed(1));
     dot.setAttribute("cy", y(s.wall_ns).toFixed(1));
@@ -68,7 +68,7 @@ const waiting = (id, label) => item(id, label, "…", "loading");
 
 function stepItem(run) {
   const { baseline, now, partial } = stepTimes(run);
-  if (now === null) return item("glance-step", "Step time", "—", `no complete step past the ${WARMUP_STEPS}-step warm-up yet`);
+  if (now === null) return item("glance-step", "Step time", "—", `no complete step past the warm-up (steps before ${run.warmup_until_step}) yet`);
   const change = baseline ? (now - baseline) / baseline : 0;
   const tone = change > 0.1 ? "bad" : "";
   const versus = `${change >= 0 ? "+" : "−"}${Math.abs(100 * change).toFixed(1)}% vs baseline ${ms(baseline)} ms`;

@@ -1,7 +1,7 @@
 // The top of the run page: name, state and facts of the run; the step picker and the step's bubble.
 import { el, fact, stateBadge } from "./dom.js";
 import { ms, percent } from "./format.js";
-import { isComplete, WARMUP_STEPS } from "./glance.js";
+import { isComplete, isWarmup } from "./glance.js";
 
 export function renderRun(run) {
   const c = run.config;
@@ -28,7 +28,7 @@ let shownOptions = null; // the options' text, so an open picker is rebuilt only
 export function renderStepOptions(steps, chosen, run) {
   const select = document.getElementById("step-select");
   const mark = (s) => (!isComplete(run, s) ? ` (partial: ${s.ranks_reported} of ${run.world_size} ranks)`
-    : s.step < WARMUP_STEPS ? " (warm-up)" : "");
+    : isWarmup(run, s) ? " (warm-up)" : "");
   const options = steps.map((s) => [String(s.step), `${s.step} — ${ms(s.wall_ns)} ms${mark(s)}`]);
   const text = JSON.stringify(options);
   if (text !== shownOptions) {

@@ -9,7 +9,7 @@ import { el, plotly, say } from "./dom.js";
 import { spanKinds } from "./kinds.js";
 import { renderAnalysis, showAnalysisError } from "./analysis.js";
 import { renderBreakdown } from "./breakdown.js";
-import { isComplete, renderGlance, WARMUP_STEPS } from "./glance.js";
+import { isComplete, isWarmup, renderGlance } from "./glance.js";
 import { renderBubble, renderRun, renderStepNote, renderStepOptions } from "./overview.js";
 import { poll } from "./poll.js";
 import { renderStragglers, showStragglersError } from "./stragglers.js";
@@ -17,6 +17,12 @@ import { renderTimeline } from "./timeline.js";
 
 const EVERY_MS = 3000;
 const NOT_KNOWN_EVERY_MS = 5000; // a run not (yet) registered: its job may still be starting
+// A running run changes with every batch, and its analysis and stragglers cost the service seconds of
+// CPU at 1,024 ranks: while it runs each is asked for again only once this many times its last answer's
+// time has passed (a 50-ms answer every poll, a 2-s one every 20 s: the page keeps the service ≤ 10%
+// busy), and at least every LIVE_REFRESH_MAX_MS.
+const LIVE_COST_FACTOR = 10;
+const LIVE_REFRESH_MAX_MS = 60000;
 const RESOLVED_SHOWN = 5;
 const FIRING_AT_MOST = 100;
 
@@ -33,6 +39,9 @@ const state = {
   requests: 0, // showStep calls so far: only the latest one may render
   step: null, // the step shown
   loaded: { step: null, analysis: null, stragglers: null }, // the run version each part was loaded at
+  askedAt: { analysis: 0, stragglers: 0 }, // when each was last asked for (Date.now())
+  tookMs: { analysis: 0, stragglers: 0 }, // how long its last answer took
+  stepFinal: false, // the step shown had every rank's report when loaded: it will not change
   alerts: { firing: [], resolved: [] }, // as last loaded
   // The element the URL's hash names, to scroll to once the page is drawn, unless the reader
   // scrolled first; null once done.
@@ -54,7 +63,7 @@ function chooseStep(steps, run) {
   if (!steps.length) return null;
   if (steps.some((s) => s.step === state.wanted)) return state.wanted;
   const complete = steps.filter((s) => isComplete(run, s));
-  const warm = complete.filter((s) => s.step >= WARMUP_STEPS);
+  const warm = complete.filter((s) => !isWarmup(run, s));
   const pastFirst = complete.filter((s) => s.step > 0);
   const pool = [warm, pastFirst, complete, steps].find((candidates) => candidates.length);
   if (run.state === "running") return pool[pool.length - 1].step;
@@ -72,6 +81,8 @@ async function showStep(step, version) {
     await Promise.all([renderTimeline(detail, state.run, kinds), renderBreakdown(detail, state.run, kinds)]);
     state.step = step;
     state.loaded.step = version;
+    const summary = state.run.steps.find((s) => s.step === step);
+    state.stepFinal = Boolean(summary && isComplete(state.run, summary));
     document.body.dataset.renderedStep = String(step);
   } catch (error) {
     if (request === state.requests) renderStepNote(`could not load step ${step}: ${error.message}`, true);
@@ -81,7 +92,10 @@ async function showStep(step, version) {
 // Loads one section and renders it; marks it loaded at `version` unless asking again may help.
 async function refresh(name, load, render, showError, version) {
   try {
-    await render(await load(key)); // a chart's promise: drawn
+    const asked = Date.now();
+    const answer = await load(key);
+    state.tookMs[name] = Date.now() - asked;
+    await render(answer); // a chart's promise: drawn
     state.loaded[name] = version;
   } catch (error) {
     showError(error);
@@ -164,12 +178,19 @@ async function round() {
   renderStepOptions(steps, step, run);
   const work = [alertsShown];
   if (step === null) renderStepNote("no step with spans yet");
-  else if (step !== state.step || state.loaded.step !== state.version) work.push(showStep(step, state.version));
-  if (state.loaded.analysis !== state.version) {
+  else if (step !== state.step || (state.loaded.step !== state.version && !state.stepFinal)) work.push(showStep(step, state.version));
+  const due = (name) => {
+    if (state.loaded[name] === state.version) return false;
+    const wait = Math.min(LIVE_REFRESH_MAX_MS, LIVE_COST_FACTOR * state.tookMs[name]);
+    if (run.state === "running" && Date.now() - state.askedAt[name] < wait) return false;
+    state.askedAt[name] = Date.now();
+    return true;
+  };
+  if (due("analysis")) {
     const show = (analysis) => { const drawn = renderAnalysis(analysis); renderGlance({ analysis }); return drawn; };
     work.push(refresh("analysis", api.analysis, show, showAnalysisError, state.version));
   }
-  if (state.loaded.stragglers !== state.version) {
+  if (due("stragglers")) {
     const show = (stragglers) => { const drawn = renderStragglers(stragglers); renderGlance({ stragglers }); return drawn; };
     work.push(refresh("stragglers", api.stragglers, show, showStragglersError, state.version));
   }

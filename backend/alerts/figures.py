@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from bubblescope.analysis.alert_rules import BubbleFigures, RegressionFigures, StragglerFinding, Thresholds
+from bubblescope.analysis.warmup import BASELINE_STEPS, WARMUP_STEPS
 from bubblescope.backend.analysis.service import run_analysis
 from bubblescope.backend.db.models import Run, StepAggregate
 from bubblescope.backend.errors import ApiError, DomainError
@@ -25,8 +26,6 @@ from bubblescope.backend.runs.queries import step_totals
 from bubblescope.backend.stragglers.service import DEFAULT_STEPS, straggler_report
 
 RECOMPUTE_S = 30.0
-WARMUP_STEPS = 5  # steps left out of the baseline (compilation, allocator warm-up)
-BASELINE_STEPS = 50  # the baseline: the median of this many steps after the warm-up
 MAX_WINDOW_STEPS = 5000  # a regression window of fast steps is this many steps, whatever it spans
 WINDOW_PARTS = 3  # the window's parts: each must be slower than the limit (it held throughout)
 MIN_STRAGGLER_STEPS = 10  # steps after the warm-up before a straggler verdict is trusted

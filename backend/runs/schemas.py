@@ -164,6 +164,10 @@ class StepSummary(BaseModel):
 class RunDetail(RunSummary):
     ranks: list[RankOut]
     steps: list[StepSummary]
+    warmup_until_step: int | None = Field(
+        description="steps before this one are warm-up (the run's first 5): left out of baselines and default steps"
+    )
+    baseline_steps: int = Field(description="the run's baseline step time: the median of this many steps after warm-up")
 
 
 class SpanOut(BaseModel):

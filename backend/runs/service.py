@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from bubblescope.analysis.breakdown import step_breakdown, step_bubble
 from bubblescope.analysis.model import RankBreakdown, StepBubble, TimedSpan
+from bubblescope.analysis.warmup import BASELINE_STEPS, warmup_until
 from bubblescope.backend.db.models import RankInfo, Run, StepAggregate
 from bubblescope.backend.errors import Invalid, NotFound, TooLarge
 from bubblescope.backend.runs import queries
@@ -194,6 +195,8 @@ def run_detail(session: Session, key: str, silent_after_s: float) -> RunDetail:
         ).model_dump(),
         ranks=[_rank_out(info) for info in ranks],
         steps=steps,
+        warmup_until_step=warmup_until(steps[0].step if steps else None),
+        baseline_steps=BASELINE_STEPS,
     )
 
 

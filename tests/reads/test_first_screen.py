@@ -9,9 +9,8 @@ import pytest
 
 from tests.support import LiveServer, ingest_batch, post_gzip, register
 
-pytestmark = pytest.mark.browser
 
-
+@pytest.mark.browser
 def test_a_crashed_run_opens_on_a_complete_step_with_partial_and_warm_up_steps_marked(
     browser: Any, sqlite_server: LiveServer
 ) -> None:
@@ -37,3 +36,16 @@ def test_a_crashed_run_opens_on_a_complete_step_with_partial_and_warm_up_steps_m
     assert "1 partial step left out" in page.locator("#glance-step").inner_text()
     assert errors == []
     page.close()
+
+
+@pytest.mark.parametrize("first", [0, 100])
+def test_the_warm_up_is_the_runs_first_steps_wherever_it_starts(server: LiveServer, first: int) -> None:
+    """A job resumed from a checkpoint starts at step 100: its steps 100-104 are its warm-up, and the
+    page reads the rule from the run (``warmup_until_step``) instead of keeping its own."""
+    with server.client() as client:
+        key = register(client, world_size=1)
+        for seq, step in enumerate(range(first, first + 7)):
+            assert post_gzip(client, ingest_batch(key, seq=seq, step=step)).status_code == 202
+        run = client.get(f"/api/v1/runs/{key}").json()
+    assert run["warmup_until_step"] == first + 5
+    assert run["baseline_steps"] == 50
