@@ -94,13 +94,23 @@ def time_page(url: str, run_key: str) -> None:
 
 @contextmanager
 def service(db: str) -> Iterator[LiveServer]:
+    with services(db, 1) as (live,):
+        yield live
+
+
+@contextmanager
+def services(db: str, count: int) -> Iterator[list[LiveServer]]:
+    """``count`` serve processes on one new database (the first to start leads the background work)."""
     folder = Path(tempfile.mkdtemp(prefix="bubblescope-scale-"))
     with migrated_database(db, folder) as url:
-        live = start_server(url, folder)
+        started: list[LiveServer] = []
         try:
-            yield live
+            for _ in range(count):
+                started.append(start_server(url, folder))
+            yield started
         finally:
-            live.stop()
+            for live in started:
+                live.stop()
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ from sqlalchemy import create_engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.scale import service
+from bench.scale import services
 from bench.synthetic_run import GZIP_JSON, SyntheticJob, aggregate, register_job
 from bubblescope import wire
 
@@ -121,14 +121,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=600)
     parser.add_argument("--interval", type=float, default=None, help="force this flush interval (s)")
     parser.add_argument("--workers", type=int, default=64, help="concurrent connections of the senders")
+    parser.add_argument(
+        "--processes", type=int, default=1, help="serve processes on the one database; rank r sends to r %% N"
+    )
     args = parser.parse_args()
     job = SyntheticJob(stages=args.stages, replicas=args.replicas, steps=TEMPLATE_STEPS)
     step_s = job.step_ns / 1e9
     run_key = f"sustain-{uuid.uuid4().hex[:8]}"
-    with (
-        service(args.db) as live,
-        httpx.Client(base_url=live.url, timeout=60, limits=httpx.Limits(max_connections=args.workers)) as client,
-    ):
+    with services(args.db, args.processes) as lives:
+        live = lives[0]
+        limits = httpx.Limits(max_connections=max(1, args.workers // len(lives)))
+        clients = [httpx.Client(base_url=each.url, timeout=60, limits=limits) for each in lives]
+        client = clients[0]
         register_job(client, job, run_key, 8)
         body, _ = batch_for(job, run_key, 0, 0, range(1))
         answer = client.post("/api/v1/ingest", content=body, headers=GZIP_JSON).json()
@@ -142,32 +146,35 @@ def main() -> None:
         print(f"building {len(plan):,} batches before the clock starts (the senders' CPU is not the service's)")
         with concurrent.futures.ProcessPoolExecutor() as builders:
             bodies = list(builders.map(_build, ((job, run_key, *sent[1:]) for sent in plan), chunksize=256))
-        server = psutil.Process(live.process.pid)
+        servers = [psutil.Process(each.process.pid) for each in lives]
         size_before = database_bytes(live.db_url)
         load = Load()
 
-        def send(body: bytes, spans: int, at: float) -> None:
+        def send(body: bytes, spans: int, at: float, rank: int) -> None:  # rank r to process r % N, as a balancer
             began = time.monotonic()
             try:
-                status = str(client.post("/api/v1/ingest", content=body, headers=GZIP_JSON).status_code)
+                answer = clients[rank % len(clients)].post("/api/v1/ingest", content=body, headers=GZIP_JSON)
+                status = str(answer.status_code)
             except httpx.HTTPError as error:
                 status = type(error).__name__
             load.record(time.monotonic() - began, status, spans, began - at, began - start)
 
-        cpu_before = process_tree_cpu(server)
+        cpu_before = sum(process_tree_cpu(server) for server in servers)
         own_before = sum(psutil.Process().cpu_times()[:4])
         machine_before = psutil.cpu_times()
         start = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
-            for (offset, *_), (body, spans) in zip(plan, bodies):
+            for (offset, rank, *_), (body, spans) in zip(plan, bodies):
                 time.sleep(max(0.0, start + offset - time.monotonic()))
-                pool.submit(send, body, spans, start + offset)
+                pool.submit(send, body, spans, start + offset, rank)
         wall = time.monotonic() - start
-        cpu = process_tree_cpu(server) - cpu_before
+        cpu = sum(process_tree_cpu(server) for server in servers) - cpu_before
         senders_cpu = sum(psutil.Process().cpu_times()[:4]) - own_before
         machine_after = psutil.cpu_times()
         machine_cpu = machine_after.user + machine_after.system - machine_before.user - machine_before.system
         size_after = database_bytes(live.db_url)
+        for each in clients:
+            each.close()
     report(load, wall, cpu, size_before, size_after)
     print(
         f"senders {senders_cpu / wall:.2f} cores (batches built beforehand); "

@@ -6,9 +6,11 @@ window of ``WINDOW_S`` (the service's is ``TOUCH_EVERY_S``) so that a loaded mac
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
 from bubblescope.backend.db.engine import build_engine, build_session_factory, transaction
 from bubblescope.backend.db.models import Run
@@ -20,16 +22,22 @@ KEY = "touched"
 WINDOW_S = 3.0
 
 
+def touched_run(url: str) -> tuple[sessionmaker[Session], int, Callable[[], int]]:
+    """A session factory on ``url``, a run registered in it, and a reader of its revision."""
+    sessions = build_session_factory(build_engine(url))
+    with transaction(sessions) as session:
+        run_id = register_run(session, KEY, "touch", 2, {}, lambda _config: None).id
+
+    def revision() -> int:
+        with transaction(sessions) as session:
+            return session.scalar(select(Run.revision).where(Run.id == run_id)) or 0
+
+    return sessions, run_id, revision
+
+
 def test_batches_in_one_window_share_a_bump_that_a_read_settles_or_the_window_ends(tmp_path: Path) -> None:
     with migrated_database("sqlite", tmp_path) as url:
-        sessions = build_session_factory(build_engine(url))
-        with transaction(sessions) as session:
-            run_id = register_run(session, KEY, "touch", 2, {}, lambda _config: None).id
-
-        def revision() -> int:
-            with transaction(sessions) as session:
-                return session.scalar(select(Run.revision).where(Run.id == run_id)) or 0
-
+        sessions, run_id, revision = touched_run(url)
         toucher = RunToucher(sessions, every_s=WINDOW_S)
         before = revision()
 
@@ -56,14 +64,7 @@ def test_a_read_arriving_while_another_settles_waits_for_that_bump(tmp_path: Pat
     """The run page's requests arrive together: the one that does not make the bump must still read
     the bumped revision (they share answers keyed by it). The bump is held up by a write lock here."""
     with migrated_database("sqlite", tmp_path) as url:
-        sessions = build_session_factory(build_engine(url))
-        with transaction(sessions) as session:
-            run_id = register_run(session, KEY, "touch", 2, {}, lambda _config: None).id
-
-        def revision() -> int:
-            with transaction(sessions) as session:
-                return session.scalar(select(Run.revision).where(Run.id == run_id)) or 0
-
+        sessions, run_id, revision = touched_run(url)
         toucher = RunToucher(sessions, every_s=WINDOW_S)
         with transaction(sessions) as session:
             toucher.committed(session, run_id, KEY)
