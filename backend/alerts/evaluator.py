@@ -133,7 +133,7 @@ class AlertEvaluator:
         state = run_state(run.world_size, statuses, run.updated_at, now, self.settings.silent_after_s)
         if state.state == "finished":  # no rule fires for a finished run: spare it the step queries
             return []
-        recent = recent_steps(session, run, ranks)
+        recent = recent_steps(session, run)
         usual_s = recent.median_step_ns / 1e9 if recent.median_step_ns is not None else None
         newest = max((r.last_step for r in ranks if r.last_step is not None), default=None)
         figures = self.figures.refresh(session, run, newest, usual_s, thresholds)

@@ -92,7 +92,7 @@ class RunMetrics(Collector):
                     state.add_metric([run.key, name], 1 if current.state == name else 0)
                 heard.add_metric(key, max(0.0, (as_utc(now) - as_utc(run.updated_at)).total_seconds()))
                 ranks = queries.ranks_of(session, run.id)
-                figures = recent_steps(session, run, ranks)
+                figures = recent_steps(session, run)
                 if figures.median_step_ns is not None:
                     step.add_metric(key, figures.median_step_ns / 1e9)
                 if figures.idle_ratio is not None:

@@ -184,7 +184,7 @@ def ranks_of(session: Session, run_id: int) -> Sequence[RankInfo]:
 def step_totals(session: Session, run_id: int, first: int | None = None, last: int | None = None) -> Sequence[Row[Any]]:
     """Per step (of ``first``..``last`` when given), summed in the database (a 1,024-rank run of 600
     steps has 600k aggregates): ``step``, ``ranks``, ``first_start`` and ``last_end`` on rank 0's clock,
-    and the ``compute``, ``comm`` and ``idle`` sums.
+    and the ``compute``, ``comm``, ``exposed_comm``, ``idle`` and ``windows`` (end - start) sums.
 
     Each aggregate carries the clock offset in force for its step (ingest fills the rank's where the
     collector sent none), so no join to ``ranks``: on tables whose statistics lag a fresh run,
@@ -199,6 +199,8 @@ def step_totals(session: Session, run_id: int, first: int | None = None, last: i
             func.sum(StepAggregate.compute_ns).label("compute"),
             func.sum(StepAggregate.comm_ns).label("comm"),
             func.sum(StepAggregate.idle_ns).label("idle"),
+            func.sum(StepAggregate.exposed_comm_ns).label("exposed_comm"),
+            func.sum(StepAggregate.end_ns - StepAggregate.start_ns).label("windows"),
         )
         .where(StepAggregate.run_id == run_id)
         .group_by(StepAggregate.step)
@@ -261,13 +263,12 @@ def runs_heard_since(session: Session, since: datetime) -> Sequence[Run]:
     return session.scalars(select(Run).where(Run.updated_at > since).order_by(Run.id)).all()
 
 
-def recent_step_aggregates(session: Session, run_id: int, steps: int) -> Sequence[StepAggregate]:
-    """Every rank's aggregates of the run's newest ``steps`` step numbers."""
-    newest = newest_step(session, run_id)
-    if newest is None:
-        return []
-    query = select(StepAggregate).where(StepAggregate.run_id == run_id, StepAggregate.step > newest - steps)
-    return session.scalars(query.order_by(StepAggregate.step, StepAggregate.rank)).all()
+def ranks_reporting(session: Session, run_id: int, first: int) -> int:
+    """How many ranks reported a step from ``first`` on."""
+    query = select(func.count(func.distinct(StepAggregate.rank))).where(
+        StepAggregate.run_id == run_id, StepAggregate.step >= first
+    )
+    return int(session.scalar(query) or 0)
 
 
 def record_contact(
