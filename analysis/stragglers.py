@@ -98,11 +98,13 @@ class StragglerThresholds:
 
 @dataclass(frozen=True)
 class PhaseMatrix:
-    """``values_ns[i][j]``: rank ``ranks[i]`` at step ``steps[j]`` (None: not reported)."""
+    """``values_ns[i][j]``: rank ``ranks[i]`` at step ``steps[j]`` (None: not reported);
+    ``step_median_ns[j]``: the median over the ranks of step ``steps[j]``, the ratios' denominator."""
 
     phase: str
     values_ns: list[list[int | None]]
     ratio_to_step_median: list[list[float | None]]
+    step_median_ns: list[float | None]
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,7 @@ def find_stragglers(
         where.setdefault(rank, RankPlacement(rank))
     matrices = {phase: _phase_matrix(phase, table, ranks, steps) for phase in PHASES}
     compute = dict(zip(ranks, matrices["compute"].values_ns))
-    windows = [_median_of(column) for column in zip(*matrices["window"].values_ns)] if ranks else []
+    windows = matrices["window"].step_median_ns
     basis, groups_of_peers = _comparable_groups(where, ranks)
     history = {r: _history_cells(compute[r], windows, thresholds) for r in ranks}
     cells = dict(history)
@@ -217,7 +219,7 @@ def _phase_matrix(
     values = [[_value(table.get((r, s)), phase) for s in steps] for r in ranks]
     medians = [_median_of(column) for column in zip(*values)] if values else []
     ratios = [[_ratio(v, m) for v, m in zip(row, medians)] for row in values]
-    return PhaseMatrix(phase, values, ratios)
+    return PhaseMatrix(phase, values, ratios, medians)
 
 
 def _value(row: RankStepTimes | None, phase: str) -> int | None:

@@ -30,7 +30,10 @@ from bubblescope.backend.stragglers.service import straggler_view
 WARM_TASK: Final = "warm-views"
 WARM_EVERY_S: Final = 5.0
 RECENT: Final = timedelta(hours=6)
-PAGE_STRAGGLER_QUERY: Final = (("phases", "compute"),)  # frontend/api.js asks the stragglers for this
+PAGE_STRAGGLER_QUERY: Final = (
+    ("phases", "compute"),
+    ("compact", "true"),
+)  # frontend/api.js asks the stragglers for this
 
 
 class ViewWarmer:
@@ -56,7 +59,11 @@ class ViewWarmer:
         base = f"{wire.API_PREFIX}/runs/{key}"
         views: list[tuple[str, tuple[tuple[str, str], ...], Callable[[Session], BaseModel]]] = [
             (f"{base}/analysis", (), lambda s: run_analysis(s, key, None, None)),
-            (f"{base}/stragglers", PAGE_STRAGGLER_QUERY, lambda s: straggler_view(s, key, None, None, ("compute",))),
+            (
+                f"{base}/stragglers",
+                PAGE_STRAGGLER_QUERY,
+                lambda s: straggler_view(s, key, None, None, ("compute",), compact=True),
+            ),
         ]
         for path, query, compute in views:
             tag = entity_tag(self.settings, path, query, run_id, revision)

@@ -44,7 +44,7 @@ def page_requests(job: SyntheticJob, run_key: str) -> dict[str, str]:
         "run": base,
         f"step {newest_full}": f"{base}/steps/{newest_full}",
         "analysis": f"{base}/analysis",
-        "stragglers": f"{base}/stragglers?phases=compute",
+        "stragglers": f"{base}/stragglers?phases=compute&compact=true",
         "alerts firing": f"/api/v1/alerts?state=firing&run={run_key}&limit=100",
         "alerts resolved": f"/api/v1/alerts?state=resolved&run={run_key}&limit=5",
         "run list": "/api/v1/runs",

@@ -88,7 +88,7 @@ export const api = {
   // ranks: whose spans ("0-7,341"); null: the service's choice (every rank, or each stage's median and slowest)
   step: (key, step, ranks = null) => getJson(`${runPath(key)}/steps/${step}${ranks ? `?ranks=${encodeURIComponent(ranks)}` : ""}`),
   analysis: (key) => getJson(`${runPath(key)}/analysis`),
-  stragglers: (key) => getJson(`${runPath(key)}/stragglers?phases=compute`), // the heat-map's one phase
+  stragglers: (key) => getJson(`${runPath(key)}/stragglers?phases=compute&compact=true`), // the heat-map's one phase, as drawn
   spanKinds: () => getJson("/span-kinds"),
   alerts: (options) => getJson(`/alerts${alertQuery(options)}`), // newest first
 };

@@ -6,10 +6,10 @@ import { ms, plotText } from "./format.js";
 
 // A heatmap row's label, escaped for Plotly (plotText): the same string is the row's category in
 // both traces and the first line of its cells' hover text.
-function rankLabel(score) {
-  const parts = [`rank ${score.rank}`];
-  if (score.host) parts.push(plotText(score.host));
-  if (score.stage !== null) parts.push(`stage ${score.stage}`);
+function rankLabel(view, i) {
+  const parts = [`rank ${view.ranks[i]}`];
+  if (view.hosts[i]) parts.push(plotText(view.hosts[i]));
+  if (view.stages[i] !== null) parts.push(`stage ${view.stages[i]}`);
   return parts.join(" · ");
 }
 
@@ -17,17 +17,19 @@ function rankLabel(score) {
 const LABELLED_ROWS = 64;
 
 function renderHeatmap(view) {
-  const labels = view.rank_scores.map(rankLabel);
+  const labels = view.ranks.map((_, i) => rankLabel(view, i));
+  const basis = new Map(view.rank_scores.map((s) => [s.rank, s.basis])); // a flagged rank is never scored normal
   const many = labels.length > LABELLED_ROWS;
+  // the compact answer (api.js): a cell's time is its ratio × the step's median; flagged cells are listed
   const compute = view.matrices.compute;
-  const hover = compute.values_ns.map((row, i) => row.map((ns, j) => (ns === null ? "not reported" : [
+  const flagged = new Set(view.flagged_cells.map(([i, j]) => i * view.steps.length + j));
+  const hover = compute.ratio_to_step_median.map((row, i) => row.map((ratio, j) => (ratio === null ? "not reported" : [
     labels[i], `step ${view.steps[j]}`,
-    `compute ${ms(ns)} ms = ${compute.ratio_to_step_median[i][j].toFixed(2)}× the step median`,
-    view.flagged[i][j] ? `flagged (against ${plotText(view.rank_scores[i].basis)})` : null,
+    `compute ${ms(ratio * compute.step_median_ns[j])} ms = ${ratio.toFixed(2)}× the step median`,
+    flagged.has(i * view.steps.length + j) ? `flagged (against ${plotText(basis.get(view.ranks[i]) || "its peers")})` : null,
   ].filter(Boolean).join("<br>"))));
-  const flaggedX = [];
-  const flaggedY = [];
-  view.flagged.forEach((row, i) => row.forEach((hit, j) => { if (hit) { flaggedX.push(view.steps[j]); flaggedY.push(labels[i]); } }));
+  const flaggedX = view.flagged_cells.map(([, j]) => view.steps[j]);
+  const flaggedY = view.flagged_cells.map(([i]) => labels[i]);
   const traces = [
     {
       type: "heatmap", x: view.steps, y: labels, z: compute.ratio_to_step_median, zmin: 0.5, zmax: 1.5,

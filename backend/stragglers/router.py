@@ -39,8 +39,15 @@ def get_stragglers(
             "compute only: a 1,024-rank × 100-step answer with all five is ~18 MB",
         ),
     ] = None,
+    compact: Annotated[
+        bool,
+        Query(
+            description="the run page's shape: no values_ns (ratio × step_median_ns), no flagged matrix "
+            "(flagged_cells lists them), rank_scores only for ranks not scored normal"
+        ),
+    ] = False,
 ) -> Response:
     chosen = chosen_phases(phases)
     return cached_answer(
-        request, session, run_key, lambda: straggler_view(session, run_key, from_step, to_step, chosen)
+        request, session, run_key, lambda: straggler_view(session, run_key, from_step, to_step, chosen, compact)
     )

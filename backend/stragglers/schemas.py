@@ -14,15 +14,19 @@ def _four_places(value: float) -> float:
 
 
 Ratio = Annotated[float, PlainSerializer(_four_places, return_type=float)]
-"""A ratio written with 4 decimals: a matrix of 100k of them is a third of its full-precision size."""
+"""A ratio (or a score) written with 4 decimals: a matrix of 100k of them is a third of its full-precision
+size."""
 
 
 class PhaseMatrixOut(FromAnalysis):
     """One phase's rank × step times and their ratio to the step's median over all ranks."""
 
     phase: str
-    values_ns: list[list[int | None]]
+    values_ns: list[list[int | None]] | None = Field(
+        description="rank × step times (null in a compact answer: ratio × step_median_ns gives them to 4 digits)"
+    )
     ratio_to_step_median: list[list[Ratio | None]]
+    step_median_ns: list[float | None] = Field(description="per step, the median over the ranks: the ratios' base")
 
 
 class RankScoreOut(FromAnalysis):
@@ -36,13 +40,13 @@ class RankScoreOut(FromAnalysis):
     )
     peer_count: int = Field(description="how many stage peers the rank is compared with (0: not by peers)")
     steps_scored: int
-    median_ratio: float | None = Field(description="compute / baseline, median over the scored steps")
-    median_z: float | None
+    median_ratio: Ratio | None = Field(description="compute / baseline, median over the scored steps")
+    median_z: Ratio | None
     flagged_steps: list[int]
-    flagged_fraction: float
-    flagged_median_ratio: float | None
+    flagged_fraction: Ratio
+    flagged_median_ratio: Ratio | None
     verdict: str = Field(description="persistent, one-off, intermittent, noise or normal")
-    phase_ratios: dict[str, float | None] = Field(
+    phase_ratios: dict[str, Ratio | None] = Field(
         description="per phase (window, compute, comm, exposed_comm, idle): median over steps of the ratio to the "
         "step's median over all ranks"
     )
@@ -89,12 +93,21 @@ class StragglersOut(FromAnalysis):
     from_step: int | None = Field(description="first step of the range (None: the run has no steps yet)")
     to_step: int | None
     ranks: list[int] = Field(description="row order of every matrix")
+    hosts: list[str | None] = Field(description="each row's host, like ranks")
+    stages: list[int | None] = Field(description="each row's pipeline stage, like ranks")
     steps: list[int] = Field(description="column order of every matrix (steps some rank reported)")
     matrices: dict[str, PhaseMatrixOut] = Field(
         description="window, compute, comm, exposed_comm, idle (those asked for with `phases`)"
     )
-    flagged: list[list[bool]] = Field(description="compute cells flagged against the rank's basis")
-    rank_scores: list[RankScoreOut]
+    flagged: list[list[bool]] | None = Field(
+        description="compute cells flagged against the rank's basis, like the matrices (null in a compact answer)"
+    )
+    flagged_cells: list[tuple[int, int]] = Field(
+        description="the flagged compute cells as [row, column] indexes into ranks and steps"
+    )
+    rank_scores: list[RankScoreOut] = Field(
+        description="every rank's score, like ranks (a compact answer: only the ranks not scored normal)"
+    )
     groups: list[GroupFindingOut]
     findings: list[FindingOut] = Field(description="what to read first, in plain English")
     thresholds: StragglerThresholdsOut

@@ -128,7 +128,11 @@ def assert_one_loop_that_waits_and_asks_only_for_news(browser: Any, run_url: str
     asked = page.evaluate("() => window.asked")
     assert all(pending == 0 for path, pending in asked if path == detail), asked
     others = sorted(path for path, _ in asked if path != detail and path.startswith("/api/v1/runs/"))
-    assert others == [f"{detail}/analysis", f"{detail}/steps/{shown}", f"{detail}/stragglers?phases=compute"], asked
+    assert others == [
+        f"{detail}/analysis",
+        f"{detail}/steps/{shown}",
+        f"{detail}/stragglers?phases=compute&compact=true",
+    ], asked
     page.close()
 
 

@@ -5,6 +5,7 @@ and the analysis name. Timings are measured by bench/scale.py, not here."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -86,6 +87,32 @@ def test_the_stragglers_and_the_analysis_name_the_slow_rank(big_run: BigRun) -> 
     assert isinstance(analysis, dict) and size < WIRE_LIMIT
     top = analysis["suggestions"][0]
     assert f"rank {SLOW_RANK}" in top["title"] + top["evidence"], top
+
+
+def test_the_compact_stragglers_answer_carries_the_same_ratios_and_flags_in_a_third_of_the_bytes(
+    big_run: BigRun,
+) -> None:
+    full, _ = _get(big_run, "/stragglers", phases="compute")
+    compact, _ = _get(big_run, "/stragglers", phases="compute", compact="true")
+    assert isinstance(full, dict) and isinstance(compact, dict)
+    matrix, small = full["matrices"]["compute"], compact["matrices"]["compute"]
+    assert small["values_ns"] is None and compact["flagged"] is None
+    assert small["ratio_to_step_median"] == matrix["ratio_to_step_median"]
+    assert small["step_median_ns"] == matrix["step_median_ns"]
+    cells = [(i, j) for i, row in enumerate(full["flagged"]) for j, hit in enumerate(row) if hit]
+    assert cells and compact["flagged_cells"] == full["flagged_cells"] == [list(cell) for cell in cells]
+    i, j = cells[0]
+    rebuilt = small["ratio_to_step_median"][i][j] * small["step_median_ns"][j]
+    assert rebuilt == pytest.approx(matrix["values_ns"][i][j], rel=1e-4)
+    assert compact["rank_scores"] == [s for s in full["rank_scores"] if s["verdict"] != "normal"]
+    assert SLOW_RANK in [s["rank"] for s in compact["rank_scores"]]
+    assert compact["hosts"] == full["hosts"] == [s["host"] for s in full["rank_scores"]]
+    assert compact["stages"][SLOW_RANK] == 5 and compact["findings"] == full["findings"]
+    full_bytes, compact_bytes = len(json.dumps(full)), len(json.dumps(compact))
+    print(
+        f"stragglers JSON at {JOB.world_size} ranks x {JOB.steps} steps: {full_bytes:,} full, {compact_bytes:,} compact"
+    )
+    assert compact_bytes < full_bytes / 2
 
 
 @pytest.mark.browser
