@@ -18,6 +18,7 @@ Algorithm:
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
@@ -123,6 +124,41 @@ def step_breakdown(
         rank_breakdown(rank, stages.get(rank), by_rank.get(rank, []), windows[rank], waits.get(rank, []))
         for rank in sorted(windows)
     ]
+
+
+def aggregate_breakdown(
+    rank: int, stage: int | None, window: Window, totals: tuple[int, int, int, int], wait_share: float
+) -> RankBreakdown:
+    """A rank's breakdown from its step aggregate, (compute, comm, exposed comm, idle), for a rank whose
+    spans were not read (``analysis.sampling``): its exposed communication is split into dependency wait
+    and transfer by ``wait_share``, its stage's sampled ranks' median share (``stage_wait_shares``)."""
+    compute, comm, exposed, idle = totals
+    dependency = round(exposed * wait_share)
+    window_ns = window[1] - window[0]
+    return RankBreakdown(
+        rank=rank,
+        stage=stage,
+        window_ns=window_ns,
+        compute_ns=compute,
+        comm_ns=comm,
+        overlapped_comm_ns=comm - exposed,
+        exposed_comm_ns=exposed,
+        dependency_wait_ns=dependency,
+        transfer_ns=exposed - dependency,
+        idle_ns=idle,
+        bubble_ns=idle + dependency,
+        bubble_fraction=(idle + dependency) / window_ns if window_ns else 0.0,
+        from_spans=False,
+    )
+
+
+def stage_wait_shares(breakdowns: Iterable[RankBreakdown]) -> dict[int | None, float]:
+    """Per stage, the median over its ranks (with exposed communication) of dependency wait / exposed."""
+    shares: dict[int | None, list[float]] = defaultdict(list)
+    for b in breakdowns:
+        if b.exposed_comm_ns > 0:
+            shares[b.stage].append(b.dependency_wait_ns / b.exposed_comm_ns)
+    return {stage: statistics.median(values) for stage, values in shares.items()}
 
 
 def step_bubble(

@@ -40,6 +40,7 @@ class RankBreakdown:
     idle_ns: int
     bubble_ns: int
     bubble_fraction: float
+    from_spans: bool = True  # False: from the rank's step aggregate (a big run's rank outside the span sample)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from statistics import median
+from typing import NamedTuple
 
 PHASES = ("window", "compute", "comm", "exposed_comm", "idle")
 LISTED_PEERS = 64
@@ -59,9 +60,8 @@ EXACT_MAD_UP_TO = 32  # larger comparable groups share one MAD per step
 GROUP_KINDS = {"host": "slow host", "stage": "slow stage", "dp": "slow replica"}
 
 
-@dataclass(frozen=True)
-class RankStepTimes:
-    """One rank's per-step aggregate, in ns."""
+class RankStepTimes(NamedTuple):
+    """One rank's per-step aggregate, in ns (a tuple: a 16,384-rank × 100-step range builds 1.6 million)."""
 
     rank: int
     step: int
@@ -216,14 +216,11 @@ def find_stragglers(
 def _phase_matrix(
     phase: str, table: Mapping[tuple[int, int], RankStepTimes], ranks: list[int], steps: list[int]
 ) -> PhaseMatrix:
-    values = [[_value(table.get((r, s)), phase) for s in steps] for r in ranks]
+    index = RankStepTimes._fields.index(f"{phase}_ns")
+    values = [[None if (times := table.get((r, s))) is None else int(times[index]) for s in steps] for r in ranks]
     medians = [_median_of(column) for column in zip(*values)] if values else []
     ratios = [[_ratio(v, m) for v, m in zip(row, medians)] for row in values]
     return PhaseMatrix(phase, values, ratios, medians)
-
-
-def _value(row: RankStepTimes | None, phase: str) -> int | None:
-    return None if row is None else int(getattr(row, f"{phase}_ns"))
 
 
 def _median_of(values: Iterable[int | float | None]) -> float | None:
@@ -365,6 +362,7 @@ def _group_findings(
     t: StragglerThresholds,
 ) -> list[GroupFinding]:
     found: list[GroupFinding] = []
+    slow_per_step = [sum(cells[r][j].flagged or history[r][j].flagged for r in ranks) for j in range(len(steps))]
     for dimension in GROUP_KINDS:
         members: dict[str, list[int]] = {}
         for r in ranks:
@@ -374,7 +372,7 @@ def _group_findings(
         if len(members) < 2:
             continue
         for group, inside in members.items():
-            finding = _group_finding(dimension, group, inside, ranks, steps, cells, history, t)
+            finding = _group_finding(dimension, group, inside, len(ranks), slow_per_step, steps, cells, history, t)
             if finding is None:
                 continue
             same = next((i for i, f in enumerate(found) if f.ranks == finding.ranks), None)
@@ -389,19 +387,22 @@ def _group_finding(
     dimension: str,
     group: str,
     inside: list[int],
-    ranks: list[int],
+    rank_count: int,
+    slow_per_step: list[int],
     steps: list[int],
     cells: Mapping[int, list[_Cell]],
     history: Mapping[int, list[_Cell]],
     t: StragglerThresholds,
 ) -> GroupFinding | None:
-    outside = [r for r in ranks if r not in inside]
+    """``slow_per_step[j]``: how many of all ``rank_count`` ranks are flagged at step j (by peers or their
+    own history); the group's own are taken off to count those outside it, O(group) per step."""
+    outside = rank_count - len(inside)
     if len(inside) < 2 or not outside:
         return None
     scored = [j for j in range(len(steps)) if all(cells[r][j].ratio is not None for r in inside)]
 
     def slow_outside(j: int) -> int:
-        return sum(cells[r][j].flagged or history[r][j].flagged for r in outside)
+        return slow_per_step[j] - sum(cells[r][j].flagged or history[r][j].flagged for r in inside)
 
     def together(footing: Mapping[int, list[_Cell]], j: int) -> bool:
         members = [footing[r][j] for r in inside]
@@ -411,7 +412,7 @@ def _group_finding(
         return min(excess) >= t.group_min_share * max(excess)
 
     flagged = [
-        (together(cells, j) or together(history, j)) and slow_outside(j) <= t.max_outside_fraction * len(outside)
+        (together(cells, j) or together(history, j)) and slow_outside(j) <= t.max_outside_fraction * outside
         for j in scored
     ]
     verdict = _verdict(flagged, len(scored), t)

@@ -73,7 +73,7 @@ def time_reads(client: httpx.Client, requests: dict[str, str], repeats: int) -> 
         )
 
 
-def time_page(url: str, run_key: str) -> None:
+def time_page(url: str, run_key: str, screenshots: Path | None = None) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -88,6 +88,11 @@ def time_page(url: str, run_key: str) -> None:
             page.wait_for_selector("body[data-drawn='true']", timeout=300_000)
             drawn = time.perf_counter() - began
             print(f"run page, {visit}: loaded {painted:.2f} s, every card drawn {drawn:.2f} s")
+        for width in (1440, 900) if screenshots else ():
+            page.set_viewport_size({"width": width, "height": 900})
+            page.goto(f"{url}/runs/{run_key}")
+            page.wait_for_selector("body[data-drawn='true']", timeout=300_000)
+            page.screenshot(path=str(screenshots / f"run-page-{width}.png"), full_page=width == 1440)
         print(f"console errors: {len(errors)}")
         browser.close()
 
@@ -126,6 +131,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--slow", type=int, default=None, help="a rank computing 1.3x (default: world_size // 3)")
     parser.add_argument("--page", action="store_true", help="also time the run page in Chromium")
+    parser.add_argument("--screenshots", type=Path, help="with --page: save the page at 1440 and 900 px in this folder")
     parser.add_argument(
         "--quiet-s", type=float, default=0.0, help="wait this long after the ingest before the page (a run gone quiet)"
     )
@@ -159,7 +165,7 @@ def main() -> None:
         )
         if args.page:  # first, while nothing was asked for
             time.sleep(args.quiet_s)  # the service stores a quiet run's page answers itself (warm_views)
-            time_page(live.url, run_key)
+            time_page(live.url, run_key, args.screenshots)
         time_reads(client, page_requests(job, run_key), args.repeats)
 
 

@@ -81,12 +81,16 @@ function alertQuery({ states = [], run = null, limit = null } = {}) {
   return text ? `?${text}` : "";
 }
 
+export const BREAKDOWN_ROWS = 1024;
+
 export const api = {
   // filters: state, name, since (ISO), limit, cursor; the answer's X-Next-Cursor comes back as `next`
   runs: (filters = {}) => getPage(`/runs?${new URLSearchParams(Object.entries(filters).filter(([, v]) => v))}`),
   run: (key) => getJson(runPath(key)),
-  // ranks: whose spans ("0-7,341"); null: the service's choice (every rank, or each stage's median and slowest)
-  step: (key, step, ranks = null) => getJson(`${runPath(key)}/steps/${step}${ranks ? `?ranks=${encodeURIComponent(ranks)}` : ""}`),
+  // ranks: whose spans ("0-7,341"); null: the service's choice (every rank, or each stage's median and slowest);
+  // the breakdown table pages through its BREAKDOWN_ROWS slowest ranks
+  step: (key, step, ranks = null) => getJson(`${runPath(key)}/steps/${step}?${new URLSearchParams(
+    [...(ranks ? [["ranks", ranks]] : []), ["breakdown_limit", String(BREAKDOWN_ROWS)]])}`),
   analysis: (key) => getJson(`${runPath(key)}/analysis`),
   stragglers: (key) => getJson(`${runPath(key)}/stragglers?phases=compute&compact=true`), // the heat-map's one phase, as drawn
   spanKinds: () => getJson("/span-kinds"),

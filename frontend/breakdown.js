@@ -30,8 +30,9 @@ export function renderBreakdown(detail, run, kinds) {
   const rows = sorted.slice(view.page * PAGE_ROWS, (view.page + 1) * PAGE_ROWS);
   const pager = document.getElementById("breakdown-pager");
   pager.hidden = pages === 1;
+  const listed = detail.breakdown_ranks > sorted.length ? ` (the ${sorted.length.toLocaleString()} slowest listed)` : "";
   document.getElementById("breakdown-page").textContent =
-    `ranks ${view.page * PAGE_ROWS + 1}–${view.page * PAGE_ROWS + rows.length} of ${sorted.length}, slowest compute first`;
+    `ranks ${view.page * PAGE_ROWS + 1}–${view.page * PAGE_ROWS + rows.length} of ${detail.breakdown_ranks.toLocaleString()}${listed}, slowest compute first`;
   document.getElementById("breakdown-prev").disabled = view.page === 0;
   document.getElementById("breakdown-next").disabled = view.page === pages - 1;
   const labels = rows.map((b) => rankLabel(run, b.rank));

@@ -33,7 +33,8 @@ from bubblescope.backend.db.models import RankInfo, Run
 from bubblescope.backend.errors import DomainError, Invalid, NotFound
 from bubblescope.backend.fields import check_step_order
 from bubblescope.backend.runs import queries
-from bubblescope.backend.runs.service import broken_down_step, require_run, run_bubble
+from bubblescope.backend.runs.service import require_run, run_bubble
+from bubblescope.backend.runs.step_spans import broken_down_step
 from bubblescope.backend.stragglers.service import straggler_report
 
 MAX_STEPS = 50  # the newest steps with spans in the range; enough for stable medians
@@ -132,11 +133,12 @@ def _load(session: Session, run: Run, ranks: Sequence[RankInfo], from_step: int 
         assert found is not None
         aligned, breakdowns = found.aligned, found.breakdowns
         bubble = run_bubble(run, breakdowns, aligned.windows)
-        window.steps.append(StepSpans(step, aligned.spans, aligned.windows))
+        span_windows = aligned.span_windows()  # a big run's sampled replicas (analysis/sampling.py)
+        window.steps.append(StepSpans(step, aligned.spans, span_windows))
         window.breakdowns.append(breakdowns)
         window.bubble_ns.append(bubble.measured_fraction * bubble.wall_ns)
         window.walls.append(bubble.wall_ns)
-        for group, ns in _exposed_comm_by_group(aligned.rows, aligned.spans, len(aligned.windows)).items():
+        for group, ns in _exposed_comm_by_group(aligned.rows, aligned.spans, len(span_windows)).items():
             exposed[group].append(ns)
     steps = len(candidates)
     window.exposed_by_group.update({g: sum(v) / steps for g, v in exposed.items()})

@@ -246,14 +246,25 @@ def steps_with_spans(session: Session, run_id: int) -> set[int]:
 
 
 SPAN_COLUMNS = (
-    Span.rank, Span.kind, Span.start_ns, Span.end_ns, Span.stage, Span.microbatch, Span.peer, Span.bytes, Span.group, Span.name
-)  # fmt: skip
+    Span.rank,
+    Span.kind,
+    Span.start_ns,
+    Span.end_ns,
+    Span.stage,
+    Span.microbatch,
+    Span.peer,
+    Span.bytes,
+    Span.group,
+    Span.name,
+)  # fmt: skip  (runs.step_spans.aligned_spans unpacks rows in this order)
 
 
-def spans_of_step(session: Session, run_id: int, step: int) -> Sequence[Row[Any]]:
-    """The step's spans as plain rows (attribute access as on ``Span``): a 1,024-rank step holds ~100k,
-    and rows cost a fraction of ORM objects to load."""
+def spans_of_step(session: Session, run_id: int, step: int, ranks: Collection[int] | None = None) -> Sequence[Row[Any]]:
+    """The step's spans (of ``ranks`` only, when given) as plain rows (attribute access as on ``Span``): a
+    1,024-rank step holds ~100k, and rows cost a fraction of ORM objects to load."""
     query = select(*SPAN_COLUMNS).where(Span.run_id == run_id, Span.step == step).order_by(Span.rank, Span.start_ns)
+    if ranks is not None:
+        query = query.where(Span.rank.in_(sorted(ranks)))
     rows: Sequence[Row[Any]] = session.execute(query).all()  # type: ignore[assignment]  # Row's column types
     return rows
 

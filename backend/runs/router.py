@@ -166,8 +166,19 @@ def get_step(
             "of up to 64, else each stage's median and slowest rank. The breakdown always covers every rank.",
         ),
     ] = None,
+    breakdown_limit: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=1_000_000,
+            description="at most this many breakdown rows, slowest compute first (the run page asks for 1,024: "
+            "a 16,384-rank step's every row is 4.8 MB); default: every rank's, in rank order",
+        ),
+    ] = None,
 ) -> Response:
-    return cached_answer(request, session, run_key, lambda: service.step_detail(session, run_key, step, ranks))
+    return cached_answer(
+        request, session, run_key, lambda: service.step_detail(session, run_key, step, ranks, breakdown_limit)
+    )
 
 
 @router.delete(

@@ -199,6 +199,10 @@ class RankBreakdownOut(FromAnalysis):
     idle_ns: int
     bubble_ns: int
     bubble_fraction: float
+    from_spans: bool = Field(
+        description="true: measured from the rank's spans; false: from its step aggregate (a run past 2,048 "
+        "ranks reads the spans of a sample of replicas), dependency wait = its stage's sampled median share"
+    )
 
 
 class StepBubbleOut(FromAnalysis):
@@ -231,5 +235,12 @@ class StepDetail(BaseModel):
         "64, else each stage's median and slowest rank, or those asked for with `ranks`"
     )
     spans: list[SpanOut]
-    breakdown: list[RankBreakdownOut]
+    breakdown: list[RankBreakdownOut] = Field(
+        description="every rank's, in rank order; with `breakdown_limit`, that many of slowest compute first"
+    )
+    breakdown_ranks: int = Field(description="how many ranks have a breakdown (the list may hold fewer)")
+    span_sample_ranks: int | None = Field(
+        description="how many ranks' spans were read (a run past 2,048 ranks: a sample of replicas, "
+        "analysis/sampling.py); null: every rank's"
+    )
     bubble: StepBubbleOut

@@ -9,13 +9,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
-from bubblescope.analysis.breakdown import step_breakdown, step_bubble
-from bubblescope.analysis.model import RankBreakdown, StepBubble, TimedSpan
+from bubblescope.analysis.breakdown import step_bubble
+from bubblescope.analysis.model import RankBreakdown, StepBubble
 from bubblescope.analysis.warmup import BASELINE_STEPS, warmup_until
-from bubblescope.backend.db.models import RankInfo, Run, StepAggregate
+from bubblescope.backend.db.models import RankInfo, Run
 from bubblescope.backend.errors import Invalid, NotFound, TooLarge
 from bubblescope.backend.runs import queries
 from bubblescope.backend.runs.schemas import (
@@ -33,8 +32,7 @@ from bubblescope.backend.runs.schemas import (
     TimelineRankOut,
 )
 from bubblescope.backend.runs.state import RankEnd, as_utc, rank_outcome, run_state
-from bubblescope.backend.runs.step_memo import ENTRIES as STEP_MEMO_ENTRIES
-from bubblescope.backend.runs.step_memo import SingleFlightMemo, run_memo_key
+from bubblescope.backend.runs.step_spans import broken_down_step, spans_of_ranks
 from bubblescope.backend.runs.timeline_ranks import parse_ranks, timeline_ranks
 from bubblescope.backend.settings import ServiceSettings
 
@@ -199,63 +197,6 @@ def run_detail(session: Session, key: str, silent_after_s: float) -> RunDetail:
     )
 
 
-@dataclass(frozen=True)
-class AlignedStep:
-    """One step's rows and spans on rank 0's clock, each rank's window and stage."""
-
-    rows: Sequence[Row[Any]]  # queries.spans_of_step
-    spans: list[TimedSpan]
-    windows: dict[int, tuple[int, int]]
-    stages: dict[int, int | None]
-
-
-def aligned_step(session: Session, run: Run, ranks: Sequence[RankInfo], step: int) -> AlignedStep | None:
-    """None when the step has neither aggregates nor spans."""
-    offsets = {info.rank: info.clock_offset_ns for info in ranks}
-    aggregates = queries.step_aggregates(session, run.id, step)
-    offsets.update(_step_offsets(aggregates))
-    rows = queries.spans_of_step(session, run.id, step)
-    if not aggregates and not rows:
-        return None
-    spans = [
-        TimedSpan(rank, kind, start - offset, end - offset, stage, microbatch, peer, name)
-        for rank, kind, start, end, stage, microbatch, peer, name, offset in (
-            (r.rank, r.kind, r.start_ns, r.end_ns, r.stage, r.microbatch, r.peer, r.name, offsets.get(r.rank, 0))
-            for r in rows
-        )
-    ]
-    windows = {a.rank: (a.start_ns - offsets.get(a.rank, 0), a.end_ns - offsets.get(a.rank, 0)) for a in aggregates}
-    reported = set(windows)
-    for span in spans:  # a rank with spans but no aggregate: first span start to last span end
-        if span.rank not in reported:
-            lo, hi = windows.get(span.rank, (span.start_ns, span.end_ns))
-            windows[span.rank] = (min(lo, span.start_ns), max(hi, span.end_ns))
-    return AlignedStep(rows, spans, windows, {info.rank: info.stage for info in ranks})
-
-
-@dataclass(frozen=True)
-class BrokenDownStep:
-    """A step's aligned spans and each rank's breakdown (shared between requests: read, never change)."""
-
-    aligned: AlignedStep
-    breakdowns: list[RankBreakdown]
-
-
-_BROKEN_DOWN: SingleFlightMemo[BrokenDownStep | None] = SingleFlightMemo(STEP_MEMO_ENTRIES)
-
-
-def broken_down_step(session: Session, run: Run, ranks: Sequence[RankInfo], step: int) -> BrokenDownStep | None:
-    """``aligned_step`` and its ``step_breakdown``, once per (run, revision, step) (``step_memo``)."""
-
-    def compute() -> BrokenDownStep | None:
-        aligned = aligned_step(session, run, ranks, step)
-        if aligned is None:
-            return None
-        return BrokenDownStep(aligned, step_breakdown(aligned.spans, aligned.windows, aligned.stages))
-
-    return _BROKEN_DOWN.get(run_memo_key(session, run, "step", step), compute)
-
-
 def run_bubble(run: Run, breakdowns: list[RankBreakdown], windows: dict[int, tuple[int, int]]) -> StepBubble:
     config = run.config or {}
     return step_bubble(
@@ -268,9 +209,12 @@ def run_bubble(run: Run, breakdowns: list[RankBreakdown], windows: dict[int, tup
     )
 
 
-def step_detail(session: Session, key: str, step: int, ranks: str | None = None) -> StepDetail:
+def step_detail(
+    session: Session, key: str, step: int, ranks: str | None = None, breakdown_limit: int | None = None
+) -> StepDetail:
     """Spans of one step on an aligned time axis (of the ranks ``timeline_ranks`` picks, or ``ranks``:
-    "0-7,341"), each rank's breakdown, and the step's bubble."""
+    "0-7,341"), each rank's breakdown (``breakdown_limit``: that many, slowest compute first), and the
+    step's bubble."""
     run = require_run(session, key)
     asked = None if ranks is None else parse_ranks(ranks, run.world_size)
     found = broken_down_step(session, run, queries.ranks_of(session, run.id), step)
@@ -298,12 +242,20 @@ def step_detail(session: Session, key: str, step: int, ranks: str | None = None)
                 group=row.group,
                 name=row.name,
             )
-            for row, span in zip(aligned.rows, aligned.spans)
-            if row.rank in wanted
+            for row, span in spans_of_ranks(session, run, step, aligned, wanted)
         ],
-        breakdown=[RankBreakdownOut.model_validate(b) for b in breakdowns],
+        breakdown=[RankBreakdownOut.model_validate(b) for b in _listed(breakdowns, breakdown_limit)],
+        breakdown_ranks=len(breakdowns),
+        span_sample_ranks=None if aligned.sampled is None else len(aligned.sampled),
         bubble=StepBubbleOut.model_validate(run_bubble(run, breakdowns, aligned.windows)),
     )
+
+
+def _listed(breakdowns: list[RankBreakdown], limit: int | None) -> list[RankBreakdown]:
+    """Every breakdown in rank order, or the ``limit`` of slowest compute (the breakdown table's order)."""
+    if limit is None:
+        return breakdowns
+    return sorted(breakdowns, key=lambda b: (-b.compute_ns, b.rank))[:limit]
 
 
 def _summary(run: Run, step_count: int, ends: Sequence[RankEnd], now: datetime, silent_after_s: float) -> RunSummary:
@@ -319,11 +271,6 @@ def _summary(run: Run, step_count: int, ends: Sequence[RankEnd], now: datetime, 
         state=state.state,
         state_detail=state.detail,
     )
-
-
-def _step_offsets(aggregates: Sequence[StepAggregate]) -> dict[int, int]:
-    """Offsets re-estimated during the run, where a step carries one (else the rank's applies)."""
-    return {a.rank: a.clock_offset_ns for a in aggregates if a.clock_offset_ns is not None}
 
 
 def _rank_out(info: RankInfo) -> RankOut:

@@ -7,12 +7,12 @@ The breakdown (one row per rank) always covers every rank: it is what finds the 
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from bubblescope.analysis.model import RankBreakdown
+from bubblescope.analysis.sampling import median_and_slowest
 from bubblescope.backend.errors import Invalid
 
 FULL_TIMELINE_RANKS: Final = 64
@@ -54,14 +54,7 @@ def timeline_ranks(breakdowns: Sequence[RankBreakdown], asked: list[int] | None)
         return [TimelineRank(rank, stage_of.get(rank), "asked") for rank in asked]
     if len(breakdowns) <= FULL_TIMELINE_RANKS:
         return [TimelineRank(b.rank, b.stage, "every rank") for b in sorted(breakdowns, key=lambda b: b.rank)]
-    by_stage: dict[int | None, list[RankBreakdown]] = defaultdict(list)
-    for b in breakdowns:
-        by_stage[b.stage].append(b)
-    chosen: list[TimelineRank] = []
-    for stage, peers in sorted(by_stage.items(), key=lambda item: (item[0] is None, item[0] or 0)):
-        ordered = sorted(peers, key=lambda b: (b.compute_ns, b.rank))
-        median, slowest = ordered[(len(ordered) - 1) // 2], ordered[-1]
-        chosen.append(TimelineRank(median.rank, stage, f"median of {len(peers)}"))
-        if slowest.rank != median.rank:
-            chosen.append(TimelineRank(slowest.rank, stage, f"slowest of {len(peers)}"))
-    return chosen
+    return [
+        TimelineRank(rank, stage, role)
+        for rank, stage, role in median_and_slowest((b.rank, b.stage, b.compute_ns) for b in breakdowns)
+    ]

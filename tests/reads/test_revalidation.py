@@ -8,6 +8,7 @@ import time
 import httpx
 import pytest
 
+from bubblescope.backend.warm_views import PAGE_STRAGGLER_QUERY
 from tests.support import LiveServer, ingest_batch, post_gzip, register
 
 VIEWS = ("steps/1", "analysis", "stragglers")
@@ -74,7 +75,7 @@ def test_a_quiet_runs_page_answers_are_stored_before_anyone_asks(server: LiveSer
             _post(client, key, step)
         time.sleep(16)  # two looks and a margin: the first sees the revision, the next warms
         analysis = client.get(f"/api/v1/runs/{key}/analysis")
-        stragglers = client.get(f"/api/v1/runs/{key}/stragglers", params={"phases": "compute"})
+        stragglers = client.get(f"/api/v1/runs/{key}/stragglers", params=list(PAGE_STRAGGLER_QUERY))
         assert analysis.headers["x-bubblescope-answer"] == "stored", analysis.headers
         assert stragglers.headers["x-bubblescope-answer"] == "stored", stragglers.headers
         assert analysis.json()["steps"] == [1, 2]
