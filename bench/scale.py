@@ -41,8 +41,8 @@ def page_requests(job: SyntheticJob, run_key: str) -> dict[str, str]:
     newest_full = max(step for step in range(job.steps) if job.has_spans(step))
     base = f"/api/v1/runs/{run_key}"
     return {
-        "run": base,
-        f"step {newest_full}": f"{base}/steps/{newest_full}",
+        "run": f"{base}?ranks_limit=1024",
+        f"step {newest_full}": f"{base}/steps/{newest_full}?breakdown_limit=1024",
         "analysis": f"{base}/analysis",
         "stragglers": f"{base}/stragglers?phases=compute&compact=true",
         "alerts firing": f"/api/v1/alerts?state=firing&run={run_key}&limit=100",

@@ -236,7 +236,8 @@ export function renderRanks(run, firing, hungView, now) {
   }
   const lagging = [...flagged.values()].filter((f) => f === "lagging").length;
   const blocked = run.ranks.filter((r) => live(r) && blockedOp(r)).length;
-  const parts = [`${run.ranks.length} registered`];
+  const parts = [`${run.rank_count.toLocaleString()} registered`];
+  if (run.ranks.length < run.rank_count) parts.push(`${run.ranks.length.toLocaleString()} listed: failed, blocked, ended and silent first`);
   if (lagging) parts.push(`${lagging} lagging`);
   if (blocked) parts.push(`${blocked} blocked in an op`);
   if (hungView) parts.push("lagging and blocked ranks first");

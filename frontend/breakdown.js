@@ -35,7 +35,7 @@ export function renderBreakdown(detail, run, kinds) {
     `ranks ${view.page * PAGE_ROWS + 1}–${view.page * PAGE_ROWS + rows.length} of ${detail.breakdown_ranks.toLocaleString()}${listed}, slowest compute first`;
   document.getElementById("breakdown-prev").disabled = view.page === 0;
   document.getElementById("breakdown-next").disabled = view.page === pages - 1;
-  const labels = rows.map((b) => rankLabel(run, b.rank));
+  const labels = rows.map((b) => rankLabel(run, b.rank, b.stage));
   const part = (name, key, color) => ({ type: "bar", orientation: "h", name, y: labels, x: rows.map((b) => b[key] / 1e6), marker: { color } });
   const drawn = plot("breakdown-chart", [
     part("compute", "compute_ns", kinds.category("compute")),

@@ -14,11 +14,13 @@ export const share = (part, whole) => (whole ? percent(part / whole) : "—");
 
 // "rank 3 · stage 3" (or "· stages 3, 7" for interleaved schedules) from the run detail's ranks.
 const ranksOf = new WeakMap(); // run answer -> Map rank -> its row: a 16,384-rank table read per label was O(n²)
-export function rankLabel(run, rank) {
+// stage: the caller's, for a rank the run answer does not list (past its ranks_limit)
+export function rankLabel(run, rank, stage = null) {
   if (!ranksOf.has(run)) ranksOf.set(run, new Map(run.ranks.map((r) => [r.rank, r])));
   const info = ranksOf.get(run).get(rank);
   if (info && info.stages && info.stages.length > 1) return `rank ${rank} · stages ${info.stages.join(", ")}`;
-  return info && info.stage !== null ? `rank ${rank} · stage ${info.stage}` : `rank ${rank}`;
+  const known = info ? info.stage : stage;
+  return known !== null && known !== undefined ? `rank ${rank} · stage ${known}` : `rank ${rank}`;
 }
 
 // Text from the service (host, run, span and group names, messages) as a chart label, trace name or

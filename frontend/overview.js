@@ -11,7 +11,7 @@ export function renderRun(run) {
   const state = document.getElementById("run-state");
   state.replaceChildren(stateBadge(run), el("span", { class: run.state === "failed" ? "detail error" : "detail muted" }, run.state_detail));
   state.hidden = false;
-  const dropped = run.ranks.reduce((sum, r) => sum + r.dropped_spans, 0);
+  const dropped = run.dropped_spans;
   document.getElementById("run-facts").replaceChildren(
     fact("Ranks", String(run.world_size)),
     fact("Schedule", c.schedule || "—"),

@@ -23,7 +23,7 @@ export function renderTimeline(detail, run, kinds) {
   const shown = detail.timeline_ranks;
   const ranks = shown.map((r) => r.rank);
   const roleOf = (r) => (r.role === "every rank" || r.role === "asked" ? "" : ` · ${r.role}`);
-  const labels = new Map(shown.map((r) => [r.rank, rankLabel(run, r.rank) + roleOf(r)]));
+  const labels = new Map(shown.map((r) => [r.rank, rankLabel(run, r.rank, r.stage) + roleOf(r)]));
   const byKind = new Map();
   for (const span of detail.spans) {
     if (!byKind.has(span.kind)) byKind.set(span.kind, []);

@@ -144,8 +144,22 @@ def get_runs(
 
 
 @router.get("/{run_key}", response_model=RunDetail, summary="A run: state, config, ranks and per-step summary")
-def get_run(run_key: RunKey, session: DbSession, request: Request, silent_after_s: SilentAfter = None) -> RunDetail:
-    return service.run_detail(session, run_key, _silent_after(request, silent_after_s))
+def get_run(
+    run_key: RunKey,
+    session: DbSession,
+    request: Request,
+    silent_after_s: SilentAfter = None,
+    ranks_limit: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=1_000_000,
+            description="list at most this many ranks, those needing attention first (the run page asks for "
+            "1,024: a 16,384-rank run's every rank is 4.5 MB); default: every rank",
+        ),
+    ] = None,
+) -> RunDetail:
+    return service.run_detail(session, run_key, _silent_after(request, silent_after_s), ranks_limit)
 
 
 @router.get(

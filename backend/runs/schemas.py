@@ -162,7 +162,12 @@ class StepSummary(BaseModel):
 
 
 class RunDetail(RunSummary):
-    ranks: list[RankOut]
+    ranks: list[RankOut] = Field(
+        description="every registered rank in rank order; with `ranks_limit`, at most that many: failed, blocked "
+        "in an op, ended or silent ranks first, then the lowest ranks"
+    )
+    rank_count: int = Field(description="how many ranks registered (`ranks` may list fewer)")
+    dropped_spans: int = Field(description="spans the collectors dropped, summed over every rank")
     steps: list[StepSummary]
     warmup_until_step: int | None = Field(
         description="steps before this one are warm-up (the run's first 5): left out of baselines and default steps"

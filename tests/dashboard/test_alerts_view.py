@@ -312,7 +312,7 @@ def test_the_hung_view_of_1024_ranks_scrolls_inside_its_card(
         # a round updates the rows in place: the same row elements, their durations brought up to date
         page.evaluate("() => { window.__row = document.querySelector(\"#ranks-table tr[data-rank='0']\"); }")
         for _ in range(2):
-            with page.expect_request(lambda r: r.url.endswith(f"/api/v1/runs/{key}"), timeout=15_000):
+            with page.expect_request(lambda r: r.url.endswith(f"/api/v1/runs/{key}?ranks_limit=1024"), timeout=15_000):
                 pass
         page.wait_for_timeout(500)  # the round's answer rendered
         assert page.evaluate(

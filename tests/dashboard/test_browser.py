@@ -122,12 +122,13 @@ def assert_one_loop_that_waits_and_asks_only_for_news(browser: Any, run_url: str
     page.add_init_script(SLOW_ANALYSIS)
     page.goto(run_url)
     detail = f"/api/v1/runs/{run_url.rsplit('/', 1)[1]}"
-    page.wait_for_function(f"() => window.asked.filter(([path]) => path === '{detail}').length >= 3", timeout=20_000)
+    polled = f"{detail}?ranks_limit=1024"  # frontend/api.js RANK_ROWS
+    page.wait_for_function(f"() => window.asked.filter(([path]) => path === '{polled}').length >= 3", timeout=20_000)
     page.wait_for_selector("body[data-rendered-step]", timeout=10_000)
     shown = page.evaluate("() => document.body.dataset.renderedStep")  # the default: nearest the median wall
     asked = page.evaluate("() => window.asked")
-    assert all(pending == 0 for path, pending in asked if path == detail), asked
-    others = sorted(path for path, _ in asked if path != detail and path.startswith("/api/v1/runs/"))
+    assert all(pending == 0 for path, pending in asked if path == polled), asked
+    others = sorted(path for path, _ in asked if path != polled and path.startswith("/api/v1/runs/"))
     assert others == [
         f"{detail}/analysis",
         f"{detail}/steps/{shown}?breakdown_limit=1024",
@@ -150,7 +151,7 @@ def test_an_unknown_run_says_so_and_keeps_asking_slowly(
     settled = len(api_calls)
     page.wait_for_timeout(6_500)  # the page asks again every 5 s while the run is not known
     assert 1 <= len(api_calls) - settled <= 2, api_calls
-    assert set(api_calls) == {f"{sqlite_server.url}/api/v1/runs/no-such-run"}  # nothing else of a run it lacks
+    assert set(api_calls) == {f"{sqlite_server.url}/api/v1/runs/no-such-run?ranks_limit=1024"}  # nothing else
     page.screenshot(path=str(output_dir / "missing-run.png"), full_page=True)
     page.close()
 

@@ -93,3 +93,20 @@ def test_the_analysis_of_a_sampled_step_names_the_slow_rank(sampled_run: tuple[L
     assert analysis["pipeline"] is not None, analysis["pipeline_unavailable"]  # replayed from the sampled replicas
     assert all(0.0 < fraction < 1.0 for fraction in analysis["step_bubble_fractions"])
     assert analysis["exposed_comm_ns_by_group"]["dp"] > 0  # per sampled rank, not diluted by the others
+
+
+def test_the_run_answer_lists_the_ranks_asked_for_failed_ones_first(sampled_run: tuple[LiveServer, str]) -> None:
+    """Last in the module: it ends a rank."""
+    server, key = sampled_run
+    with server.client() as client:
+        client.timeout = 120
+        ended = client.put(f"/api/v1/runs/{key}/ranks/2000/end", json={"outcome": "failed", "error": "OOM"})
+        assert ended.status_code == 200, ended.text[:300]
+        run = client.get(f"/api/v1/runs/{key}", params={"ranks_limit": 100}).json()
+        every = client.get(f"/api/v1/runs/{key}").json()
+    listed = [r["rank"] for r in run["ranks"]]
+    assert run["rank_count"] == every["rank_count"] == len(every["ranks"]) == JOB.world_size
+    assert len(listed) == 100 and listed == sorted(listed) and 2000 in listed  # the failed rank, then the lowest
+    assert listed[:99] == list(range(99))
+    assert run["dropped_spans"] == every["dropped_spans"] == sum(r["dropped_spans"] for r in every["ranks"])
+    assert run["steps"] == every["steps"] and run["state"] == every["state"]
