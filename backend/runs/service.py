@@ -173,9 +173,10 @@ def list_runs(
 def run_detail(session: Session, key: str, silent_after_s: float, ranks_limit: int | None = None) -> RunDetail:
     """The run, its per-step summary and its ranks (``ranks_limit``: that many, those needing attention first)."""
     run = require_run(session, key)
-    ranks = queries.ranks_of(session, run.id)
+    ends = queries.rank_ends(session, [run.id])[run.id]
     now = queries.database_now(session)
     with_spans = queries.steps_with_spans(session, run.id)
+    listed = _listed_ranks(ends, ranks_limit, as_utc(now) - timedelta(seconds=silent_after_s))
     steps = [
         StepSummary(
             step=row.step,
@@ -189,13 +190,10 @@ def run_detail(session: Session, key: str, silent_after_s: float, ranks_limit: i
         for row in queries.step_totals(session, run.id)
     ]
     return RunDetail(
-        **_summary(run, len(steps), [queries.rank_end(info) for info in ranks], now, silent_after_s).model_dump(),
-        ranks=[
-            _rank_out(info)
-            for info in _listed_ranks(ranks, ranks_limit, as_utc(now) - timedelta(seconds=silent_after_s))
-        ],
-        rank_count=len(ranks),
-        dropped_spans=sum(info.dropped_spans for info in ranks),
+        **_summary(run, len(steps), ends, now, silent_after_s).model_dump(),
+        ranks=[_rank_out(info) for info in queries.ranks_of(session, run.id, listed)],
+        rank_count=len(ends),
+        dropped_spans=queries.dropped_spans(session, run.id),
         steps=steps,
         warmup_until_step=warmup_until(steps[0].step if steps else None),
         baseline_steps=BASELINE_STEPS,
@@ -256,21 +254,20 @@ def step_detail(
     )
 
 
-def _listed_ranks(ranks: Sequence[RankInfo], limit: int | None, silent_before: datetime) -> Sequence[RankInfo]:
-    """Every rank, or ``limit`` of them: failed, blocked in an op, ended, silent since ``silent_before``, then
-    the rest, each by rank; listed in rank order."""
-    if limit is None or len(ranks) <= limit:
-        return ranks
+def _listed_ranks(ends: Sequence[RankEnd], limit: int | None, silent_before: datetime) -> list[int] | None:
+    """None (every rank), or ``limit`` ranks: failed, blocked in an op, ended, silent since ``silent_before``,
+    then the rest, each by rank."""
+    if limit is None or len(ends) <= limit:
+        return None
 
-    def attention(info: RankInfo) -> int:
-        if info.outcome is not None:
-            return 0 if rank_outcome(info.outcome) == "failed" else 2
-        if info.in_flight is not None:
+    def attention(end: RankEnd) -> int:
+        if end.outcome is not None:
+            return 0 if end.outcome == "failed" else 2
+        if end.in_flight is not None:
             return 1
-        heard = info.last_heard_at
-        return 3 if heard is None or as_utc(heard) < silent_before else 4
+        return 3 if end.last_heard_at is None or end.last_heard_at < silent_before else 4
 
-    return sorted(sorted(ranks, key=lambda info: (attention(info), info.rank))[:limit], key=lambda info: info.rank)
+    return [end.rank for end in sorted(ends, key=lambda end: (attention(end), end.rank))[:limit]]
 
 
 def _listed(breakdowns: list[RankBreakdown], limit: int | None) -> list[RankBreakdown]:
