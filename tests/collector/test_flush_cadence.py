@@ -42,7 +42,8 @@ def test_the_shipper_adopts_the_interval_the_service_gives_for_the_runs_size(
         shipper.submit(record(0))
         batches = lambda: count_rows(slow_cadence_server.db_url, "ingested_batches", key)
         wait_until(lambda: batches() == 1, 10, "the first batch")
-        assert shipper._interval == 4.0
+        # the batch is stored before the service answers and the shipper reads the answer: wait for that too
+        wait_until(lambda: shipper._interval == 4.0, 10, "the interval the service gave")
         for step in range(1, 8):  # 1.4 s of steps: at 0.2 s they would have gone in 7 flushes
             shipper.submit(record(step))
             time.sleep(0.2)
