@@ -76,8 +76,8 @@ def spans_of_ranks(
     session: Session, run: Run, step: int, aligned: AlignedStep, wanted: Collection[int]
 ) -> list[tuple[Row[Any], TimedSpan]]:
     """The rows and aligned spans of ``wanted`` ranks, read for those outside the sample."""
-    held = [(row, span) for row, span in zip(aligned.rows, aligned.spans) if row.rank in wanted]
-    missing = frozenset(wanted) - (aligned.sampled if aligned.sampled is not None else frozenset(wanted))
+    held = [(row, span) for row, span in zip(aligned.rows, aligned.spans) if span.rank in wanted]
+    missing = set() if aligned.sampled is None else set(wanted) - aligned.sampled
     if missing:
         rows = queries.spans_of_step(session, run.id, step, missing)
         held += zip(rows, aligned_spans(rows, aligned.offsets))
