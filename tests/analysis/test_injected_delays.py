@@ -158,9 +158,12 @@ def test_a_pause_in_no_span_is_idle_on_its_rank_and_dependency_wait_downstream(j
     idle, waited = delta(PAUSE_RANK, "idle_ns"), delta(PAUSE_RANK + 1, "dependency_wait_ns")
     assert low <= idle <= high, idle / MS
     assert low <= waited <= high, waited / MS
-    # the pause is neither compute nor a wait on the paused rank itself
+    # The pause is neither compute nor a wait on the paused rank itself. Rank 0's own waits (its
+    # recvs of the slow stage's gradients) spread like any step's on a loaded machine: a median
+    # of the 3 paused steps against the 8 others moved by 10.4 ms in one CI run, so the bound is
+    # a fifth of D; counting the pause as a wait would move it by all of D.
     assert abs(delta(PAUSE_RANK, "compute_ns")) < 0.05 * PAUSE_MS * MS
-    assert abs(delta(PAUSE_RANK, "dependency_wait_ns")) < 0.1 * PAUSE_MS * MS
+    assert abs(delta(PAUSE_RANK, "dependency_wait_ns")) < 0.2 * PAUSE_MS * MS
 
 
 def test_a_pause_outside_the_pipeline_is_straggler_jitter_not_imbalance(job: dict[str, Any]) -> None:
