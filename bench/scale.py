@@ -81,13 +81,25 @@ def time_page(url: str, run_key: str, screenshots: Path | None = None) -> None:
         page = browser.new_page(viewport={"width": 1440, "height": 900})
         errors: list[str] = []
         page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+        asked: dict[str, float] = {}
+        answered: list[tuple[str, float, float]] = []  # path, asked, answered: seconds after navigation
+        page.on("request", lambda request: asked.setdefault(request.url, time.perf_counter()))
+        page.on(
+            "requestfinished",
+            lambda request: answered.append((request.url, asked.pop(request.url, 0.0), time.perf_counter())),
+        )
         for visit in ("first visit (nothing cached)", "second visit (answers stored)"):
+            answered.clear()
             began = time.perf_counter()
             page.goto(f"{url}/runs/{run_key}")
             painted = time.perf_counter() - began
             page.wait_for_selector("body[data-drawn='true']", timeout=300_000)
             drawn = time.perf_counter() - began
             print(f"run page, {visit}: loaded {painted:.2f} s, every card drawn {drawn:.2f} s")
+            for request_url, start, end in answered:  # the waterfall of the page's API requests
+                if "/api/" in request_url:
+                    path = request_url.split("/api/v1", 1)[-1].split("?", 1)[0]
+                    print(f"    {start - began:6.2f} -> {end - began:6.2f} s  {path}")
         for width in (1440, 900) if screenshots else ():
             page.set_viewport_size({"width": width, "height": 900})
             page.goto(f"{url}/runs/{run_key}")

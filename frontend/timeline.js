@@ -4,6 +4,10 @@
 import { plot } from "./dom.js";
 import { ms, plotText, rankLabel } from "./format.js";
 
+// Past this many bars, a bar is a few pixels wide and its micro-batch number would not fit in it:
+// bars are drawn without it (the hover still names the micro-batch).
+const LABELLED_BARS = 400;
+
 // Row height in px: roomy for a few ranks, compact for many.
 export const rowHeight = (rows) => (rows <= 8 ? 60 : rows <= 16 ? 36 : 22);
 
@@ -29,6 +33,7 @@ export function renderTimeline(detail, run, kinds) {
     if (!byKind.has(span.kind)) byKind.set(span.kind, []);
     byKind.get(span.kind).push(span);
   }
+  const labelled = detail.spans.length <= LABELLED_BARS;
   const order = (kind) => (kinds.order.includes(kind) ? kinds.order.indexOf(kind) : kinds.order.length);
   const traces = [...byKind.entries()].sort(([a], [b]) => order(a) - order(b)).map(([kind, spans]) => {
     const { category, color } = kinds.kind(kind);
@@ -37,7 +42,8 @@ export function renderTimeline(detail, run, kinds) {
       y: spans.map((s) => labels.get(s.rank) || rankLabel(run, s.rank)),
       base: spans.map((s) => s.start_ns / 1e6),
       x: spans.map((s) => Math.max((s.end_ns - s.start_ns) / 1e6, 0.01)),
-      text: spans.map((s) => (s.microbatch === null ? "" : String(s.microbatch))),
+      // plotly measures every bar's text, shown or not: 1,440 labels took 0.6 s of a 1-s drawing
+      ...(labelled ? { text: spans.map((s) => (s.microbatch === null ? "" : String(s.microbatch))) } : {}),
       textposition: "inside", insidetextanchor: "middle",
       hovertext: spans.map((s) => hover(s, category)), hoverinfo: "text",
     };

@@ -39,6 +39,8 @@ def test_run_page_shows_one_timeline_row_per_rank(browser: Any, sqlite_server: L
     assert sorted(rows) == sorted(f"rank {r} · stage {r}" for r in range(stages))
     bars = page.locator("#timeline .barlayer .point").count()
     assert bars >= stages * 2 * 4  # at least m forward and m backward bars per rank
+    labels = page.evaluate("() => document.getElementById('timeline').data.flatMap((t) => t.text || [])")
+    assert set(labels) >= {"0", "1", "2", "3"}  # a few bars: each names its micro-batch
     assert page.locator("#breakdown tbody tr").count() == stages
     measured = page.locator("#bubble-facts .fact").first.inner_text()
     assert "MEASURED BUBBLE" in measured.upper() and "%" in measured
