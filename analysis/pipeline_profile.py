@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from bubblescope import intervals, wire
-from bubblescope.analysis.breakdown import matched_recvs
+from bubblescope.analysis.breakdown import MatchedRecv, matched_recvs
 from bubblescope.analysis.errors import InputError
 from bubblescope.analysis.model import TimedSpan
 from bubblescope.analysis.schedules import lookup
@@ -39,11 +39,13 @@ PIPELINE_COMPUTE = {"forward": "F", "backward": "B", "backward_input": "I", "bac
 
 @dataclass(frozen=True)
 class StepSpans:
-    """One step's aligned spans and each rank's window."""
+    """One step's aligned spans and each rank's window; ``matched``: ``matched_recvs(spans)``, where the
+    caller already has them."""
 
     step: int
     spans: Sequence[TimedSpan]
     windows: Mapping[int, tuple[int, int]]
+    matched: Sequence[MatchedRecv] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ def measure_pipeline(steps: Sequence[StepSpans], config: Mapping[str, object]) -
             kind = PIPELINE_COMPUTE.get(span.kind)
             if kind and span.stage is not None:
                 durations[(span.stage, kind)].append(span.end_ns - span.start_ns)
-        latencies += _waiting_recv_latencies(step.spans)
+        latencies += _waiting_recv_latencies(matched_recvs(step.spans) if step.matched is None else step.matched)
         wall = max(hi for _, hi in step.windows.values()) - min(lo for lo, _ in step.windows.values())
         pipeline = [s for s in step.spans if s.stage is not None]
         if pipeline:
@@ -193,11 +195,11 @@ def _stage_cost(durations: Mapping[tuple[int, str], list[int]], stage: int) -> S
     return StageCost(statistics.median(forward), statistics.median(full))
 
 
-def _waiting_recv_latencies(spans: Sequence[TimedSpan]) -> list[int]:
+def _waiting_recv_latencies(matched: Sequence[MatchedRecv]) -> list[int]:
     """recv end - send start, for pipeline recvs that were posted before their send started."""
     return [
         recv.end_ns - started
-        for recv, started in matched_recvs(spans)
+        for recv, started in matched
         if recv.name in (wire.P2P_FORWARD, wire.P2P_BACKWARD) and recv.start_ns < started < recv.end_ns
     ]
 

@@ -134,7 +134,7 @@ def _load(session: Session, run: Run, ranks: Sequence[RankInfo], from_step: int 
         aligned, breakdowns = found.aligned, found.breakdowns
         bubble = run_bubble(run, breakdowns, aligned.windows)
         span_windows = aligned.span_windows()  # a big run's sampled replicas (analysis/sampling.py)
-        window.steps.append(StepSpans(step, aligned.spans, span_windows))
+        window.steps.append(StepSpans(step, aligned.spans, span_windows, found.matched))
         window.breakdowns.append(breakdowns)
         window.bubble_ns.append(bubble.measured_fraction * bubble.wall_ns)
         window.walls.append(bubble.wall_ns)

@@ -12,7 +12,13 @@ from typing import Any, cast
 from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
-from bubblescope.analysis.breakdown import aggregate_breakdown, stage_wait_shares, step_breakdown
+from bubblescope.analysis.breakdown import (
+    MatchedRecv,
+    aggregate_breakdown,
+    matched_recvs,
+    stage_wait_shares,
+    step_breakdown,
+)
 from bubblescope.analysis.model import RankBreakdown, TimedSpan
 from bubblescope.analysis.sampling import SPANS_OF_EVERY_RANK_UP_TO, sampled_ranks
 from bubblescope.backend.db.models import RankInfo, Run, StepAggregate
@@ -101,10 +107,12 @@ def _step_offsets(aggregates: Sequence[StepAggregate]) -> dict[int, int]:
 
 @dataclass(frozen=True)
 class BrokenDownStep:
-    """A step's aligned spans and each rank's breakdown (shared between requests: read, never change)."""
+    """A step's aligned spans, its recvs matched with their sends and each rank's breakdown (shared between
+    requests: read, never change)."""
 
     aligned: AlignedStep
     breakdowns: list[RankBreakdown]
+    matched: list[MatchedRecv]
 
 
 _BROKEN_DOWN: SingleFlightMemo[BrokenDownStep | None] = SingleFlightMemo(STEP_MEMO_ENTRIES)
@@ -117,9 +125,10 @@ def broken_down_step(session: Session, run: Run, ranks: Sequence[RankInfo], step
         aligned = aligned_step(session, run, ranks, step)
         if aligned is None:
             return None
-        measured = step_breakdown(aligned.spans, aligned.span_windows(), aligned.stages)
+        matched = matched_recvs(aligned.spans)
+        measured = step_breakdown(aligned.spans, aligned.span_windows(), aligned.stages, matched)
         if aligned.sampled is None:
-            return BrokenDownStep(aligned, measured)
+            return BrokenDownStep(aligned, measured, matched)
         shares = stage_wait_shares(measured)
         summed = [
             aggregate_breakdown(
@@ -132,6 +141,6 @@ def broken_down_step(session: Session, run: Run, ranks: Sequence[RankInfo], step
             for a in aligned.aggregates
             if a.rank not in aligned.sampled
         ]
-        return BrokenDownStep(aligned, sorted([*measured, *summed], key=lambda b: b.rank))
+        return BrokenDownStep(aligned, sorted([*measured, *summed], key=lambda b: b.rank), matched)
 
     return _BROKEN_DOWN.get(run_memo_key(session, run, "step", step), compute)

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from bubblescope import intervals
-from bubblescope.analysis.breakdown import dependency_waits, step_breakdown, step_bubble
+from bubblescope.analysis.breakdown import dependency_waits, matched_recvs, step_breakdown, step_bubble
 from bubblescope.analysis.model import TimedSpan
 from bubblescope.analysis.schedules import closed_form_bubble
 
@@ -45,7 +45,7 @@ def test_recv_before_the_matching_send_is_dependency_wait_and_the_rest_transfer(
         TimedSpan(1, "recv", 10, 120, 1, 0, peer=0, name="fwd"),  # waits 90 for the send, 20 transfer
         TimedSpan(1, "forward", 120, 220, 1, 0),
     ]
-    assert dependency_waits(spans) == {1: [(10, 100)]}
+    assert dependency_waits(matched_recvs(spans)) == {1: [(10, 100)]}
     windows = {0: (0, 102), 1: (0, 220)}
     rank0, rank1 = step_breakdown(spans, windows, {0: 0, 1: 1})
     # idle is the window's remainder; idle and dependency wait against sleeps injected into a real
