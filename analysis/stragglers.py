@@ -51,12 +51,15 @@ from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import NamedTuple
 
+import numpy as np
+
+from bubblescope.analysis import straggler_cells as cell_math
+from bubblescope.analysis.straggler_cells import Cell
+
 PHASES = ("window", "compute", "comm", "exposed_comm", "idle")
 LISTED_PEERS = 64
 """A rank's stage peers are listed up to this many, and only counted past it (16,384 ranks in 8 stages
 would list 33 million peers)."""
-MAD_TO_SIGMA = 1.4826
-EXACT_MAD_UP_TO = 32  # larger comparable groups share one MAD per step
 GROUP_KINDS = {"host": "slow host", "stage": "slow stage", "dp": "slow replica"}
 
 
@@ -163,13 +166,6 @@ class StragglerReport:
     thresholds: StragglerThresholds
 
 
-@dataclass(frozen=True)
-class _Cell:
-    ratio: float | None
-    z: float | None
-    flagged: bool
-
-
 def find_stragglers(
     rows: Iterable[RankStepTimes],
     placements: Iterable[RankPlacement] = (),
@@ -182,22 +178,37 @@ def find_stragglers(
     steps = sorted({step for _, step in table})
     for rank in ranks:
         where.setdefault(rank, RankPlacement(rank))
-    matrices = {phase: _phase_matrix(phase, table, ranks, steps) for phase in PHASES}
-    compute = dict(zip(ranks, matrices["compute"].values_ns))
+    arrays = _phase_arrays(table, ranks, steps)
+    matrices = {phase: _phase_matrix(phase, values) for phase, values in arrays.items()}
     windows = matrices["window"].step_median_ns
     basis, groups_of_peers = _comparable_groups(where, ranks)
-    history = {r: _history_cells(compute[r], windows, thresholds) for r in ranks}
+    history = dict(zip(ranks, cell_math.history_cells(arrays["compute"], windows, thresholds)))
     cells = dict(history)
     peers: dict[int, list[int]] = {r: [] for r in ranks}
+    row_of = {r: i for i, r in enumerate(ranks)}
     for group in (g for g in groups_of_peers if len(g) > 1):
-        cells.update(_group_cells(group, compute, windows, thresholds))
+        members = [row_of[r] for r in group]
+        cells.update(zip(group, cell_math.group_cells(members, arrays["compute"], windows, thresholds)))
         if basis == "stage peers":
             listed = len(group) - 1 <= LISTED_PEERS
             peers.update({r: [q for q in group if q != r] if listed else [] for r in group})
     peer_counts = {r: len(g) - 1 for g in groups_of_peers if basis == "stage peers" and len(g) > 1 for r in g}
     bases = {r: basis if cells[r] is not history[r] else "own history" for r in ranks}
+    phase_ratios = {
+        p: cell_math.row_medians(cell_math.ratios(a, matrices[p].step_median_ns)) for p, a in arrays.items()
+    }
     scores = [
-        _rank_score(r, where[r], bases[r], peers[r], peer_counts.get(r, 0), cells[r], steps, matrices, i, thresholds)
+        _rank_score(
+            r,
+            where[r],
+            bases[r],
+            peers[r],
+            peer_counts.get(r, 0),
+            cells[r],
+            steps,
+            {p: medians[i] for p, medians in phase_ratios.items()},
+            thresholds,
+        )
         for i, r in enumerate(ranks)
     ]
     groups = _group_findings(where, ranks, steps, cells, history, thresholds)
@@ -213,25 +224,28 @@ def find_stragglers(
     )
 
 
-def _phase_matrix(
-    phase: str, table: Mapping[tuple[int, int], RankStepTimes], ranks: list[int], steps: list[int]
-) -> PhaseMatrix:
-    index = RankStepTimes._fields.index(f"{phase}_ns")
-    values = [[None if (times := table.get((r, s))) is None else int(times[index]) for s in steps] for r in ranks]
-    medians = [_median_of(column) for column in zip(*values)] if values else []
-    ratios = [[_ratio(v, m) for v, m in zip(row, medians)] for row in values]
-    return PhaseMatrix(phase, values, ratios, medians)
+def _phase_arrays(
+    table: Mapping[tuple[int, int], RankStepTimes], ranks: list[int], steps: list[int]
+) -> dict[str, cell_math.Matrix]:
+    """Per phase, ranks × steps of its ns (NaN: not reported)."""
+    cube = np.full((len(ranks), len(steps), len(PHASES)), np.nan)
+    if table:
+        rows = np.array(list(table.values()), dtype=np.int64)
+        at = np.searchsorted(np.array(ranks), rows[:, 0]), np.searchsorted(np.array(steps), rows[:, 1])
+        columns = [RankStepTimes._fields.index(f"{phase}_ns") for phase in PHASES]
+        cube[at] = rows[:, columns]
+    return {phase: cube[:, :, k] for k, phase in enumerate(PHASES)}
+
+
+def _phase_matrix(phase: str, values: cell_math.Matrix) -> PhaseMatrix:
+    medians = cell_math.column_medians(values)
+    ratios = cell_math.as_rows(cell_math.ratios(values, medians), integers=False)
+    return PhaseMatrix(phase, cell_math.as_rows(values, integers=True), ratios, medians)  # type: ignore[arg-type]
 
 
 def _median_of(values: Iterable[int | float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return float(median(present)) if present else None
-
-
-def _ratio(value: float | None, baseline: float | None) -> float | None:
-    if value is None or not baseline:
-        return None
-    return value / baseline
 
 
 def _comparable_groups(where: Mapping[int, RankPlacement], ranks: list[int]) -> tuple[str, list[list[int]]]:
@@ -241,65 +255,6 @@ def _comparable_groups(where: Mapping[int, RankPlacement], ranks: list[int]) -> 
     if len(stages) > 1 and len(known) == len(stages):
         return "stage peers", [[r for r in ranks if where[r].stage == stage] for stage in known]
     return "all ranks", [ranks] if ranks else []
-
-
-def _score(
-    value: int | None, baseline: float | None, mad: float, count: int, window: float | None, t: StragglerThresholds
-) -> _Cell:
-    if value is None or not baseline or baseline <= 0:
-        return _Cell(None, None, False)
-    spread = max(MAD_TO_SIGMA * mad, t.min_relative_spread * baseline)
-    ratio, z = value / baseline, (value - baseline) / spread
-    big_enough = (value - baseline) >= t.min_excess_of_window * (window or 0)
-    outlying = z >= t.z_score or count < t.min_values_for_z
-    return _Cell(ratio, z, outlying and ratio >= t.min_ratio and big_enough)
-
-
-def _median_leaving_out(ordered: list[int], index: int) -> float:
-    """Median of sorted ``ordered`` without its element at ``index``, in O(1)."""
-    m = len(ordered) - 1
-    at = [ordered[k if k < index else k + 1] for k in ((m - 1) // 2, m // 2)]
-    return (at[0] + at[1]) / 2
-
-
-def _baseline_leaving_out(ordered: list[int], index: int) -> tuple[float, float]:
-    """(median, MAD) of the others. The MAD is exact for small groups; in a large group one rank
-    hardly moves it, so the whole group's MAD about the others' median stands in (O(n) per step)."""
-    centre = _median_leaving_out(ordered, index)
-    others = ordered[:index] + ordered[index + 1 :] if len(ordered) <= EXACT_MAD_UP_TO else ordered
-    return centre, float(median(abs(v - centre) for v in others))
-
-
-def _group_cells(
-    group: list[int], compute: Mapping[int, list[int | None]], windows: list[float | None], t: StragglerThresholds
-) -> dict[int, list[_Cell]]:
-    """Each rank of ``group`` scored at each step against the group's other ranks at that step."""
-    cells: dict[int, list[_Cell]] = {r: [] for r in group}
-    for j, window in enumerate(windows):
-        present = sorted((value, r) for r in group if (value := compute[r][j]) is not None)
-        ordered = [v for v, _ in present]
-        position = {r: i for i, (_, r) in enumerate(present)}
-        mads: dict[int, tuple[float, float]] = {}
-        if len(ordered) > EXACT_MAD_UP_TO:  # the group's MAD once per step
-            centre = median(ordered)  # once: inside the generator it was sorted again for every value
-            shared = float(median(abs(v - centre) for v in ordered))
-            mads = {r: (_median_leaving_out(ordered, i), shared) for r, i in position.items()}
-        for r in group:
-            if r not in position or len(ordered) < 2:
-                cells[r].append(_Cell(None, None, False))
-                continue
-            centre, mad = mads.get(r) or _baseline_leaving_out(ordered, position[r])
-            cells[r].append(_score(compute[r][j], centre, mad, len(ordered) - 1, window, t))
-    return cells
-
-
-def _history_cells(values: list[int | None], windows: list[float | None], t: StragglerThresholds) -> list[_Cell]:
-    own = [v for v in values if v is not None]
-    if not own:
-        return [_Cell(None, None, False) for _ in values]
-    centre = float(median(own))
-    mad = float(median(abs(v - centre) for v in own))
-    return [_score(v, centre, mad, len(own), w, t) for v, w in zip(values, windows)]
 
 
 def _verdict(flagged: list[bool], scored: int, t: StragglerThresholds) -> str:
@@ -320,10 +275,9 @@ def _rank_score(
     basis: str,
     peers: list[int],
     peer_count: int,
-    cells: list[_Cell],
+    cells: list[Cell],
     steps: list[int],
-    matrices: Mapping[str, PhaseMatrix],
-    row: int,
+    phase_ratios: dict[str, float | None],
     t: StragglerThresholds,
 ) -> RankScore:
     scored = [c for c in cells if c.ratio is not None]
@@ -344,7 +298,7 @@ def _rank_score(
         flagged_fraction=count / len(scored) if scored else 0.0,
         flagged_median_ratio=_median_of(c.ratio for c in cells if c.flagged),
         verdict=_verdict(flagged, len(scored), t),
-        phase_ratios={p: _median_of(m.ratio_to_step_median[row]) for p, m in matrices.items()},
+        phase_ratios=phase_ratios,
     )
 
 
@@ -357,8 +311,8 @@ def _group_findings(
     where: Mapping[int, RankPlacement],
     ranks: list[int],
     steps: list[int],
-    cells: Mapping[int, list[_Cell]],
-    history: Mapping[int, list[_Cell]],
+    cells: Mapping[int, list[Cell]],
+    history: Mapping[int, list[Cell]],
     t: StragglerThresholds,
 ) -> list[GroupFinding]:
     found: list[GroupFinding] = []
@@ -390,8 +344,8 @@ def _group_finding(
     rank_count: int,
     slow_per_step: list[int],
     steps: list[int],
-    cells: Mapping[int, list[_Cell]],
-    history: Mapping[int, list[_Cell]],
+    cells: Mapping[int, list[Cell]],
+    history: Mapping[int, list[Cell]],
     t: StragglerThresholds,
 ) -> GroupFinding | None:
     """``slow_per_step[j]``: how many of all ``rank_count`` ranks are flagged at step j (by peers or their
@@ -404,7 +358,7 @@ def _group_finding(
     def slow_outside(j: int) -> int:
         return slow_per_step[j] - sum(cells[r][j].flagged or history[r][j].flagged for r in inside)
 
-    def together(footing: Mapping[int, list[_Cell]], j: int) -> bool:
+    def together(footing: Mapping[int, list[Cell]], j: int) -> bool:
         members = [footing[r][j] for r in inside]
         excess = [cell.ratio - 1 for cell in members if cell.flagged and cell.ratio is not None]
         if len(excess) < len(members):
