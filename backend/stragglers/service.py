@@ -7,7 +7,7 @@ from dataclasses import fields
 
 from sqlalchemy.orm import Session
 
-from bubblescope.analysis.stragglers import PHASES, RankPlacement, StragglerReport, find_stragglers
+from bubblescope.analysis.stragglers import PHASES, StragglerReport, find_stragglers
 from bubblescope.backend.errors import Invalid
 from bubblescope.backend.fields import check_step_order
 from bubblescope.backend.runs import queries as run_queries
@@ -58,11 +58,7 @@ def straggler_report(
 
     def compute() -> StragglerReport:
         rows = queries.aggregates_between(session, run.id, *chosen) if chosen else []
-        placements = [
-            RankPlacement(info.rank, info.host, info.stage, info.coords or {})
-            for info in run_queries.ranks_of(session, run.id)
-        ]
-        return find_stragglers(rows, placements)
+        return find_stragglers(rows, queries.placements(session, run.id))
 
     return chosen, _REPORTS.get(run_memo_key(session, run, "stragglers", chosen), compute)
 
