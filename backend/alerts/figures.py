@@ -23,7 +23,7 @@ from bubblescope.backend.analysis.service import run_analysis
 from bubblescope.backend.db.models import Run, StepAggregate
 from bubblescope.backend.errors import ApiError, DomainError
 from bubblescope.backend.runs.queries import step_totals
-from bubblescope.backend.stragglers.service import DEFAULT_STEPS, straggler_report
+from bubblescope.backend.stragglers.service import default_steps, straggler_report
 
 RECOMPUTE_S = 30.0
 MAX_WINDOW_STEPS = 5000  # a regression window of fast steps is this many steps, whatever it spans
@@ -181,8 +181,9 @@ def _stragglers(session: Session, run_id: int, run_key: str, newest_step: int) -
     first = _first_step(session, run_id)
     if first is None or newest_step - (first + WARMUP_STEPS) + 1 < MIN_STRAGGLER_STEPS:
         return []
+    world_size = session.scalar(select(Run.world_size).where(Run.id == run_id)) or 1
     _, report = straggler_report(
-        session, run_key, max(first + WARMUP_STEPS, newest_step - DEFAULT_STEPS + 1), newest_step
+        session, run_key, max(first + WARMUP_STEPS, newest_step - default_steps(world_size) + 1), newest_step
     )
     hosts = {score.rank: score.host for score in report.rank_scores}
     stages = {score.rank: score.stage for score in report.rank_scores}

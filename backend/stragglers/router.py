@@ -12,7 +12,15 @@ from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.fields import RunKey, StepBound
 from bubblescope.backend.read_cache import cached_answer
 from bubblescope.backend.stragglers.schemas import StragglersOut
-from bubblescope.backend.stragglers.service import DEFAULT_STEPS, MAX_STEPS, chosen_phases, straggler_view
+from bubblescope.backend.stragglers.service import (
+    DEFAULT_CELLS,
+    DEFAULT_STEPS,
+    MAX_CELLS,
+    MAX_STEPS,
+    MIN_DEFAULT_STEPS,
+    chosen_phases,
+    straggler_view,
+)
 
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["stragglers"])
 
@@ -22,7 +30,9 @@ router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["stragglers"])
     response_model=StragglersOut,
     summary="Stragglers: rank × step matrices, robust per-rank scores, slow hosts / stages / replicas",
     description=f"Scores the steps in [from_step, to_step] (inclusive). Without from_step the range is the "
-    f"{DEFAULT_STEPS} steps up to to_step (default: the newest step); at most {MAX_STEPS} steps. "
+    f"{DEFAULT_STEPS} steps up to to_step (default: the newest step), fewer for a big run: at most "
+    f"{DEFAULT_CELLS:,} ranks × steps, at least {MIN_DEFAULT_STEPS} steps. A range asked for holds at most "
+    f"{MAX_STEPS} steps and {MAX_CELLS:,} ranks × steps. "
     "The algorithm is written out in analysis/stragglers.py.",
 )
 def get_stragglers(

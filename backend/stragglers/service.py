@@ -16,23 +16,48 @@ from bubblescope.backend.runs.step_memo import ENTRIES, SingleFlightMemo, run_me
 from bubblescope.backend.stragglers import queries
 from bubblescope.backend.stragglers.schemas import StragglersOut
 
-DEFAULT_STEPS = 100  # without from_step, the range ends at to_step (default: the newest) and holds this many
+# Without from_step the range ends at to_step (default: the newest) and holds DEFAULT_STEPS steps, or
+# fewer for a big run: at most DEFAULT_CELLS rank × step cells, at least MIN_DEFAULT_STEPS steps (the
+# alert rules' straggler verdict needs 10). Scoring costs ~15 µs a cell: 1,024 ranks keep 100 steps
+# (1.5 s), 16,384 ranks get 10 (2.5 s) where 100 steps took ~25 s and a 15-MB page answer.
+DEFAULT_STEPS = 100
+DEFAULT_CELLS = 163_840
+MIN_DEFAULT_STEPS = 10
+# A range asked for holds at most MAX_STEPS steps and MAX_CELLS cells (16,384 ranks: 122 steps).
 MAX_STEPS = 1000
+MAX_CELLS = 2_000_000
 
 
-def step_range(newest: int | None, from_step: int | None, to_step: int | None) -> tuple[int, int] | None:
-    """The inclusive range to score, or None when the run has no steps and none was asked for."""
+def default_steps(ranks: int) -> int:
+    """How many steps a default range of a run of ``ranks`` ranks holds."""
+    return max(MIN_DEFAULT_STEPS, min(DEFAULT_STEPS, DEFAULT_CELLS // max(1, ranks)))
+
+
+def max_steps(ranks: int) -> int:
+    """How many steps a range asked for may hold."""
+    return max(1, min(MAX_STEPS, MAX_CELLS // max(1, ranks)))
+
+
+def step_range(
+    newest: int | None, from_step: int | None, to_step: int | None, ranks: int = 1
+) -> tuple[int, int] | None:
+    """The inclusive range to score for a run of ``ranks`` ranks, or None when the run has no steps and
+    none was asked for."""
     check_step_order(from_step, to_step)
+    most = max_steps(ranks)
     if from_step is not None and to_step is not None:
-        if to_step - from_step + 1 > MAX_STEPS:
-            raise Invalid("to_step", f"the range holds more than {MAX_STEPS} steps")
+        if to_step - from_step + 1 > most:
+            raise Invalid(
+                "to_step",
+                f"the range holds more than {most} steps (at most {MAX_STEPS}, and {MAX_CELLS:,} ranks × steps)",
+            )
         return from_step, to_step
-    if from_step is not None:  # up to the newest step, at most MAX_STEPS
-        return from_step, max(from_step, min(from_step if newest is None else newest, from_step + MAX_STEPS - 1))
+    if from_step is not None:  # up to the newest step, at most ``most``
+        return from_step, max(from_step, min(from_step if newest is None else newest, from_step + most - 1))
     end = to_step if to_step is not None else newest
     if end is None:
         return None
-    return max(0, end - DEFAULT_STEPS + 1), end
+    return max(0, end - default_steps(ranks) + 1), end
 
 
 def chosen_phases(asked: list[str] | None) -> tuple[str, ...]:
@@ -54,7 +79,7 @@ def straggler_report(
     """The range scored and its report, once per (run, revision, range): the run page's stragglers,
     the analysis' straggler notes and the alert rules all ask for it."""
     run = require_run(session, key)
-    chosen = step_range(run_queries.newest_step(session, run.id), from_step, to_step)
+    chosen = step_range(run_queries.newest_step(session, run.id), from_step, to_step, run.world_size)
 
     def compute() -> StragglerReport:
         rows = queries.aggregates_between(session, run.id, *chosen) if chosen else []

@@ -238,6 +238,23 @@ def test_step_range_defaults_and_bounds() -> None:
     assert error.value.field == ("from_step",)
 
 
+def test_a_big_runs_ranges_are_bounded_by_cells_not_only_steps() -> None:
+    """Scoring costs per rank × step: the default range of a big run holds fewer steps (at least 10),
+    and a range asked for at most 2 million cells."""
+    from bubblescope.backend.errors import Invalid
+    from bubblescope.backend.stragglers.service import DEFAULT_CELLS, MAX_CELLS, step_range
+
+    assert step_range(500, None, None, ranks=1024) == (401, 500)  # 100 steps: 102,400 cells
+    assert step_range(500, None, None, ranks=4096) == (500 - DEFAULT_CELLS // 4096 + 1, 500)  # 40 steps
+    assert step_range(500, None, None, ranks=16384) == (491, 500)  # 10 steps
+    assert step_range(500, None, None, ranks=65536) == (491, 500)  # never fewer than 10
+    assert step_range(5000, 10, None, ranks=16384) == (10, 10 + MAX_CELLS // 16384 - 1)
+    assert step_range(500, 0, MAX_CELLS // 16384 - 1, ranks=16384) == (0, 121)
+    with pytest.raises(Invalid) as error:
+        step_range(500, 0, MAX_CELLS // 16384, ranks=16384)
+    assert error.value.field == ("to_step",) and "more than 122 steps" in str(error.value)
+
+
 def test_a_persistent_straggler_and_a_neighbours_hiccup_are_no_slow_host() -> None:
     """Rank 3 is persistently 1.55x; on steps 6 and 9 its host neighbour rank 2 is 1.15x its own
     median while the whole machine is 1.06x, so rank 2 is slow only against its own history. Rank 3
