@@ -151,9 +151,9 @@ class AlertEvaluator:
             progress_quiet_s=(as_utc(now) - max(progress)).total_seconds() if progress else None,
             dropped_spans=dropped,
             dropping=self._dropping(run.id, dropped),
-            stragglers=figures.stragglers,
-            bubble=figures.bubble,
-            regression=figures.regression,
+            stragglers=figures.computed.stragglers,
+            bubble=figures.computed.bubble,
+            regression=figures.computed.regression,
         )
         return evaluate(snapshot, thresholds)
 

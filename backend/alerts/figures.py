@@ -31,16 +31,6 @@ WINDOW_PARTS = 3  # the window's parts: each must be slower than the limit (it h
 MIN_STRAGGLER_STEPS = 10  # steps after the warm-up before a straggler verdict is trusted
 
 
-@dataclass
-class RunFigures:
-    newest_step: int | None = None
-    computed_at: float = -math.inf  # time.monotonic()
-    baseline_step_s: float | None = None
-    regression: RegressionFigures | None = None
-    bubble: BubbleFigures | None = None
-    stragglers: list[StragglerFinding] = field(default_factory=list)
-
-
 @dataclass(frozen=True)
 class ComputedFigures:
     """One computation's figures (picklable: ``figure_worker`` computes them in a child process)."""
@@ -49,6 +39,15 @@ class ComputedFigures:
     regression: RegressionFigures | None
     bubble: BubbleFigures | None
     stragglers: list[StragglerFinding]
+
+
+@dataclass
+class RunFigures:
+    """A run's newest figures and when they were computed (for which step)."""
+
+    newest_step: int | None = None
+    computed_at: float = -math.inf  # time.monotonic()
+    computed: ComputedFigures = field(default_factory=lambda: ComputedFigures(None, None, None, []))
 
 
 class FigureCache:
@@ -77,12 +76,8 @@ class FigureCache:
             return figures
         figures.newest_step = newest_step
         figures.computed_at = time.monotonic()
-        asked = FigureRequest(run.id, run.key, newest_step, figures.baseline_step_s, usual_step_s, t)
-        computed = self.compute(asked) if self.compute is not None else compute_figures(session, asked)
-        figures.baseline_step_s = computed.baseline_step_s
-        figures.regression = computed.regression
-        figures.bubble = computed.bubble
-        figures.stragglers = computed.stragglers
+        asked = FigureRequest(run.id, run.key, newest_step, figures.computed.baseline_step_s, usual_step_s, t)
+        figures.computed = self.compute(asked) if self.compute is not None else compute_figures(session, asked)
         return figures
 
 

@@ -108,9 +108,9 @@ class RunMetrics(Collector):
                 if closed is not None:
                     floor.add_metric(key, closed.fraction)
                 cached = self.figures.of(run.id) if self.figures is not None else None
-                if cached is not None and cached.bubble is not None:
-                    bubble.add_metric(key, cached.bubble.measured_fraction)
-                    simulated.add_metric(key, cached.bubble.floor_fraction)
+                if cached is not None and cached.computed.bubble is not None:
+                    bubble.add_metric(key, cached.computed.bubble.measured_fraction)
+                    simulated.add_metric(key, cached.computed.bubble.floor_fraction)
                 reporting.add_metric(key, figures.ranks_reporting)
                 expected.add_metric(key, run.world_size)
                 dropped.add_metric(key, sum(info.dropped_spans for info in ranks))
