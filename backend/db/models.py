@@ -91,17 +91,19 @@ class StepAggregate(Base):
 
 
 class Span(Base):
-    """One timed interval on one rank. Times are epoch ns on that rank's own clock."""
+    """One timed interval on one rank. Times are epoch ns on that rank's own clock.
+
+    No surrogate key (migration 0008: 30 of 144 bytes a span on PostgreSQL): spans are written in bulk and
+    read by (run, step), never one by one; the mapper's key below is for the ORM only, not a constraint."""
 
     __tablename__ = "spans"
     __table_args__ = (Index("ix_spans_run_step", "run_id", "step"),)
 
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     rank: Mapped[int] = mapped_column(Integer)
-    step: Mapped[int]
+    step: Mapped[int] = mapped_column()
     kind: Mapped[str] = mapped_column(String(32))
-    start_ns: Mapped[int]
+    start_ns: Mapped[int] = mapped_column()
     end_ns: Mapped[int]
     stage: Mapped[int | None] = mapped_column(Integer)
     microbatch: Mapped[int | None] = mapped_column(Integer)
@@ -109,6 +111,8 @@ class Span(Base):
     bytes: Mapped[int | None]
     group: Mapped[str | None] = mapped_column(String(32))
     name: Mapped[str | None] = mapped_column(String(64))
+
+    __mapper_args__ = {"primary_key": [run_id, rank, step, start_ns, kind]}  # noqa: RUF012 (SQLAlchemy's hook)
 
 
 class IngestedBatch(Base):

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Final, cast
 
-from sqlalchemy import CursorResult, Table, delete, select, tuple_, update
+from sqlalchemy import ColumnElement, CursorResult, Table, delete, literal_column, select, tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from bubblescope.backend.db.engine import transaction
@@ -61,8 +61,16 @@ def delete_run_rows(
     return chunks
 
 
+def _row_key(session: Session, table: Table) -> list[ColumnElement[Any]]:
+    """What names one row of ``table``: its primary key, or for a table without one (spans) the row's
+    physical address, which stays put within a statement (PostgreSQL deletes by it with a TID scan)."""
+    if table.primary_key.columns:
+        return list(table.primary_key.columns)
+    return [literal_column("ctid" if session.get_bind().dialect.name == "postgresql" else "rowid")]
+
+
 def _delete_chunk(session: Session, table: Table, run_id: int, rows: int) -> int:
-    key_columns = list(table.primary_key.columns)
+    key_columns = _row_key(session, table)
     chosen = select(*key_columns).where(table.c.run_id == run_id).limit(rows)
     if len(key_columns) == 1:
         condition = key_columns[0].in_(chosen)
@@ -81,7 +89,7 @@ def delete_spans_not_heard_since(
     spans = Base.metadata.tables[Span.__tablename__]
     with transaction(session_factory) as session:
         cutoff = database_now(session) - timedelta(days=days)
-        has_spans = select(Span.id).where(Span.run_id == Run.id).exists()
+        has_spans = select(Span.run_id).where(Span.run_id == Run.id).exists()
         stale = session.execute(
             select(Run.id, Run.key).where(Run.updated_at < cutoff, has_spans).order_by(Run.id)
         ).all()
