@@ -60,3 +60,64 @@ def test_serve_creates_and_upgrades_an_embedded_sqlite_file(tmp_path) -> None:
 
     url = prepare_database(str(tmp_path / "new" / "b.db"))
     assert current_revision(build_engine(url)) == head_revision(url) != "0001"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def new_database(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'spans.db'}"
+        return
+    reason = postgres_unreachable_reason()
+    if reason:
+        pytest.skip(reason)
+    url, name = create_postgres_database()
+    yield url
+    drop_postgres_database(name)
+
+
+def test_spans_lose_their_id_and_get_it_back_on_a_downgrade_with_every_row_kept(new_database: str) -> None:
+    """Migration 0008 drops the spans' surrogate key (PostgreSQL: column and index; SQLite rebuilds the
+    table); its downgrade numbers the rows again, and new rows get the next number."""
+    from alembic import command
+    from sqlalchemy import inspect, text
+
+    from bubblescope.backend.db import migrate
+
+    def insert_span(connection, step: int) -> None:
+        connection.execute(
+            text(
+                "INSERT INTO spans (run_id, rank, step, kind, start_ns, end_ns) VALUES (:run, 0, :s, 'forward', :s, :e)"
+            ),
+            {"run": run_id, "s": step, "e": step + 1},
+        )
+
+    migrate.upgrade(new_database, "0007")
+    engine = create_engine(new_database)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO runs (key, name, world_size, config, created_at, updated_at) "
+                    "VALUES ('r', 'r', 1, '{}', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                )
+            )
+            run_id = connection.execute(text("SELECT id FROM runs")).scalar_one()
+            for step in range(3):
+                insert_span(connection, step)
+        migrate.upgrade(new_database)
+        assert "id" not in {c["name"] for c in inspect(engine).get_columns("spans")}
+        with engine.begin() as connection:
+            assert connection.execute(text("SELECT count(*) FROM spans")).scalar_one() == 3
+            insert_span(connection, 3)
+        command.downgrade(migrate.alembic_config(new_database), "0007")
+        engine.dispose()
+        with engine.begin() as connection:
+            ids = connection.execute(text("SELECT id FROM spans ORDER BY step")).scalars().all()
+            assert sorted(ids) == [1, 2, 3, 4]
+            insert_span(connection, 4)
+            assert connection.execute(text("SELECT id FROM spans WHERE step = 4")).scalar_one() == 5
+        migrate.upgrade(new_database)
+        with engine.begin() as connection:
+            assert connection.execute(text("SELECT count(*) FROM spans")).scalar_one() == 5
+    finally:
+        engine.dispose()
