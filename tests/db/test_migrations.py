@@ -66,13 +66,8 @@ def test_serve_creates_and_upgrades_an_embedded_sqlite_file(tmp_path) -> None:
 def new_database(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'spans.db'}"
-        return
-    reason = postgres_unreachable_reason()
-    if reason:
-        pytest.skip(reason)
-    url, name = create_postgres_database()
-    yield url
-    drop_postgres_database(name)
+    else:
+        yield request.getfixturevalue("empty_postgres")
 
 
 def test_spans_lose_their_id_and_get_it_back_on_a_downgrade_with_every_row_kept(new_database: str) -> None:
