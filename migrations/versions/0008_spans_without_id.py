@@ -1,7 +1,7 @@
 """Spans lose their surrogate key. Nothing reads a span by its id; on PostgreSQL the 8-byte column and its
 primary-key index were 30 of the 144 bytes a span took (114 without, measured on a million rows). Chunked
 deletes name a span by its physical address instead (``ctid``, SQLite's ``rowid``, which an
-``INTEGER PRIMARY KEY`` only aliased). SQLite rebuilds the table (a minute per ten million spans).
+``INTEGER PRIMARY KEY`` only aliased). SQLite rebuilds the table: it copies every span once.
 
 Revision ID: 0008
 Revises: 0007
