@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -93,6 +94,39 @@ def test_the_analysis_of_a_sampled_step_names_the_slow_rank(sampled_run: tuple[L
     assert analysis["pipeline"] is not None, analysis["pipeline_unavailable"]  # replayed from the sampled replicas
     assert all(0.0 < fraction < 1.0 for fraction in analysis["step_bubble_fractions"])
     assert analysis["exposed_comm_ns_by_group"]["dp"] > 0  # per sampled rank, not diluted by the others
+
+
+@pytest.mark.browser
+def test_the_heat_map_folds_each_stages_ranks_and_the_slow_ranks_row_is_the_reddest(
+    sampled_run: tuple[LiveServer, str], browser: Any, output_dir: Path
+) -> None:
+    """Past 1,024 ranks a heat-map row is the slowest of a run of one stage's ranks (frontend/heatmap_rows.js):
+    2,112 rows of under half a pixel would hide the slow rank."""
+    server, key = sampled_run
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.goto(f"{server.url}/runs/{key}")
+    page.wait_for_selector("body[data-drawn='true']", timeout=120_000)
+    heat = page.evaluate(
+        "() => { const [cells, rings] = document.getElementById('straggler-heatmap').data;"
+        " return { y: cells.y, z: cells.z, text: cells.text, ringed: rings.y }; }"
+    )
+    size = -(-JOB.world_size // 256)  # ranks per folded row
+    assert len(heat["y"]) == JOB.stages * -(-JOB.replicas // size) < JOB.world_size
+    assert heat["y"][0].startswith("stage 0 · ranks 0–") and heat["y"][-1].startswith("stage 7 · ranks ")
+    slow_row = max(range(len(heat["z"])), key=lambda r: min(heat["z"][r]))  # the reddest row on every step
+    assert heat["y"][slow_row].startswith("stage 1 · ")
+    assert all(z == pytest.approx(1.3, abs=0.1) for z in heat["z"][slow_row])
+    assert all(f"slowest: rank {SLOW_RANK}" in text for text in heat["text"][slow_row])
+    others = [max(row) for r, row in enumerate(heat["z"]) if r != slow_row]
+    assert max(others) < 1.15  # every other row holds peers within the ±2% noise
+    assert heat["y"][slow_row] in heat["ringed"]
+    assert errors == []
+    page.locator("#straggler-heatmap").scroll_into_view_if_needed()
+    page.locator("#stragglers").screenshot(path=str(output_dir / "heatmap-2112-ranks.png"))
+    page.close()
 
 
 def test_the_run_answer_lists_the_ranks_asked_for_failed_ones_first(sampled_run: tuple[LiveServer, str]) -> None:
