@@ -29,12 +29,13 @@ from bubblescope.backend.analysis.schemas import (
     SuggestionOut,
     WhatIfIn,
 )
-from bubblescope.backend.db.models import RankInfo, Run
+from bubblescope.backend.db.models import Run
 from bubblescope.backend.errors import DomainError, Invalid, NotFound
 from bubblescope.backend.fields import check_step_order
 from bubblescope.backend.runs import queries
+from bubblescope.backend.runs.queries import RankPlace
 from bubblescope.backend.runs.service import require_run, run_bubble
-from bubblescope.backend.runs.step_spans import broken_down_step
+from bubblescope.backend.runs.step_spans import broken_down_step, run_rank_places
 from bubblescope.backend.stragglers.service import straggler_report
 
 MAX_STEPS = 50  # the newest steps with spans in the range; enough for stable medians
@@ -51,8 +52,7 @@ class _Window:
 
 def run_analysis(session: Session, key: str, from_step: int | None, to_step: int | None) -> AnalysisOut:
     run = require_run(session, key)
-    ranks = queries.ranks_of(session, run.id)
-    window = _load(session, run, ranks, from_step, to_step)
+    window = _load(session, run, from_step, to_step)
     step_ns = float(statistics.median(window.walls))
     measured, why_not = _measure(run, window)
     attribution = imbalance = None
@@ -66,7 +66,7 @@ def run_analysis(session: Session, key: str, from_step: int | None, to_step: int
         attribution=attribution,
         imbalance=imbalance,
         exposed_comm_ns=window.exposed_by_group,
-        tp_hosts_per_group=_tp_hosts(ranks),
+        tp_hosts_per_group=_tp_hosts(run_rank_places(session, run)),
         memory_notes=memory_suggestions(run.config or {}, step_ns),
         stragglers=_straggler_notes(session, key, from_step, to_step),
     )
@@ -87,7 +87,7 @@ def run_analysis(session: Session, key: str, from_step: int | None, to_step: int
 
 def what_if(session: Session, key: str, body: WhatIfIn) -> PredictionOut:
     run = require_run(session, key)
-    window = _load(session, run, queries.ranks_of(session, run.id), body.from_step, body.to_step)
+    window = _load(session, run, body.from_step, body.to_step)
     measured, why_not = _measure(run, window)
     if measured is None:
         raise Invalid("run_key", f"run {key!r} cannot be replayed: {why_not}")
@@ -114,7 +114,7 @@ def what_if(session: Session, key: str, body: WhatIfIn) -> PredictionOut:
     )
 
 
-def _load(session: Session, run: Run, ranks: Sequence[RankInfo], from_step: int | None, to_step: int | None) -> _Window:
+def _load(session: Session, run: Run, from_step: int | None, to_step: int | None) -> _Window:
     check_step_order(from_step, to_step)
     candidates = sorted(
         s
@@ -129,7 +129,7 @@ def _load(session: Session, run: Run, ranks: Sequence[RankInfo], from_step: int 
     window = _Window([], [], [], [], {})
     exposed: dict[str, list[float]] = defaultdict(list)
     for step in candidates:
-        found = broken_down_step(session, run, ranks, step)
+        found = broken_down_step(session, run, step)
         assert found is not None
         aligned, breakdowns = found.aligned, found.breakdowns
         bubble = run_bubble(run, breakdowns, aligned.windows)
@@ -196,11 +196,11 @@ def _per_stage(breakdowns: list[list[RankBreakdown]]) -> list[StageBreakdownOut]
     return out
 
 
-def _tp_hosts(ranks: Sequence[RankInfo]) -> int:
+def _tp_hosts(ranks: Sequence[RankPlace]) -> int:
     """The most hosts any tensor-parallel group spans (ranks equal in every mesh coordinate but tp)."""
     groups: dict[tuple[tuple[str, int], ...], set[str]] = defaultdict(set)
     for info in ranks:
-        coords = info.coords or {}
+        coords = info.coords
         if "tp" in coords:
             groups[tuple(sorted((k, v) for k, v in coords.items() if k != "tp"))].add(info.host)
     return max((len(hosts) for hosts in groups.values()), default=1)

@@ -220,7 +220,7 @@ def step_detail(
     step's bubble."""
     run = require_run(session, key)
     asked = None if ranks is None else parse_ranks(ranks, run.world_size)
-    found = broken_down_step(session, run, queries.ranks_of(session, run.id), step)
+    found = broken_down_step(session, run, step)
     if found is None:
         raise NotFound("step", f"run {key!r} has no data for step {step}")
     aligned, breakdowns = found.aligned, found.breakdowns

@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bubblescope.analysis.stragglers import RankPlacement, RankStepTimes
-from bubblescope.backend.db.models import RankInfo, StepAggregate
+from bubblescope.analysis.stragglers import RankStepTimes
+from bubblescope.backend.db.models import StepAggregate
 
 
 def aggregates_between(session: Session, run_id: int, from_step: int, to_step: int) -> list[RankStepTimes]:
@@ -26,13 +26,3 @@ def aggregates_between(session: Session, run_id: int, from_step: int, to_step: i
     )
     # on the session's connection, not through the ORM: a 16,384-rank range of 10 steps is 164k rows (0.66 -> 0.49 s)
     return list(map(RankStepTimes._make, session.connection().execute(query)))
-
-
-def placements(session: Session, run_id: int) -> list[RankPlacement]:
-    """Where each rank of the run runs, in rank order (rows, not ORM objects: 16,384 ranks, 0.27 -> 0.13 s)."""
-    query = (
-        select(RankInfo.rank, RankInfo.host, RankInfo.stage, RankInfo.coords)
-        .where(RankInfo.run_id == run_id)
-        .order_by(RankInfo.rank)
-    )
-    return [RankPlacement(rank, host, stage, coords or {}) for rank, host, stage, coords in session.execute(query)]

@@ -7,12 +7,13 @@ from dataclasses import fields
 
 from sqlalchemy.orm import Session
 
-from bubblescope.analysis.stragglers import PHASES, StragglerReport, find_stragglers
+from bubblescope.analysis.stragglers import PHASES, RankPlacement, StragglerReport, find_stragglers
 from bubblescope.backend.errors import Invalid
 from bubblescope.backend.fields import check_step_order
 from bubblescope.backend.runs import queries as run_queries
 from bubblescope.backend.runs.service import require_run
 from bubblescope.backend.runs.step_memo import ENTRIES, SingleFlightMemo, run_memo_key
+from bubblescope.backend.runs.step_spans import run_rank_places
 from bubblescope.backend.stragglers import queries
 from bubblescope.backend.stragglers.schemas import StragglersOut
 
@@ -83,7 +84,8 @@ def straggler_report(
 
     def compute() -> StragglerReport:
         rows = queries.aggregates_between(session, run.id, *chosen) if chosen else []
-        return find_stragglers(rows, queries.placements(session, run.id))
+        places = run_rank_places(session, run)
+        return find_stragglers(rows, [RankPlacement(p.rank, p.host, p.stage, p.coords) for p in places])
 
     return chosen, _REPORTS.get(run_memo_key(session, run, "stragglers", chosen), compute)
 
