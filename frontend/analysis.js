@@ -71,7 +71,13 @@ function suggestionItem(s) {
 }
 
 export function renderAnalysis(view) {
-  document.getElementById("analysis-note").textContent = `(steps ${view.steps[0]}–${view.steps[view.steps.length - 1]}, ${view.steps.length} with spans)`;
+  const span = (steps) => (steps.length > 1 ? `${steps[0]}–${steps[steps.length - 1]}` : `${steps[0]}`);
+  const out = [
+    view.warmup_steps_left_out.length ? `warm-up ${span(view.warmup_steps_left_out)}` : null,
+    view.partial_steps_left_out.length ? `partial ${view.partial_steps_left_out.join(", ")}` : null,
+  ].filter(Boolean);
+  document.getElementById("analysis-note").textContent = `(steps ${span(view.steps)}, ${view.steps.length} with spans`
+    + (out.length ? `; left out: ${out.join(", ")})` : ")");
   const drawn = view.attribution ? renderAttribution(view.attribution, view.step_ns) : undefined;
   say("analysis-error", view.attribution ? "" : `No pipeline replay: ${view.pipeline_unavailable}`);
   renderImbalance(view.imbalance);

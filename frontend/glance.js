@@ -19,8 +19,9 @@ const median = (values) => {
 };
 
 // A step every rank of the world reported (a crashed run's last step, or one still arriving, is partial).
-export const isComplete = (run, step) => step.ranks_reported >= run.world_size;
-export const isWarmup = (run, step) => run.warmup_until_step !== null && step.step < run.warmup_until_step;
+// the service's marks (analysis/warmup.py): every rank reported it; one of the run's first steps
+export const isComplete = (run, step) => step.complete;
+export const isWarmup = (run, step) => step.warmup;
 
 function stepTimes(run) {
   const complete = run.steps.filter((s) => isComplete(run, s));

@@ -55,21 +55,12 @@ const hungView = () => new URLSearchParams(location.search).get("view") === "hun
 const runVersion = (run) => JSON.stringify([run.updated_at, run.step_count, run.steps]);
 const stepsWithSpans = (run) => run.steps.filter((s) => s.has_spans);
 
-// The step shown unless one was picked: of the complete steps with spans (every rank reported; past
-// the warm-up where there are such, else past step 0), the newest while the run runs, else the one
-// whose wall time is nearest the median, the newer on a tie (a crashed run's partial last step and a
-// finished run's outlier are not the default).
+// The step shown unless one was picked: the service's default (analysis/warmup.py: of the complete steps
+// with spans past the warm-up, the newest while the run runs, else the one nearest the median wall time;
+// a crashed run's partial last step and a finished run's outlier are not the default).
 function chooseStep(steps, run) {
-  if (!steps.length) return null;
   if (steps.some((s) => s.step === state.wanted)) return state.wanted;
-  const complete = steps.filter((s) => isComplete(run, s));
-  const warm = complete.filter((s) => !isWarmup(run, s));
-  const pastFirst = complete.filter((s) => s.step > 0);
-  const pool = [warm, pastFirst, complete, steps].find((candidates) => candidates.length);
-  if (run.state === "running") return pool[pool.length - 1].step;
-  const walls = pool.map((s) => s.wall_ns).sort((a, b) => a - b);
-  const middle = walls[Math.floor((walls.length - 1) / 2)];
-  return pool.reduce((best, s) => (Math.abs(s.wall_ns - middle) <= Math.abs(best.wall_ns - middle) ? s : best)).step;
+  return run.default_step;
 }
 
 async function showStep(step, version) {

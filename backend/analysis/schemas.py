@@ -108,7 +108,15 @@ class SuggestionOut(FromAnalysis):
 
 class AnalysisOut(BaseModel):
     run_key: str
-    steps: list[int] = Field(description="the steps analysed (with spans; step 0 left out when others exist)")
+    steps: list[int] = Field(
+        description="the steps analysed: those with spans in the range, the partial and (unless from_step is given) "
+        "warm-up ones left out where others exist; at most the newest 50"
+    )
+    partial_steps_left_out: list[int] = Field(
+        description="steps with spans in the range left out because not every rank reported them (a crash, or "
+        "batches still arriving)"
+    )
+    warmup_steps_left_out: list[int] = Field(description="steps with spans in the range left out as the run's warm-up")
     step_ns: float = Field(description="median step wall time over those steps")
     step_bubble_fractions: list[float] = Field(
         description="each analysed step's measured bubble, a fraction of its wall time (same order as steps)"

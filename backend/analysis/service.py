@@ -18,6 +18,7 @@ from bubblescope.analysis.memory_fixes import memory_suggestions
 from bubblescope.analysis.model import RankBreakdown, TimedSpan
 from bubblescope.analysis.pipeline_profile import MeasuredPipeline, StepSpans, measure_pipeline
 from bubblescope.analysis.suggestions import RunEvidence, StragglerNote, suggest
+from bubblescope.analysis.warmup import is_complete, usual_steps
 from bubblescope.analysis.whatif import Change, predict
 from bubblescope.backend.analysis.schemas import (
     AnalysisOut,
@@ -34,7 +35,7 @@ from bubblescope.backend.errors import DomainError, Invalid, NotFound
 from bubblescope.backend.fields import check_step_order
 from bubblescope.backend.runs import queries
 from bubblescope.backend.runs.queries import RankPlace
-from bubblescope.backend.runs.service import require_run, run_bubble
+from bubblescope.backend.runs.service import require_run, run_bubble, steps_seen
 from bubblescope.backend.runs.step_spans import broken_down_step, run_rank_places
 from bubblescope.backend.stragglers.service import straggler_report
 
@@ -48,6 +49,8 @@ class _Window:
     bubble_ns: list[float]
     walls: list[int]
     exposed_by_group: dict[str, float]
+    partial_left_out: list[int]
+    warmup_left_out: list[int]
 
 
 def run_analysis(session: Session, key: str, from_step: int | None, to_step: int | None) -> AnalysisOut:
@@ -73,6 +76,8 @@ def run_analysis(session: Session, key: str, from_step: int | None, to_step: int
     return AnalysisOut(
         run_key=key,
         steps=[s.step for s in window.steps],
+        partial_steps_left_out=window.partial_left_out,
+        warmup_steps_left_out=window.warmup_left_out,
         step_ns=step_ns,
         step_bubble_fractions=[ns / wall if wall else 0.0 for ns, wall in zip(window.bubble_ns, window.walls)],
         stages=_per_stage(window.breakdowns),
@@ -116,17 +121,18 @@ def what_if(session: Session, key: str, body: WhatIfIn) -> PredictionOut:
 
 def _load(session: Session, run: Run, from_step: int | None, to_step: int | None) -> _Window:
     check_step_order(from_step, to_step)
-    candidates = sorted(
+    seen = [
         s
-        for s in queries.steps_with_spans(session, run.id)
-        if (from_step is None or s >= from_step) and (to_step is None or s <= to_step)
-    )
-    if len(candidates) > 1 and candidates[0] == 0 and from_step is None:
-        candidates = candidates[1:]  # step 0 warms up (shape inference, first allocations)
-    candidates = candidates[-MAX_STEPS:]
+        for s in steps_seen(queries.step_totals(session, run.id), queries.steps_with_spans(session, run.id))
+        if (from_step is None or s.step >= from_step) and (to_step is None or s.step <= to_step)
+    ]
+    usual = usual_steps(seen, run.world_size, skip_warmup=from_step is None)
+    candidates = [s.step for s in usual][-MAX_STEPS:]
     if not candidates:
         raise NotFound("from_step", f"run {run.key!r} has no step with spans in the range")
-    window = _Window([], [], [], [], {})
+    chosen = {s.step for s in usual}
+    left_out = [s for s in seen if s.has_spans and s.step not in chosen]
+    window = _Window([], [], [], [], {}, [], [])
     exposed: dict[str, list[float]] = defaultdict(list)
     for step in candidates:
         found = broken_down_step(session, run, step)
@@ -140,6 +146,8 @@ def _load(session: Session, run: Run, from_step: int | None, to_step: int | None
         window.walls.append(bubble.wall_ns)
         for group, ns in _exposed_comm_by_group(aligned.rows, aligned.spans, len(span_windows)).items():
             exposed[group].append(ns)
+    window.partial_left_out.extend(s.step for s in left_out if not is_complete(s, run.world_size))
+    window.warmup_left_out.extend(s.step for s in left_out if is_complete(s, run.world_size))
     steps = len(candidates)
     window.exposed_by_group.update({g: sum(v) / steps for g, v in exposed.items()})
     return window

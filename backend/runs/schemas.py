@@ -159,6 +159,10 @@ class StepSummary(BaseModel):
     mean_comm_ns: int
     mean_idle_ns: int
     has_spans: bool
+    complete: bool = Field(
+        description="every rank reported the step (not a crashed run's last, nor one still arriving)"
+    )
+    warmup: bool = Field(description="one of the run's first steps: left out of baselines, defaults and the analysis")
 
 
 class RunDetail(RunSummary):
@@ -173,6 +177,10 @@ class RunDetail(RunSummary):
         description="steps before this one are warm-up (the run's first 5): left out of baselines and default steps"
     )
     baseline_steps: int = Field(description="the run's baseline step time: the median of this many steps after warm-up")
+    default_step: int | None = Field(
+        description="the step a run page opens on: of the complete steps with spans past the warm-up, the newest "
+        "while the run runs, else the one whose wall time is nearest the median (None: no step with spans)"
+    )
 
 
 class SpanOut(BaseModel):

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from bubblescope.analysis.breakdown import step_bubble
 from bubblescope.analysis.model import RankBreakdown, StepBubble
-from bubblescope.analysis.warmup import BASELINE_STEPS, warmup_until
+from bubblescope.analysis.warmup import BASELINE_STEPS, StepSeen, default_step, is_complete, warmup_until
 from bubblescope.backend.db.models import RankInfo, Run
 from bubblescope.backend.errors import Invalid, NotFound, TooLarge
 from bubblescope.backend.runs import queries
@@ -175,29 +176,43 @@ def run_detail(session: Session, key: str, silent_after_s: float, ranks_limit: i
     run = require_run(session, key)
     ends = queries.rank_ends(session, [run.id])[run.id]
     now = queries.database_now(session)
-    with_spans = queries.steps_with_spans(session, run.id)
     listed = _listed_ranks(ends, ranks_limit, as_utc(now) - timedelta(seconds=silent_after_s))
+    totals = queries.step_totals(session, run.id)
+    warm_from = warmup_until(totals[0].step if totals else None)
+    seen = steps_seen(totals, queries.steps_with_spans(session, run.id))
     steps = [
         StepSummary(
             step=row.step,
             ranks_reported=row.ranks,
-            wall_ns=int(row.last_end - row.first_start),
+            wall_ns=step.wall_ns,
             mean_compute_ns=int(row.compute) // row.ranks,
             mean_comm_ns=int(row.comm) // row.ranks,
             mean_idle_ns=int(row.idle) // row.ranks,
-            has_spans=row.step in with_spans,
+            has_spans=step.has_spans,
+            complete=is_complete(step, run.world_size),
+            warmup=warm_from is not None and row.step < warm_from,
         )
-        for row in queries.step_totals(session, run.id)
+        for row, step in zip(totals, seen)
     ]
+    summary = _summary(run, len(steps), ends, now, silent_after_s)
     return RunDetail(
-        **_summary(run, len(steps), ends, now, silent_after_s).model_dump(),
+        **summary.model_dump(),
         ranks=[_rank_out(info) for info in queries.ranks_of(session, run.id, listed)],
         rank_count=len(ends),
         dropped_spans=queries.dropped_spans(session, run.id),
         steps=steps,
-        warmup_until_step=warmup_until(steps[0].step if steps else None),
+        warmup_until_step=warm_from,
         baseline_steps=BASELINE_STEPS,
+        default_step=default_step(seen, run.world_size, running=summary.state == "running"),
     )
+
+
+def steps_seen(totals: Sequence[Row[Any]], with_spans: Collection[int]) -> list[StepSeen]:
+    """Each step of ``queries.step_totals`` as ``StepSeen``, in order (a step with spans but not one rank's
+    aggregate is left out: no rank reported it whole)."""
+    return [
+        StepSeen(row.step, row.ranks, int(row.last_end - row.first_start), row.step in with_spans) for row in totals
+    ]
 
 
 def run_bubble(run: Run, breakdowns: list[RankBreakdown], windows: dict[int, tuple[int, int]]) -> StepBubble:
