@@ -2,8 +2,9 @@
 
 The on-call engineer opens the page of a run that failed, hung or finished: its data no longer changes.
 Every ``WARM_EVERY_S`` the leader looks at the runs heard from in the last ``RECENT`` whose revision has
-not moved since its last look, and stores their default analysis and stragglers (as the page asks for
-them) under the ETags a request would get (``read_cache``), so the first visit reads stored answers.
+not moved since its last look, and stores the step the page opens on (the run answer's ``default_step``),
+their default analysis and stragglers (as the page asks for them) under the ETags a request would get
+(``read_cache``), so the first visit reads stored answers.
 A run still receiving batches is left alone: its revision moves, and the page computes what it shows.
 """
 
@@ -24,6 +25,7 @@ from bubblescope.backend.db.engine import transaction
 from bubblescope.backend.errors import DomainError
 from bubblescope.backend.read_cache import AnswerStore, entity_tag
 from bubblescope.backend.runs import queries
+from bubblescope.backend.runs.service import run_detail, step_detail
 from bubblescope.backend.settings import ServiceSettings
 from bubblescope.backend.stragglers.service import straggler_view
 
@@ -34,6 +36,8 @@ PAGE_STRAGGLER_QUERY: Final = (
     ("phases", "compute"),
     ("compact", "true"),
 )  # frontend/api.js asks the stragglers for this
+PAGE_BREAKDOWN_ROWS: Final = 1024  # frontend/api.js' BREAKDOWN_ROWS: a step's breakdown_limit
+PAGE_RANK_ROWS: Final = 1024  # frontend/api.js' RANK_ROWS: the run's ranks_limit
 
 
 class ViewWarmer:
@@ -57,6 +61,8 @@ class ViewWarmer:
 
     def _warm(self, run_id: int, key: str, revision: int) -> None:
         base = f"{wire.API_PREFIX}/runs/{key}"
+        with transaction(self.session_factory) as session:
+            step = run_detail(session, key, self.settings.silent_after_s, PAGE_RANK_ROWS).default_step
         views: list[tuple[str, tuple[tuple[str, str], ...], Callable[[Session], BaseModel]]] = [
             (f"{base}/analysis", (), lambda s: run_analysis(s, key, None, None)),
             (
@@ -65,6 +71,11 @@ class ViewWarmer:
                 lambda s: straggler_view(s, key, None, None, ("compute",), compact=True),
             ),
         ]
+        if step is not None:
+            limit = (("breakdown_limit", str(PAGE_BREAKDOWN_ROWS)),)
+            views.insert(
+                0, (f"{base}/steps/{step}", limit, lambda s: step_detail(s, key, step, None, PAGE_BREAKDOWN_ROWS))
+            )
         for path, query, compute in views:
             tag = entity_tag(self.settings, path, query, run_id, revision)
             if self.store.get(tag) is not None:

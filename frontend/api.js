@@ -81,7 +81,7 @@ function alertQuery({ states = [], run = null, limit = null } = {}) {
   return text ? `?${text}` : "";
 }
 
-export const BREAKDOWN_ROWS = 1024;
+export const BREAKDOWN_ROWS = 1024; // backend/warm_views.py stores a quiet run's answers as these queries ask: PAGE_*
 export const RANK_ROWS = 1024; // the ranks table's rows: a 16,384-rank run's every rank was 4.5 MB a poll
 
 export const api = {

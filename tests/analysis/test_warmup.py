@@ -8,7 +8,9 @@ from bubblescope.analysis.warmup import StepSeen, default_step, usual_steps
 WORLD = 4
 
 
-def steps(walls_ms: list[int], partial: set[int] = frozenset(), without_spans: set[int] = frozenset()) -> list[StepSeen]:
+def steps(
+    walls_ms: list[int], partial: set[int] = frozenset(), without_spans: set[int] = frozenset()
+) -> list[StepSeen]:
     return [
         StepSeen(i, WORLD - 1 if i in partial else WORLD, ms * 1_000_000, i not in without_spans)
         for i, ms in enumerate(walls_ms)

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from bubblescope.backend.warm_views import PAGE_STRAGGLER_QUERY
+from bubblescope.backend.warm_views import PAGE_BREAKDOWN_ROWS, PAGE_STRAGGLER_QUERY
 from tests.support import LiveServer, ingest_batch, post_gzip, register
 
 VIEWS = ("steps/1", "analysis", "stragglers")
@@ -81,3 +81,9 @@ def test_a_quiet_runs_page_answers_are_stored_before_anyone_asks(server: LiveSer
         assert analysis.json()["steps"] == [1, 2]
         again = client.get(f"/api/v1/runs/{key}/stragglers")  # all phases: not what the page asks for
         assert again.headers["x-bubblescope-answer"] == "computed"
+        default = client.get(f"/api/v1/runs/{key}").json()["default_step"]
+        limit = {"breakdown_limit": PAGE_BREAKDOWN_ROWS}
+        opened = client.get(f"/api/v1/runs/{key}/steps/{default}", params=limit)  # the step the page opens on
+        assert opened.headers["x-bubblescope-answer"] == "stored", opened.headers
+        other = client.get(f"/api/v1/runs/{key}/steps/{3 - default}", params=limit)
+        assert other.headers["x-bubblescope-answer"] == "computed"
