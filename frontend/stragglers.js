@@ -76,7 +76,7 @@ function renderHeatmap(view, { rows, size }) {
     // rank 0 on top by reversing the axis, not the categories: a heatmap's hover finds its cell as if
     // the rows ran up the axis in data order, so reordered categories showed another rank's numbers
     yaxis: {
-      type: "category", autorange: "reversed", automargin: true, showticklabels: !many, ...(many ? { ticks: "" } : {}),
+      type: "category", autorange: "reversed", automargin: true, showticklabels: !many, ...(many ? { ticks: "", showgrid: false } : {}),
       title: many ? { text: `${view.ranks.length.toLocaleString()} ranks, ${order} (hover a row)` } : undefined,
     },
   };
