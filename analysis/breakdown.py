@@ -1,12 +1,15 @@
 """Per-rank time breakdown of one step, with pipeline dependency waits split out.
 
 Algorithm:
-1. Dependency waits. A ``recv`` on rank r (stage s) for micro-batch j, direction n, from peer q
-   is matched with the ``send`` on rank q for the same j and n to peer r whose stage feeds s
-   (s-1 for activations, s+1 for gradients; looped schedules send between the same two ranks
-   once per virtual stage). The part of the recv before the send started is waiting for the
-   peer to *produce* (bubble); the rest is transfer. An unmatched recv (peer's spans missing)
-   counts wholly as transfer. Spans without stage ids match on ranks alone.
+1. Dependency waits: communication spent waiting for a peer to arrive (bubble), the rest transfer.
+   A ``recv`` on rank r (stage s) for micro-batch j, direction n, from peer q is matched with the
+   ``send`` on rank q for the same j and n to peer r whose stage feeds s (s-1 for activations, s+1
+   for gradients; looped schedules send between the same two ranks once per virtual stage). The
+   part of the recv before the send started is waiting for the peer to *produce*; the part of a
+   send before its recv was posted, when the send outlasted that moment, is waiting for the peer
+   to *consume*. An unmatched recv or send (peer's spans missing) counts wholly as transfer. Spans
+   without stage ids match on ranks alone. In a collective, the part before the last participant
+   arrived is a wait (``collective_waits``).
 2. Per rank, over its window: compute C, communication M, overlapped, exposed and idle from
    ``bubblescope.timesplit`` (the same split the collector computes in the job); dependency
    wait D = union of the waits from 1; dependency_wait = |D| - |D ∩ C|;
@@ -23,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from bubblescope import intervals, wire
+from bubblescope.analysis.collective_waits import collective_waits
 from bubblescope.analysis.model import RankBreakdown, StepBubble, TimedSpan
 from bubblescope.analysis.schedules import stages_floor
 from bubblescope.timesplit import split_window
@@ -30,6 +34,26 @@ from bubblescope.timesplit import split_window
 Window = tuple[int, int]
 SendKey = tuple[int, int, int | None, str | None, int | None]  # sender, receiver, micro-batch, name, stage
 MatchedRecv = tuple[TimedSpan, int]  # a recv and the time its peer's matching send started
+
+
+def _send_keys(send: TimedSpan) -> list[SendKey]:
+    assert send.peer is not None
+    keys: list[SendKey] = [(send.rank, send.peer, send.microbatch, send.name, None)]
+    receiving = _receiving_stage(send)
+    if receiving is not None:
+        keys.append((send.rank, send.peer, send.microbatch, send.name, receiving))
+    return keys
+
+
+def _recv_key(recv: TimedSpan) -> SendKey:
+    assert recv.peer is not None
+    return (recv.peer, recv.rank, recv.microbatch, recv.name, recv.stage)
+
+
+def _earliest(starts: dict[SendKey, int], key: SendKey, start: int) -> None:
+    known = starts.get(key)
+    if known is None or start < known:
+        starts[key] = start
 
 
 def matched_recvs(spans: Iterable[TimedSpan]) -> list[MatchedRecv]:
@@ -40,24 +64,40 @@ def matched_recvs(spans: Iterable[TimedSpan]) -> list[MatchedRecv]:
         if span.peer is None:
             continue
         if span.kind == "send":
-            start, receiving = span.start_ns, _receiving_stage(span)
-            keys: list[SendKey] = [(span.rank, span.peer, span.microbatch, span.name, None)]
-            if receiving is not None:
-                keys.append((span.rank, span.peer, span.microbatch, span.name, receiving))
-            for sent in keys:
-                known = send_start.get(sent)
-                if known is None or start < known:
-                    send_start[sent] = start
+            for sent in _send_keys(span):
+                _earliest(send_start, sent, span.start_ns)
         elif span.kind == "recv":
             recvs.append(span)
     matched = []
     for recv in recvs:
-        assert recv.peer is not None  # only recvs with a peer were kept
-        key: SendKey = (recv.peer, recv.rank, recv.microbatch, recv.name, recv.stage)
+        key = _recv_key(recv)
         started = send_start.get(key, send_start.get((*key[:4], None)))
         if started is not None:
             matched.append((recv, started))
     return matched
+
+
+def send_waits(spans: Iterable[TimedSpan]) -> dict[int, list[intervals.Interval]]:
+    """Per sending rank, the intervals of its sends spent before the matching recv was posted, where the
+    send lasted past that moment (a send that finished first did not wait for its receiver)."""
+    recv_start: dict[SendKey, int] = {}
+    sends: list[TimedSpan] = []
+    for span in spans:
+        if span.peer is None:
+            continue
+        if span.kind == "recv":
+            key = _recv_key(span)
+            _earliest(recv_start, key, span.start_ns)
+            _earliest(recv_start, (*key[:4], None), span.start_ns)
+        elif span.kind == "send":
+            sends.append(span)
+    waits: dict[int, list[intervals.Interval]] = defaultdict(list)
+    for send in sends:
+        keys = _send_keys(send)
+        posted = next((recv_start[k] for k in reversed(keys) if k in recv_start), None)
+        if posted is not None and send.start_ns < posted <= send.end_ns:
+            waits[send.rank].append((send.start_ns, posted))
+    return waits
 
 
 def dependency_waits(matched: Iterable[MatchedRecv]) -> dict[int, list[intervals.Interval]]:
@@ -116,10 +156,15 @@ def step_breakdown(
     windows: Mapping[int, Window],
     stages: Mapping[int, int | None],
     matched: Sequence[MatchedRecv] | None = None,
+    coords: Mapping[int, Mapping[str, int]] | None = None,
 ) -> list[RankBreakdown]:
     """Breakdown of every rank that has a window, in rank order; ``matched``: ``matched_recvs(spans)``
-    where the caller has it (the analysis reads them again, 0.17 s at 1,024 ranks)."""
+    where the caller has it (the analysis reads them again, 0.17 s at 1,024 ranks); ``coords``: each
+    rank's mesh coordinates, which say who takes part in a "dp", "tp" ... collective."""
     waits = dependency_waits(matched_recvs(spans) if matched is None else matched)
+    for more in (send_waits(spans), collective_waits(spans, coords or {})):
+        for rank, found in more.items():
+            waits[rank].extend(found)
     by_rank: dict[int, list[TimedSpan]] = defaultdict(list)
     for span in spans:
         by_rank[span.rank].append(span)

@@ -18,6 +18,7 @@ class TimedSpan(NamedTuple):
     microbatch: int | None = None
     peer: int | None = None
     name: str | None = None
+    group: str | None = None  # the process group's label ("dp", "tp", "world", ...)
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,8 @@ class AlignedStep:
 def aligned_spans(rows: Sequence[Row[Any]], offsets: dict[int, int]) -> list[TimedSpan]:
     """Rows unpacked in queries.SPAN_COLUMNS' order: attribute access per row cost 4 µs a span."""
     return [
-        TimedSpan(rank, kind, start - offset, end - offset, stage, microbatch, peer, name)
-        for rank, kind, start, end, stage, microbatch, peer, _bytes, _group, name in cast(
+        TimedSpan(rank, kind, start - offset, end - offset, stage, microbatch, peer, name, group)
+        for rank, kind, start, end, stage, microbatch, peer, _bytes, group, name in cast(
             Sequence[tuple[Any, ...]], rows
         )
         for offset in (offsets.get(rank, 0),)
@@ -130,11 +130,13 @@ def broken_down_step(session: Session, run: Run, step: int) -> BrokenDownStep | 
     """``aligned_step`` and its ``step_breakdown``, once per (run, revision, step) (``step_memo``)."""
 
     def compute() -> BrokenDownStep | None:
-        aligned = aligned_step(session, run, run_rank_places(session, run), step)
+        places = run_rank_places(session, run)
+        aligned = aligned_step(session, run, places, step)
         if aligned is None:
             return None
         matched = matched_recvs(aligned.spans)
-        measured = step_breakdown(aligned.spans, aligned.span_windows(), aligned.stages, matched)
+        coords = {p.rank: p.coords for p in places}
+        measured = step_breakdown(aligned.spans, aligned.span_windows(), aligned.stages, matched, coords)
         if aligned.sampled is None:
             return BrokenDownStep(aligned, measured, matched)
         shares = stage_wait_shares(measured)

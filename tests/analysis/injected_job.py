@@ -3,13 +3,16 @@
 Run under torchrun (gloo, CPU), one stage per rank::
 
     torchrun --standalone --nproc-per-node 4 tests/analysis/injected_job.py \\
-        --slow-stage 2:30 --pause 0:100:7,9
+        --slow-stage 2:30 --pause 0:100:7,9 --late 3:60:12,13
 
 - ``--slow-stage S:MS``: stage S's module sleeps MS milliseconds in every forward (a forward
   span of that stage, MS longer: the stage is slower, the others wait for it);
 - ``--pause RANK:MS:STEPS``: on the listed steps that rank sleeps MS milliseconds at the step's
   start, inside ``collector.step()`` but in no span (idle on that rank; the ranks downstream
-  wait in their recvs for it: dependency wait).
+  wait in their recvs for it: dependency wait);
+- ``--late RANK:MS:STEPS``: on the listed steps that rank computes MS milliseconds more (an
+  ``optimizer`` span) before the step's closing all-reduce (compute on that rank; the others wait
+  for it inside the all-reduce: dependency wait, not transfer).
 
 The layers are tiny (``--hidden`` 32), so each action's own cost (about a millisecond of the
 pipelining runtime on this CPU) stays small beside the injected delays. Every step ends with a
@@ -61,6 +64,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--slow-stage", type=parse_pair, default=None, metavar="STAGE:MS")
     parser.add_argument("--pause", type=parse_pause, default=None, metavar="RANK:MS:STEP,STEP")
+    parser.add_argument("--late", type=parse_pause, default=None, metavar="RANK:MS:STEP,STEP")
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -91,6 +95,9 @@ def main() -> None:
                 schedule.step(target=targets)
             else:
                 schedule.step()
+            if args.late and args.late[0] == rank and step in args.late[2]:
+                with collector.span("optimizer"):
+                    time.sleep(args.late[1] / 1e3)
             dist.all_reduce(torch.zeros(1))
     collector.shutdown()
     dist.barrier()

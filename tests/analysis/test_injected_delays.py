@@ -7,7 +7,9 @@ real 4-rank 1F1B job (``injected_job.py``, tiny layers) gets two known delays:
 
 - stage 2 sleeps ``SLOW_MS`` in every forward (``--slow-stage``): compute of that stage;
 - on steps ``PAUSED``, rank 0 sleeps ``PAUSE_MS`` at the step's start in no span (``--pause``):
-  idle on rank 0, and the ranks downstream wait that much longer in their recvs.
+  idle on rank 0, and the ranks downstream wait that much longer in their recvs;
+- on steps ``LATE``, the last rank computes ``LATE_MS`` more before the step's closing all-reduce
+  (``--late``): compute on that rank, and the others wait that much longer inside the all-reduce.
 
 and each figure is checked against what the delay implies on its own. The expected values are
 worked out from the injected delays alone (with the layers' own cost, ~0.5 ms per micro-batch,
@@ -33,10 +35,12 @@ MS = 1e6
 P, M = 4, 4  # ranks (one stage each), micro-batches
 SLOW_STAGE, SLOW_MS = 2, 30.0
 PAUSE_RANK, PAUSE_MS = 0, 100.0
-STEPS = 12
+LATE_RANK, LATE_MS = P - 1, 60.0
+STEPS = 15
 CLEAN = list(range(1, 6))  # no pause: the imbalance is read here (step 0 warms up)
 PAUSED = [6, 8, 10]
-UNPAUSED = [s for s in range(1, STEPS) if s not in PAUSED]
+LATE = [12, 13, 14]
+UNPAUSED = [s for s in range(1, STEPS) if s not in PAUSED and s not in LATE]
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +54,7 @@ def job(sqlite_server: LiveServer) -> dict[str, Any]:
         f"--microbatches={M}",
         f"--slow-stage={SLOW_STAGE}:{SLOW_MS}",
         f"--pause={PAUSE_RANK}:{PAUSE_MS}:{','.join(map(str, PAUSED))}",
+        f"--late={LATE_RANK}:{LATE_MS}:{','.join(map(str, LATE))}",
         run_key=run_key,
         extra_env={"BUBBLESCOPE_FLUSH_INTERVAL_S": "0.5"},
     )
@@ -160,10 +165,34 @@ def test_a_pause_in_no_span_is_idle_on_its_rank_and_dependency_wait_downstream(j
     assert low <= waited <= high, waited / MS
     # The pause is neither compute nor a wait on the paused rank itself. Rank 0's own waits (its
     # recvs of the slow stage's gradients) spread like any step's on a loaded machine: a median
-    # of the 3 paused steps against the 8 others moved by 10.4 ms in one CI run, so the bound is
+    # of the 3 paused steps against the 8 unpaused moved by 10.4 ms in one CI run, so the bound is
     # a fifth of D; counting the pause as a wait would move it by all of D.
     assert abs(delta(PAUSE_RANK, "compute_ns")) < 0.05 * PAUSE_MS * MS
     assert abs(delta(PAUSE_RANK, "dependency_wait_ns")) < 0.2 * PAUSE_MS * MS
+
+
+def test_an_all_reduce_waiting_on_a_late_rank_is_wait_on_the_others_and_compute_on_the_late_one(
+    job: dict[str, Any],
+) -> None:
+    """On the late steps the last rank computes D more before the closing all-reduce: its compute grows
+    by D, and every other rank sits in the all-reduce until it arrives, which is dependency wait (bubble),
+    not transfer. Medians over the late steps against the unpaused ones: the late rank's compute within
+    [0.9·D, 1.2·D] (a sleep never takes less); the others' wait within [0.8·D, 1.2·D] (on a step without
+    the delay the first stage is the last to reach the all-reduce, a few milliseconds after the last
+    one: that much of D it waited anyway); their transfer within 10% of D (counted as transfer, the
+    wait would have moved it by all of D)."""
+
+    def delta(rank: int, field: str) -> float:
+        value = lambda step: job["breakdowns"][step][rank][field]
+        return median_over(LATE, value) - median_over(UNPAUSED, value)
+
+    computed = delta(LATE_RANK, "compute_ns")
+    assert 0.9 * LATE_MS * MS <= computed <= 1.2 * LATE_MS * MS, computed / MS
+    assert abs(delta(LATE_RANK, "dependency_wait_ns")) < 0.1 * LATE_MS * MS
+    for rank in range(P - 1):
+        waited, moved = delta(rank, "dependency_wait_ns"), delta(rank, "transfer_ns")
+        assert 0.8 * LATE_MS * MS <= waited <= 1.2 * LATE_MS * MS, (rank, waited / MS)
+        assert abs(moved) < 0.1 * LATE_MS * MS, (rank, moved / MS)
 
 
 def test_a_pause_outside_the_pipeline_is_straggler_jitter_not_imbalance(job: dict[str, Any]) -> None:

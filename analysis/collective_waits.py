@@ -1,0 +1,61 @@
+"""Waiting for peers inside collectives: the part of a rank's collective before its last participant
+arrived is a wait (bubble), not transfer.
+
+Algorithm:
+1. A collective span (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast) names its group by
+   label (``collector.register_mesh`` / ``register_group``). The group *instance* a rank's span belongs to:
+   "world", every rank; a mesh dimension ("dp", "tp", ...), the ranks whose mesh coordinates equal the
+   rank's on every other dimension. Another label says nothing of who the members are: such spans stay
+   transfer.
+2. Per group instance, each member's spans of that label in start order; when every member present has
+   the same number, the k-th of each is one call (a collective is called in the same order on every
+   member). A member whose spans were not read (a big run's sample) is not waited for: there the wait is
+   a lower bound.
+3. A member's wait in a call runs from its own start until the last member present started, cut at its
+   own end; a member that ended before the last one started did not wait for it (nothing to cut).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from bubblescope import intervals
+from bubblescope.analysis.model import TimedSpan
+
+COLLECTIVE_KINDS: Final = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"})
+WORLD: Final = "world"
+
+InstanceKey = tuple[str, tuple[tuple[str, int], ...]]  # label, the other mesh coordinates
+
+
+def _instance(label: str, coords: Mapping[str, int]) -> InstanceKey | None:
+    if label == WORLD:
+        return (WORLD, ())
+    if label in coords:
+        return (label, tuple(sorted((k, v) for k, v in coords.items() if k != label)))
+    return None
+
+
+def collective_waits(
+    spans: Iterable[TimedSpan], coords: Mapping[int, Mapping[str, int]]
+) -> dict[int, list[intervals.Interval]]:
+    """Per rank, the intervals of its collectives spent before the call's last participant arrived."""
+    calls: dict[InstanceKey, dict[int, list[TimedSpan]]] = defaultdict(lambda: defaultdict(list))
+    for span in spans:
+        if span.kind in COLLECTIVE_KINDS and span.group:
+            key = _instance(span.group, coords.get(span.rank, {}))
+            if key is not None:
+                calls[key][span.rank].append(span)
+    waits: dict[int, list[intervals.Interval]] = defaultdict(list)
+    for members in calls.values():
+        if len(members) < 2 or len({len(own) for own in members.values()}) != 1:
+            continue
+        ordered = [sorted(own, key=lambda s: s.start_ns) for own in members.values()]
+        for call in zip(*ordered):
+            last = max(s.start_ns for s in call)
+            for s in call:
+                if s.start_ns < last <= s.end_ns:
+                    waits[s.rank].append((s.start_ns, last))
+    return waits
