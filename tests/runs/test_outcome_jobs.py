@@ -55,6 +55,13 @@ def test_a_rank_that_raises_fails_the_run_and_names_its_exception(sqlite_server:
     # rank 0 either fails in turn on the closed connection (then after rank 1) or is killed by torchrun
     assert run["ranks"][0]["outcome"] in (None, "failed")
     assert {s["step"] for s in run["steps"]} >= {0, 1, 2}  # what ran before the failure is kept
+    # the step rank 1 died in, where rank 0 reported it, is partial: not the default, not analysed
+    partial = [s["step"] for s in run["steps"] if not s["complete"] and s["has_spans"]]
+    with sqlite_server.client() as client:
+        analysis = client.get(f"/api/v1/runs/{job.run_key}/analysis").json()
+    print(f"partial steps {partial}, analysed {analysis['steps']}, default {run['default_step']}")
+    assert run["default_step"] in {s["step"] for s in run["steps"] if s["complete"]}
+    assert analysis["partial_steps_left_out"] == partial and not set(partial) & set(analysis["steps"])
 
 
 SPAWN_SCRIPT = textwrap.dedent(
