@@ -14,16 +14,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from bubblescope.analysis.alert_rules import BubbleFigures, RegressionFigures, StragglerFinding, Thresholds
 from bubblescope.analysis.warmup import BASELINE_STEPS, WARMUP_STEPS
 from bubblescope.backend.analysis.service import run_analysis
-from bubblescope.backend.db.models import Run, StepAggregate
+from bubblescope.backend.db.models import Run
 from bubblescope.backend.errors import ApiError, DomainError
-from bubblescope.backend.runs.queries import step_totals
-from bubblescope.backend.stragglers.service import default_steps, straggler_report
+from bubblescope.backend.runs.queries import first_step, step_totals
+from bubblescope.backend.stragglers.service import straggler_report
 
 RECOMPUTE_S = 30.0
 MAX_WINDOW_STEPS = 5000  # a regression window of fast steps is this many steps, whatever it spans
@@ -114,13 +113,9 @@ def step_walls(session: Session, run_id: int, first: int, last: int) -> list[tup
     ]
 
 
-def _first_step(session: Session, run_id: int) -> int | None:
-    return session.scalar(select(func.min(StepAggregate.step)).where(StepAggregate.run_id == run_id))
-
-
 def _baseline(session: Session, run_id: int, newest_step: int) -> float | None:
     """The median step after warm-up, once the run has that many steps (then kept)."""
-    first = _first_step(session, run_id)
+    first = first_step(session, run_id)
     if first is None or newest_step < first + WARMUP_STEPS + BASELINE_STEPS:
         return None
     walls = step_walls(session, run_id, first + WARMUP_STEPS, first + WARMUP_STEPS + BASELINE_STEPS - 1)
@@ -173,13 +168,10 @@ def _bubble(session: Session, key: str, newest_step: int, t: Thresholds) -> Bubb
 def _stragglers(session: Session, run_id: int, run_key: str, newest_step: int) -> list[StragglerFinding]:
     """The straggler analysis' persistent findings over its default range of the newest steps, past
     the warm-up, once there are ``MIN_STRAGGLER_STEPS`` of them (a verdict on 2 of 4 steps is noise)."""
-    first = _first_step(session, run_id)
+    first = first_step(session, run_id)
     if first is None or newest_step - (first + WARMUP_STEPS) + 1 < MIN_STRAGGLER_STEPS:
         return []
-    world_size = session.scalar(select(Run.world_size).where(Run.id == run_id)) or 1
-    _, report = straggler_report(
-        session, run_key, max(first + WARMUP_STEPS, newest_step - default_steps(world_size) + 1), newest_step
-    )
+    _, report = straggler_report(session, run_key, None, newest_step)  # its default range: past the warm-up
     hosts = {score.rank: score.host for score in report.rank_scores}
     stages = {score.rank: score.stage for score in report.rank_scores}
     found = []

@@ -262,6 +262,11 @@ def step_aggregates(session: Session, run_id: int, step: int | None = None) -> S
     return session.scalars(query.order_by(StepAggregate.step, StepAggregate.rank)).all()
 
 
+def first_step(session: Session, run_id: int) -> int | None:
+    """The lowest step any rank of the run reported (None: none yet); the warm-up counts from it."""
+    return session.scalar(select(func.min(StepAggregate.step)).where(StepAggregate.run_id == run_id))
+
+
 def newest_step(session: Session, run_id: int) -> int | None:
     """The highest step any rank of the run reported (None: none yet)."""
     return session.scalar(select(func.max(StepAggregate.step)).where(StepAggregate.run_id == run_id))

@@ -8,6 +8,7 @@ from dataclasses import fields
 from sqlalchemy.orm import Session
 
 from bubblescope.analysis.stragglers import PHASES, RankPlacement, StragglerReport, find_stragglers
+from bubblescope.analysis.warmup import warmup_until
 from bubblescope.backend.errors import Invalid
 from bubblescope.backend.fields import check_step_order
 from bubblescope.backend.runs import queries as run_queries
@@ -40,10 +41,11 @@ def max_steps(ranks: int) -> int:
 
 
 def step_range(
-    newest: int | None, from_step: int | None, to_step: int | None, ranks: int = 1
+    newest: int | None, from_step: int | None, to_step: int | None, ranks: int = 1, first: int | None = None
 ) -> tuple[int, int] | None:
     """The inclusive range to score for a run of ``ranks`` ranks, or None when the run has no steps and
-    none was asked for."""
+    none was asked for. Without ``from_step`` the range starts past the warm-up of a run whose first step
+    is ``first`` (when any of its steps up to the end is past it): a warm-up step is slow on every rank."""
     check_step_order(from_step, to_step)
     most = max_steps(ranks)
     if from_step is not None and to_step is not None:
@@ -58,7 +60,9 @@ def step_range(
     end = to_step if to_step is not None else newest
     if end is None:
         return None
-    return max(0, end - default_steps(ranks) + 1), end
+    start = max(0, end - default_steps(ranks) + 1)
+    warm = warmup_until(first)
+    return (max(start, warm) if warm is not None and warm <= end else start), end
 
 
 def chosen_phases(asked: list[str] | None) -> tuple[str, ...]:
@@ -80,7 +84,8 @@ def straggler_report(
     """The range scored and its report, once per (run, revision, range): the run page's stragglers,
     the analysis' straggler notes and the alert rules all ask for it."""
     run = require_run(session, key)
-    chosen = step_range(run_queries.newest_step(session, run.id), from_step, to_step, run.world_size)
+    newest, first = run_queries.newest_step(session, run.id), run_queries.first_step(session, run.id)
+    chosen = step_range(newest, from_step, to_step, run.world_size, first)
 
     def compute() -> StragglerReport:
         rows = queries.aggregates_between(session, run.id, *chosen) if chosen else []

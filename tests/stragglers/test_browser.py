@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.stragglers.test_api_jobs import HOSTS, RANKS, STEPS, run_straggler_job, stragglers_when_complete
+from tests.stragglers.test_api_jobs import HOSTS, RANKS, SCORED, run_straggler_job, stragglers_when_complete
 from tests.support import LiveServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -18,7 +18,7 @@ def test_run_page_shows_the_heatmap_and_names_the_straggler(
     sqlite_server: LiveServer,
     output_dir: Path,
 ) -> None:
-    job = run_straggler_job(sqlite_server.url, HOSTS, "--slow=3:1.6", "--slow=1:2.5@4-5")
+    job = run_straggler_job(sqlite_server.url, HOSTS, "--slow=3:1.6", "--slow=1:2.5@8-9")
     assert job.returncode == 0, job.output[-3000:]
     with sqlite_server.client() as client:
         stragglers_when_complete(client, job.run_key)
@@ -26,12 +26,12 @@ def test_run_page_shows_the_heatmap_and_names_the_straggler(
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(f"{sqlite_server.url}/runs/{job.run_key}")
-    page.wait_for_selector(f"body[data-stragglers-steps='{STEPS}']", timeout=20_000)
+    page.wait_for_selector(f"body[data-stragglers-steps='{SCORED}']", timeout=20_000)
     page.wait_for_selector("#straggler-heatmap .heatmaplayer image, #straggler-heatmap .hm", timeout=10_000)
     rows = page.evaluate("() => document.getElementById('straggler-heatmap').data[0].y")
     assert rows == ["rank 0 · hA", "rank 1 · hA", "rank 2 · hB", "rank 3 · hB"]
     ringed = page.evaluate("() => document.getElementById('straggler-heatmap').data[1].y")
-    assert ringed.count("rank 3 · hB") >= 8 and ringed.count("rank 1 · hA") in (2, 3)  # steps 4-5 (+ a possible hiccup)
+    assert ringed.count("rank 3 · hB") >= 8 and ringed.count("rank 1 · hA") in (2, 3)  # steps 8-9 (+ a possible hiccup)
     findings = page.locator("#straggler-findings li").all_inner_texts()
     assert any("rank 3 (host hB)" in f and "a persistent straggler" in f for f in findings), findings
     assert any("rank 1 (host hA)" in f and "a one-off slowdown" in f for f in findings), findings

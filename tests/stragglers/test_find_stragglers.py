@@ -233,6 +233,12 @@ def test_step_range_defaults_and_bounds() -> None:
     assert step_range(5000, 10, None) == (10, 10 + MAX_STEPS - 1)
     assert step_range(None, 7, None) == (7, 7)
     assert step_range(3, 7, None) == (7, 7)
+    # a default range starts past the warm-up (the first 5 steps, wherever the run started) when it can
+    assert step_range(20, None, None, first=0) == (5, 20)
+    assert step_range(120, None, None, first=100) == (105, 120)
+    assert step_range(500, None, None, first=0) == (500 - DEFAULT_STEPS + 1, 500)
+    assert step_range(3, None, None, first=0) == (0, 3)  # nothing past the warm-up yet: all of it
+    assert step_range(20, 2, None, first=0) == (2, 20)  # a range asked for keeps its warm-up
     with pytest.raises(Invalid) as error:
         step_range(9, 5, 2)
     assert error.value.field == ("from_step",)
