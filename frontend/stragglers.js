@@ -1,7 +1,8 @@
-// The run page's stragglers section: a rank × step heatmap of compute time as a ratio to the
-// step's median over all ranks (a slow host or stage is a horizontal band, a one-off a lone
-// cell; flagged cells are ringed; past 1,024 ranks a row folds several ranks of a stage,
-// heatmap_rows.js), and the findings in plain English.
+// The run page's stragglers section: a rank × step heatmap of compute time as a ratio to the rank's
+// baseline, the one its flags compare with (its stage peers, all ranks, or its own history: a slow
+// host is a horizontal band, a one-off a lone cell, and a stage slow by design stays white: that is
+// imbalance, which the analysis reports); flagged cells are ringed; past 1,024 ranks a row folds
+// several ranks of a stage (heatmap_rows.js); and the findings in plain English.
 import { el, plot, say } from "./dom.js";
 import { ms, plotText } from "./format.js";
 import { heatmapRows, medianIn, slowestIn } from "./heatmap_rows.js";
@@ -32,24 +33,26 @@ function renderHeatmap(view, { rows, size }) {
   const rowPx = !many ? 30 : size > 1 ? 3 : 1; // a folded row may stand for a slow rank: thick enough to see
   // the compact answer (api.js): a cell's time is its ratio × the step's median; flagged cells are listed
   const compute = view.matrices.compute;
-  const ratios = compute.ratio_to_step_median;
+  const ratios = view.ratio_to_baseline; // the colour: what the flags compare
   const flagged = new Set(view.flagged_cells.map(([i, j]) => i * view.steps.length + j));
   const isFlagged = (i, j) => flagged.has(i * view.steps.length + j);
+  // the compact answer (api.js) carries each cell's ratio to its baseline and each step's median compute
   const cellText = (i, j) => [
-    `compute ${ms(ratios[i][j] * compute.step_median_ns[j])} ms = ${ratios[i][j].toFixed(2)}× the step median`,
-    isFlagged(i, j) ? `flagged (against ${plotText(basis.get(view.ranks[i]) || "its peers")})` : null,
+    `compute ${ratios[i][j].toFixed(2)}× its baseline${basis.has(view.ranks[i]) ? ` (${plotText(basis.get(view.ranks[i]))})` : ""}`,
+    isFlagged(i, j) ? "flagged" : null,
   ];
+  const stepMedian = (j) => `the step's median compute: ${ms(compute.step_median_ns[j])} ms`;
   const z = rows.map((members) => view.steps.map((_, j) => {
     const slowest = slowestIn(members, ratios, j);
     return slowest === null ? null : ratios[slowest][j];
   }));
   const hover = rows.map((members, r) => view.steps.map((_, j) => {
     const slowest = slowestIn(members, ratios, j);
-    if (slowest === null) return "not reported";
-    const lines = members.length === 1 ? [labels[r], `step ${view.steps[j]}`, ...cellText(slowest, j)] : [
+    if (slowest === null) return "not reported, or no baseline to score it against";
+    const lines = members.length === 1 ? [labels[r], `step ${view.steps[j]}`, ...cellText(slowest, j), stepMedian(j)] : [
       `${labels[r]} (${members.length} ranks)`, `step ${view.steps[j]}`,
       `slowest: ${rankLabel(view, slowest)}`, ...cellText(slowest, j),
-      `median of the ${members.length}: ${medianIn(members, ratios, j).toFixed(2)}×`,
+      `median of the ${members.length}: ${medianIn(members, ratios, j).toFixed(2)}×`, stepMedian(j),
     ];
     return lines.filter(Boolean).join("<br>");
   }));
@@ -59,7 +62,7 @@ function renderHeatmap(view, { rows, size }) {
     {
       type: "heatmap", x: view.steps, y: labels, z, zmin: 0.5, zmax: 1.5,
       colorscale: [[0, "#2f6fde"], [0.5, "#f7f8fa"], [1, "#c0392b"]],
-      colorbar: { title: { text: "× step median" }, thickness: 12 },
+      colorbar: { title: { text: "× baseline" }, thickness: 12 },
       text: hover, hoverinfo: "text", xgap: 1, ygap: many ? 0 : 1,
     },
     {

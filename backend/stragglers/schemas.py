@@ -22,10 +22,11 @@ class PhaseMatrixOut(FromAnalysis):
     """One phase's rank × step times and their ratio to the step's median over all ranks."""
 
     phase: str
-    values_ns: list[list[int | None]] | None = Field(
-        description="rank × step times (null in a compact answer: ratio × step_median_ns gives them to 4 digits)"
+    values_ns: list[list[int | None]] | None = Field(description="rank × step times (null in a compact answer)")
+    ratio_to_step_median: list[list[Ratio | None]] | None = Field(
+        description="each cell over its step's median over all ranks (null in a compact answer: the heat map "
+        "draws `ratio_to_baseline`, what the flags compare)"
     )
-    ratio_to_step_median: list[list[Ratio | None]]
     step_median_ns: list[float | None] = Field(description="per step, the median over the ranks: the ratios' base")
 
 
@@ -101,6 +102,11 @@ class StragglersOut(FromAnalysis):
     )
     flagged: list[list[bool]] | None = Field(
         description="compute cells flagged against the rank's basis, like the matrices (null in a compact answer)"
+    )
+    ratio_to_baseline: list[list[Ratio | None]] = Field(
+        description="each compute cell over the rank's baseline, what its flag compares (its stage peers' median, "
+        "all ranks' or its own history: the rank's score's basis), like the matrices; a stage slow by design is "
+        "about 1 here (imbalance, in the analysis), a straggler above it"
     )
     flagged_cells: list[tuple[int, int]] = Field(
         description="the flagged compute cells as [row, column] indexes into ranks and steps"

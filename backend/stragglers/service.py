@@ -104,7 +104,8 @@ def straggler_view(
     compact: bool = False,
 ) -> StragglersOut:
     """The report as the API answers it; ``compact``: without what a heat-map does not draw (each cell's
-    time, the full flag matrix, the scores of ranks scored normal), a third of the bytes at 1,024 ranks."""
+    time and ratio to the step median, the full flag matrix, the scores of ranks scored normal), a
+    fifth of the bytes at 1,024 ranks."""
     chosen, report = straggler_report(session, key, from_step, to_step)
     matrices = {phase: matrix for phase, matrix in report.matrices.items() if phase in phases}
     return StragglersOut.model_validate(
@@ -113,8 +114,13 @@ def straggler_view(
             "from_step": chosen[0] if chosen else None,
             "to_step": chosen[1] if chosen else None,
             **{f.name: getattr(report, f.name) for f in fields(report)},
-            "matrices": {p: {**vars(m), "values_ns": None} for p, m in matrices.items()} if compact else matrices,
+            "matrices": (
+                {p: {**vars(m), "values_ns": None, "ratio_to_step_median": None} for p, m in matrices.items()}
+                if compact
+                else matrices
+            ),
             "flagged": None if compact else report.flagged,
+            "ratio_to_baseline": report.baseline_ratios,
             "flagged_cells": [(i, j) for i, row in enumerate(report.flagged) for j, hit in enumerate(row) if hit],
             "hosts": [s.host for s in report.rank_scores],
             "stages": [s.stage for s in report.rank_scores],

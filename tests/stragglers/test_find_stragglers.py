@@ -105,9 +105,11 @@ def test_slow_stage_across_replicas_is_a_band_found_by_history() -> None:
         "own history",
     )
     assert "a slow stage (one-off)" in report.findings[0].message
-    # the heatmap ratio is to the step's median over all ranks: the heavier stage is a band
+    # against the step's median over all ranks the heavier stage is a band; the heat map colours each cell
+    # against the baseline its flag compares with (stage peers), where imbalance is no straggler: white
     ratios = report.matrices["compute"].ratio_to_step_median
     assert min(ratios[1]) > 1.05 and max(ratios[0]) < 0.95  # type: ignore[type-var]
+    assert all(r is not None and abs(r - 1) < 0.06 for row in report.baseline_ratios for r in row)
 
 
 def test_slow_replica_host_is_reported_once_with_its_alias() -> None:
@@ -197,6 +199,15 @@ def test_pipeline_without_replicas_compares_each_rank_with_its_own_history() -> 
     assert [s.basis for s in report.rank_scores] == ["own history"] * 3
     assert [s.verdict for s in report.rank_scores] == ["normal", "normal", "one-off"]
     assert "its own median step on step 4 (1 of 12)" in report.findings[0].message
+    # each cell's colour is its ratio to that baseline: rank 2's 1.4x the work is no band, its step 4 is
+    baseline = report.baseline_ratios
+    assert baseline[2][4] == pytest.approx(1.8, abs=0.1)
+    assert all(
+        r is not None and abs(r - 1) < 0.06
+        for i, row in enumerate(baseline)
+        for j, r in enumerate(row)
+        if (i, j) != (2, 4)
+    )
 
 
 def test_missing_cells_and_empty_input() -> None:
