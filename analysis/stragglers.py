@@ -160,7 +160,7 @@ class StragglerReport:
     steps: list[int]
     matrices: dict[str, PhaseMatrix]
     flagged: list[list[bool]]  # compute cells flagged by the rank's basis, like the matrices
-    baseline_ratios: list[list[float | None]]  # compute cells / the rank's basis, what the flags compare
+    ratio_to_baseline: list[list[float | None]]  # compute cells / the rank's basis, what the flags compare
     rank_scores: list[RankScore]
     groups: list[GroupFinding]
     findings: list[Finding]
@@ -218,7 +218,7 @@ def find_stragglers(
         steps=steps,
         matrices=matrices,
         flagged=[[cell.flagged for cell in cells[r]] for r in ranks],
-        baseline_ratios=[[cell.ratio for cell in cells[r]] for r in ranks],
+        ratio_to_baseline=[[cell.ratio for cell in cells[r]] for r in ranks],
         rank_scores=scores,
         groups=groups,
         findings=_findings(groups, scores),

@@ -120,7 +120,6 @@ def straggler_view(
                 else matrices
             ),
             "flagged": None if compact else report.flagged,
-            "ratio_to_baseline": report.baseline_ratios,
             "flagged_cells": [(i, j) for i, row in enumerate(report.flagged) for j, hit in enumerate(row) if hit],
             "hosts": [s.host for s in report.rank_scores],
             "stages": [s.stage for s in report.rank_scores],

@@ -109,7 +109,7 @@ def test_slow_stage_across_replicas_is_a_band_found_by_history() -> None:
     # against the baseline its flag compares with (stage peers), where imbalance is no straggler: white
     ratios = report.matrices["compute"].ratio_to_step_median
     assert min(ratios[1]) > 1.05 and max(ratios[0]) < 0.95  # type: ignore[type-var]
-    assert all(r is not None and abs(r - 1) < 0.06 for row in report.baseline_ratios for r in row)
+    assert all(r is not None and abs(r - 1) < 0.06 for row in report.ratio_to_baseline for r in row)
 
 
 def test_slow_replica_host_is_reported_once_with_its_alias() -> None:
@@ -200,7 +200,7 @@ def test_pipeline_without_replicas_compares_each_rank_with_its_own_history() -> 
     assert [s.verdict for s in report.rank_scores] == ["normal", "normal", "one-off"]
     assert "its own median step on step 4 (1 of 12)" in report.findings[0].message
     # each cell's colour is its ratio to that baseline: rank 2's 1.4x the work is no band, its step 4 is
-    baseline = report.baseline_ratios
+    baseline = report.ratio_to_baseline
     assert baseline[2][4] == pytest.approx(1.8, abs=0.1)
     assert all(
         r is not None and abs(r - 1) < 0.06
