@@ -10,6 +10,9 @@ Algorithm, for a run's steps (all times are per-rank means, ns):
 5. straggler / jitter = measured minus 4: what the medians cannot explain — micro-batches or steps
    slower than their median, per-action overhead, other work on the host.
 Each cause is reported in ns and as a fraction of the measured step; they sum to the measured bubble.
+The levels 2-4 are cut at the measured bubble, so no cause is negative: where the replay idles more
+than was measured (its median stage costs and transfer overstate this run), the excess is reported on
+its own (``replay_excess_ns``) instead of as a negative straggler/jitter.
 
 Stage imbalance is also described: the slowest stage (forward + backward per micro-batch), its
 excess over the mean stage, and, when the run reports layers per stage, the balanced split with the
@@ -44,6 +47,7 @@ class BubbleAttribution:
     simulated_floor_fraction: float
     simulated_floor_ns: float
     causes: tuple[Cause, ...]
+    replay_excess_ns: float  # how much more the replay (with transfers) idles than was measured; 0 mostly
 
 
 @dataclass(frozen=True)
@@ -71,16 +75,17 @@ def attribute_bubble(measured: MeasuredPipeline, measured_bubble_ns: float, step
     floor = simulate(setup)
     floor_idle = sum(floor.idle_ns) / setup.ranks
     with_comm = _mean_idle(replace(setup, p2p_ns=measured.setup.p2p_ns))
-    parts = [
-        ("schedule_inherent", inherent, "the schedule's own warm-up and cool-down with equal stages (closed form)"),
-        ("stage_imbalance", floor_idle - inherent, "stages of unequal cost: the others wait for the slowest"),
-        ("communication_wait", with_comm - floor_idle, "activations and gradients in transit between stages"),
+    levels = [min(level, measured_bubble_ns) for level in (0.0, inherent, floor_idle, with_comm, measured_bubble_ns)]
+    explained = [
+        ("schedule_inherent", "the schedule's own warm-up and cool-down with equal stages (closed form)"),
+        ("stage_imbalance", "stages of unequal cost: the others wait for the slowest"),
+        ("communication_wait", "activations and gradients in transit between stages"),
         (
             "straggler_jitter",
-            measured_bubble_ns - with_comm,
             "slower-than-median micro-batches and steps, per-action overhead, other load on the hosts",
         ),
     ]
+    parts = [(name, max(0.0, hi - lo), why) for (name, why), lo, hi in zip(explained, levels, levels[1:])]
     closed = closed_form_bubble(setup.schedule, setup.ranks, setup.microbatches, setup.stages_per_rank)
     return BubbleAttribution(
         step_ns=step_ns,
@@ -91,6 +96,7 @@ def attribute_bubble(measured: MeasuredPipeline, measured_bubble_ns: float, step
         simulated_floor_fraction=floor.bubble_fraction,
         simulated_floor_ns=floor_idle,
         causes=tuple(Cause(name, ns, ns / step_ns if step_ns else 0.0, why) for name, ns, why in parts),
+        replay_excess_ns=max(0.0, max(inherent, floor_idle, with_comm) - measured_bubble_ns),
     )
 
 

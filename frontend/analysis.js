@@ -17,10 +17,14 @@ const LISTED_STAGES = 8; // more stages than this are summed up as a range
 function renderAttribution(a, stepNs) {
   document.getElementById("analysis-facts").replaceChildren(
     fact("Median step", `${ms(stepNs)} ms`),
-    fact("Measured bubble", `${ms(a.measured_bubble_ns)} ms · ${percent(a.measured_bubble_fraction)}`),
+    fact("Measured bubble, median of the steps", `${ms(a.measured_bubble_ns)} ms · ${percent(a.measured_bubble_fraction)}`),
     fact(`Closed-form floor ${a.closed_form_formula || ""}`, percent(a.closed_form_fraction)),
     fact("Simulated floor (measured stage times)", percent(a.simulated_floor_fraction)),
   );
+  // causes stop at the measurement: what the replay idles beyond it is said, not drawn as a negative bar
+  say("attribution-note", a.replay_excess_ns > 0
+    ? `The replay with this run's median stage costs and transfers idles ${ms(a.replay_excess_ns)} ms a rank more than was measured: the causes stop at the measured bubble.`
+    : "");
   const traces = a.causes.map((c) => ({
     type: "bar", orientation: "h", name: plotText(cause(c.name).label), y: ["bubble"], x: [c.ns / 1e6],
     marker: { color: cause(c.name).color },

@@ -77,14 +77,21 @@ function stepItem(run) {
   return item("glance-step", "Step time now", `${ms(now)} ms`, [versus + marks, sparkline(run)], tone);
 }
 
+// Within this of its simulated floor, a bubble is at its floor: the replay's medians are no finer than that.
+const AT_FLOOR = 0.02;
+
+// The analysis' bubble (the median over its steps) against the replay's floor. A measurement under the
+// floor says the replay overstates this run, not that the run beat its schedule: said so, not "below".
 function bubbleItem(analysis) {
   const a = analysis.attribution;
   if (!a) return item("glance-bubble", "Bubble", "—", analysis.pipeline_unavailable || "not measurable for this run");
   const over = a.measured_bubble_fraction - a.simulated_floor_fraction;
-  const tone = over > 0.05 ? "bad" : "";
-  return item("glance-bubble", "Bubble", percent(a.measured_bubble_fraction),
-    `floor ${percent(a.simulated_floor_fraction)} (simulated); ${Math.abs(100 * over).toFixed(1)} pts ${over >= 0 ? "above" : "below"}`,
-    tone);
+  const floor = percent(a.simulated_floor_fraction);
+  const steps = `median of ${analysis.steps.length} step${analysis.steps.length > 1 ? "s" : ""}`;
+  const versus = Math.abs(over) <= AT_FLOOR ? `at its floor (${floor}, simulated)`
+    : over > 0 ? `${(100 * over).toFixed(1)} pts above its floor (${floor}, simulated)`
+      : `under the simulated floor (${floor}): the replay overstates this run by ${ms(a.replay_excess_ns)} ms a rank`;
+  return item("glance-bubble", "Bubble", percent(a.measured_bubble_fraction), `${steps}; ${versus}`, over > 0.05 ? "bad" : "");
 }
 
 function causeItem(analysis) {

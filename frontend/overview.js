@@ -47,7 +47,7 @@ export function renderStepNote(text, isError = false) {
 export function renderBubble(detail) {
   const b = detail.bubble;
   document.getElementById("bubble-facts").replaceChildren(
-    fact("Measured bubble", percent(b.measured_fraction)),
+    fact("Measured bubble, this step", percent(b.measured_fraction)),
     fact(`Theoretical ${b.formula || ""}`, percent(b.theoretical_fraction)),
     fact("Step wall time", `${ms(b.wall_ns)} ms`),
   );

@@ -72,7 +72,11 @@ class BubbleAttributionOut(FromAnalysis):
     closed_form_formula: str | None
     simulated_floor_fraction: float
     simulated_floor_ns: float
-    causes: list[CauseOut] = Field(description="add up to the measured bubble")
+    causes: list[CauseOut] = Field(description="add up to the measured bubble; none is negative")
+    replay_excess_ns: float = Field(
+        description="how much more the replay idles (measured median stage costs and transfer) than was measured "
+        "per rank per step; where above 0 the causes are cut at the measurement and the floor overstates this run"
+    )
 
 
 class LayerMoveOut(FromAnalysis):

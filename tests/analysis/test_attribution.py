@@ -31,13 +31,14 @@ def test_causes_add_up_to_the_measured_bubble_and_name_each_part() -> None:
     costs = (StageCost(3 * MS, 6 * MS), StageCost(1 * MS, 2 * MS), StageCost(1 * MS, 2 * MS), StageCost(1 * MS, 2 * MS))
     run = measured(costs, p2p_ns=0.4 * MS)
     step = simulate(run.setup).step_ns
-    attribution = attribute_bubble(run, measured_bubble_ns=30 * MS, step_ns=step)
+    attribution = attribute_bubble(run, measured_bubble_ns=45 * MS, step_ns=step)
     by_name = {c.name: c for c in attribution.causes}
     assert list(by_name) == ["schedule_inherent", "stage_imbalance", "communication_wait", "straggler_jitter"]
     # An identity (straggler/jitter is the remainder): that the causes are right, each against a
     # delay injected into a real job, is tests/analysis/test_injected_delays.py's
-    assert sum(c.ns for c in attribution.causes) == pytest.approx(30 * MS)
-    assert sum(c.fraction_of_step for c in attribution.causes) == pytest.approx(30 * MS / step)
+    assert sum(c.ns for c in attribution.causes) == pytest.approx(45 * MS)
+    assert sum(c.fraction_of_step for c in attribution.causes) == pytest.approx(45 * MS / step)
+    assert by_name["straggler_jitter"].ns > 0 and attribution.replay_excess_ns == 0
     # schedule-inherent: equal stages at the mean cost, so exactly the closed form's idle
     mean = simulate(PipelineSetup("1f1b", 4, 8, uniform_costs(4, 1.5 * MS, 3 * MS)))
     assert by_name["schedule_inherent"].ns == pytest.approx(
@@ -47,6 +48,21 @@ def test_causes_add_up_to_the_measured_bubble_and_name_each_part() -> None:
     assert by_name["communication_wait"].ns > 0
     assert attribution.closed_form_fraction == pytest.approx(3 / 11)
     assert attribution.simulated_floor_fraction > attribution.closed_form_fraction
+
+
+def test_a_replay_above_the_measurement_is_cut_there_and_said_not_a_negative_cause() -> None:
+    """The replay of this run idles 13.5 (schedule), 36.0 (with the stage costs) and 38.4 ms (with the
+    transfers) per rank; 30 ms were measured. The causes fill up to the measurement in order and stop
+    there: no negative straggler/jitter, and the 8.4 ms the replay overstates is reported on its own."""
+    costs = (StageCost(3 * MS, 6 * MS), StageCost(1 * MS, 2 * MS), StageCost(1 * MS, 2 * MS), StageCost(1 * MS, 2 * MS))
+    run = measured(costs, p2p_ns=0.4 * MS)
+    attribution = attribute_bubble(run, measured_bubble_ns=30 * MS, step_ns=simulate(run.setup).step_ns)
+    ns = {c.name: c.ns / MS for c in attribution.causes}
+    assert ns["schedule_inherent"] == pytest.approx(13.5, abs=0.05)
+    assert ns["stage_imbalance"] == pytest.approx(16.5, abs=0.05)  # 36.0 cut at 30
+    assert ns["communication_wait"] == ns["straggler_jitter"] == 0
+    assert sum(ns.values()) == pytest.approx(30)
+    assert attribution.replay_excess_ns / MS == pytest.approx(8.4, abs=0.05)
 
 
 def test_balanced_equal_stages_have_no_imbalance_or_communication_cause() -> None:

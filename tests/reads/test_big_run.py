@@ -130,6 +130,9 @@ def test_the_run_page_draws_every_card_and_its_first_screen_names_the_slow_rank(
     assert f"rank {SLOW_RANK}" in slowest.inner_text()
     assert slowest.bounding_box()["y"] < 1000  # on the first screen
     assert f"rank {SLOW_RANK}" in page.locator("#glance-do").inner_text()
+    # the replicas of the slow rank's stage wait for it in the gradient all-reduce: bubble, above the floor
+    bubble = page.locator("#glance-bubble").inner_text()
+    assert "median of " in bubble and "pts above its floor" in bubble, bubble
     rows = page.evaluate("() => [...new Set(document.getElementById('timeline').data.flatMap((t) => t.y))]")
     assert f"rank {SLOW_RANK} · stage 5 · slowest of {JOB.replicas}" in rows and len(rows) == 2 * JOB.stages
     # ~1,400 bars a few pixels wide: drawn without micro-batch numbers (plotly measures each one)
