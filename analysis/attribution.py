@@ -44,7 +44,7 @@ class BubbleAttribution:
     measured_bubble_fraction: float
     closed_form_fraction: float | None
     closed_form_formula: str | None
-    simulated_floor_fraction: float
+    simulated_floor_fraction: float  # simulated_floor_ns over step_ns, comparable with the measured fraction
     simulated_floor_ns: float
     causes: tuple[Cause, ...]
     replay_excess_ns: float  # how much more the replay (with transfers) idles than was measured; 0 mostly
@@ -93,7 +93,8 @@ def attribute_bubble(measured: MeasuredPipeline, measured_bubble_ns: float, step
         measured_bubble_fraction=measured_bubble_ns / step_ns if step_ns else 0.0,
         closed_form_fraction=closed.fraction if closed else None,
         closed_form_formula=closed.formula if closed else None,
-        simulated_floor_fraction=floor.bubble_fraction,
+        # over the run's step, as the measured bubble (the replayed step is the pipeline's alone: shorter)
+        simulated_floor_fraction=floor_idle / step_ns if step_ns else floor.bubble_fraction,
         simulated_floor_ns=floor_idle,
         causes=tuple(Cause(name, ns, ns / step_ns if step_ns else 0.0, why) for name, ns, why in parts),
         replay_excess_ns=max(0.0, max(inherent, floor_idle, with_comm) - measured_bubble_ns),

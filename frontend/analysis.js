@@ -19,7 +19,7 @@ function renderAttribution(a, stepNs) {
     fact("Median step", `${ms(stepNs)} ms`),
     fact("Measured bubble, median of the steps", `${ms(a.measured_bubble_ns)} ms · ${percent(a.measured_bubble_fraction)}`),
     fact(`Closed-form floor ${a.closed_form_formula || ""}`, percent(a.closed_form_fraction)),
-    fact("Simulated floor (measured stage times)", percent(a.simulated_floor_fraction)),
+    fact("Simulated floor (measured stage times)", `${ms(a.simulated_floor_ns)} ms · ${percent(a.simulated_floor_fraction)}`),
   );
   // causes stop at the measurement: what the replay idles beyond it is said, not drawn as a negative bar
   say("attribution-note", a.replay_excess_ns > 0

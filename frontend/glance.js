@@ -80,8 +80,9 @@ function stepItem(run) {
 // Within this of its simulated floor, a bubble is at its floor: the replay's medians are no finer than that.
 const AT_FLOOR = 0.02;
 
-// The analysis' bubble (the median over its steps) against the replay's floor. A measurement under the
-// floor says the replay overstates this run, not that the run beat its schedule: said so, not "below".
+// The analysis' bubble (the median over its steps) against the replay's floor, both over the run's step.
+// A measurement under the floor says the replay overstates this run, not that the run beat its schedule:
+// said so, not "below".
 function bubbleItem(analysis) {
   const a = analysis.attribution;
   if (!a) return item("glance-bubble", "Bubble", "—", analysis.pipeline_unavailable || "not measurable for this run");

@@ -70,7 +70,10 @@ class BubbleAttributionOut(FromAnalysis):
     measured_bubble_fraction: float
     closed_form_fraction: float | None
     closed_form_formula: str | None
-    simulated_floor_fraction: float
+    simulated_floor_fraction: float = Field(
+        description="simulated_floor_ns over step_ns: what the schedule would idle with the measured stage costs, "
+        "over the run's step as the measured fraction is"
+    )
     simulated_floor_ns: float
     causes: list[CauseOut] = Field(description="add up to the measured bubble; none is negative")
     replay_excess_ns: float = Field(
