@@ -3,6 +3,7 @@
 // their predicted step time and the change in torch / torchtitan / Megatron-LM terms.
 import { cell, el, fact, plot, say } from "./dom.js";
 import { ms, percent, plotText } from "./format.js";
+import { overheadsDominate } from "./overhead.js";
 
 // The causes of bubble.attribution names (analysis/attribution.py), as the page labels and colours them.
 const CAUSES = {
@@ -87,7 +88,7 @@ export function renderAnalysis(view) {
   renderImbalance(view.imbalance);
   const items = view.suggestions.length
     ? view.suggestions.map(suggestionItem)
-    : [el("li", { class: "muted" }, "Nothing to change: no fix is predicted to save 1% of the step.")];
+    : [el("li", { class: "muted" }, `Nothing to change: no fix is predicted to save 1% of the step${overheadsDominate(view) ? `; ${overheadsDominate(view)}` : ""}.`)];
   document.getElementById("suggestions").replaceChildren(...items);
   document.body.dataset.suggestions = String(view.suggestions.length);
   return drawn;
