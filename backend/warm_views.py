@@ -61,8 +61,11 @@ class ViewWarmer:
 
     def _warm(self, run_id: int, key: str, revision: int) -> None:
         base = f"{wire.API_PREFIX}/runs/{key}"
-        with transaction(self.session_factory) as session:
-            step = run_detail(session, key, self.settings.silent_after_s, PAGE_RANK_ROWS).default_step
+        try:
+            with transaction(self.session_factory) as session:
+                step = run_detail(session, key, self.settings.silent_after_s, PAGE_RANK_ROWS).default_step
+        except DomainError:
+            return  # deleted since the look
         views: list[tuple[str, tuple[tuple[str, str], ...], Callable[[Session], BaseModel]]] = [
             (f"{base}/analysis", (), lambda s: run_analysis(s, key, None, None)),
             (
