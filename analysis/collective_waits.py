@@ -21,18 +21,17 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from bubblescope import intervals
+from bubblescope import intervals, wire
 from bubblescope.analysis.model import TimedSpan
 
-COLLECTIVE_KINDS: Final = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"})
-WORLD: Final = "world"
+COLLECTIVE_KINDS: Final = wire.COMMUNICATION_KINDS - {"send", "recv"}
 
 InstanceKey = tuple[str, tuple[tuple[str, int], ...]]  # label, the other mesh coordinates
 
 
 def _instance(label: str, coords: Mapping[str, int]) -> InstanceKey | None:
-    if label == WORLD:
-        return (WORLD, ())
+    if label == wire.WORLD_GROUP:
+        return (wire.WORLD_GROUP, ())
     if label in coords:
         return (label, tuple(sorted((k, v) for k, v in coords.items() if k != label)))
     return None

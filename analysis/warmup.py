@@ -16,6 +16,12 @@ def warmup_until(first_step: int | None) -> int | None:
     return None if first_step is None else first_step + WARMUP_STEPS
 
 
+def is_warmup(step: int, first_step: int | None) -> bool:
+    """Whether ``step`` is warm-up in a run whose first step is ``first_step``."""
+    until = warmup_until(first_step)
+    return until is not None and step < until
+
+
 class StepSeen(NamedTuple):
     """What a run's summary knows of one of its steps."""
 
@@ -39,8 +45,7 @@ def usual_steps(steps: Sequence[StepSeen], world_size: int, skip_warmup: bool = 
     pools = [complete, with_spans]
     if skip_warmup and steps:
         first = min(s.step for s in steps)
-        until = first + WARMUP_STEPS  # warmup_until(first)
-        pools[:0] = [[s for s in complete if s.step >= until], [s for s in complete if s.step > first]]
+        pools[:0] = [[s for s in complete if not is_warmup(s.step, first)], [s for s in complete if s.step > first]]
     return next((pool for pool in pools if pool), [])
 
 

@@ -69,6 +69,9 @@ SPAN_FIELDS: Final = (
 )
 REQUIRED_SPAN_FIELDS: Final = ("step", "kind", "start_ns", "end_ns")
 
+WORLD_GROUP: Final = "world"
+"""The group label of spans on the default process group (every rank takes part)."""
+
 # Names of pipeline point-to-point transfers: activations go forward, gradients backward.
 P2P_FORWARD: Final = "fwd"
 P2P_BACKWARD: Final = "bwd"

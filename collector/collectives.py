@@ -33,6 +33,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from bubblescope import wire
 from bubblescope.collector.clock import local_ns
 from bubblescope.collector.gpu_timing import first_tensor, issue_event
 from bubblescope.collector.recorder import Recorder
@@ -94,7 +95,7 @@ def group_label(group: Any) -> str:
     import torch.distributed as dist
 
     if group is None or group is dist.GroupMember.WORLD:
-        return _State.labels.get(id(dist.GroupMember.WORLD), "world")
+        return _State.labels.get(id(dist.GroupMember.WORLD), wire.WORLD_GROUP)
     if isinstance(group, str):  # a functional collective's group name
         name: str = group
         try:
@@ -105,7 +106,7 @@ def group_label(group: Any) -> str:
     label = _State.labels.get(id(group))
     if label is None:
         description = str(getattr(group, "group_desc", "") or "group")
-        label = "world" if description == "default_pg" else description.removeprefix("mesh_")
+        label = wire.WORLD_GROUP if description == "default_pg" else description.removeprefix("mesh_")
     return label[:32]
 
 

@@ -86,9 +86,10 @@ export function renderAnalysis(view) {
   const drawn = view.attribution ? renderAttribution(view.attribution, view.step_ns) : undefined;
   say("analysis-error", view.attribution ? "" : `No pipeline replay: ${view.pipeline_unavailable}`);
   renderImbalance(view.imbalance);
+  const why = overheadsDominate(view); // where overheads outweigh the stage work
   const items = view.suggestions.length
     ? view.suggestions.map(suggestionItem)
-    : [el("li", { class: "muted" }, `Nothing to change: no fix is predicted to save 1% of the step${overheadsDominate(view) ? `; ${overheadsDominate(view)}` : ""}.`)];
+    : [el("li", { class: "muted" }, `Nothing to change: no fix is predicted to save 1% of the step${why ? `; ${why}` : ""}.`)];
   document.getElementById("suggestions").replaceChildren(...items);
   document.body.dataset.suggestions = String(view.suggestions.length);
   return drawn;

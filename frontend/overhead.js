@@ -5,7 +5,7 @@
 import { ms } from "./format.js";
 
 // The pipeline's overheads per rank and step against its stage work (analysis.pipeline, ns), or null.
-export function overheads(pipeline) {
+function overheads(pipeline) {
   if (!pipeline) return null;
   const s = pipeline.setup;
   const perStage = s.stage_costs.reduce((sum, c) => sum + c.forward_ns + c.backward_ns, 0) / s.stage_costs.length;

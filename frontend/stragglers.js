@@ -31,7 +31,6 @@ function renderHeatmap(view, { rows, size }) {
   const basis = new Map(view.rank_scores.map((s) => [s.rank, s.basis])); // a flagged rank is never scored normal
   const many = labels.length > LABELLED_ROWS;
   const rowPx = !many ? 30 : size > 1 ? 3 : 1; // a folded row may stand for a slow rank: thick enough to see
-  // the compact answer (api.js): a cell's time is its ratio × the step's median; flagged cells are listed
   const compute = view.matrices.compute;
   const ratios = view.ratio_to_baseline; // the colour: what the flags compare
   const flagged = new Set(view.flagged_cells.map(([i, j]) => i * view.steps.length + j));
@@ -42,12 +41,10 @@ function renderHeatmap(view, { rows, size }) {
     isFlagged(i, j) ? "flagged" : null,
   ];
   const stepMedian = (j) => `the step's median compute: ${ms(compute.step_median_ns[j])} ms`;
-  const z = rows.map((members) => view.steps.map((_, j) => {
-    const slowest = slowestIn(members, ratios, j);
-    return slowest === null ? null : ratios[slowest][j];
-  }));
+  const slowestOf = rows.map((members) => view.steps.map((_, j) => slowestIn(members, ratios, j)));
+  const z = slowestOf.map((row) => row.map((slowest, j) => (slowest === null ? null : ratios[slowest][j])));
   const hover = rows.map((members, r) => view.steps.map((_, j) => {
-    const slowest = slowestIn(members, ratios, j);
+    const slowest = slowestOf[r][j];
     if (slowest === null) return "not reported, or no baseline to score it against";
     const lines = members.length === 1 ? [labels[r], `step ${view.steps[j]}`, ...cellText(slowest, j), stepMedian(j)] : [
       `${labels[r]} (${members.length} ranks)`, `step ${view.steps[j]}`,

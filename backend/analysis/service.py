@@ -132,7 +132,8 @@ def _load(session: Session, run: Run, from_step: int | None, to_step: int | None
         raise NotFound("from_step", f"run {run.key!r} has no step with spans in the range")
     chosen = {s.step for s in usual}
     left_out = [s for s in seen if s.has_spans and s.step not in chosen]
-    window = _Window([], [], [], [], {}, [], [])
+    partial = [s.step for s in left_out if not is_complete(s, run.world_size)]
+    window = _Window([], [], [], [], {}, partial, [s.step for s in left_out if s.step not in partial])
     exposed: dict[str, list[float]] = defaultdict(list)
     for step in candidates:
         found = broken_down_step(session, run, step)
@@ -146,8 +147,6 @@ def _load(session: Session, run: Run, from_step: int | None, to_step: int | None
         window.walls.append(bubble.wall_ns)
         for group, ns in _exposed_comm_by_group(aligned.rows, aligned.spans, len(span_windows)).items():
             exposed[group].append(ns)
-    window.partial_left_out.extend(s.step for s in left_out if not is_complete(s, run.world_size))
-    window.warmup_left_out.extend(s.step for s in left_out if is_complete(s, run.world_size))
     steps = len(candidates)
     window.exposed_by_group.update({g: sum(v) / steps for g, v in exposed.items()})
     return window

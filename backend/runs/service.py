@@ -14,7 +14,14 @@ from sqlalchemy.orm import Session
 
 from bubblescope.analysis.breakdown import step_bubble
 from bubblescope.analysis.model import RankBreakdown, StepBubble
-from bubblescope.analysis.warmup import BASELINE_STEPS, StepSeen, default_step, is_complete, warmup_until
+from bubblescope.analysis.warmup import (
+    BASELINE_STEPS,
+    StepSeen,
+    default_step,
+    is_complete,
+    is_warmup,
+    warmup_until,
+)
 from bubblescope.backend.db.models import RankInfo, Run
 from bubblescope.backend.errors import Invalid, NotFound, TooLarge
 from bubblescope.backend.runs import queries
@@ -178,7 +185,7 @@ def run_detail(session: Session, key: str, silent_after_s: float, ranks_limit: i
     now = queries.database_now(session)
     listed = _listed_ranks(ends, ranks_limit, as_utc(now) - timedelta(seconds=silent_after_s))
     totals = queries.step_totals(session, run.id)
-    warm_from = warmup_until(totals[0].step if totals else None)
+    first = totals[0].step if totals else None
     seen = steps_seen(totals, queries.steps_with_spans(session, run.id))
     steps = [
         StepSummary(
@@ -190,7 +197,7 @@ def run_detail(session: Session, key: str, silent_after_s: float, ranks_limit: i
             mean_idle_ns=int(row.idle) // row.ranks,
             has_spans=step.has_spans,
             complete=is_complete(step, run.world_size),
-            warmup=warm_from is not None and row.step < warm_from,
+            warmup=is_warmup(row.step, first),
         )
         for row, step in zip(totals, seen)
     ]
@@ -201,7 +208,7 @@ def run_detail(session: Session, key: str, silent_after_s: float, ranks_limit: i
         rank_count=len(ends),
         dropped_spans=queries.dropped_spans(session, run.id),
         steps=steps,
-        warmup_until_step=warm_from,
+        warmup_until_step=warmup_until(first),
         baseline_steps=BASELINE_STEPS,
         default_step=default_step(seen, run.world_size, running=summary.state == "running"),
     )
