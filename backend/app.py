@@ -30,7 +30,7 @@ from bubblescope.backend.metrics.router import router as metrics_router
 from bubblescope.backend.metrics.runs import RunMetrics
 from bubblescope.backend.openapi import install_openapi
 from bubblescope.backend.plan.router import router as plan_router
-from bubblescope.backend.query_values import one_value_each
+from bubblescope.backend.query_values import no_nul_characters, one_value_each
 from bubblescope.backend.read_cache import AnswerStore
 from bubblescope.backend.runs.retention import retention_task
 from bubblescope.backend.runs.router import router as runs_router
@@ -75,6 +75,7 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
         dependencies=[
             Depends(authorize),  # serve --auth: what each route needs is in auth.route_access
             Depends(one_value_each),  # a repeated query parameter that takes one value: 422
+            Depends(no_nul_characters),  # NUL in a query value: 422
         ],
     )
     app.state.list_query_parameters = {}  # (path, method) -> the query parameters that take several values

@@ -24,7 +24,8 @@ Nanos = Count
 ClockOffsetNs = Annotated[int, Strict(), Field(ge=-OFFSET_NS_MAX, le=OFFSET_NS_MAX)]
 ClockUncertaintyNs = Annotated[int, Strict(), Field(ge=0, le=OFFSET_NS_MAX)]
 
-RunKey = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+RUN_KEY_PATTERN = r"^[A-Za-z0-9._:-]+$"
+RunKey = Annotated[str, Path(min_length=1, max_length=128, pattern=RUN_KEY_PATTERN)]
 RankIndex = Annotated[int, Path(ge=0, le=INT32_MAX)]
 StepIndex = Annotated[int, Path(ge=0, le=COUNT_MAX)]
 StepBound = Annotated[int | None, Query(ge=0, le=COUNT_MAX, description="first/last step of the range (inclusive)")]

@@ -1,6 +1,7 @@
 """A query parameter that takes one value, given several times, is a 422 that names it. FastAPI keeps
 the last value silently, so ``?name=a&name=b`` answered for ``b`` only (found by the API fuzz). Which
-parameters take several values is read from the route's own OpenAPI description: one source."""
+parameters take several values is read from the route's own OpenAPI description: one source. No query
+value may hold a NUL character."""
 
 from __future__ import annotations
 
@@ -23,6 +24,14 @@ def one_value_each(request: Request) -> None:
     for name in repeated:
         if name not in lists:
             raise Invalid(("query", name[:64]), f"given {len(params.getlist(name))} times; it takes one value")
+
+
+def no_nul_characters(request: Request) -> None:
+    """An app dependency: a query value holding NUL is a 422 that names it (PostgreSQL cannot compare
+    text with NUL in it: a run key or a search text with one was a 500, found by the API fuzz)."""
+    for name, value in request.query_params.multi_items():
+        if "\x00" in value:
+            raise Invalid(("query", name[:64]), "must not contain NUL characters")
 
 
 def _list_parameters(request: Request, path: str, method: str) -> frozenset[str]:

@@ -17,6 +17,7 @@ from bubblescope.backend.background import PeriodicTask
 from bubblescope.backend.db.models import Alert, Run
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.errors import NotFound
+from bubblescope.backend.fields import RUN_KEY_PATTERN
 from bubblescope.backend.runs import queries as run_queries
 from bubblescope.backend.settings import ServiceSettings, settings_of
 
@@ -37,7 +38,8 @@ def list_alerts(
         list[Literal["firing", "resolved"]] | None, Query(description="firing, resolved (repeat for both)")
     ] = None,
     run: Annotated[
-        str | None, Query(min_length=1, max_length=128, description="only this run's alerts (its key)")
+        str | None,
+        Query(min_length=1, max_length=128, pattern=RUN_KEY_PATTERN, description="only this run's alerts (its key)"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_ALERTS)] = 100,
 ) -> AlertList:

@@ -361,6 +361,13 @@ def test_nul_in_the_run_name_is_refused(server: LiveServer) -> None:
     assert (after["name"], after["config"]) == (before["name"], before["config"])
 
 
+@pytest.mark.parametrize("path,name", [("/api/v1/alerts", "run"), ("/api/v1/runs", "q"), ("/api/v1/runs", "state")])
+def test_nul_in_a_query_value_is_refused_on_either_database(server: LiveServer, path: str, name: str) -> None:
+    """Found by the API fuzz on PostgreSQL, which cannot compare text holding NUL: ``?run=`` was a 500."""
+    with server.client() as client:
+        assert_names(client.get(path, params={name: f"a{NUL}b"}), 422, ["query", name], "NUL")
+
+
 def test_nul_in_a_rank_host_is_refused(server: LiveServer) -> None:
     with server.client() as client:
         key = new_run(client)
