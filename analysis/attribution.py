@@ -66,6 +66,9 @@ class StageImbalance:
     balanced_layers: tuple[int, ...] | None
     moves: tuple[LayerMove, ...]
     balanced_step_ns: float | None
+    excess_ns: float = 0.0
+    """The slowest stage's cost per micro-batch above the mean: the work to move out of it, in time
+    (what can be said without layer counts)."""
 
 
 def attribute_bubble(measured: MeasuredPipeline, measured_bubble_ns: float, step_ns: float) -> BubbleAttribution:
@@ -115,7 +118,14 @@ def stage_imbalance(measured: MeasuredPipeline) -> StageImbalance:
             moves = layer_moves(layers, balanced)
             balanced_step = predict(measured, Change(layers_per_stage=balanced)).step_ns
     return StageImbalance(
-        costs, slowest, costs[slowest] / mean - 1 if mean else 0.0, layers, balanced, moves, balanced_step
+        costs,
+        slowest,
+        costs[slowest] / mean - 1 if mean else 0.0,
+        layers,
+        balanced,
+        moves,
+        balanced_step,
+        costs[slowest] - mean,
     )
 
 

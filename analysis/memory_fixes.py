@@ -11,15 +11,19 @@ with the measured step scaled by the planner's ratio new/current (its absolute e
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from bubblescope.analysis.memory_use import StageMemory
 from bubblescope.analysis.planner import (
+    ClusterSpec,
+    ModelSpec,
     ParallelConfig,
     PlanInputError,
     cluster_preset,
     evaluate,
     make_cluster,
+    memory_per_pipeline_rank,
     model_from,
     search,
     step_time,
@@ -31,7 +35,18 @@ PRESSURE = 0.9
 GIB = 2**30
 
 
-def memory_suggestions(config: Mapping[str, Any], step_ns: float) -> list[Suggestion]:
+@dataclass(frozen=True)
+class DeclaredPlan:
+    """The model, cluster and layout a run's config declares, as the planner takes them."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    config: ParallelConfig
+    global_batch: int
+
+
+def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
+    """None where the run did not declare a model and a cluster the planner knows."""
     try:
         model = model_from(config["model"])
         cluster_spec = config["cluster"]
@@ -42,7 +57,7 @@ def memory_suggestions(config: Mapping[str, Any], step_ns: float) -> list[Sugges
         )
         schedule = lookup(str(config.get("schedule", "1f1b")))
         stages_per_rank = int(config.get("virtual_stages") or schedule.default_stages_per_rank)
-        current_config = ParallelConfig(
+        parallel = ParallelConfig(
             tp=int(config.get("tp", 1)),
             pp=int(config.get("pp", config.get("pipeline_ranks", int(config.get("num_stages", 1)) // stages_per_rank))),
             dp=int(config.get("dp", 0)),
@@ -52,9 +67,34 @@ def memory_suggestions(config: Mapping[str, Any], step_ns: float) -> list[Sugges
             zero=int(config.get("zero", 0)),
             recompute=str(config.get("recompute", "none")),
         )
-        batch = int(config["global_batch"])
+        return DeclaredPlan(model, cluster, parallel, int(config["global_batch"]))
     except (KeyError, TypeError, ValueError, PlanInputError):  # ScheduleError is a ValueError
+        return None
+
+
+def predicted_memory_per_pipeline_rank(config: Mapping[str, Any]) -> list[float] | None:
+    """The planner's bytes per GPU of each pipeline rank for the run's declared model; None if undeclared."""
+    declared = declared_plan(config)
+    if declared is None:
+        return None
+    cfg = declared.config.with_dp(declared.cluster.gpus)
+    microbatches = declared.global_batch // max(1, cfg.dp * cfg.mbs)
+    try:
+        per_rank = memory_per_pipeline_rank(declared.model, declared.cluster, cfg, max(1, microbatches))
+    except (ValueError, ZeroDivisionError):
+        return None
+    return [part.total for part in per_rank]
+
+
+def memory_suggestions(
+    config: Mapping[str, Any], step_ns: float, measured: StageMemory | None = None
+) -> list[Suggestion]:
+    """The planner's memory fixes, when its model of the run, or the stage ``measured`` nearest its
+    limit, is at 90% of what may be used or more."""
+    declared = declared_plan(config)
+    if declared is None:
         return []  # the run did not declare model and cluster: no memory model to price fixes with
+    model, cluster, current_config, batch = declared.model, declared.cluster, declared.config, declared.global_batch
     current = evaluate(model, cluster, current_config, batch)
     if current.memory is None:
         return []
@@ -63,8 +103,16 @@ def memory_suggestions(config: Mapping[str, Any], step_ns: float) -> list[Sugges
     except (ValueError, ZeroDivisionError):
         return []
     used = current.memory.total / current.memory.available
-    if used < PRESSURE:
+    measured_fraction = measured.fraction_of_limit if measured is not None else None
+    if used < PRESSURE and (measured_fraction is None or measured_fraction < PRESSURE):
         return []
+    why = f"the planner puts memory per GPU at {current.memory.total / GIB:.1f} GiB of {current.memory.available / GIB:.1f} GiB usable ({used:.0%})"
+    if measured is not None and measured_fraction is not None and measured_fraction >= PRESSURE:
+        where = "" if measured.stage is None else f"stage {measured.stage}'s "
+        why = (
+            f"{where}rank {measured.peak_rank} peaked at {measured.peak_bytes / GIB:.1f} GiB of "
+            f"{(measured.limit_bytes or 0) / GIB:.1f} GiB ({measured_fraction:.0%}); {why}"
+        )
     evidence = RunEvidence(config=config, step_ns=step_ns)
     out = []
     for title, change, torchtitan, megatron in _candidates(current.config):
@@ -79,8 +127,7 @@ def memory_suggestions(config: Mapping[str, Any], step_ns: float) -> list[Sugges
                 predicted,
                 plan.step.bubble_fraction,
                 title,
-                f"the planner puts memory per GPU at {current.memory.total / GIB:.1f} GiB of "
-                f"{current.memory.available / GIB:.1f} GiB usable ({used:.0%})",
+                why,
                 f"memory per GPU {current.memory.total / GIB:.1f} → {plan.memory.total / GIB:.1f} GiB",
                 {k: v for k, v in change.as_dict().items() if current.config.as_dict().get(k) != v},
                 None,

@@ -154,6 +154,7 @@ def _more_microbatches_or_better_schedule(evidence: RunEvidence, measured: Measu
                 apply={"num_microbatches": m, **({"microbatch_size": batch // m} if batch else {})},
             )
         )
+    today = predict(measured, Change())
     for schedule in ("interleaved1f1b", "interleavedzb", "zbv"):
         if schedule == current.name:
             continue
@@ -170,7 +171,7 @@ def _more_microbatches_or_better_schedule(evidence: RunEvidence, measured: Measu
                 "better_schedule",
                 prediction,
                 title=f"Switch to {lookup(schedule).label} ({prediction.stages_per_rank} stages per rank{split})",
-                why=_bubble_evidence(evidence),
+                why=f"{_bubble_evidence(evidence)}; {_schedule_reason(measured, today, prediction)}",
                 memory=_activation_memory(prediction, now_peak, 1 / prediction.stages_per_rank),
                 apply={
                     "schedule": schedule,
@@ -200,7 +201,8 @@ def _rebalance(evidence: RunEvidence, imbalance: StageImbalance) -> list[Suggest
             title=f"Rebalance stages: {moves}",
             why=(
                 f"stage {imbalance.slowest_stage} costs {imbalance.stage_cost_ns[imbalance.slowest_stage] / 1e6:.1f} ms per "
-                f"micro-batch, {imbalance.slowest_excess:.0%} above the mean stage; layers now {list(imbalance.layers_per_stage or ())}"
+                f"micro-batch, {imbalance.slowest_excess:.0%} ({imbalance.excess_ns / 1e6:.1f} ms) above the mean stage; "
+                f"layers now {list(imbalance.layers_per_stage or ())}"
             ),
             memory="per-stage weights and activations follow the moved layers; the total is unchanged",
             apply={"layers_per_stage": list(imbalance.balanced_layers)},
@@ -391,6 +393,26 @@ def _bubble_evidence(evidence: RunEvidence) -> str:
     return (
         f"measured bubble {a.measured_bubble_fraction:.1%} of the step; closed-form floor "
         f"{_pct(a.closed_form_fraction)} ({a.closed_form_formula}); simulated floor {a.simulated_floor_fraction:.1%}"
+    )
+
+
+def _schedule_reason(measured: MeasuredPipeline, today: Prediction, other: Prediction) -> str:
+    """Why the replay prefers (or not) another schedule: its idle time and its count of actions, each
+    paying the runtime's fitted cost per action (zero-bubble schedules split every backward in two)."""
+    setup = measured.setup
+
+    def actions(prediction: Prediction) -> int:
+        orders = lookup(prediction.schedule).build_orders(
+            setup.ranks, prediction.microbatches, prediction.stages_per_rank
+        )
+        return max(len(order) for order in orders.values())
+
+    now_idle = sum(today.result.idle_ns) / len(today.result.idle_ns)
+    new_idle = sum(other.result.idle_ns) / len(other.result.idle_ns)
+    return (
+        f"replayed with this run's stage costs, {lookup(other.schedule).label} idles {new_idle / 1e6:.1f} ms a rank "
+        f"against {now_idle / 1e6:.1f} ms under {lookup(today.schedule).label}, and runs {actions(other)} actions a rank "
+        f"against {actions(today)}, each paying the pipelining runtime's fitted {setup.action_overhead_ns / 1e6:.2f} ms"
     )
 
 

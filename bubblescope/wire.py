@@ -5,7 +5,7 @@ A batch is one JSON object, optionally gzip-compressed (``Content-Encoding: gzip
     {
       "run_key": "...", "rank": 0, "seq": 7, "dropped_spans": 0,
       "steps": [{"step": 3, "start_ns": ..., "end_ns": ..., "compute_ns": ...,
-                 "comm_ns": ..., "idle_ns": ..., "span_count": 12}],
+                 "comm_ns": ..., "idle_ns": ..., "span_count": 12, "peak_rss_bytes": ...}],
       "spans": {"step": [...], "kind": [...], "start_ns": [...], "end_ns": [...],
                 "stage": [...], "microbatch": [...], "peer": [...], "bytes": [...],
                 "group": [...], "name": [...]}
@@ -68,6 +68,11 @@ SPAN_FIELDS: Final = (
     "name",
 )
 REQUIRED_SPAN_FIELDS: Final = ("step", "kind", "start_ns", "end_ns")
+
+MEMORY_FIELDS: Final = ("peak_rss_bytes", "gpu_peak_allocated_bytes", "gpu_peak_reserved_bytes", "gpu_alloc_retries")
+"""A step aggregate's optional memory readings, each the step's own peak (reset at every step's
+end): the process's peak resident set, and on a CUDA job the caching allocator's peak allocated and
+reserved bytes and its allocation retries in the step."""
 
 WORLD_GROUP: Final = "world"
 """The group label of spans on the default process group (every rank takes part)."""

@@ -44,6 +44,7 @@ from bubblescope.collector.clock import now_ns
 from bubblescope.collector.config import CollectorConfig
 from bubblescope.collector.model_parallel import LayerwiseStage
 from bubblescope.collector.session import CollectorSession
+from bubblescope.collector.stage_size import stage_sizes
 from bubblescope.collector.upload import UploadResult, upload_spool
 
 __all__ = [
@@ -176,8 +177,9 @@ def instrument(schedule: Any) -> Any:
         _session.align_clock()
         described = pipelining.describe(schedule)
         stage_indices = described.pop("stage_indices")
+        sizes = described.pop("stage_sizes")
         _session.register_run(**described)
-        _session.register_rank(stage=stage_indices[0], stages=stage_indices)
+        _session.register_rank(stage=stage_indices[0], stages=stage_indices, **sizes)
     except Exception as error:  # noqa: BLE001
         log.warning("bubblescope: could not instrument %s: %r", type(schedule).__name__, error)
     return schedule
@@ -225,11 +227,17 @@ def timed_batches(batches: Any) -> Any:
 
 
 def describe_pipeline(
-    *, schedule: str, num_stages: int, num_microbatches: int, stages: list[int] | None = None
+    *,
+    schedule: str,
+    num_stages: int,
+    num_microbatches: int,
+    stages: list[int] | None = None,
+    modules: list[Any] | None = None,
 ) -> None:
     """Tell the service how a hand-written pipeline is laid out (``instrument`` does this for
     torch's schedules): the schedule's name ("naive", "gpipe", "1f1b", ...), the stage count,
-    micro-batches per step, and the stage indices this rank runs."""
+    micro-batches per step, the stage indices this rank runs and, optionally, their modules (in
+    the same order), whose layers and parameters are counted so that stages can be rebalanced."""
 
     def register(session: CollectorSession) -> None:
         local = stages or []
@@ -242,7 +250,8 @@ def describe_pipeline(
         )
         session.align_clock()
         if local:
-            session.register_rank(stage=local[0], stages=local)
+            sizes = stage_sizes(modules) if modules and len(modules) == len(local) else {}
+            session.register_rank(stage=local[0], stages=local, **sizes)
 
     _guarded("describe the pipeline", register)
 

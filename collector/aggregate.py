@@ -27,6 +27,7 @@ def step_aggregate(record: StepRecord) -> dict[str, Any]:
     window_start = min([record.start_ns, *(row[2] for row in record.spans)])
     window_end = max([record.end_ns, *(row[3] for row in record.spans)])
     split = split_window(((row[1], row[2], row[3]) for row in record.spans), window_start, window_end)
+    memory = record.memory or ()
     return {
         "step": record.step,
         "start_ns": to_epoch(window_start),
@@ -41,6 +42,7 @@ def step_aggregate(record: StepRecord) -> dict[str, Any]:
             if record.clock is not None
             else {}
         ),
+        **{field: value for field, value in zip(wire.MEMORY_FIELDS, memory) if value is not None},
     }
 
 

@@ -172,6 +172,10 @@ class CollectorConfig:
     """CUDA-event timing of GPU work (pipeline actions, `span(..., on_gpu=True)`) and of
     communication on CUDA tensors (collectives, DDP buckets, pipeline P2P)."""
 
+    memory: bool = setting("BUBBLESCOPE_MEMORY", FLAG, True, shown="on")
+    """Each step's peak memory: the process's peak resident set, and on a CUDA job the allocator's peak
+    allocated and reserved bytes and its allocation retries (about 4 µs a step on a CPU)."""
+
     trace_collectives: bool = setting("BUBBLESCOPE_TRACE_COLLECTIVES", FLAG, True, shown="on")
     """A span for every torch.distributed call made after `init`."""
 

@@ -2,10 +2,10 @@
 
 Consecutive layers live on consecutive ranks and activations travel with send/recv::
 
-    stage = collector.LayerwiseStage(stage=rank, num_stages=world)
+    stage = collector.LayerwiseStage(stage=rank, num_stages=world, module=model_part)
     x = stage.recv_activation(torch.empty(b, h))      # from rank - 1 (not on the first stage)
     with stage.forward():
-        y = layers(x)
+        y = model_part(x)
     stage.send_activation(y)                           # to rank + 1 (not on the last stage)
     grad = stage.recv_gradient(torch.empty_like(y))    # from rank + 1
     with stage.backward():
@@ -16,7 +16,8 @@ Every call records a span with the stage, micro-batch (0 unless given), peer and
 "fwd"/"bwd" like the pipelining integration, so the service splits each recv into dependency
 wait and transfer the same way. The first use registers the run as ``naive`` model parallelism
 with p stages and one micro-batch, whose bubble floor is (p-1)/p. Works with the collector
-disabled: then it is plain send/recv.
+disabled: then it is plain send/recv. ``module`` (optional) is this rank's part of the model: its
+layers and parameters are counted (``stage_size``) so that unequal stages can be rebalanced.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from bubblescope import wire
 
 
 class LayerwiseStage:
-    def __init__(self, stage: int, num_stages: int, group: Any = None) -> None:
+    def __init__(self, stage: int, num_stages: int, group: Any = None, module: Any = None) -> None:
         self.stage = stage
         self.num_stages = num_stages
         self.group = group
+        self.module = module  # the stage's layers, counted for the service's rebalancing (optional)
         self._registered = False
 
     def _span(self, kind: str, microbatch: int, **fields: Any) -> contextlib.AbstractContextManager[Any]:
@@ -40,7 +42,11 @@ class LayerwiseStage:
         if not self._registered:
             self._registered = True
             collector.describe_pipeline(
-                schedule="naive", num_stages=self.num_stages, num_microbatches=1, stages=[self.stage]
+                schedule="naive",
+                num_stages=self.num_stages,
+                num_microbatches=1,
+                stages=[self.stage],
+                modules=None if self.module is None else [self.module],
             )
         return collector.span(kind, stage=self.stage, microbatch=microbatch, **fields)
 

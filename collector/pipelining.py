@@ -42,6 +42,7 @@ from bubblescope import wire
 from bubblescope.collector.clock import local_ns
 from bubblescope.collector.native import active as active_hotpath
 from bubblescope.collector.recorder import GpuSpanTimer, Recorder
+from bubblescope.collector.stage_size import stage_sizes
 
 _TAG = "_bubblescope_tag"
 _BLOCKED_NS = 30_000  # a wait on an already finished op returns in a few microseconds
@@ -270,6 +271,7 @@ def describe(schedule: Any) -> dict[str, Any]:
         "pipeline_ranks": max(1, num_stages // len(stages)),
         "num_microbatches": int(schedule._n_microbatches),
         "stage_indices": [int(stage.stage_index) for stage in stages],
+        "stage_sizes": stage_sizes([getattr(stage, "submod", None) for stage in stages]),
     }
 
 

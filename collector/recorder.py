@@ -24,6 +24,7 @@ from typing import Any
 from bubblescope import wire
 from bubblescope.collector.clock import local_ns
 from bubblescope.collector.gpu_timing import GpuEvents
+from bubblescope.collector.memory import MemoryReading
 
 SpanRow = tuple[Any, ...]
 StepSink = Callable[["StepRecord"], None]
@@ -73,7 +74,7 @@ def waiting_op(waiting: Waiting | None) -> dict[str, Any] | None:
 class StepRecord:
     """One finished step of one rank: its window and its spans (times on ``clock.local_ns``)."""
 
-    __slots__ = ("clock", "detailed", "end_ns", "gpu_anchor", "gpu_events", "spans", "start_ns", "step")
+    __slots__ = ("clock", "detailed", "end_ns", "gpu_anchor", "gpu_events", "memory", "spans", "start_ns", "step")
 
     def __init__(
         self,
@@ -92,6 +93,7 @@ class StepRecord:
         self.detailed = detailed  # False: recorded with only what its aggregates need
         self.gpu_events: GpuEvents = []  # CUDA-timed rows, resolved off-thread
         self.gpu_anchor: tuple[Any, int] | None = None
+        self.memory: MemoryReading | None = None  # the step's peaks (``memory.MemoryProbe``)
 
 
 class SpanTimer:
@@ -234,6 +236,7 @@ class Recorder:
         self.clock: tuple[int, int] | None = None  # set by the session after each clock round
         self.after_step: Callable[[int], None] | None = None  # runs between steps (clock rounds)
         self.gpu: Any = None  # a gpu_timing.CudaStepClock when the job computes on CUDA
+        self.memory: Callable[[], MemoryReading | None] | None = None  # read and reset at each step's end
         self._gpu_events: GpuEvents = []
         self._detail_for = detail_for  # None: every step in full
         # The current step travels in full: decided at its start, and only while a listener
@@ -377,6 +380,8 @@ class Recorder:
         if start is None:  # no explicit begin: the window is first span start to end
             start = min((row[2] for row in spans), default=end)
         record = StepRecord(self.step_index, start, end, spans, self.clock, self.detailed)
+        if self.memory is not None:
+            record.memory = self.memory()
         if self._gpu_events:
             record.gpu_events, self._gpu_events = self._gpu_events, []
             record.gpu_anchor = self.gpu.anchor if self.gpu is not None else None

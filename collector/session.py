@@ -17,6 +17,7 @@ from bubblescope.collector import clock as process_clock
 from bubblescope.collector.clock import ClockOffset
 from bubblescope.collector.clock_sync import ClockSync
 from bubblescope.collector.config import CollectorConfig
+from bubblescope.collector.memory import CudaPeak, MemoryProbe, memory_limit_bytes
 from bubblescope.collector.recorder import Recorder
 from bubblescope.collector.shipper import Shipper
 from bubblescope.collector.spool import Spool
@@ -80,6 +81,8 @@ class CollectorSession:
             self.shipper.submit, self.shipper.count_dropped, MAX_BUFFERED_SPANS, self.shipper.ships_spans_of
         )
         self.shipper.watch(self.recorder)
+        self.memory = MemoryProbe() if config.memory else None
+        self.recorder.memory = self.memory
         self.shipper.start()
         if config.url is None:
             self._say_where_it_spools()
@@ -112,7 +115,7 @@ class CollectorSession:
                 from bubblescope.collector import collectives
 
                 collectives.install(self.recorder)
-            self._enable_gpu_timing()
+            self._enable_gpu_readings()
             try:
                 timeout_s = self.config.clock_handshake_timeout_s
                 self._clock_sync = ClockSync(dist, self.run_key, first_timeout_s=timeout_s)
@@ -123,18 +126,29 @@ class CollectorSession:
                 self._use_clock(ClockOffset(0, 0))
         self.register_rank()
 
-    def _enable_gpu_timing(self) -> None:
-        """CUDA-event timing when the job computes on a GPU (``BUBBLESCOPE_GPU_TIMING=0``: off)."""
+    def _uses_cuda(self) -> bool:
         torch = sys.modules.get("torch")
-        if torch is None or not self.config.gpu_timing:
-            return
+        if torch is None:
+            return False
         try:
             dist = _dist()
             on_nccl = dist is not None and dist.get_backend() == "nccl"
-            if torch.cuda.is_available() and (on_nccl or torch.cuda.is_initialized()):
+            return bool(torch.cuda.is_available() and (on_nccl or torch.cuda.is_initialized()))
+        except Exception:  # noqa: BLE001
+            return False
+
+    def _enable_gpu_readings(self) -> None:
+        """When the job computes on a GPU: CUDA-event timing (``BUBBLESCOPE_GPU_TIMING=0``: off) and
+        the allocator's peaks (``BUBBLESCOPE_MEMORY=0``: off)."""
+        if not self._uses_cuda():
+            return
+        try:
+            if self.config.gpu_timing:
                 from bubblescope.collector.gpu_timing import CudaStepClock
 
                 self.recorder.gpu = CudaStepClock()
+            if self.memory is not None:
+                self.memory.gpu = CudaPeak()
         except Exception as error:  # noqa: BLE001
             log.warning("bubblescope: GPU timing off: %r", error)
 
@@ -188,6 +202,10 @@ class CollectorSession:
             "clock_uncertainty_ns": clock.uncertainty_ns,
             **extra,
         }
+        if self.memory is not None:
+            limit = memory_limit_bytes(on_gpu=self.memory.gpu is not None)
+            if limit is not None:
+                body["memory_limit_bytes"] = limit
         self._put(f"{wire.API_PREFIX}/runs/{self.run_key}/ranks/{self.rank}", body)
 
     def report_end(self, error: str | None, at_ns: int) -> None:

@@ -2,7 +2,7 @@
 // beside the closed-form and simulated floors, stage imbalance, and the ranked suggestions with
 // their predicted step time and the change in torch / torchtitan / Megatron-LM terms.
 import { cell, el, fact, plot, say } from "./dom.js";
-import { ms, percent, plotText } from "./format.js";
+import { bytes, ms, percent, plotText } from "./format.js";
 import { overheadsDominate } from "./overhead.js";
 
 // The causes of bubble.attribution names (analysis/attribution.py), as the page labels and colours them.
@@ -44,7 +44,8 @@ function renderAttribution(a, stepNs) {
   return drawn;
 }
 
-function renderImbalance(im) {
+// Imbalance in time, and in layers where they are known (declared by the job, or counted by the collector).
+function renderImbalance(im, layersSource) {
   const note = document.getElementById("imbalance-note");
   if (!im) { note.textContent = ""; return; }
   const costs = im.stage_cost_ns;
@@ -53,17 +54,61 @@ function renderImbalance(im) {
     ? costs.map((ns, i) => `stage ${i}: ${ms(ns)} ms`).join(" · ")
     : `${costs.length} stages, ${ms(sorted[0])}–${ms(sorted[sorted.length - 1])} ms (median ${ms(sorted[Math.floor(sorted.length / 2)])} ms)`;
   let text = `Per micro-batch (forward + backward) — ${stages}. Slowest: stage ${im.slowest_stage}, ${percent(im.slowest_excess)} above the mean.`;
+  const perLayer = (stage) => costs[stage] / im.layers_per_stage[stage];
   if (im.moves.length) {
-    const moves = im.moves.map((m) => `move ${m.layers} layer(s) from stage ${m.from_stage} to ${m.to_stage}`).join("; ");
-    text += ` Balanced split ${im.balanced_layers.join(",")}: ${moves} → ${ms(im.balanced_step_ns)} ms per step.`;
+    const moves = im.moves.map((m) => `move ${m.layers} layer(s) from stage ${m.from_stage} to ${m.to_stage} (≈ ${ms(m.layers * perLayer(m.from_stage))} ms per micro-batch)`).join("; ");
+    const counted = layersSource === "counted" ? " (layers as the collector counted them in each stage's module)" : "";
+    text += ` Balanced split ${im.balanced_layers.join(",")}${counted}: ${moves} → ${ms(im.balanced_step_ns)} ms per step.`;
+  } else if (!im.layers_per_stage && im.slowest_excess > 0.1) {
+    text += ` Layers per stage unknown: move about ${ms(im.excess_ns)} ms of work per micro-batch out of stage ${im.slowest_stage} to balance.`;
   }
   note.textContent = text;
 }
 
-function suggestionItem(s) {
+// Communication no compute hid, per mesh dimension (pipeline P2P excluded: it is in the bubble), largest first.
+function renderExposed(byGroup, stepNs) {
+  const parts = Object.entries(byGroup).filter(([, ns]) => ns / stepNs >= 0.005).sort((a, b) => b[1] - a[1]);
+  say("exposed-note", parts.length
+    ? `Exposed communication a rank per step, by mesh dimension: ${parts.map(([g, ns]) => `${g} ${ms(ns)} ms (${percent(ns / stepNs)} of the step)`).join(" · ")}.`
+      + ` Most of it is in ${parts[0][0]}.`
+    : "");
+}
+
+const MEMORY_SOURCES = {
+  gpu_reserved: "(CUDA allocator's peak reserved bytes per step, highest over the steps)",
+  host_rss: "(each process's peak resident set per step, highest over the steps)",
+};
+
+// Measured memory per stage beside the limit and the planner's prediction; the stage nearest its limit flagged.
+function renderMemory(rows) {
+  const box = document.getElementById("memory");
+  box.hidden = !rows.length;
+  if (!rows.length) return;
+  document.getElementById("memory-source").textContent = MEMORY_SOURCES[rows[0].source] || "";
+  document.querySelector("#memory-table tbody").replaceChildren(...rows.map((r) => {
+    const tr = el("tr", r.nearest_limit ? { class: "nearest" } : {});
+    tr.append(cell(r.stage === null ? "—" : r.stage), cell(r.ranks), cell(bytes(r.peak_bytes)), cell(`rank ${r.peak_rank}`, "text"),
+      cell(bytes(r.median_bytes)), cell(bytes(r.limit_bytes)), cell(percent(r.fraction_of_limit)),
+      cell(bytes(r.predicted_bytes)), cell(r.gpu_alloc_retries));
+    return tr;
+  }));
+  const top = rows.find((r) => r.nearest_limit);
+  const where = top.stage === null ? "These ranks are" : `Stage ${top.stage} is`;
+  let text = top.fraction_of_limit === null
+    ? `${where} the fullest: ${bytes(top.peak_bytes)} on rank ${top.peak_rank} (no limit registered).`
+    : `${where} nearest its limit: ${bytes(top.peak_bytes)} of ${bytes(top.limit_bytes)} (${percent(top.fraction_of_limit)}) on rank ${top.peak_rank}.`;
+  if (top.gpu_alloc_retries > 0) text += ` The allocator retried ${top.gpu_alloc_retries} time(s): it flushed its cache to fit.`;
+  if (top.predicted_bytes !== null) text += ` The planner predicts ${bytes(top.predicted_bytes)} there for the declared model.`;
+  say("memory-note", text);
+}
+
+// bubbleNs: today's measured bubble; a predicted bubble is said in ms first, as its fraction is of another step
+function suggestionItem(s, bubbleNs) {
   const li = el("li", { class: "suggestion" });
   const gain = `${ms(s.current_step_ns)} → ${ms(s.predicted_step_ns)} ms (${s.gain_fraction >= 0 ? "−" : "+"}${Math.abs(100 * s.gain_fraction).toFixed(1)}%)`;
-  const bubble = s.predicted_bubble_fraction === null ? "" : `, bubble ${percent(s.predicted_bubble_fraction)}`;
+  const predictedNs = s.predicted_bubble_fraction === null ? null : s.predicted_bubble_fraction * s.predicted_step_ns;
+  const bubble = predictedNs === null ? ""
+    : `, bubble ${bubbleNs === null ? "" : `${ms(bubbleNs)} → `}${ms(predictedNs)} ms a step (${percent(s.predicted_bubble_fraction)} of the new step)`;
   li.append(el("div", { class: "title" }, s.title), el("div", { class: "muted" }, `predicted ${gain}${bubble}`));
   li.append(el("div", {}, `Evidence: ${s.evidence}`), el("div", {}, `Memory: ${s.memory_cost}`));
   const code = [];
@@ -85,10 +130,12 @@ export function renderAnalysis(view) {
     + (out.length ? `; left out: ${out.join(", ")})` : ")");
   const drawn = view.attribution ? renderAttribution(view.attribution, view.step_ns) : undefined;
   say("analysis-error", view.attribution ? "" : `No pipeline replay: ${view.pipeline_unavailable}`);
-  renderImbalance(view.imbalance);
+  renderExposed(view.exposed_comm_ns_by_group, view.step_ns);
+  renderImbalance(view.imbalance, view.layers_source);
+  renderMemory(view.memory);
   const why = overheadsDominate(view); // where overheads outweigh the stage work
   const items = view.suggestions.length
-    ? view.suggestions.map(suggestionItem)
+    ? view.suggestions.map((s) => suggestionItem(s, view.attribution ? view.attribution.measured_bubble_ns : null))
     : [el("li", { class: "muted" }, `Nothing to change: no fix is predicted to save 1% of the step${why ? `; ${why}` : ""}.`)];
   document.getElementById("suggestions").replaceChildren(...items);
   document.body.dataset.suggestions = String(view.suggestions.length);

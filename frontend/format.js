@@ -9,6 +9,12 @@ export function ms(ns) {
 // A fraction (0.123) as "12.3%"; "—" when there is none.
 export const percent = (fraction) => (fraction === null || fraction === undefined ? "—" : `${(100 * fraction).toFixed(1)}%`);
 
+// Bytes as "1.25 GiB" or "310 MiB"; "—" when unknown.
+export function bytes(value) {
+  if (value === null || value === undefined) return "—";
+  return value >= 2 ** 30 ? `${(value / 2 ** 30).toFixed(2)} GiB` : `${Math.round(value / 2 ** 20)} MiB`;
+}
+
 // part as a percentage of whole; "—" when whole is 0.
 export const share = (part, whole) => (whole ? percent(part / whole) : "—");
 

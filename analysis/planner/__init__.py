@@ -6,7 +6,12 @@ checks the step-time model against published Megatron-LM runs.
 """
 
 from bubblescope.analysis.planner.evaluate import Plan, evaluate, model_flops_per_step
-from bubblescope.analysis.planner.memory import MemoryBreakdown, activation_bytes_per_layer, memory_per_gpu
+from bubblescope.analysis.planner.memory import (
+    MemoryBreakdown,
+    activation_bytes_per_layer,
+    memory_per_gpu,
+    memory_per_pipeline_rank,
+)
 from bubblescope.analysis.planner.request import PlanOutcome, plan_document
 from bubblescope.analysis.planner.search import search
 from bubblescope.analysis.planner.specs import (
@@ -42,6 +47,7 @@ __all__ = [
     "evaluate",
     "make_cluster",
     "memory_per_gpu",
+    "memory_per_pipeline_rank",
     "model_flops_per_step",
     "model_from",
     "plan_document",

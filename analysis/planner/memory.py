@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass
 
 from bubblescope.analysis.planner.specs import ClusterSpec, ModelSpec, ParallelConfig
+from bubblescope.analysis.schedule_orders import BACKWARD, BACKWARD_INPUT, FORWARD, Action
 from bubblescope.analysis.schedules import lookup
 
 GIB = 1024**3
@@ -118,10 +119,51 @@ def memory_per_gpu(
 ) -> MemoryBreakdown:
     """Model state and activations per GPU on the worst stage, for ``microbatches`` per step."""
     cfg = config.with_dp(cluster.gpus)
-    params = stage_params(model, cfg.tp, cfg.pp)
-    shard = {0: (1, 1, 1), 1: (1, 1, cfg.dp), 2: (1, cfg.dp, cfg.dp), 3: (cfg.dp, cfg.dp, cfg.dp)}[cfg.zero]
     layers = layers_on_stage(model, cfg.pp)
     in_flight = in_flight_microbatch_layers(cfg, microbatches, layers)
+    return _breakdown(model, cluster, cfg, stage_params(model, cfg.tp, cfg.pp), in_flight)
+
+
+def memory_per_pipeline_rank(
+    model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, microbatches: int
+) -> list[MemoryBreakdown]:
+    """Model state and activations per GPU of each pipeline rank, first to last: its own layers (the
+    first ``L mod p`` ranks hold one more), the embedding on the first and the output layer on the last,
+    and the activation chunks its schedule's action order holds at once (1F1B: p − r micro-batches on
+    rank r, so the first rank holds the most)."""
+    cfg = config.with_dp(cluster.gpus)
+    if cfg.pp == 1:
+        return [memory_per_gpu(model, cluster, cfg, microbatches)]
+    h = model.hidden
+    per_layer = model.layer_matmul_params / cfg.tp + (model.layer_params - model.layer_matmul_params)
+    embedding = model.vocab * h / cfg.tp + (model.embedding_params - model.vocab * h)
+    output = model.vocab * h / cfg.tp + 2 * h  # the output layer (a tied embedding's copy) and the final norm
+    orders = lookup(cfg.schedule).build_orders(cfg.pp, microbatches, cfg.vpp)
+    out = []
+    for rank in range(cfg.pp):
+        layers = model.layers // cfg.pp + (1 if rank < model.layers % cfg.pp else 0)
+        params = layers * per_layer + (embedding if rank == 0 else 0.0) + (output if rank == cfg.pp - 1 else 0.0)
+        in_flight = _peak_chunks(orders[rank]) * layers / cfg.vpp
+        out.append(_breakdown(model, cluster, cfg, params, in_flight))
+    return out
+
+
+def _peak_chunks(actions: list[Action]) -> int:
+    """Activation chunks held at once: each forward keeps one until its backward (or input backward) frees it."""
+    held = peak = 0
+    for action in actions:
+        if action.kind == FORWARD:
+            held += 1
+            peak = max(peak, held)
+        elif action.kind in (BACKWARD, BACKWARD_INPUT):
+            held -= 1
+    return peak
+
+
+def _breakdown(
+    model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, params: float, in_flight: float
+) -> MemoryBreakdown:
+    shard = {0: (1, 1, 1), 1: (1, 1, cfg.dp), 2: (1, cfg.dp, cfg.dp), 3: (cfg.dp, cfg.dp, cfg.dp)}[cfg.zero]
     per_layer = activation_bytes_per_layer(
         model, cfg.mbs, cfg.tp, cfg.sequence_parallel, cfg.recompute, cfg.flash_attention
     )

@@ -28,6 +28,25 @@ class StageBreakdownOut(BaseModel):
     bubble_fraction: float
 
 
+class StageMemoryOut(FromAnalysis):
+    """A stage's memory over the analysed steps: its fullest rank's highest per-step peak."""
+
+    stage: int | None
+    ranks: int = Field(description="ranks of the stage that sent memory readings")
+    source: str = Field(
+        description="gpu_reserved: the CUDA allocator's peak reserved bytes; host_rss: peak resident set"
+    )
+    peak_bytes: int
+    peak_rank: int = Field(description="the rank with that peak")
+    median_bytes: float = Field(description="median over the stage's ranks of each one's peak")
+    gpu_peak_allocated_bytes: int | None
+    gpu_alloc_retries: int = Field(description="the allocator's retries (cache flushed to fit), summed")
+    limit_bytes: int | None = Field(description="the smallest memory limit its ranks registered")
+    fraction_of_limit: float | None
+    predicted_bytes: float | None = Field(description="the planner's bytes per GPU here, for the run's declared model")
+    nearest_limit: bool = Field(description="the stage with the highest peak over limit (over bytes without limits)")
+
+
 class StageCostOut(FromAnalysis):
     """One (virtual) stage's cost per micro-batch, ns; ``weight_ns`` is the weight-gradient part of a
     split backward (zero-bubble schedules), null when not measured."""
@@ -96,6 +115,9 @@ class StageImbalanceOut(FromAnalysis):
     balanced_layers: list[int] | None
     moves: list[LayerMoveOut]
     balanced_step_ns: float | None
+    excess_ns: float = Field(
+        description="the slowest stage's cost per micro-batch above the mean: the work to move out"
+    )
 
 
 class SuggestionOut(FromAnalysis):
@@ -129,11 +151,17 @@ class AnalysisOut(BaseModel):
         description="each analysed step's measured bubble, a fraction of its wall time (same order as steps)"
     )
     stages: list[StageBreakdownOut]
+    memory: list[StageMemoryOut] = Field(description="memory per stage; empty when the collector sent no readings")
     exposed_comm_ns_by_group: dict[str, float] = Field(description="mean per rank per step, pipeline p2p excluded")
     pipeline: MeasuredPipelineOut | None = Field(description="the run in the simulator's terms")
     pipeline_unavailable: str | None = Field(description="why there is no pipeline replay, when there is none")
     attribution: BubbleAttributionOut | None
     imbalance: StageImbalanceOut | None
+    layers_source: str | None = Field(
+        description="where the layers per stage come from: declared (the run's config), counted (by the collector in "
+        "each stage's module); null: unknown, so imbalance is said in time only"
+    )
+    params_per_stage: list[int] | None = Field(description="parameters of each stage, as the collector counted them")
     suggestions: list[SuggestionOut] = Field(description="ranked by predicted gain")
 
 
@@ -163,3 +191,8 @@ class PredictionOut(BaseModel):
     bubble_fraction: float
     peak_activations: int
     idle_ns_per_rank: list[float]
+    samples_per_step_ratio: float = Field(
+        description="samples a step processes after the change over today's: microbatches × microbatch_scale "
+        "over today's micro-batches (1: the global batch is held)"
+    )
+    global_batch_held: bool = Field(description="whether the change keeps the samples per step (the global batch)")

@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session
 from bubblescope import intervals, wire
 from bubblescope.analysis.attribution import attribute_bubble, stage_imbalance
 from bubblescope.analysis.errors import InputError
-from bubblescope.analysis.memory_fixes import memory_suggestions
+from bubblescope.analysis.memory_fixes import memory_suggestions, predicted_memory_per_pipeline_rank
+from bubblescope.analysis.memory_use import StageMemory, stage_memory
 from bubblescope.analysis.model import RankBreakdown, TimedSpan
 from bubblescope.analysis.pipeline_profile import MeasuredPipeline, StepSpans, measure_pipeline
 from bubblescope.analysis.suggestions import RunEvidence, StragglerNote, suggest
@@ -27,6 +28,7 @@ from bubblescope.backend.analysis.schemas import (
     PredictionOut,
     StageBreakdownOut,
     StageImbalanceOut,
+    StageMemoryOut,
     SuggestionOut,
     WhatIfIn,
 )
@@ -57,7 +59,9 @@ def run_analysis(session: Session, key: str, from_step: int | None, to_step: int
     run = require_run(session, key)
     window = _load(session, run, from_step, to_step)
     step_ns = float(statistics.median(window.walls))
-    measured, why_not = _measure(run, window)
+    sizes = _stage_sizes(session, run)
+    measured, why_not = _measure(sizes.config, window)
+    memory = _memory(session, run, window)
     attribution = imbalance = None
     if measured is not None:
         attribution = attribute_bubble(measured, statistics.median(window.bubble_ns), step_ns)
@@ -70,7 +74,7 @@ def run_analysis(session: Session, key: str, from_step: int | None, to_step: int
         imbalance=imbalance,
         exposed_comm_ns=window.exposed_by_group,
         tp_hosts_per_group=_tp_hosts(run_rank_places(session, run)),
-        memory_notes=memory_suggestions(run.config or {}, step_ns),
+        memory_notes=memory_suggestions(run.config or {}, step_ns, next((m for m in memory if m.nearest_limit), None)),
         stragglers=_straggler_notes(session, key, from_step, to_step),
     )
     return AnalysisOut(
@@ -81,11 +85,14 @@ def run_analysis(session: Session, key: str, from_step: int | None, to_step: int
         step_ns=step_ns,
         step_bubble_fractions=[ns / wall if wall else 0.0 for ns, wall in zip(window.bubble_ns, window.walls)],
         stages=_per_stage(window.breakdowns),
+        memory=[StageMemoryOut.model_validate(row) for row in memory],
         exposed_comm_ns_by_group=window.exposed_by_group,
         pipeline=None if measured is None else MeasuredPipelineOut.model_validate(measured),
         pipeline_unavailable=why_not,
         attribution=None if attribution is None else BubbleAttributionOut.model_validate(attribution),
         imbalance=None if imbalance is None else StageImbalanceOut.model_validate(imbalance),
+        layers_source=sizes.layers_source if measured is not None and measured.layers_per_stage else None,
+        params_per_stage=sizes.params_per_stage,
         suggestions=[SuggestionOut.model_validate(s) for s in suggest(evidence)],
     )
 
@@ -93,7 +100,7 @@ def run_analysis(session: Session, key: str, from_step: int | None, to_step: int
 def what_if(session: Session, key: str, body: WhatIfIn) -> PredictionOut:
     run = require_run(session, key)
     window = _load(session, run, body.from_step, body.to_step)
-    measured, why_not = _measure(run, window)
+    measured, why_not = _measure(_stage_sizes(session, run).config, window)
     if measured is None:
         raise Invalid("run_key", f"run {key!r} cannot be replayed: {why_not}")
     change = Change(
@@ -106,6 +113,7 @@ def what_if(session: Session, key: str, body: WhatIfIn) -> PredictionOut:
         overlap_communication=body.overlap_communication,
     )
     prediction = predict(measured, change)  # an InputError names the body field it is about
+    samples_ratio = prediction.microbatches * body.microbatch_scale / measured.setup.microbatches
     return PredictionOut(
         measured_step_ns=measured.measured_step_ns,
         schedule=prediction.schedule,
@@ -116,6 +124,8 @@ def what_if(session: Session, key: str, body: WhatIfIn) -> PredictionOut:
         bubble_fraction=prediction.bubble_fraction,
         peak_activations=prediction.peak_activations,
         idle_ns_per_rank=list(prediction.result.idle_ns),
+        samples_per_step_ratio=samples_ratio,
+        global_batch_held=abs(samples_ratio - 1) < 1e-6,
     )
 
 
@@ -171,11 +181,35 @@ def _exposed_comm_by_group(rows: Sequence[Row[Any]], spans: Sequence[TimedSpan],
     return {group: total / max(1, ranks) for group, total in totals.items()}
 
 
-def _measure(run: Run, window: _Window) -> tuple[MeasuredPipeline | None, str | None]:
+def _measure(config: dict[str, Any], window: _Window) -> tuple[MeasuredPipeline | None, str | None]:
     try:
-        return measure_pipeline(window.steps, run.config or {}), None
+        return measure_pipeline(window.steps, config), None
     except InputError as error:
         return None, str(error)
+
+
+@dataclass(frozen=True)
+class _StageSizes:
+    config: dict[str, Any]
+    """The run's config, with ``layers_per_stage`` from the ranks' counts where the job declared none."""
+    layers_source: str | None
+    params_per_stage: list[int] | None
+
+
+def _stage_sizes(session: Session, run: Run) -> _StageSizes:
+    """The layers per stage the job declared, else those its ranks counted in their stage modules
+    (when every stage was counted); and the parameters per stage they counted."""
+    config = dict(run.config or {})
+    sizes = queries.stage_sizes(session, run.id)
+    complete = bool(sizes) and sorted(sizes) == list(range(len(sizes)))
+    params = [sizes[s][1] for s in range(len(sizes))] if complete else None
+    params_per_stage = None if params is None or None in params else [p for p in params if p is not None]
+    if config.get("layers_per_stage") is not None:
+        return _StageSizes(config, "declared", params_per_stage)
+    if not complete:
+        return _StageSizes(config, None, params_per_stage)
+    config["layers_per_stage"] = [sizes[stage][0] for stage in range(len(sizes))]
+    return _StageSizes(config, "counted", params_per_stage)
 
 
 def _per_stage(breakdowns: list[list[RankBreakdown]]) -> list[StageBreakdownOut]:
@@ -201,6 +235,19 @@ def _per_stage(breakdowns: list[list[RankBreakdown]]) -> list[StageBreakdownOut]
             )
         )
     return out
+
+
+def _memory(session: Session, run: Run, window: _Window) -> list[StageMemory]:
+    """Measured memory per stage over the analysed steps, beside the planner's for a declared model."""
+    per_rank = queries.memory_peaks(session, run.id, [s.step for s in window.steps])
+    if not per_rank:
+        return []
+    predicted = predicted_memory_per_pipeline_rank(run.config or {})
+    by_stage = None
+    if predicted is not None:  # a rank registers its first stage: the pipeline ranks' order
+        stages = sorted({r.stage for r in per_rank if r.stage is not None})
+        by_stage = dict(zip(stages, predicted))
+    return stage_memory(per_rank, by_stage)
 
 
 def _tp_hosts(ranks: Sequence[RankPlace]) -> int:

@@ -65,6 +65,9 @@ class RankInfo(Base):
     last_step: Mapped[int | None]  # its newest finished step
     last_step_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # a batch with steps came
     in_flight: Mapped[dict[str, Any] | None]  # the watchdog's report of a long step (wire.InFlight)
+    memory_limit_bytes: Mapped[int | None]  # what the rank may use: its GPU's memory, or its share of the host's
+    stage_layers: Mapped[list[int] | None] = mapped_column(JSON)  # per stage in ``stages``, counted by the collector
+    stage_params: Mapped[list[int] | None] = mapped_column(JSON)
 
     run: Mapped[Run] = relationship(back_populates="ranks")
 
@@ -88,6 +91,11 @@ class StepAggregate(Base):
     span_count: Mapped[int] = mapped_column(Integer)
     clock_offset_ns: Mapped[int | None]
     clock_uncertainty_ns: Mapped[int | None]
+    # The step's own memory peaks (wire.MEMORY_FIELDS); NULL where the collector did not measure them.
+    peak_rss_bytes: Mapped[int | None]
+    gpu_peak_allocated_bytes: Mapped[int | None]
+    gpu_peak_reserved_bytes: Mapped[int | None]
+    gpu_alloc_retries: Mapped[int | None]
 
 
 class Span(Base):

@@ -25,6 +25,7 @@ _STEP_UPDATE = (
     "span_count",
     "clock_offset_ns",
     "clock_uncertainty_ns",
+    *wire.MEMORY_FIELDS,
 )
 
 

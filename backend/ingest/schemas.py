@@ -52,6 +52,10 @@ class StepAggregateIn(BaseModel):
         default=None, description="this rank's clock minus rank 0's in force for the step"
     )
     clock_uncertainty_ns: ClockUncertaintyNs | None = None
+    peak_rss_bytes: Count | None = Field(default=None, description="the process's peak resident set in the step")
+    gpu_peak_allocated_bytes: Count | None = Field(default=None, description="CUDA allocator's peak allocated bytes")
+    gpu_peak_reserved_bytes: Count | None = Field(default=None, description="CUDA allocator's peak reserved bytes")
+    gpu_alloc_retries: Count | None = Field(default=None, description="CUDA allocator's retries in the step")
 
 
 Seconds = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]

@@ -11,6 +11,7 @@ from sqlalchemy import ColumnElement, Row, and_, bindparam, case, func, or_, sel
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import ReturningUpdate
 
+from bubblescope.analysis.memory_use import RankMemory
 from bubblescope.backend.db.models import Base, RankInfo, Run, Span, StepAggregate
 from bubblescope.backend.db.upsert import insert_on_conflict
 from bubblescope.backend.runs.state import RankEnd, as_utc, rank_outcome
@@ -253,6 +254,56 @@ def step_totals(session: Session, run_id: int, first: int | None = None, last: i
         query = query.where(StepAggregate.step <= last)
     rows: Sequence[Row[Any]] = session.execute(query).all()  # type: ignore[assignment]  # Row's column types
     return rows
+
+
+def memory_peaks(session: Session, run_id: int, steps: Collection[int]) -> list[RankMemory]:
+    """Each rank's highest per-step memory peaks over ``steps`` (retries summed), with its stage and
+    registered limit; ranks that sent no readings are left out."""
+    columns = StepAggregate
+    peaks = (
+        select(
+            StepAggregate.rank,
+            func.max(columns.peak_rss_bytes).label("peak_rss_bytes"),
+            func.max(columns.gpu_peak_allocated_bytes).label("gpu_peak_allocated_bytes"),
+            func.max(columns.gpu_peak_reserved_bytes).label("gpu_peak_reserved_bytes"),
+            func.sum(columns.gpu_alloc_retries).label("gpu_alloc_retries"),
+        )
+        .where(StepAggregate.run_id == run_id, StepAggregate.step.in_(sorted(steps)))
+        .where((columns.peak_rss_bytes.is_not(None)) | (columns.gpu_peak_reserved_bytes.is_not(None)))
+        .group_by(StepAggregate.rank)
+        .subquery()
+    )
+    query = (
+        select(peaks, RankInfo.stage, RankInfo.memory_limit_bytes)
+        .outerjoin(RankInfo, (RankInfo.run_id == run_id) & (RankInfo.rank == peaks.c.rank))
+        .order_by(peaks.c.rank)
+    )
+    return [
+        RankMemory(
+            rank=row.rank,
+            stage=row.stage,
+            peak_rss_bytes=row.peak_rss_bytes,
+            gpu_peak_allocated_bytes=row.gpu_peak_allocated_bytes,
+            gpu_peak_reserved_bytes=row.gpu_peak_reserved_bytes,
+            gpu_alloc_retries=None if row.gpu_alloc_retries is None else int(row.gpu_alloc_retries),
+            limit_bytes=row.memory_limit_bytes,
+        )
+        for row in session.execute(query)
+    ]
+
+
+def stage_sizes(session: Session, run_id: int) -> dict[int, tuple[int, int | None]]:
+    """(layers, parameters) of each stage the ranks counted and registered (``stage_layers``)."""
+    query = select(RankInfo.stages, RankInfo.stage_layers, RankInfo.stage_params).where(
+        RankInfo.run_id == run_id, RankInfo.stage_layers.is_not(None)
+    )
+    sizes: dict[int, tuple[int, int | None]] = {}
+    for stages, layers, params in session.execute(query):
+        layers = layers or []
+        for at, stage in enumerate(stages or []):
+            if at < len(layers):
+                sizes[stage] = (layers[at], params[at] if params and at < len(params) else None)
+    return sizes
 
 
 def step_aggregates(session: Session, run_id: int, step: int | None = None) -> Sequence[StepAggregate]:

@@ -13,6 +13,7 @@ from bubblescope.backend.fields import (
     INT64_MAX,
     ClockOffsetNs,
     ClockUncertaintyNs,
+    Count,
     FromAnalysis,
     Nanos,
     NonNegativeInt,
@@ -78,6 +79,24 @@ class RankRegistration(BaseModel):
     )
     clock_offset_ns: ClockOffsetNs = 0
     clock_uncertainty_ns: ClockUncertaintyNs = 0
+    memory_limit_bytes: Count | None = Field(
+        default=None, description="what the rank may use: its GPU's memory, or its share of the host's"
+    )
+    stage_layers: Annotated[list[LayerCount], Field(max_length=4096)] | None = Field(
+        default=None,
+        description="layers of each of this rank's stages (same order as stages), as the collector counted them",
+    )
+    stage_params: Annotated[list[Count], Field(max_length=4096)] | None = Field(
+        default=None, description="parameters of each of this rank's stages (same order as stages)"
+    )
+
+    @field_validator("stage_layers", "stage_params")
+    @classmethod
+    def _one_per_stage(cls, value: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        stages = info.data.get("stages")
+        if value is not None and (stages is None or len(value) != len(stages)):
+            raise ValueError(f"needs stages and one count per stage ({len(stages or [])}), got {len(value)}")
+        return value
 
 
 class RankEndIn(BaseModel):
@@ -128,6 +147,9 @@ class RankOut(BaseModel):
     ended_at: datetime | None = Field(description="when the service received the end")
     last_heard_at: datetime | None = Field(default=None, description="when the service last heard from the rank")
     last_step: int | None = Field(default=None, description="its newest finished step")
+    memory_limit_bytes: int | None = Field(default=None, description="what the rank may use, as it registered")
+    stage_layers: list[int] | None = Field(default=None, description="layers of each of its stages, as registered")
+    stage_params: list[int] | None = Field(default=None, description="parameters of each of its stages, as registered")
     in_flight: dict[str, Any] | None = Field(
         default=None,
         description="the collector watchdog's report while a step runs far past its usual length: step, in_step, "

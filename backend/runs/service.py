@@ -331,6 +331,9 @@ def _rank_out(info: RankInfo) -> RankOut:
         last_heard_at=None if info.last_heard_at is None else as_utc(info.last_heard_at),
         last_step=info.last_step,
         in_flight=info.in_flight,
+        memory_limit_bytes=info.memory_limit_bytes,
+        stage_layers=info.stage_layers,
+        stage_params=info.stage_params,
     )
 
 

@@ -36,7 +36,28 @@ def test_analysis_attributes_the_bubble_and_describes_the_pipeline(
     for stage in analysis["stages"]:
         parts = stage["compute_ns"] + stage["exposed_comm_ns"] + stage["idle_ns"]
         assert parts == pytest.approx(stage["window_ns"], rel=1e-6)
-    assert analysis["imbalance"]["layers_per_stage"] == [3, 1]
+    # the job declares no layer split: the collector counted each stage module's Linear layers
+    assert analysis["imbalance"]["layers_per_stage"] == [3, 1] and analysis["layers_source"] == "counted"
+    assert analysis["params_per_stage"] == [3 * (768 * 768 + 768), 768 * 768 + 768]
+    excess = analysis["imbalance"]["excess_ns"]
+    assert excess == pytest.approx(costs[0] - sum(costs) / 2, rel=1e-6)
+
+
+def test_analysis_shows_memory_per_stage_from_each_rank_s_own_readings(
+    server: LiveServer, analysed: tuple[str, dict[str, Any]]
+) -> None:
+    """The job's processes read their peak resident set each step and registered their share of the host's memory."""
+    key, analysis = analysed
+    ranks = server.client().get(f"/api/v1/runs/{key}").json()["ranks"]
+    limits = {r["rank"]: r["memory_limit_bytes"] for r in ranks}
+    assert all(limit and limit > 2**28 for limit in limits.values()), limits
+    memory = analysis["memory"]
+    assert [(m["stage"], m["ranks"], m["source"]) for m in memory] == [(0, 1, "host_rss"), (1, 1, "host_rss")]
+    for row in memory:  # a torch process: more than 50 MiB, less than what it may use
+        assert 50 * 2**20 < row["peak_bytes"] < row["limit_bytes"] == limits[row["peak_rank"]]
+        assert row["fraction_of_limit"] == pytest.approx(row["peak_bytes"] / row["limit_bytes"])
+        assert row["predicted_bytes"] is None  # no model declared
+    assert sum(m["nearest_limit"] for m in memory) == 1
 
 
 def test_whatif_replays_another_configuration(server: LiveServer, analysed: tuple[str, dict[str, Any]]) -> None:
@@ -46,6 +67,10 @@ def test_whatif_replays_another_configuration(server: LiveServer, analysed: tupl
     gpipe = client.post(f"/api/v1/runs/{key}/whatif", json={"schedule": "gpipe", "microbatches": 8}).json()
     assert more["step_ns"] > more["measured_step_ns"]  # twice the work per step
     assert gpipe["peak_activations"] == 8 and more["peak_activations"] == 2
+    # 8 micro-batches of today's size: twice the samples, which the answer says
+    assert more["samples_per_step_ratio"] == pytest.approx(2) and not more["global_batch_held"]
+    held = client.post(f"/api/v1/runs/{key}/whatif", json={"microbatches": 8, "microbatch_scale": 0.5}).json()
+    assert held["samples_per_step_ratio"] == pytest.approx(1) and held["global_batch_held"]
     same = client.post(f"/api/v1/runs/{key}/whatif", json={}).json()
     # the fitted per-action overhead makes this so; a what-if checked against an injected delay:
     # test_injected_delays.py

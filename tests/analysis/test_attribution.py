@@ -167,6 +167,26 @@ def test_every_pipeline_suggestion_says_all_it_changes() -> None:
     assert {"more_microbatches", "better_schedule", "rebalance_stages"} <= kinds
 
 
+def test_a_schedule_switch_says_why_the_replay_prefers_it() -> None:
+    """Away from ZB-V on a runtime that costs 1 ms an action: Interleaved 1F1B idles longer but runs a
+    third fewer actions (zero-bubble schedules split every backward in two), and the reason says both."""
+    costs = uniform_costs(4, 1 * MS, 2 * MS)
+    setup = PipelineSetup("zbv", 2, 4, costs, stages_per_rank=2, action_overhead_ns=1 * MS, step_overhead_ns=5 * MS)
+    run = MeasuredPipeline(setup, None, simulate(setup).step_ns, 10)
+    step = run.measured_step_ns
+    evidence = RunEvidence(
+        config={}, step_ns=step, measured=run, attribution=attribute_bubble(run, 0.3 * step, step), imbalance=None
+    )
+    switch = next(s for s in suggest(evidence) if s.apply.get("schedule") == "interleaved1f1b")
+    today, other = predict(run, Change()), predict(run, Change(schedule="interleaved1f1b", stages_per_rank=2))
+    assert other.step_ns < today.step_ns and sum(other.result.idle_ns) > sum(today.result.idle_ns)
+    # 4 micro-batches x 2 stages: ZB-V runs F, I and W of each (24), Interleaved 1F1B F and B (16)
+    assert "runs 16 actions a rank against 24" in switch.evidence, switch.evidence
+    assert f"idles {sum(other.result.idle_ns) / 2 / 1e6:.1f} ms a rank" in switch.evidence
+    assert f"against {sum(today.result.idle_ns) / 2 / 1e6:.1f} ms under" in switch.evidence
+    assert "fitted 1.00 ms" in switch.evidence
+
+
 def test_communication_placement_and_stragglers_are_suggested() -> None:
     run = measured(uniform_costs(2, 1 * MS, 2 * MS), m=8)
     step = simulate(run.setup).step_ns

@@ -188,6 +188,26 @@ def test_hybrid_meshes_record_coordinates_and_span_groups(layouts: dict, name: s
                 assert mine["pp"] != theirs["pp"]
 
 
+def test_a_dp_x_pp_job_s_exposed_gradient_reduction_is_named_with_its_cost(
+    layouts: dict, sqlite_server: LiveServer
+) -> None:
+    """The hybrid job all-reduces every gradient over "dp" after the pipeline, with nothing to hide it
+    under: the analysis names dp's exposed communication per step (pipeline P2P is in the bubble, not
+    here) and the suggestion to overlap it says that figure and predicts the step without it."""
+    detail, _steps = layouts["hybrid2d"]
+    analysis = sqlite_server.client().get(f"/api/v1/runs/{detail['key']}/analysis").json()
+    exposed = analysis["exposed_comm_ns_by_group"]
+    assert exposed.get("dp", 0) > 0 and "pp" not in exposed, exposed
+    dp = exposed["dp"]
+    overlap = next((s for s in analysis["suggestions"] if s["kind"] == "overlap_dp_communication"), None)
+    if dp >= 0.05 * analysis["step_ns"]:  # the rule's threshold: a twentieth of the step
+        assert overlap is not None, analysis["suggestions"]
+        assert f"{dp / 1e6:.1f} ms" in overlap["evidence"], overlap["evidence"]
+        assert overlap["predicted_step_ns"] == pytest.approx(analysis["step_ns"] - dp, rel=1e-6)
+    else:
+        assert overlap is None
+
+
 def test_a_torch_compiled_region_runs_and_only_eager_calls_are_recorded(layouts: dict) -> None:
     """The collective traced into the compiled graph runs inside it (no Python call to wrap);
     the spans around it and the eager collective after it are recorded as usual."""

@@ -74,7 +74,27 @@ RANK_INTEGERS = [
     pytest.param("clock_offset_ns", -(2**63), id="clock_offset-minus-2^63"),
     pytest.param("clock_uncertainty_ns", 2**64, id="clock_uncertainty-2^64"),
     pytest.param("stage", 2**40, id="stage-2^40"),
+    pytest.param("memory_limit_bytes", 2**63, id="memory_limit-2^63"),
 ]
+
+
+@pytest.mark.parametrize(
+    "sizes,field,words",
+    [
+        pytest.param({"stage_layers": [2]}, "stage_layers", "one count per stage", id="layers-without-stages"),
+        pytest.param({"stages": [0, 2], "stage_layers": [2]}, "stage_layers", "got 1", id="layers-too-few"),
+        pytest.param({"stages": [0], "stage_params": [1, 2]}, "stage_params", "got 2", id="params-too-many"),
+        pytest.param({"stages": [0], "stage_layers": [0]}, "stage_layers", "", id="zero-layers"),
+    ],
+)
+def test_stage_sizes_that_do_not_line_up_with_the_stages_are_refused(
+    server: LiveServer, sizes: dict[str, Any], field: str, words: str
+) -> None:
+    with server.client() as client:
+        key = new_run(client)
+        response = send(client, "PUT", f"/api/v1/runs/{key}/ranks/0", rank_body(**sizes))
+        assert_names(response, 422, ["body", field], words)
+    assert_nothing_stored(server, key)
 
 
 @pytest.mark.parametrize("field,value", RANK_INTEGERS)
