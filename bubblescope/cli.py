@@ -179,7 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--layers-per-stage", type=int, default=2, help="linear layers on each stage (default: %(default)s)"
     )
-    demo.add_argument("--microbatch-size", type=int, default=32, help="samples per micro-batch (default: %(default)s)")
+    demo.add_argument(
+        "--microbatch-size",
+        type=int,
+        default=None,
+        help="samples per micro-batch (default: the job's batch of 256 split into the micro-batches)",
+    )
     demo.add_argument("--url", help="stream into this running service; no service is started")
     demo.add_argument("--no-serve", action="store_true", help="start no service (needs --url)")
     demo.add_argument("--db", help="database for the embedded service (default: user data dir)")

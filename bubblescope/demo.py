@@ -46,7 +46,7 @@ def job_command(args: argparse.Namespace) -> list[str]:
         f"--steps={args.steps}",
         f"--hidden={args.hidden}",
         f"--layers-per-stage={args.layers_per_stage}",
-        f"--microbatch-size={args.microbatch_size}",
+        *([f"--microbatch-size={args.microbatch_size}"] if args.microbatch_size else []),
     ]
 
 

@@ -20,16 +20,25 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage
 
-from bubblescope import collector
+from bubblescope import collector, wire
 from bubblescope.analysis.schedules import NAMES, Schedule, ScheduleError, lookup
 from bubblescope.cli import schedule_argument
 from bubblescope.collector.config import env_setting
 from bubblescope.demo_faults import Fault, add_fault_options
 from bubblescope.thread_cpu import named_thread_cpu_s
 
+DEFAULT_HIDDEN = 512
+DEFAULT_BATCH_SIZE = 256
+"""Samples per step, held whatever the micro-batching: 8 micro-batches of 32 by default, and one of
+256 for the naive split, whose stage work then outweighs the per-action overheads of a CPU, as a GPU
+job's would."""
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
+    if args.microbatch_size is None:
+        args.microbatch_size = max(1, args.batch_size // max(1, args.microbatches))
+    return args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--microbatches", type=int, default=8)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN)
     parser.add_argument("--layers-per-stage", type=int, default=2)
     parser.add_argument(
         "--layers",
@@ -60,7 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="virtual stages per rank (default: 1 for gpipe/1f1b, 2 otherwise)",
     )
-    parser.add_argument("--microbatch-size", type=int, default=32)
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=DEFAULT_BATCH_SIZE,
+        help="samples per step, split into the micro-batches (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--microbatch-size", type=positive_int, default=None, help="samples per micro-batch (overrides --batch-size)"
+    )
     parser.add_argument("--run-name", default=None, help="run name (default: BUBBLESCOPE_RUN, else demo-<schedule>)")
     parser.add_argument("--run", action=_Renamed, nargs="?", help=argparse.SUPPRESS)
     parser.add_argument("--url", default=None, help="the service to stream into (default: BUBBLESCOPE_URL)")
@@ -143,13 +160,13 @@ def parse_layer_split(text: str) -> list[int]:
     return layers
 
 
-def layer_split(args: argparse.Namespace, num_stages: int) -> list[int]:
-    """Layers of every (virtual) stage: ``--layers`` or ``--layers-per-stage`` each."""
-    if args.layers is None:
-        return [args.layers_per_stage] * num_stages
-    if len(args.layers) != num_stages:
-        raise SystemExit(f"--layers: {num_stages} stages need {num_stages} counts, got {len(args.layers)}")
-    return list(args.layers)
+def layer_split(layers: list[int] | None, layers_per_stage: int, num_stages: int) -> list[int]:
+    """Layers of every (virtual) stage: ``layers`` (``--layers``), else ``layers_per_stage`` each."""
+    if layers is None:
+        return [layers_per_stage] * num_stages
+    if len(layers) != num_stages:
+        raise SystemExit(f"--layers: {num_stages} stages need {num_stages} counts, got {len(layers)}")
+    return list(layers)
 
 
 def build_stage_module(hidden: int, layers: int, seed: int) -> nn.Module:
@@ -163,13 +180,16 @@ def build_stage_module(hidden: int, layers: int, seed: int) -> nn.Module:
 def clip_grad_norm_across_stages(parameters: list[torch.nn.Parameter], max_norm: float) -> float:
     """Global gradient-norm clipping over every pipeline stage, as real trainers do.
 
-    The all-reduce of the squared norm also ends every rank's step together, as in training.
+    The all-reduce of the squared norm also ends every rank's step together, as in training. It runs on
+    the default group, and its span says so (``wire.WORLD_GROUP``), so that the analysis can tell the
+    ranks that waited in it for the last one to arrive (a "pp" label, with no mesh registered, named a
+    group it could not identify: their wait read as transfer).
     """
     squared = torch.zeros(1)
     for parameter in parameters:
         if parameter.grad is not None:
             squared += parameter.grad.detach().pow(2).sum()
-    with collector.span("all_reduce", group="pp", name="grad_norm", bytes=squared.element_size()):
+    with collector.span("all_reduce", group=wire.WORLD_GROUP, name="grad_norm", bytes=squared.element_size()):
         dist.all_reduce(squared)
     norm = float(squared.sqrt())
     if norm > max_norm:
@@ -225,8 +245,8 @@ def run_steps(
 def train_naive(args: argparse.Namespace) -> list[StepTiming]:
     """Layer-wise model parallelism: the whole batch goes through rank 0, then rank 1, ... and back."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    module = build_stage_module(args.hidden, layer_split(args, world)[rank], seed=rank)
-    stage = collector.LayerwiseStage(stage=rank, num_stages=world)
+    module = build_stage_module(args.hidden, layer_split(args.layers, args.layers_per_stage, world)[rank], seed=rank)
+    stage = collector.LayerwiseStage(stage=rank, num_stages=world, module=module)
 
     def forward_backward(inputs: torch.Tensor, targets: torch.Tensor, _collected: bool) -> None:
         x = inputs.requires_grad_() if rank == 0 else stage.recv_activation(torch.empty_like(inputs))
@@ -247,35 +267,30 @@ def train_naive(args: argparse.Namespace) -> list[StepTiming]:
     return run_steps(args, list(module.parameters()), forward_backward)
 
 
-def train(args: argparse.Namespace) -> list[StepTiming]:
-    """Train ``args.steps`` steps; returns each step's timing (rank-local)."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if args.schedule == "naive":
-        if args.ab_block:
-            raise SystemExit("--ab-block: needs a pipelining schedule, not --schedule naive")
-        return train_naive(args)
-    schedule_kind = lookup(args.schedule)
-    try:
-        indices = schedule_kind.local_stages(rank, world, args.stages_per_rank)
-    except ScheduleError as error:
-        raise SystemExit(f"--stages-per-rank: {error.message}") from None
-    num_stages = world * len(indices)
-    layers = layer_split(args, num_stages)
-    modules = [build_stage_module(args.hidden, layers[index], seed=index) for index in indices]
+@dataclass(frozen=True)
+class PipelinePart:
+    """This rank's share of the pipelined model under one schedule: its stage modules, and how to
+    build a torch schedule over them (the instrumented one, and an uninstrumented twin) and step it."""
 
-    def make_schedule() -> Any:
+    schedule: Schedule
+    microbatches: int
+    indices: list[int]
+    num_stages: int
+    modules: list[nn.Module]
+
+    @property
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return [p for module in self.modules for p in module.parameters()]
+
+    def make_schedule(self) -> Any:
         stages = [
-            PipelineStage(module, stage_index=index, num_stages=num_stages, device=torch.device("cpu"))
-            for module, index in zip(modules, indices)
+            PipelineStage(module, stage_index=index, num_stages=self.num_stages, device=torch.device("cpu"))
+            for module, index in zip(self.modules, self.indices)
         ]
-        return build_schedule(schedule_kind, stages, args.microbatches, nn.functional.mse_loss)
+        return build_schedule(self.schedule, stages, self.microbatches, nn.functional.mse_loss)
 
-    schedule = collector.instrument(make_schedule())
-    plain_schedule = make_schedule() if args.ab_block else schedule  # the baseline: not instrumented
-    holds_first, holds_last = 0 in indices, num_stages - 1 in indices
-
-    def forward_backward(inputs: torch.Tensor, targets: torch.Tensor, collected: bool) -> None:
-        run = schedule if collected else plain_schedule
+    def step(self, run: Any, inputs: torch.Tensor, targets: torch.Tensor) -> None:
+        holds_first, holds_last = 0 in self.indices, self.num_stages - 1 in self.indices
         if holds_first and holds_last:
             run.step(inputs, target=targets)
         elif holds_first:
@@ -285,7 +300,37 @@ def train(args: argparse.Namespace) -> list[StepTiming]:
         else:
             run.step()
 
-    return run_steps(args, [p for module in modules for p in module.parameters()], forward_backward)
+
+def pipeline_part(
+    schedule_name: str, microbatches: int, layers: list[int] | None, layers_per_stage: int, args: argparse.Namespace
+) -> PipelinePart:
+    """This rank's stages of ``schedule_name`` with ``layers`` per (virtual) stage, or ``layers_per_stage`` each."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    schedule_kind = lookup(schedule_name)
+    try:
+        indices = schedule_kind.local_stages(rank, world, args.stages_per_rank)
+    except ScheduleError as error:
+        raise SystemExit(f"--stages-per-rank: {error.message}") from None
+    num_stages = world * len(indices)
+    split = layer_split(layers, layers_per_stage, num_stages)
+    modules = [build_stage_module(args.hidden, split[index], seed=index) for index in indices]
+    return PipelinePart(schedule_kind, microbatches, indices, num_stages, modules)
+
+
+def train(args: argparse.Namespace) -> list[StepTiming]:
+    """Train ``args.steps`` steps; returns each step's timing (rank-local)."""
+    if args.schedule == "naive":
+        if args.ab_block:
+            raise SystemExit("--ab-block: needs a pipelining schedule, not --schedule naive")
+        return train_naive(args)
+    part = pipeline_part(args.schedule, args.microbatches, args.layers, args.layers_per_stage, args)
+    schedule = collector.instrument(part.make_schedule())
+    plain_schedule = part.make_schedule() if args.ab_block else schedule  # the baseline: not instrumented
+
+    def forward_backward(inputs: torch.Tensor, targets: torch.Tensor, collected: bool) -> None:
+        part.step(schedule if collected else plain_schedule, inputs, targets)
+
+    return run_steps(args, part.parameters, forward_backward)
 
 
 def write_timings(path: str, timings: list[StepTiming], ab_block: int, shipper_s: float | None) -> None:
@@ -309,7 +354,6 @@ def main(argv: list[str] | None = None) -> None:
             config={
                 "model": "mlp",
                 "hidden": args.hidden,
-                "layers_per_stage": args.layers or args.layers_per_stage,
                 "microbatch_size": args.microbatch_size,
                 "global_batch": args.microbatches * args.microbatch_size,
             },
