@@ -3,7 +3,7 @@
 // their predicted step time and the change in torch / torchtitan / Megatron-LM terms.
 import { cell, el, fact, plot, say } from "./dom.js";
 import { bytes, ms, percent, plotText } from "./format.js";
-import { overheadsDominate } from "./overhead.js";
+import { overheadsDominate, unevenOutsideWork } from "./overhead.js";
 
 // The causes of bubble.attribution names (analysis/attribution.py), as the page labels and colours them.
 const CAUSES = {
@@ -45,9 +45,9 @@ function renderAttribution(a, stepNs) {
 }
 
 // Imbalance in time, and in layers where they are known (declared by the job, or counted by the collector).
-function renderImbalance(im, layersSource) {
+function renderImbalance(im, layersSource, outside) {
   const note = document.getElementById("imbalance-note");
-  if (!im) { note.textContent = ""; return; }
+  if (!im) { note.textContent = outside || ""; return; }
   const costs = im.stage_cost_ns;
   const sorted = [...costs].sort((a, b) => a - b);
   const stages = costs.length <= LISTED_STAGES
@@ -62,6 +62,7 @@ function renderImbalance(im, layersSource) {
   } else if (!im.layers_per_stage && im.slowest_excess > 0.1) {
     text += ` Layers per stage unknown: move about ${ms(im.excess_ns)} ms of work per micro-batch out of stage ${im.slowest_stage} to balance.`;
   }
+  if (outside) text += ` ${outside}`;
   note.textContent = text;
 }
 
@@ -70,7 +71,7 @@ function renderExposed(byGroup, stepNs) {
   const parts = Object.entries(byGroup).filter(([, ns]) => ns / stepNs >= 0.005).sort((a, b) => b[1] - a[1]);
   say("exposed-note", parts.length
     ? `Exposed communication a rank per step, by mesh dimension: ${parts.map(([g, ns]) => `${g} ${ms(ns)} ms (${percent(ns / stepNs)} of the step)`).join(" · ")}.`
-      + ` Most of it is in ${parts[0][0]}.`
+      + (parts.length > 1 ? ` Most of it is in ${parts[0][0]}.` : "")
     : "");
 }
 
@@ -85,11 +86,20 @@ function renderMemory(rows) {
   box.hidden = !rows.length;
   if (!rows.length) return;
   document.getElementById("memory-source").textContent = MEMORY_SOURCES[rows[0].source] || "";
+  // the planner's column where the run declared its model, the allocator's where a GPU was measured
+  const columns = [
+    ["Stage", (r) => (r.stage === null ? "—" : r.stage)], ["Ranks", (r) => r.ranks], ["Peak", (r) => bytes(r.peak_bytes)],
+    ["On rank", (r) => `rank ${r.peak_rank}`, "text"], ["Median rank", (r) => bytes(r.median_bytes)],
+    ["Limit", (r) => bytes(r.limit_bytes)], ["Of limit", (r) => percent(r.fraction_of_limit)],
+    ...(rows.some((r) => r.predicted_bytes !== null) ? [["Planner", (r) => bytes(r.predicted_bytes)]] : []),
+    ...(rows.some((r) => r.source === "gpu_reserved") ? [["Allocator retries", (r) => r.gpu_alloc_retries]] : []),
+  ];
+  const head = el("tr");
+  head.append(...columns.map(([title, , cls]) => el("th", cls ? { class: cls } : {}, title)));
+  document.querySelector("#memory-table thead").replaceChildren(head);
   document.querySelector("#memory-table tbody").replaceChildren(...rows.map((r) => {
     const tr = el("tr", r.nearest_limit ? { class: "nearest" } : {});
-    tr.append(cell(r.stage === null ? "—" : r.stage), cell(r.ranks), cell(bytes(r.peak_bytes)), cell(`rank ${r.peak_rank}`, "text"),
-      cell(bytes(r.median_bytes)), cell(bytes(r.limit_bytes)), cell(percent(r.fraction_of_limit)),
-      cell(bytes(r.predicted_bytes)), cell(r.gpu_alloc_retries));
+    tr.append(...columns.map(([, value, cls]) => cell(value(r), cls)));
     return tr;
   }));
   const top = rows.find((r) => r.nearest_limit);
@@ -131,9 +141,9 @@ export function renderAnalysis(view) {
   const drawn = view.attribution ? renderAttribution(view.attribution, view.step_ns) : undefined;
   say("analysis-error", view.attribution ? "" : `No pipeline replay: ${view.pipeline_unavailable}`);
   renderExposed(view.exposed_comm_ns_by_group, view.step_ns);
-  renderImbalance(view.imbalance, view.layers_source);
+  renderImbalance(view.imbalance, view.layers_source, unevenOutsideWork(view));
   renderMemory(view.memory);
-  const why = overheadsDominate(view); // where overheads outweigh the stage work
+  const why = unevenOutsideWork(view) || overheadsDominate(view); // one stage holds the others, or overheads outweigh the work
   const items = view.suggestions.length
     ? view.suggestions.map((s) => suggestionItem(s, view.attribution ? view.attribution.measured_bubble_ns : null))
     : [el("li", { class: "muted" }, `Nothing to change: no fix is predicted to save 1% of the step${why ? `; ${why}` : ""}.`)];

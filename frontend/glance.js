@@ -4,7 +4,7 @@
 // first thing to do and the alerts firing. Each part fills in as its source arrives.
 import { el } from "./dom.js";
 import { ms, percent } from "./format.js";
-import { overheadsDominate } from "./overhead.js";
+import { overheadsDominate, unevenOutsideWork } from "./overhead.js";
 
 // The warm-up and the baseline's length come with the run (warmup_until_step, baseline_steps).
 const NOW_STEPS = 5; // "now": median of the newest complete steps
@@ -116,7 +116,11 @@ function slowestItem(view) {
 
 function suggestionItem(analysis) {
   const s = analysis.suggestions[0];
-  if (!s) return item("glance-do", "Do first", "nothing to change", overheadsDominate(analysis) || "no suggestion predicts a faster step");
+  if (!s) {
+    const uneven = unevenOutsideWork(analysis); // one stage's work outside the pipeline holds the others
+    if (uneven) return item("glance-do", "Do first", "balance the work outside the pipeline", uneven, "long");
+    return item("glance-do", "Do first", "nothing to change", overheadsDominate(analysis) || "no suggestion predicts a faster step");
+  }
   const sign = s.gain_fraction >= 0 ? "−" : "+"; // as the suggestions list writes it (analysis.js)
   const gain = `${ms(s.current_step_ns)} → ${ms(s.predicted_step_ns)} ms (${sign}${Math.abs(100 * s.gain_fraction).toFixed(1)}%)`;
   return item("glance-do", "Do first", s.title, gain, "long");

@@ -14,6 +14,22 @@ function overheads(pipeline) {
   return { work, actions, perAction: s.action_overhead_ns, outside: s.step_overhead_ns, total: actions * s.action_overhead_ns + s.step_overhead_ns };
 }
 
+// A sentence when one stage computes much longer outside the pipeline than the others (an optimizer, a
+// metric, a slow rank's extra work before a collective): the others wait for it, and no schedule helps.
+export function unevenOutsideWork(analysis) {
+  const p = analysis.pipeline;
+  if (!p || p.setup.stages_per_rank !== 1) return null;
+  const m = p.setup.microbatches;
+  const outside = analysis.stages.filter((s) => s.stage !== null && p.setup.stage_costs[s.stage])
+    .map((s) => ({ stage: s.stage, ns: s.compute_ns - m * (p.setup.stage_costs[s.stage].forward_ns + p.setup.stage_costs[s.stage].backward_ns) }));
+  if (outside.length < 2) return null;
+  const most = outside.reduce((a, b) => (b.ns > a.ns ? b : a));
+  const least = outside.reduce((a, b) => (b.ns < a.ns ? b : a));
+  if (most.ns - least.ns < 0.2 * analysis.step_ns) return null;
+  return `Stage ${most.stage} computes ${ms(most.ns)} ms a step outside the pipeline, ${ms(most.ns - least.ns)} ms more than stage ${least.stage}:`
+    + " the other stages wait for it at the step's closing collective; spread or shorten that work.";
+}
+
 // A sentence when overheads outweigh the stage work, else null.
 export function overheadsDominate(analysis) {
   const o = overheads(analysis.pipeline);

@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.dashboard.synthetic import ingest_steps, register_run
-from tests.support import LiveServer, run_pipeline_job, wait_for_steps
+from tests.support import LiveServer, run_pipeline_job, run_torchrun, wait_for_steps
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -235,6 +235,18 @@ def test_run_page_explains_the_bubble_and_lists_suggestions(
     shown = page.locator("#suggestions li .title").all_inner_texts()
     assert shown == [s["title"] for s in analysis["suggestions"]]
     assert any("move 2 layers from stage 0 to stage 1" in title for title in shown)
+    note = page.locator("#imbalance-note").inner_text()
+    assert "layers as the collector counted them" in note and "ms per micro-batch" in note, note
+    # memory per stage: one row a stage, the stage nearest its limit marked and named; CPU readings only,
+    # so neither the planner's column (no model declared) nor the allocator's
+    memory = analysis["memory"]
+    rows = page.locator("#memory-table tbody tr").all_inner_texts()
+    assert len(rows) == len(memory) == 2
+    headers = [text.lower() for text in page.locator("#memory-table thead th").all_inner_texts()]
+    assert headers == ["stage", "ranks", "peak", "on rank", "median rank", "limit", "of limit"], headers
+    nearest = next(m for m in memory if m["nearest_limit"])
+    assert page.locator("#memory-table tr.nearest td").first.inner_text() == str(nearest["stage"])
+    assert f"Stage {nearest['stage']} is nearest its limit" in page.locator("#memory-note").inner_text()
     page.locator("#suggestions").scroll_into_view_if_needed()
     page.screenshot(path=str(output_dir / "run-page-analysis.png"), full_page=True)
     assert errors == []
@@ -280,4 +292,43 @@ def test_the_api_docs_page_renders_without_leaving_the_service(browser: Any, sql
     paths = page.locator(".opblock-summary-path").all_inner_texts()
     assert any("/api/v1/runs/{run_key}/analysis" in text for text in paths), paths
     assert errors == [] and outside == [], (errors, outside)
+    page.close()
+
+
+def test_one_stage_s_work_outside_the_pipeline_is_named_where_no_schedule_helps(
+    browser: Any, sqlite_server: LiveServer
+) -> None:
+    """Every step the last rank computes 60 ms more before the closing all-reduce (the injected job's
+    --late): the replay finds nothing to gain, and instead of "nothing to change" the page names the
+    stage whose work outside the pipeline the others wait for, with figures from the analysis."""
+    steps = 8
+    run_key = f"uneven-{uuid.uuid4().hex[:8]}"
+    late = ",".join(str(step) for step in range(steps))
+    job = run_torchrun(
+        sqlite_server.url,
+        "tests/analysis/injected_job.py",
+        2,
+        f"--steps={steps}",
+        f"--late=1:60:{late}",
+        run_key=run_key,
+    )
+    assert job.returncode == 0, job.output[-3000:]
+    with sqlite_server.client() as client:
+        wait_for_steps(client, run_key, ranks=2, steps=steps)
+        analysis = client.get(f"/api/v1/runs/{run_key}/analysis").json()
+    setup = analysis["pipeline"]["setup"]
+    outside = {
+        s["stage"]: s["compute_ns"]
+        - setup["microbatches"]
+        * (setup["stage_costs"][s["stage"]]["forward_ns"] + setup["stage_costs"][s["stage"]]["backward_ns"])
+        for s in analysis["stages"]
+    }
+    assert outside[1] - outside[0] > 50e6, outside  # the sleep, on stage 1
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    page.goto(f"{sqlite_server.url}/runs/{run_key}")
+    page.wait_for_selector("body[data-suggestions]", timeout=20_000)
+    do_first = page.locator("#glance-do").inner_text()
+    assert "balance the work outside the pipeline" in do_first, do_first
+    assert f"Stage 1 computes {outside[1] / 1e6:.1f} ms a step outside the pipeline" in do_first, do_first
+    assert "Stage 1 computes" in page.locator("#imbalance-note").inner_text()
     page.close()
