@@ -58,6 +58,9 @@ from bubblescope.analysis.straggler_cells import Cell
 
 PHASES = ("window", "compute", "comm", "exposed_comm", "idle")
 LISTED_PEERS = 64
+MIN_VERDICT_STEPS = 10
+"""Steps after the warm-up before a straggler verdict is acted on (an alert, a suggestion to drain a
+host): on fewer, a verdict on 2 of 4 steps is noise (a crashed run's survivor, a warm-up)."""
 """A rank's stage peers are listed up to this many, and only counted past it (16,384 ranks in 8 stages
 would list 33 million peers)."""
 GROUP_KINDS = {"host": "slow host", "stage": "slow stage", "dp": "slow replica"}

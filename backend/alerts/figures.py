@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session
 
 from bubblescope.analysis.alert_rules import BubbleFigures, RegressionFigures, StragglerFinding, Thresholds
+from bubblescope.analysis.stragglers import MIN_VERDICT_STEPS
 from bubblescope.analysis.warmup import BASELINE_STEPS, WARMUP_STEPS
 from bubblescope.backend.analysis.service import run_analysis
 from bubblescope.backend.db.models import Run
@@ -27,7 +28,6 @@ from bubblescope.backend.stragglers.service import straggler_report
 RECOMPUTE_S = 30.0
 MAX_WINDOW_STEPS = 5000  # a regression window of fast steps is this many steps, whatever it spans
 WINDOW_PARTS = 3  # the window's parts: each must be slower than the limit (it held throughout)
-MIN_STRAGGLER_STEPS = 10  # steps after the warm-up before a straggler verdict is trusted
 
 
 @dataclass(frozen=True)
@@ -167,9 +167,9 @@ def _bubble(session: Session, key: str, newest_step: int, t: Thresholds) -> Bubb
 
 def _stragglers(session: Session, run_id: int, run_key: str, newest_step: int) -> list[StragglerFinding]:
     """The straggler analysis' persistent findings over its default range of the newest steps, past
-    the warm-up, once there are ``MIN_STRAGGLER_STEPS`` of them (a verdict on 2 of 4 steps is noise)."""
+    the warm-up, once there are ``MIN_VERDICT_STEPS`` of them (a verdict on 2 of 4 steps is noise)."""
     first = first_step(session, run_id)
-    if first is None or newest_step - (first + WARMUP_STEPS) + 1 < MIN_STRAGGLER_STEPS:
+    if first is None or newest_step - (first + WARMUP_STEPS) + 1 < MIN_VERDICT_STEPS:
         return []
     _, report = straggler_report(session, run_key, None, newest_step)  # its default range: past the warm-up
     hosts = {score.rank: score.host for score in report.rank_scores}

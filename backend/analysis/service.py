@@ -18,6 +18,7 @@ from bubblescope.analysis.memory_fixes import memory_suggestions, predicted_memo
 from bubblescope.analysis.memory_use import StageMemory, stage_memory
 from bubblescope.analysis.model import RankBreakdown, TimedSpan
 from bubblescope.analysis.pipeline_profile import MeasuredPipeline, StepSpans, measure_pipeline
+from bubblescope.analysis.stragglers import MIN_VERDICT_STEPS
 from bubblescope.analysis.suggestions import RunEvidence, StragglerNote, suggest
 from bubblescope.analysis.warmup import is_complete, usual_steps
 from bubblescope.analysis.whatif import Change, predict
@@ -75,7 +76,7 @@ def run_analysis(session: Session, key: str, from_step: int | None, to_step: int
         exposed_comm_ns=window.exposed_by_group,
         tp_hosts_per_group=_tp_hosts(run_rank_places(session, run)),
         memory_notes=memory_suggestions(run.config or {}, step_ns, next((m for m in memory if m.nearest_limit), None)),
-        stragglers=_straggler_notes(session, key, from_step, to_step),
+        stragglers=_straggler_notes(session, key, [s.step for s in window.steps]),
     )
     return AnalysisOut(
         run_key=key,
@@ -260,10 +261,13 @@ def _tp_hosts(ranks: Sequence[RankPlace]) -> int:
     return max((len(hosts) for hosts in groups.values()), default=1)
 
 
-def _straggler_notes(session: Session, key: str, from_step: int | None, to_step: int | None) -> list[StragglerNote]:
-    """Persistent slow ranks and hosts, from the straggler analysis of the same range."""
+def _straggler_notes(session: Session, key: str, steps: list[int]) -> list[StragglerNote]:
+    """Persistent slow ranks and hosts, from the straggler analysis of the analysed steps' span (so
+    without the warm-up and a crashed run's partial step), once it holds ``MIN_VERDICT_STEPS`` steps."""
+    if not steps or steps[-1] - steps[0] + 1 < MIN_VERDICT_STEPS:
+        return []
     try:
-        _, report = straggler_report(session, key, from_step, to_step)
+        _, report = straggler_report(session, key, steps[0], steps[-1])
     except DomainError:
         return []  # a range the straggler view refuses (too long): no straggler evidence
     hosts = {score.rank: score.host for score in report.rank_scores}
