@@ -31,6 +31,7 @@ from bubblescope.analysis.whatif import Change, Prediction, predict
 BUBBLE_MARGIN = 0.05
 IMBALANCE_MARGIN = 0.10
 EXPOSED_COMM_MARGIN = 0.05
+DP_GROUPS = ("dp", "ddp", "fsdp")  # the group labels of data-parallel gradient communication
 MIN_GAIN = 0.01  # fixes predicted to save less than this share of the step are not offered
 
 
@@ -55,6 +56,7 @@ class RunEvidence:
     tp_hosts_per_group: int = 1
     stragglers: Sequence[StragglerNote] = ()
     memory_notes: Sequence[Suggestion] = ()
+    layout_notes: Sequence[Suggestion] = ()  # priced by layout_fixes (it builds on this evidence)
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ def suggest(evidence: RunEvidence) -> list[Suggestion]:
     found += _communication_fixes(evidence)
     found += _straggler_fixes(evidence)
     found += list(evidence.memory_notes)
+    found += list(evidence.layout_notes)
     worthwhile = [s for s in found if s.gain_fraction >= MIN_GAIN or s.kind == "memory_pressure"]
     return sorted(worthwhile, key=lambda s: s.gain_fraction, reverse=True)
 
@@ -213,7 +216,7 @@ def _rebalance(evidence: RunEvidence, imbalance: StageImbalance) -> list[Suggest
 def _communication_fixes(evidence: RunEvidence) -> list[Suggestion]:
     out = []
     step = evidence.step_ns
-    dp = sum(evidence.exposed_comm_ns.get(group, 0.0) for group in ("dp", "ddp", "fsdp"))
+    dp = sum(evidence.exposed_comm_ns.get(group, 0.0) for group in DP_GROUPS)
     if step and dp / step >= EXPOSED_COMM_MARGIN:
         out.append(
             _plain(

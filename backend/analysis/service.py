@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Row
@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from bubblescope import intervals, wire
 from bubblescope.analysis.attribution import attribute_bubble, stage_imbalance
 from bubblescope.analysis.errors import InputError
+from bubblescope.analysis.layout_fixes import trade_dp_for_pp
 from bubblescope.analysis.memory_fixes import memory_suggestions, predicted_memory_per_pipeline_rank
 from bubblescope.analysis.memory_use import StageMemory, stage_memory
 from bubblescope.analysis.model import RankBreakdown, TimedSpan
@@ -67,6 +68,7 @@ def run_analysis(session: Session, key: str, from_step: int | None, to_step: int
     if measured is not None:
         attribution = attribute_bubble(measured, statistics.median(window.bubble_ns), step_ns)
         imbalance = stage_imbalance(measured)
+    places = run_rank_places(session, run)
     evidence = RunEvidence(
         config=run.config or {},
         step_ns=step_ns,
@@ -74,10 +76,11 @@ def run_analysis(session: Session, key: str, from_step: int | None, to_step: int
         attribution=attribution,
         imbalance=imbalance,
         exposed_comm_ns=window.exposed_by_group,
-        tp_hosts_per_group=_tp_hosts(run_rank_places(session, run)),
+        tp_hosts_per_group=_tp_hosts(places),
         memory_notes=memory_suggestions(run.config or {}, step_ns, next((m for m in memory if m.nearest_limit), None)),
         stragglers=_straggler_notes(session, key, [s.step for s in window.steps]),
     )
+    evidence = replace(evidence, layout_notes=trade_dp_for_pp(evidence, _mesh_sizes(places)))
     return AnalysisOut(
         run_key=key,
         steps=[s.step for s in window.steps],
@@ -249,6 +252,15 @@ def _memory(session: Session, run: Run, window: _Window) -> list[StageMemory]:
         stages = sorted({r.stage for r in per_rank if r.stage is not None})
         by_stage = dict(zip(stages, predicted))
     return stage_memory(per_rank, by_stage)
+
+
+def _mesh_sizes(ranks: Sequence[RankPlace]) -> dict[str, int]:
+    """Each mesh dimension's size: its largest coordinate plus one."""
+    sizes: dict[str, int] = {}
+    for info in ranks:
+        for name, value in info.coords.items():
+            sizes[name] = max(sizes.get(name, 0), value + 1)
+    return sizes
 
 
 def _tp_hosts(ranks: Sequence[RankPlace]) -> int:

@@ -187,6 +187,38 @@ def test_a_schedule_switch_says_why_the_replay_prefers_it() -> None:
     assert "fitted 1.00 ms" in switch.evidence
 
 
+def test_an_exposed_dp_reduction_of_a_dp_x_pp_run_prices_trading_dp_for_pp() -> None:
+    """dp 4 × pp 2 with 20% of the step in the dp reduction: dp 2 × pp 4 replays 4 stages of half the
+    cost with 2m micro-batches, and the reduction moves half the gradients over 2 replicas:
+    ½ · (1 − ½) / (1 − ¼) = ⅓ of today's exposed time. The prediction is the measured step times the
+    replay's ratio."""
+    from dataclasses import replace
+
+    from bubblescope.analysis.layout_fixes import trade_dp_for_pp
+
+    setup = PipelineSetup("1f1b", 2, 4, uniform_costs(2, 2 * MS, 4 * MS), step_overhead_ns=10 * MS)
+    run = MeasuredPipeline(setup, None, simulate(setup).step_ns, 10)
+    step = run.measured_step_ns
+    exposed = 0.2 * step
+    evidence = RunEvidence(config={}, step_ns=step, measured=run, exposed_comm_ns={"dp": exposed})
+    (trade,) = trade_dp_for_pp(evidence, {"dp": 4, "pp": 2})
+    assert trade.apply == {"dp": 2, "pp": 4, "num_microbatches": 8}
+    traded = replace(
+        setup,
+        ranks=4,
+        microbatches=8,
+        stage_costs=uniform_costs(4, 1 * MS, 2 * MS),
+        step_overhead_ns=10 * MS - exposed + exposed / 3,
+    )
+    assert trade.predicted_step_ns == pytest.approx(step * simulate(traded).step_ns / simulate(setup).step_ns)
+    assert f"{exposed / 1e6:.1f} ms per step" in trade.evidence and f"{exposed / 3e6:.1f} ms" in trade.evidence
+    # nothing to trade: one replica, an odd dp, a reduction under 5% of the step
+    assert trade_dp_for_pp(evidence, {"dp": 1, "pp": 2}) == []
+    assert trade_dp_for_pp(evidence, {"dp": 3, "pp": 2}) == []
+    quiet = RunEvidence(config={}, step_ns=step, measured=run, exposed_comm_ns={"dp": 0.01 * step})
+    assert trade_dp_for_pp(quiet, {"dp": 4, "pp": 2}) == []
+
+
 def test_communication_placement_and_stragglers_are_suggested() -> None:
     run = measured(uniform_costs(2, 1 * MS, 2 * MS), m=8)
     step = simulate(run.setup).step_ns

@@ -200,12 +200,16 @@ def test_a_dp_x_pp_job_s_exposed_gradient_reduction_is_named_with_its_cost(
     assert exposed.get("dp", 0) > 0 and "pp" not in exposed, exposed
     dp = exposed["dp"]
     overlap = next((s for s in analysis["suggestions"] if s["kind"] == "overlap_dp_communication"), None)
-    if dp >= 0.05 * analysis["step_ns"]:  # the rule's threshold: a twentieth of the step
+    trade = next((s for s in analysis["suggestions"] if s["kind"] == "trade_dp_for_pp"), None)
+    if dp >= 0.05 * analysis["step_ns"]:  # the rules' threshold: a twentieth of the step
         assert overlap is not None, analysis["suggestions"]
         assert f"{dp / 1e6:.1f} ms" in overlap["evidence"], overlap["evidence"]
         assert overlap["predicted_step_ns"] == pytest.approx(analysis["step_ns"] - dp, rel=1e-6)
+        # the layout itself: dp 2 -> 1 leaves no reduction at all, pp 2 -> 4 at twice the micro-batches
+        assert trade is not None and trade["apply"] == {"dp": 1, "pp": 4, "num_microbatches": 4}, trade
+        assert f"{dp / 1e6:.1f} ms per step" in trade["evidence"], trade["evidence"]
     else:
-        assert overlap is None
+        assert overlap is None and trade is None
 
 
 def test_a_torch_compiled_region_runs_and_only_eager_calls_are_recorded(layouts: dict) -> None:
