@@ -205,9 +205,11 @@ def test_a_dp_x_pp_job_s_exposed_gradient_reduction_is_named_with_its_cost(
         assert overlap is not None, analysis["suggestions"]
         assert f"{dp / 1e6:.1f} ms" in overlap["evidence"], overlap["evidence"]
         assert overlap["predicted_step_ns"] == pytest.approx(analysis["step_ns"] - dp, rel=1e-6)
-        # the layout itself: dp 2 -> 1 leaves no reduction at all, pp 2 -> 4 at twice the micro-batches
-        assert trade is not None and trade["apply"] == {"dp": 1, "pp": 4, "num_microbatches": 4}, trade
-        assert f"{dp / 1e6:.1f} ms per step" in trade["evidence"], trade["evidence"]
+        # the layout itself is priced too (tests/analysis/test_attribution.py checks the model): dp 2 -> 1
+        # leaves no reduction, pp 2 -> 4 doubles the actions, each of which costs this CPU's runtime about
+        # 2.5 ms beside 0.3-0.7 ms of work on these tiny stages, so here it is predicted slower and not offered
+        if trade is not None:
+            assert trade["apply"] == {"dp": 1, "pp": 4, "num_microbatches": 4} and trade["gain_fraction"] > 0, trade
     else:
         assert overlap is None and trade is None
 
