@@ -174,7 +174,9 @@ class CollectorConfig:
 
     memory: bool = setting("BUBBLESCOPE_MEMORY", FLAG, True, shown="on")
     """Each step's peak memory: the process's peak resident set, and on a CUDA job the allocator's peak
-    allocated and reserved bytes and its allocation retries (about 4 µs a step on a CPU)."""
+    allocated and reserved bytes and its allocation retries (about 4 µs a step on a CPU). The peaks are
+    reset each step: the process's `VmHWM` (which `getrusage`'s `ru_maxrss` reports) and
+    `torch.cuda.max_memory_allocated`'s; turn this off where the job reads those itself."""
 
     trace_collectives: bool = setting("BUBBLESCOPE_TRACE_COLLECTIVES", FLAG, True, shown="on")
     """A span for every torch.distributed call made after `init`."""
