@@ -71,7 +71,13 @@ class StageImbalance:
     (what can be said without layer counts)."""
 
 
-def attribute_bubble(measured: MeasuredPipeline, measured_bubble_ns: float, step_ns: float) -> BubbleAttribution:
+def attribute_bubble(
+    measured: MeasuredPipeline, measured_bubble_ns: float, step_ns: float, mesh_wait_ns: float | None = None
+) -> BubbleAttribution:
+    """``mesh_wait_ns``: the mean wait per rank and step for peers inside collectives over a mesh dimension
+    other than the pipeline's (a data-parallel gradient all-reduce, a tensor-parallel all-reduce), which the
+    replay does not model; None for a run without such collectives. It is carved out of what the replay
+    leaves unexplained, as its own cause, before straggler/jitter."""
     setup = replace(measured.setup, p2p_ns=0.0, action_overhead_ns=0.0)
     mean_cost = _mean_cost(setup.stage_costs)
     inherent = _mean_idle(replace(setup, stage_costs=(mean_cost,) * len(setup.stage_costs)))
@@ -89,6 +95,17 @@ def attribute_bubble(measured: MeasuredPipeline, measured_bubble_ns: float, step
         ),
     ]
     parts = [(name, max(0.0, hi - lo), why) for (name, why), lo, hi in zip(explained, levels, levels[1:])]
+    if mesh_wait_ns is not None:
+        name, residual, why = parts[-1]
+        mesh = min(residual, max(0.0, mesh_wait_ns))
+        parts[-1:] = [
+            (
+                "mesh_collective_wait",
+                mesh,
+                "ranks waiting for their peers inside data- or tensor-parallel collectives, outside the pipeline",
+            ),
+            (name, residual - mesh, why),
+        ]
     closed = closed_form_bubble(setup.schedule, setup.ranks, setup.microbatches, setup.stages_per_rank)
     return BubbleAttribution(
         step_ns=step_ns,

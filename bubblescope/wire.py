@@ -76,6 +76,8 @@ reserved bytes and its allocation retries in the step."""
 
 WORLD_GROUP: Final = "world"
 """The group label of spans on the default process group (every rank takes part)."""
+PIPELINE_GROUP: Final = "pp"
+"""The group label of pipeline point-to-point transfers (and of a mesh's pipeline dimension)."""
 
 # Names of pipeline point-to-point transfers: activations go forward, gradients backward.
 P2P_FORWARD: Final = "fwd"

@@ -60,7 +60,7 @@ class LayerwiseStage:
         import torch.distributed as dist
 
         size = int(tensor.numel() * tensor.element_size())
-        with self._span(kind, microbatch, peer=peer, bytes=size, group="pp", name=name):
+        with self._span(kind, microbatch, peer=peer, bytes=size, group=wire.PIPELINE_GROUP, name=name):
             if kind == "send":
                 dist.send(tensor, dst=peer, group=self.group)
             else:

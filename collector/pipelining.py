@@ -133,7 +133,7 @@ def _p2p_wrappers(
                     microbatch,
                     op.peer,
                     getattr(op.tensor, "nbytes", 0),
-                    "pp",
+                    wire.PIPELINE_GROUP,
                     name,
                 )
                 if len(spans) < recorder.capacity:
@@ -166,7 +166,18 @@ def _p2p_wrappers(
         spans = recorder.spans
         quiet_since_post = spans is posted_spans and len(spans) == posted_length
         for stage, microbatch, peer, name, size in recvs if len(recvs) < 2 else _merge_recvs(recvs):
-            row = (recorder.step_index, "recv", started, finished, stage, microbatch, peer, size, "pp", name)
+            row = (
+                recorder.step_index,
+                "recv",
+                started,
+                finished,
+                stage,
+                microbatch,
+                peer,
+                size,
+                wire.PIPELINE_GROUP,
+                name,
+            )
             if len(spans) < recorder.capacity:
                 spans.append(row)
             else:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from bubblescope import wire
 from bubblescope.collector.clock import local_ns
 from bubblescope.collector.gpu_timing import CudaStepClock, first_tensor, issue_event
 from bubblescope.collector.pipelining import _TAG, _UNTAGGED
@@ -108,7 +109,7 @@ def _record(recorder: Recorder, clock: CudaStepClock, entry: tuple[Any, Any, int
                 microbatch,
                 peer,
                 size,
-                "pp",
+                wire.PIPELINE_GROUP,
                 direction,
                 host_start_ns=posted_ns,
             )
@@ -127,7 +128,7 @@ def _record(recorder: Recorder, clock: CudaStepClock, entry: tuple[Any, Any, int
             microbatch,
             peer,
             size,
-            "pp",
+            wire.PIPELINE_GROUP,
             direction,
             host_start_ns=posted_ns,
         )

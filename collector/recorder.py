@@ -55,7 +55,7 @@ def waiting_op(waiting: Waiting | None) -> dict[str, Any] | None:
                 kind, peer, size, name = "send", row[6], row[7], row[9]
             else:
                 return None
-            op = (kind, name, "pp", peer, size, waiting[2])
+            op = (kind, name, wire.PIPELINE_GROUP, peer, size, waiting[2])
         else:
             op = waiting
         kind, name, group, peer, size, since = op

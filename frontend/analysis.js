@@ -3,16 +3,9 @@
 // their predicted step time and the change in torch / torchtitan / Megatron-LM terms.
 import { cell, el, fact, plot, say } from "./dom.js";
 import { bytes, ms, percent, plotText } from "./format.js";
+import { cause } from "./causes.js";
 import { overheadsDominate, unevenOutsideWork } from "./overhead.js";
 
-// The causes of bubble.attribution names (analysis/attribution.py), as the page labels and colours them.
-const CAUSES = {
-  schedule_inherent: { label: "schedule-inherent", color: "#9aa3b2" },
-  stage_imbalance: { label: "stage imbalance", color: "#f08c2e" },
-  communication_wait: { label: "communication wait", color: "#8e5bd0" },
-  straggler_jitter: { label: "straggler / jitter", color: "#d0457a" },
-};
-const cause = (name) => CAUSES[name] || { label: name, color: "#777" };
 const LISTED_STAGES = 8; // more stages than this are summed up as a range
 
 function renderAttribution(a, stepNs) {

@@ -4,6 +4,7 @@
 // first thing to do and the alerts firing. Each part fills in as its source arrives.
 import { el } from "./dom.js";
 import { ms, percent } from "./format.js";
+import { cause } from "./causes.js";
 import { overheadsDominate, unevenOutsideWork } from "./overhead.js";
 
 // The warm-up and the baseline's length come with the run (warmup_until_step, baseline_steps).
@@ -100,7 +101,7 @@ function causeItem(analysis) {
   const causes = analysis.attribution ? analysis.attribution.causes : [];
   if (!causes.length) return item("glance-cause", "Largest cause", "—", "no bubble attribution");
   const top = causes.reduce((a, b) => (b.ns > a.ns ? b : a));
-  return item("glance-cause", "Largest cause", top.name.replaceAll("_", " "),
+  return item("glance-cause", "Largest cause", cause(top.name).label,
     `${ms(top.ns)} ms per rank per step (${percent(top.fraction_of_step)} of the step)`);
 }
 

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from bubblescope import intervals, wire
 from bubblescope.analysis.attribution import attribute_bubble, stage_imbalance
+from bubblescope.analysis.collective_waits import COLLECTIVE_KINDS, collective_waits
 from bubblescope.analysis.errors import InputError
 from bubblescope.analysis.layout_fixes import trade_dp_for_pp
 from bubblescope.analysis.memory_fixes import memory_suggestions, predicted_memory_per_pipeline_rank
@@ -55,6 +56,7 @@ class _Window:
     exposed_by_group: dict[str, float]
     partial_left_out: list[int]
     warmup_left_out: list[int]
+    mesh_waits_ns: list[float]  # per step, the mean per rank of waits inside dp/tp/... collectives
 
 
 def run_analysis(session: Session, key: str, from_step: int | None, to_step: int | None) -> AnalysisOut:
@@ -66,7 +68,8 @@ def run_analysis(session: Session, key: str, from_step: int | None, to_step: int
     memory = _memory(session, run, window)
     attribution = imbalance = None
     if measured is not None:
-        attribution = attribute_bubble(measured, statistics.median(window.bubble_ns), step_ns)
+        mesh_wait = statistics.median(window.mesh_waits_ns) if window.mesh_waits_ns else None
+        attribution = attribute_bubble(measured, statistics.median(window.bubble_ns), step_ns, mesh_wait)
         imbalance = stage_imbalance(measured)
     places = run_rank_places(session, run)
     evidence = RunEvidence(
@@ -147,7 +150,8 @@ def _load(session: Session, run: Run, from_step: int | None, to_step: int | None
     chosen = {s.step for s in usual}
     left_out = [s for s in seen if s.has_spans and s.step not in chosen]
     partial = [s.step for s in left_out if not is_complete(s, run.world_size)]
-    window = _Window([], [], [], [], {}, partial, [s.step for s in left_out if s.step not in partial])
+    window = _Window([], [], [], [], {}, partial, [s.step for s in left_out if s.step not in partial], [])
+    coords = {place.rank: place.coords for place in run_rank_places(session, run)}
     exposed: dict[str, list[float]] = defaultdict(list)
     for step in candidates:
         found = broken_down_step(session, run, step)
@@ -161,9 +165,26 @@ def _load(session: Session, run: Run, from_step: int | None, to_step: int | None
         window.walls.append(bubble.wall_ns)
         for group, ns in _exposed_comm_by_group(aligned.rows, aligned.spans, len(span_windows)).items():
             exposed[group].append(ns)
+        waited = _mesh_collective_waits(aligned.spans, coords, len(span_windows))
+        if waited is not None:
+            window.mesh_waits_ns.append(waited)
     steps = len(candidates)
     window.exposed_by_group.update({g: sum(v) / steps for g, v in exposed.items()})
     return window
+
+
+def _mesh_collective_waits(spans: Sequence[TimedSpan], coords: dict[int, dict[str, int]], ranks: int) -> float | None:
+    """Mean per rank of the waits for peers inside collectives over a mesh dimension other than the
+    pipeline's (dp, tp, ...: outside what the replay models); None when the step has no such collective."""
+    mesh = [
+        s
+        for s in spans
+        if s.kind in COLLECTIVE_KINDS and s.group and s.group not in (wire.WORLD_GROUP, wire.PIPELINE_GROUP)
+    ]
+    if not mesh:
+        return None
+    waits = collective_waits(mesh, coords)
+    return sum(intervals.total_length(intervals.merge(w)) for w in waits.values()) / max(1, ranks)
 
 
 def _exposed_comm_by_group(rows: Sequence[Row[Any]], spans: Sequence[TimedSpan], ranks: int) -> dict[str, float]:

@@ -167,6 +167,24 @@ def test_every_pipeline_suggestion_says_all_it_changes() -> None:
     assert {"more_microbatches", "better_schedule", "rebalance_stages"} <= kinds
 
 
+def test_waits_inside_mesh_collectives_are_carved_out_of_the_unexplained_rest() -> None:
+    """A DP×PP run's replicas wait for each other in the dp all-reduce, which the pipeline replay does not
+    model: that wait is its own cause, taken from what the replay leaves unexplained and never more."""
+    run = measured(uniform_costs(2, 1 * MS, 2 * MS), m=8)
+    step = 40 * MS
+    floor = attribute_bubble(run, 0.0, step).simulated_floor_ns
+    measured_ns = floor + 10 * MS  # 10 ms the replay does not explain (no p2p cost here)
+    plain = attribute_bubble(run, measured_ns, step)
+    assert [c.name for c in plain.causes][-1] == "straggler_jitter"
+    assert "mesh_collective_wait" not in [c.name for c in plain.causes]  # a run without mesh collectives
+    split = {c.name: c.ns for c in attribute_bubble(run, measured_ns, step, mesh_wait_ns=6 * MS).causes}
+    assert split["mesh_collective_wait"] == pytest.approx(6 * MS)
+    assert split["straggler_jitter"] == pytest.approx(4 * MS)
+    assert sum(split.values()) == pytest.approx(measured_ns)
+    capped = {c.name: c.ns for c in attribute_bubble(run, measured_ns, step, mesh_wait_ns=25 * MS).causes}
+    assert capped["mesh_collective_wait"] == pytest.approx(10 * MS) and capped["straggler_jitter"] == 0
+
+
 def test_a_schedule_switch_says_why_the_replay_prefers_it() -> None:
     """Away from ZB-V on a runtime that costs 1 ms an action: Interleaved 1F1B idles longer but runs a
     third fewer actions (zero-bubble schedules split every backward in two), and the reason says both."""

@@ -199,6 +199,10 @@ def test_a_dp_x_pp_job_s_exposed_gradient_reduction_is_named_with_its_cost(
     exposed = analysis["exposed_comm_ns_by_group"]
     assert exposed.get("dp", 0) > 0 and "pp" not in exposed, exposed
     dp = exposed["dp"]
+    # the replicas' waits for each other in that all-reduce are a cause of their own, not straggler/jitter
+    causes = {c["name"]: c["ns"] for c in analysis["attribution"]["causes"]}
+    assert causes["mesh_collective_wait"] > 0, causes
+    assert sum(causes.values()) == pytest.approx(analysis["attribution"]["measured_bubble_ns"])
     overlap = next((s for s in analysis["suggestions"] if s["kind"] == "overlap_dp_communication"), None)
     trade = next((s for s in analysis["suggestions"] if s["kind"] == "trade_dp_for_pp"), None)
     if dp >= 0.05 * analysis["step_ns"]:  # the rules' threshold: a twentieth of the step
