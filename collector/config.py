@@ -174,7 +174,7 @@ class CollectorConfig:
 
     memory: bool = setting("BUBBLESCOPE_MEMORY", FLAG, True, shown="on")
     """Each step's peak memory: the process's peak resident set, and on a CUDA job the allocator's peak
-    allocated and reserved bytes and its allocation retries (about 4 µs a step on a CPU). The peaks are
+    allocated and reserved bytes and its allocation retries (about 5 µs a step on a CPU). The peaks are
     reset each step: the process's `VmHWM` (which `getrusage`'s `ru_maxrss` reports) and
     `torch.cuda.max_memory_allocated`'s; turn this off where the job reads those itself."""
 

@@ -1,8 +1,8 @@
 """Peak memory per step, read at each step's end on the training thread and reset for the next.
 
 On every process: the peak resident set (Linux's ``VmHWM``), reset by writing ``5`` to
-``/proc/self/clear_refs``; about 4 µs a step, on file descriptors opened once. On a CUDA job also
-the caching allocator's peak allocated and reserved bytes and its count of allocation retries
+``/proc/self/clear_refs``: about 5 µs a step, on file descriptors opened once, without releasing the
+GIL. On a CUDA job also the caching allocator's peak allocated and reserved bytes and its count of allocation retries
 (cache flushes after a failed cudaMalloc, the sign of a device near its limit), from one
 ``torch.cuda.memory_stats`` call, then ``reset_peak_memory_stats``.
 
@@ -12,6 +12,7 @@ reading is never worth an exception in the training loop.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import sys
@@ -28,25 +29,39 @@ _HWM = b"VmHWM:"
 
 
 class HostPeak:
-    """The process's peak resident set since the last reading."""
+    """The process's peak resident set since the last reading.
+
+    The two system calls go through ``ctypes.PyDLL``, which keeps the GIL: ``os.pread`` and ``os.write``
+    release and retake it, and a training thread that does so every short step starves the shipper's
+    thread of the GIL (CPython's convoy effect: a killed job's spool then held a few batches, not all)."""
 
     def __init__(self) -> None:
         self._status: int | None = None
         self._clear: int | None = None
+        self._buffer = ctypes.create_string_buffer(4096)
         try:
+            libc = ctypes.PyDLL(None)
+            self._pread = libc.pread
+            self._pread.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long]
+            self._pread.restype = ctypes.c_ssize_t
+            self._write = libc.write
+            self._write.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+            self._write.restype = ctypes.c_ssize_t
             self._status = os.open(_STATUS, os.O_RDONLY)
             self._clear = os.open(_CLEAR_REFS, os.O_WRONLY)
-        except OSError:
+        except (OSError, AttributeError):
             self.close()
 
     def read_and_reset(self) -> int | None:
         if self._status is None or self._clear is None:
             return None
         try:
-            status = os.pread(self._status, 4096, 0)
+            size = self._pread(self._status, self._buffer, len(self._buffer), 0)
+            status = self._buffer.raw[: max(0, size)]
             at = status.index(_HWM) + len(_HWM)
             peak = int(status[at : status.index(b"kB", at)]) * 1024
-            os.write(self._clear, b"5")
+            if self._write(self._clear, b"5", 1) != 1:
+                raise OSError("clear_refs refused the reset")
             return peak
         except (OSError, ValueError):
             self.close()

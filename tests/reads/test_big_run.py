@@ -18,7 +18,7 @@ from bench.synthetic_run import SyntheticJob, register_job, send_job
 from tests.support import LiveServer
 
 SLOW_RANK = 341  # stage 5 of replica 42
-JOB = SyntheticJob(stages=8, replicas=128, steps=12, full_every=5, slow=((SLOW_RANK, 1.3),))
+JOB = SyntheticJob(stages=8, replicas=128, steps=16, full_every=5, slow=((SLOW_RANK, 1.3),))
 SHOWN_STEP = 10
 WIRE_LIMIT = 1_000_000
 PAGE_ROWS = 32  # frontend/breakdown.js
@@ -53,7 +53,7 @@ def test_the_run_and_its_steps_are_summed_for_every_rank(big_run: BigRun) -> Non
     assert isinstance(run, dict) and size < WIRE_LIMIT
     assert len(run["ranks"]) == JOB.world_size and len(run["steps"]) == JOB.steps
     assert all(step["ranks_reported"] == JOB.world_size for step in run["steps"])
-    assert [s["step"] for s in run["steps"] if s["has_spans"]] == [0, 5, 10]
+    assert [s["step"] for s in run["steps"] if s["has_spans"]] == [0, 5, 10, 15]
 
 
 def test_the_step_view_folds_replicas_to_each_stages_median_and_slowest_rank(big_run: BigRun) -> None:
