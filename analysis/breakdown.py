@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from bubblescope import intervals, wire
-from bubblescope.analysis.collective_waits import collective_waits
+from bubblescope.analysis.collective_waits import MESH_EXCLUDED, collective_waits_by_group, is_mesh_collective
 from bubblescope.analysis.model import RankBreakdown, StepBubble, TimedSpan
 from bubblescope.analysis.schedules import stages_floor
 from bubblescope.timesplit import split_window
@@ -126,6 +126,7 @@ def rank_breakdown(
     spans: Iterable[TimedSpan],
     window: Window,
     waits: list[intervals.Interval],
+    mesh_wait_ns: int | None = None,
 ) -> RankBreakdown:
     lo, hi = window
     split = split_window(((s.kind, s.start_ns, s.end_ns) for s in spans if s.rank == rank), lo, hi)
@@ -148,6 +149,7 @@ def rank_breakdown(
         idle_ns=split.idle_ns,
         bubble_ns=bubble,
         bubble_fraction=bubble / split.window_ns if split.window_ns else 0.0,
+        mesh_wait_ns=mesh_wait_ns,
     )
 
 
@@ -162,14 +164,29 @@ def step_breakdown(
     where the caller has it (the analysis reads them again, 0.17 s at 1,024 ranks); ``coords``: each
     rank's mesh coordinates, which say who takes part in a "dp", "tp" ... collective."""
     waits = dependency_waits(matched_recvs(spans) if matched is None else matched)
-    for more in (send_waits(spans), collective_waits(spans, coords or {})):
-        for rank, found in more.items():
+    mesh_waits: dict[int, list[intervals.Interval]] = defaultdict(list)
+    for rank, found in send_waits(spans).items():
+        waits[rank].extend(found)
+    for label, by_rank_waits in collective_waits_by_group(spans, coords or {}).items():
+        for rank, found in by_rank_waits.items():
             waits[rank].extend(found)
+            if label not in MESH_EXCLUDED:
+                mesh_waits[rank].extend(found)
     by_rank: dict[int, list[TimedSpan]] = defaultdict(list)
+    in_mesh_collectives: set[int] = set()
     for span in spans:
         by_rank[span.rank].append(span)
+        if is_mesh_collective(span):
+            in_mesh_collectives.add(span.rank)
     return [
-        rank_breakdown(rank, stages.get(rank), by_rank.get(rank, []), windows[rank], waits.get(rank, []))
+        rank_breakdown(
+            rank,
+            stages.get(rank),
+            by_rank.get(rank, []),
+            windows[rank],
+            waits.get(rank, []),
+            intervals.total_length(intervals.merge(mesh_waits[rank])) if rank in in_mesh_collectives else None,
+        )
         for rank in sorted(windows)
     ]
 

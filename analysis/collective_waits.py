@@ -41,14 +41,33 @@ def collective_waits(
     spans: Iterable[TimedSpan], coords: Mapping[int, Mapping[str, int]]
 ) -> dict[int, list[intervals.Interval]]:
     """Per rank, the intervals of its collectives spent before the call's last participant arrived."""
+    waits: dict[int, list[intervals.Interval]] = defaultdict(list)
+    for by_rank in collective_waits_by_group(spans, coords).values():
+        for rank, found in by_rank.items():
+            waits[rank].extend(found)
+    return waits
+
+
+def is_mesh_collective(span: TimedSpan) -> bool:
+    """A collective over a mesh dimension other than the pipeline's (dp, tp, ...): outside the replay's model."""
+    return span.kind in COLLECTIVE_KINDS and bool(span.group) and span.group not in MESH_EXCLUDED
+
+
+MESH_EXCLUDED: Final = frozenset({wire.WORLD_GROUP, wire.PIPELINE_GROUP})
+
+
+def collective_waits_by_group(
+    spans: Iterable[TimedSpan], coords: Mapping[int, Mapping[str, int]]
+) -> dict[str, dict[int, list[intervals.Interval]]]:
+    """``collective_waits`` by the group's label ("world", "dp", "tp", ...)."""
     calls: dict[InstanceKey, dict[int, list[TimedSpan]]] = defaultdict(lambda: defaultdict(list))
     for span in spans:
         if span.kind in COLLECTIVE_KINDS and span.group:
             key = _instance(span.group, coords.get(span.rank, {}))
             if key is not None:
                 calls[key][span.rank].append(span)
-    waits: dict[int, list[intervals.Interval]] = defaultdict(list)
-    for members in calls.values():
+    waits: dict[str, dict[int, list[intervals.Interval]]] = defaultdict(lambda: defaultdict(list))
+    for (label, _), members in calls.items():
         if len(members) < 2 or len({len(own) for own in members.values()}) != 1:
             continue
         ordered = [sorted(own, key=lambda s: s.start_ns) for own in members.values()]
@@ -56,5 +75,5 @@ def collective_waits(
             last = max(s.start_ns for s in call)
             for s in call:
                 if s.start_ns < last <= s.end_ns:
-                    waits[s.rank].append((s.start_ns, last))
+                    waits[label][s.rank].append((s.start_ns, last))
     return waits

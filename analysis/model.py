@@ -42,6 +42,19 @@ class RankBreakdown:
     bubble_ns: int
     bubble_fraction: float
     from_spans: bool = True  # False: from the rank's step aggregate (a big run's rank outside the span sample)
+    mesh_wait_ns: int | None = None
+    """Of its collectives over a mesh dimension other than the pipeline's (dp, tp, ...: outside what the
+    pipeline replay models), the time spent waiting for the call's last member; None: it ran none."""
+
+
+class RankPlace(NamedTuple):
+    """Where a rank runs and its registered clock offset: what reading a step and scoring stragglers need."""
+
+    rank: int
+    host: str
+    stage: int | None
+    coords: dict[str, int]
+    clock_offset_ns: int
 
 
 @dataclass(frozen=True)

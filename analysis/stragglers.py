@@ -46,7 +46,7 @@ Algorithm (all times per rank per step, from the per-step aggregates):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import NamedTuple
@@ -54,6 +54,7 @@ from typing import NamedTuple
 import numpy as np
 
 from bubblescope.analysis import straggler_cells as cell_math
+from bubblescope.analysis.model import RankPlace
 from bubblescope.analysis.straggler_cells import Cell
 
 PHASES = ("window", "compute", "comm", "exposed_comm", "idle")
@@ -444,3 +445,8 @@ def _findings(groups: list[GroupFinding], scores: list[RankScore]) -> list[Findi
         )
         findings.append(Finding("slow rank", s.verdict, [s.rank], s.flagged_steps, s.flagged_median_ratio, message))
     return findings
+
+
+def straggler_report(times: Iterable[RankStepTimes], places: Sequence[RankPlace]) -> StragglerReport:
+    """Every rank scored on every step of ``times`` against its peers, placed where ``places`` say."""
+    return find_stragglers(times, [RankPlacement(p.rank, p.host, p.stage, p.coords) for p in places])

@@ -7,8 +7,7 @@ from fastapi.middleware.gzip import GZipMiddleware
 
 from bubblescope import __version__
 from bubblescope.backend.alerts.delivery import install_delivery
-from bubblescope.backend.alerts.router import install_alert_rules
-from bubblescope.backend.alerts.router import router as alerts_router
+from bubblescope.backend.alerts.router import install_alert_rules, router as alerts_router
 from bubblescope.backend.analysis.router import router as analysis_router
 from bubblescope.backend.auth.cache import TokenCache
 from bubblescope.backend.auth.guard import authorize
@@ -18,25 +17,23 @@ from bubblescope.backend.body import BodyBudget
 from bubblescope.backend.capture.router import router as capture_router
 from bubblescope.backend.db.engine import build_engine, build_session_factory
 from bubblescope.backend.db.migrate import head_revision, require_current
+from bubblescope.backend.derived.answers import AnswerStore
 from bubblescope.backend.errors import install_error_handlers
-from bubblescope.backend.health import DatabaseStatus
-from bubblescope.backend.health import router as health_router
+from bubblescope.backend.health import DatabaseStatus, router as health_router
 from bubblescope.backend.hosts import HostAllowlist, JsonErrorCors
 from bubblescope.backend.ingest.gate import IngestGate
 from bubblescope.backend.ingest.router import router as ingest_router
 from bubblescope.backend.leadership import Leadership
-from bubblescope.backend.metrics.router import metrics_registry
-from bubblescope.backend.metrics.router import router as metrics_router
+from bubblescope.backend.metrics.router import metrics_registry, router as metrics_router
 from bubblescope.backend.metrics.runs import RunMetrics
 from bubblescope.backend.openapi import install_openapi
 from bubblescope.backend.plan.router import router as plan_router
 from bubblescope.backend.query_values import no_nul_characters, one_value_each
-from bubblescope.backend.read_cache import AnswerStore
 from bubblescope.backend.runs.retention import retention_task
 from bubblescope.backend.runs.router import router as runs_router
-from bubblescope.backend.runs.touch import RunToucher
 from bubblescope.backend.settings import ServiceSettings
 from bubblescope.backend.settings_view.router import router as settings_router
+from bubblescope.backend.store.touch import RunToucher
 from bubblescope.backend.stragglers.router import router as stragglers_router
 from bubblescope.backend.warm_views import install_view_warmer
 from bubblescope.backend.web.routes import mount_frontend
@@ -88,8 +85,8 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     app.state.session_factory = build_session_factory(engine)
     app.state.background = BackgroundTasks(Leadership(engine))  # periodic tasks, run by one process of a deployment
     app.state.token_cache = TokenCache(app.state.session_factory)
-    app.state.answers = AnswerStore()  # cached reads per run revision (read_cache)
-    app.state.run_toucher = RunToucher(app.state.session_factory)  # revision bumps after ingest (runs.touch)
+    app.state.answers = AnswerStore()  # cached reads per run revision (derived.answers)
+    app.state.run_toucher = RunToucher(app.state.session_factory)  # revision bumps after ingest (store.touch)
     retention = retention_task(app.state.session_factory, settings)
     if retention is not None:
         app.state.background.add(retention)

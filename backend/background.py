@@ -59,20 +59,32 @@ class PeriodicTask:
 
 
 class BackgroundTasks:
-    """The app's periodic tasks, by name; each round runs only in the deployment's leader process."""
+    """The app's periodic tasks, by name; each round runs only in the deployment's leader process.
+
+    ``news()`` is how a feature says a run changed (a batch stored, a rank ended) without knowing who
+    cares: it wakes every task added with ``on_news=True`` (the alert rules)."""
 
     def __init__(self, leadership: Leadership) -> None:
         self.tasks: dict[str, PeriodicTask] = {}
         self.leadership = leadership
         self.stoppers: list[Callable[[], None]] = []  # run after the tasks stop (a child process to end)
+        self._on_news: list[PeriodicTask] = []
 
     def on_stop(self, stopper: Callable[[], None]) -> None:
         self.stoppers.append(stopper)
 
-    def add(self, task: PeriodicTask) -> PeriodicTask:
+    def add(self, task: PeriodicTask, on_news: bool = False) -> PeriodicTask:
+        """Run ``task`` from the app's start; ``on_news``: also whenever ``news()`` is called."""
         task.leads = self.leadership.leads
         self.tasks[task.name] = task
+        if on_news:
+            self._on_news.append(task)
         return task
+
+    def news(self) -> None:
+        """A run changed: wake the tasks that watch for it."""
+        for task in self._on_news:
+            task.wake()
 
     def wake(self, name: str) -> None:
         task = self.tasks.get(name)

@@ -30,12 +30,16 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
-from sqlalchemy.exc import InterfaceError as DbInterfaceError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.exc import (
+    DBAPIError,
+    InterfaceError as DbInterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+    TimeoutError as PoolTimeout,
+)
 from starlette.exceptions import HTTPException
 
-from bubblescope.analysis.errors import InputError
+from bubblescope.analysis import InputError
 from bubblescope.backend.settings import settings_of
 
 Loc = Sequence[str | int]

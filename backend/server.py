@@ -5,41 +5,15 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from pathlib import Path
 
 import uvicorn
-from platformdirs import user_data_dir
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from bubblescope.backend.app import create_app
 from bubblescope.backend.db import migrate
-from bubblescope.backend.db.engine import is_sqlite, normalise_url
+from bubblescope.backend.db.prepare import DatabaseNotReady, shown_url
 from bubblescope.backend.errors import first_line
 from bubblescope.backend.settings import ServiceSettings
-
-
-def default_db_url() -> str:
-    return normalise_url(str(Path(user_data_dir("bubblescope")) / "bubblescope.db"))
-
-
-class DatabaseNotReady(RuntimeError):
-    """The database cannot be opened or reached, or its schema is not current: a one-line reason."""
-
-
-def _shown(url: str) -> str:
-    return make_url(url).render_as_string(hide_password=True)
-
-
-def prepare_database(db: str | None) -> str:
-    """The normalised URL; an SQLite file is created or upgraded here, a server database is not."""
-    url = normalise_url(db) if db else default_db_url()
-    if is_sqlite(url):
-        try:
-            migrate.upgrade(url)
-        except (DBAPIError, OSError) as error:
-            raise DatabaseNotReady(f"cannot open the database {_shown(url)}: {first_line(error)}") from None
-    return url
 
 
 def build_server(url: str, host: str, port: int, settings: ServiceSettings | None = None) -> uvicorn.Server:
@@ -52,7 +26,7 @@ def build_server(url: str, host: str, port: int, settings: ServiceSettings | Non
     except migrate.SchemaOutOfDate as error:
         raise DatabaseNotReady(str(error)) from None
     except DBAPIError as error:
-        raise DatabaseNotReady(f"cannot reach the database {_shown(url)}: {first_line(error)}") from None
+        raise DatabaseNotReady(f"cannot reach the database {shown_url(url)}: {first_line(error)}") from None
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     return uvicorn.Server(config)
 

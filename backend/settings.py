@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bubblescope import wire
-from bubblescope.backend.runs.state import DEFAULT_SILENT_AFTER_S, MAX_SILENT_AFTER_S
 
 if TYPE_CHECKING:  # the command line reads this module; it must not need the server's packages
     from starlette.requests import Request
@@ -29,6 +28,8 @@ SMALL_BODY_BYTES = 1 * MiB
 """Every body but an ingest batch (a registration, a rank's end, a capture or plan request), on the wire
 and decompressed; a fixed limit (``body.SMALL_BODY``)."""
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+DEFAULT_SILENT_AFTER_S = 120.0
+MAX_SILENT_AFTER_S = 30 * 86400
 
 
 def _setting(

@@ -4,7 +4,7 @@ The on-call engineer opens the page of a run that failed, hung or finished: its 
 Every ``WARM_EVERY_S`` the leader looks at the runs heard from in the last ``RECENT`` whose revision has
 not moved since its last look, and stores the step the page opens on (the run answer's ``default_step``),
 their default analysis and stragglers (as the page asks for them) under the ETags a request would get
-(``read_cache``), so the first visit reads stored answers.
+(``derived.answers``), so the first visit reads stored answers.
 A run still receiving batches is left alone: its revision moves, and the page computes what it shows.
 """
 
@@ -22,11 +22,11 @@ from bubblescope import wire
 from bubblescope.backend.analysis.service import run_analysis
 from bubblescope.backend.background import PeriodicTask
 from bubblescope.backend.db.engine import transaction
+from bubblescope.backend.derived.answers import AnswerStore, entity_tag
 from bubblescope.backend.errors import DomainError
-from bubblescope.backend.read_cache import AnswerStore, entity_tag
-from bubblescope.backend.runs import queries
 from bubblescope.backend.runs.service import run_detail, step_detail
 from bubblescope.backend.settings import ServiceSettings
+from bubblescope.backend.store import runs as run_queries
 from bubblescope.backend.stragglers.service import straggler_view
 
 WARM_TASK: Final = "warm-views"
@@ -50,8 +50,8 @@ class ViewWarmer:
 
     def run_round(self) -> None:
         with transaction(self.session_factory) as session:
-            now = queries.database_now(session)
-            runs = [(r.id, r.key, r.revision) for r in queries.runs_heard_since(session, now - RECENT)]
+            now = run_queries.database_now(session)
+            runs = [(r.id, r.key, r.revision) for r in run_queries.runs_heard_since(session, now - RECENT)]
         quiet = [(i, k, rev) for i, k, rev in runs if self.seen.get(i) == rev and self.warmed.get(i) != rev]
         self.seen = {i: rev for i, _, rev in runs}
         for run_id, key, revision in quiet:

@@ -51,8 +51,18 @@ WHATIFS: list[dict[str, Any]] = [
 ]
 PLANS: list[dict[str, Any]] = [
     {"model": "llama-2-7b", "cluster": {"gpu": "A100-80GB", "gpus": 64}, "global_batch": 512},
-    {"model": "llama-2-7b", "cluster": {"gpu": "A100-80GB", "gpus": 64}, "global_batch": 512, "config": {"tp": 2, "pp": 4}},
-    {"model": "gpt-175b", "cluster": {"gpu": "A100-80GB", "gpus": 1024}, "global_batch": 1536, "config": {"tp": 8, "pp": 8}},
+    {
+        "model": "llama-2-7b",
+        "cluster": {"gpu": "A100-80GB", "gpus": 64},
+        "global_batch": 512,
+        "config": {"tp": 2, "pp": 4},
+    },
+    {
+        "model": "gpt-175b",
+        "cluster": {"gpu": "A100-80GB", "gpus": 1024},
+        "global_batch": 1536,
+        "config": {"tp": 8, "pp": 8},
+    },
 ]
 ALERTS_SETTLE_S = 15.0  # past the alert rules' interval (10 s)
 CLOCK_KEYS = ("last_heard_at", "updated_at", "ended_at", "startsAt", "endsAt", "external_url", "generatorURL")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bubblescope.analysis.schedules import NAMES, ScheduleError, lookup
+from bubblescope.analysis import NAMES, ScheduleError, lookup
 
 
 def schedule_argument(text: str) -> str:
@@ -19,7 +19,8 @@ def schedule_argument(text: str) -> str:
 
 def _serve(args: argparse.Namespace) -> int:
     from bubblescope.backend.auth.commands import exposure_refusal, missing_token_warning
-    from bubblescope.backend.server import DatabaseNotReady, build_server, prepare_database
+    from bubblescope.backend.db.prepare import DatabaseNotReady, prepare_database
+    from bubblescope.backend.server import build_server
     from bubblescope.backend.settings import from_options
 
     try:
@@ -48,7 +49,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _db(args: argparse.Namespace) -> int:
     from bubblescope.backend.db import migrate
     from bubblescope.backend.db.engine import build_engine
-    from bubblescope.backend.server import default_db_url
+    from bubblescope.backend.db.prepare import default_db_url
 
     url = args.db or default_db_url()
     if args.db_command == "upgrade":
@@ -119,9 +120,7 @@ def _key_values(text: str | None, option: str) -> dict[str, str] | None:
 def _plan(args: argparse.Namespace) -> int:
     import json
 
-    from bubblescope.analysis.planner.render import render_outcome
-    from bubblescope.analysis.planner.request import plan_document
-    from bubblescope.analysis.planner.specs import PlanInputError
+    from bubblescope.analysis import PlanInputError, plan_document, render_outcome
 
     try:
         if (args.cluster is None) == (args.gpu is None):

@@ -12,7 +12,7 @@ import time
 import urllib.parse
 import uuid
 
-from bubblescope.analysis.schedules import lookup
+from bubblescope.analysis import lookup
 
 DEFAULT_PORT = 8765
 
@@ -105,7 +105,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"run page: {page}", flush=True)
         return code
 
-    from bubblescope.backend.server import build_server, prepare_database, start_in_thread
+    from bubblescope.backend.db.prepare import prepare_database
+    from bubblescope.backend.server import build_server, start_in_thread
 
     url_db = prepare_database(args.db)
     port = args.port or free_port(args.host, preferred=DEFAULT_PORT)

@@ -21,7 +21,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 
 from bubblescope import collector, wire
-from bubblescope.analysis.schedules import NAMES, Schedule, ScheduleError, lookup
+from bubblescope.analysis import NAMES, Schedule, ScheduleError, lookup
 from bubblescope.cli import schedule_argument
 from bubblescope.collector.config import env_setting
 from bubblescope.demo_faults import Fault, add_fault_options

@@ -385,8 +385,7 @@ def install(recorder: Recorder) -> None:
         return
     import torch
     import torch.distributed as dist
-    from torch.distributed import _functional_collectives as funcol
-    from torch.distributed import distributed_c10d as c10d
+    from torch.distributed import _functional_collectives as funcol, distributed_c10d as c10d
 
     for name, (kind, group_at) in _DIST_OPS.items():
         wrapped = _wrap_dist(name, kind, group_at, getattr(c10d, name))

@@ -26,7 +26,7 @@ from bubblescope.backend.alerts import delivery_queries as queries
 from bubblescope.backend.alerts.http_post import PostResult, post_json, shown
 from bubblescope.backend.alerts.shape import alert_document
 from bubblescope.backend.db.engine import transaction
-from bubblescope.backend.metrics.service import ALERT_DELIVERIES
+from bubblescope.backend.service_metrics import ALERT_DELIVERIES
 
 log = logging.getLogger("bubblescope.alerts.alertmanager")
 

@@ -24,16 +24,17 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bubblescope.analysis.alert_rules import FiringAlert, RunSnapshot, Thresholds, evaluate
+from bubblescope.analysis import FiringAlert, RunSnapshot, Thresholds, evaluate
 from bubblescope.backend.alerts.delivery import enqueue_notifications
-from bubblescope.backend.alerts.figures import FigureCache, FigureCompute
 from bubblescope.backend.alerts.shape import AlertStatus, fingerprint
 from bubblescope.backend.db.engine import transaction
 from bubblescope.backend.db.models import Alert, Run
-from bubblescope.backend.runs import queries as run_queries
-from bubblescope.backend.runs.service import recent_steps
-from bubblescope.backend.runs.state import as_utc, run_state
+from bubblescope.backend.db.timestamps import as_utc
+from bubblescope.backend.derived.figures import FigureCache, FigureCompute
 from bubblescope.backend.settings import ServiceSettings
+from bubblescope.backend.store import ranks as rank_queries, runs as run_queries
+from bubblescope.backend.store.state import run_state
+from bubblescope.backend.store.steps import recent_steps
 
 log = logging.getLogger("bubblescope.alerts")
 
@@ -57,7 +58,7 @@ THRESHOLD_KEYS = (
 
 def thresholds_for(settings: ServiceSettings, config: dict[str, Any]) -> Thresholds:
     """The service's thresholds with the run's overrides (its config's ``alerts`` key, validated at
-    registration by ``AlertOverrides``)."""
+    registration by ``runs.schemas.AlertOverrides``)."""
     overrides = config.get("alerts") or {}
     values = {key: getattr(settings, key) if overrides.get(key) is None else overrides[key] for key in THRESHOLD_KEYS}
     return Thresholds(
@@ -126,10 +127,10 @@ class AlertEvaluator:
             return self._reconcile(session, run, found, now)
 
     def _firing(self, session: Session, run: Run, now: datetime) -> list[FiringAlert]:
-        ranks = run_queries.ranks_of(session, run.id)
+        ranks = rank_queries.ranks_of(session, run.id)
         config = run.config or {}
         thresholds = thresholds_for(self.settings, config)
-        statuses = [run_queries.rank_end(r) for r in ranks]
+        statuses = [rank_queries.rank_end(r) for r in ranks]
         state = run_state(run.world_size, statuses, run.updated_at, now, self.settings.silent_after_s)
         if state.state == "finished":  # no rule fires for a finished run: spare it the step queries
             return []

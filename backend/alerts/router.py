@@ -10,16 +10,16 @@ from sqlalchemy import select
 from bubblescope import wire
 from bubblescope.backend.alerts.delivery import DELIVERY_TASK
 from bubblescope.backend.alerts.evaluator import ALERT_TASK, AlertEvaluator
-from bubblescope.backend.alerts.figure_worker import FigureWorker, can_run_apart
 from bubblescope.backend.alerts.schemas import AlertList, AlertOut
 from bubblescope.backend.alerts.shape import alert_document
 from bubblescope.backend.background import PeriodicTask
 from bubblescope.backend.db.models import Alert, Run
 from bubblescope.backend.db.session import DbSession
+from bubblescope.backend.derived.figure_worker import FigureWorker, can_run_apart
 from bubblescope.backend.errors import NotFound
 from bubblescope.backend.fields import RUN_KEY_PATTERN
-from bubblescope.backend.runs import queries as run_queries
 from bubblescope.backend.settings import ServiceSettings, settings_of
+from bubblescope.backend.store import runs as run_queries
 
 router = APIRouter(prefix=wire.API_PREFIX, tags=["alerts"])
 MAX_ALERTS = 1000
@@ -60,7 +60,7 @@ def list_alerts(
 
 
 def install_alert_rules(app: FastAPI) -> AlertEvaluator:
-    """The rules' background task (``ALERT_TASK``): every ``--alert-interval``, and when woken."""
+    """The rules' background task (``ALERT_TASK``): every ``--alert-interval``, and at a run's news."""
     settings: ServiceSettings = app.state.settings
     db_url = app.state.engine.url.render_as_string(hide_password=False)
     worker = FigureWorker(db_url) if can_run_apart(db_url) else None  # the costly figures off the serving GIL
@@ -72,6 +72,6 @@ def install_alert_rules(app: FastAPI) -> AlertEvaluator:
     )
     if worker is not None:
         app.state.background.on_stop(worker.close)
-    app.state.background.add(PeriodicTask(ALERT_TASK, settings.alert_interval_s, evaluator.run_round))
+    app.state.background.add(PeriodicTask(ALERT_TASK, settings.alert_interval_s, evaluator.run_round), on_news=True)
     app.state.alerts = evaluator
     return evaluator

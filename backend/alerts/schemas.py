@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from bubblescope.analysis.alert_rules import RULES
-
-if TYPE_CHECKING:
-    AlertName = str
-else:  # an enum of the rules' names in the OpenAPI document
-    AlertName = Literal[tuple(rule.alertname for rule in RULES)]
-PositiveSeconds = Annotated[float, Field(gt=0, le=30 * 86400, allow_inf_nan=False)]
+from pydantic import BaseModel, Field
 
 
 class AlertOut(BaseModel):
@@ -29,17 +21,3 @@ class AlertOut(BaseModel):
 
 class AlertList(BaseModel):
     alerts: list[AlertOut]
-
-
-class AlertOverrides(BaseModel):
-    """A run's own alert thresholds (its config's ``alerts`` key): each replaces the ``serve`` option
-    of the same name for this run; ``disabled`` turns rules off."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    hung_after_s: PositiveSeconds | None = None
-    regression_percent: Annotated[float, Field(gt=0, le=10_000)] | None = None
-    regression_for_s: PositiveSeconds | None = None
-    bubble_over_floor_points: Annotated[float, Field(gt=0, le=100)] | None = None
-    bubble_for_steps: Annotated[int, Field(ge=1, le=10_000)] | None = None
-    disabled: Annotated[list[AlertName], Field(max_length=len(RULES))] | None = None

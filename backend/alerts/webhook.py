@@ -32,8 +32,8 @@ from bubblescope.backend.alerts.http_post import PostResult, post_json, shown
 from bubblescope.backend.alerts.shape import ZERO_TIME, alert_document, iso
 from bubblescope.backend.db.engine import transaction
 from bubblescope.backend.db.models import Alert
-from bubblescope.backend.metrics.service import ALERT_DELIVERIES
-from bubblescope.backend.runs.state import as_utc
+from bubblescope.backend.db.timestamps import as_utc
+from bubblescope.backend.service_metrics import ALERT_DELIVERIES
 
 log = logging.getLogger("bubblescope.alerts.webhook")
 

@@ -10,8 +10,8 @@ from bubblescope.backend.analysis import service
 from bubblescope.backend.analysis.schemas import AnalysisOut, PredictionOut, WhatIfIn
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
+from bubblescope.backend.derived.answers import cached_answer
 from bubblescope.backend.fields import RunKey, StepBound
-from bubblescope.backend.read_cache import cached_answer
 
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["analysis"])
 

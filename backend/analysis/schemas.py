@@ -7,13 +7,13 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-from bubblescope.analysis.schedules import NAMES
+from bubblescope.analysis import NAMES
 from bubblescope.backend.fields import FromAnalysis
 
 Count = Annotated[int, Strict(), Field(ge=1, le=100_000)]
 
 
-class StageBreakdownOut(BaseModel):
+class StageBreakdownOut(FromAnalysis):
     """Means over the stage's ranks and the analysed steps, ns."""
 
     stage: int | None

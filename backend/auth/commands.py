@@ -1,6 +1,6 @@
 """``bubblescope token create|list|revoke``, and ``serve``'s checks of its exposure and its tokens.
 
-The database is found as ``serve`` finds it (``server.prepare_database``): ``--db`` a URL or an SQLite
+The database is found as ``serve`` finds it (``db.prepare.prepare_database``): ``--db`` a URL or an SQLite
 file, by default the user data directory's; an SQLite file is created or upgraded, a server database
 must be at the current schema (``bubblescope db upgrade``). Exit status: 0 done, 1 no such token to
 revoke, 2 a refused request (a bad name, scope or token text, an unreachable database)."""
@@ -23,8 +23,8 @@ from bubblescope.backend.auth.tokens import new_token_text, token_text_problem
 from bubblescope.backend.db import migrate
 from bubblescope.backend.db.engine import build_engine, build_session_factory, transaction
 from bubblescope.backend.db.models import ApiToken
+from bubblescope.backend.db.prepare import DatabaseNotReady, prepare_database
 from bubblescope.backend.errors import DomainError, NotFound, first_line
-from bubblescope.backend.server import DatabaseNotReady, prepare_database
 from bubblescope.backend.settings import ServiceSettings, is_loopback
 
 

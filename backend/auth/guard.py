@@ -29,7 +29,7 @@ from bubblescope.backend.auth.route_access import access_of
 from bubblescope.backend.auth.scopes import PUBLIC, Access, Scope, grants
 from bubblescope.backend.auth.tokens import token_digest
 from bubblescope.backend.errors import ApiError, Loc
-from bubblescope.backend.metrics.service import AUTH_FAILURES
+from bubblescope.backend.service_metrics import AUTH_FAILURES
 from bubblescope.backend.settings import settings_of
 
 SESSION_COOKIE: Final = "bubblescope_session"

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from bubblescope.backend.auth.tokens import MAX_TOKEN_CHARS, TOKEN_NAME_PATTERN
-from bubblescope.backend.runs.state import as_utc
+from bubblescope.backend.db.timestamps import as_utc
 
 ScopeName = Literal["ingest", "read", "admin"]  # scopes.Scope's values (tests/auth checks)
 

@@ -1,4 +1,4 @@
-"""API shapes of capture requests."""
+"""API shapes of capture requests (the answer is ``store.captures.PendingCapture``, which ingest answers too)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,3 @@ class CaptureRequestIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     steps: Annotated[int, Strict(), Field(ge=1, le=10_000, description="how many consecutive steps to capture")]
-
-
-class CaptureOut(BaseModel):
-    """A capture request: every rank ships full spans of steps [from_step, from_step + steps)."""
-
-    id: int
-    steps: int
-    from_step: int

@@ -29,16 +29,16 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from bubblescope.backend.capture import queries
-from bubblescope.backend.capture.schemas import CaptureOut, CaptureRequestIn
+from bubblescope.backend.capture.schemas import CaptureRequestIn
 from bubblescope.backend.db.models import CaptureRequest
+from bubblescope.backend.db.timestamps import as_utc
 from bubblescope.backend.errors import NotFound, TooMany
-from bubblescope.backend.runs import queries as run_queries
-from bubblescope.backend.runs.state import as_utc
 from bubblescope.backend.settings import ServiceSettings
+from bubblescope.backend.store import runs as run_queries, steps as step_queries
+from bubblescope.backend.store.captures import PendingCapture, pending_captures
 
 HOUR = timedelta(hours=1)
 
@@ -51,7 +51,7 @@ def choose_from_step(last_step: int | None, steps_per_batch: int) -> int:
 
 def request_capture(
     session: Session, key: str, body: CaptureRequestIn, settings: ServiceSettings
-) -> tuple[CaptureOut, bool]:
+) -> tuple[PendingCapture, bool]:
     """Store a capture request for run ``key`` (404 when unknown) with ``from_step`` by the rule;
     ``(request, True)`` when it is new.
 
@@ -61,11 +61,11 @@ def request_capture(
     run = run_queries.lock_run(session, key)  # one request at a time per run
     if run is None:
         raise NotFound("run_key", f"no run with key {key!r}")
-    newest = run_queries.newest_step(session, run.id)
+    newest = step_queries.newest_step(session, run.id)
     shipped = -1 if newest is None else newest
-    waiting = [row for row in queries.unfinished_requests(session, run.id, shipped) if row.from_step > shipped]
+    waiting = [request for request in pending_captures(session, run.id, shipped) if request.from_step > shipped]
     if waiting:
-        return _out(waiting[-1]), False
+        return waiting[-1], False
     now = run_queries.database_now(session)
     count, oldest = queries.requests_since(session, run.id, now - HOUR)
     if count >= settings.captures_per_hour and oldest is not None:
@@ -80,13 +80,4 @@ def request_capture(
     request = CaptureRequest(run_id=run.id, from_step=first, steps=body.steps)
     session.add(request)
     session.flush()
-    return _out(request), True
-
-
-def _out(row: CaptureRequest | Row[tuple[int, int, int]]) -> CaptureOut:
-    return CaptureOut(id=row.id, steps=row.steps, from_step=row.from_step)
-
-
-def pending_captures(session: Session, run_id: int, shipped_through: int) -> list[CaptureOut]:
-    """Requests a rank that has shipped steps up to ``shipped_through`` has not finished, oldest first."""
-    return [_out(row) for row in queries.unfinished_requests(session, run_id, shipped_through)]
+    return PendingCapture(request.id, request.steps, request.from_step), True

@@ -35,7 +35,7 @@ class Run(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     revision: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    """Bumped by every write to the run: what a cached read of it is valid for (``backend.read_cache``)."""
+    """Bumped by every write to the run: what a cached read of it is valid for (``backend.derived.answers``)."""
 
     ranks: Mapped[list[RankInfo]] = relationship(back_populates="run", order_by="RankInfo.rank")
 

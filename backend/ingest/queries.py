@@ -56,7 +56,7 @@ def upsert_steps(
     session: Session, run_id: int, rank: int, steps: list[StepAggregateIn], rank_offset: int | None
 ) -> int:
     """Each step keeps the clock offset in force for it: the collector's, else the rank's registered
-    one (``runs.queries.step_totals`` reads it without a join; None until the rank registers)."""
+    one (``store.steps.step_totals`` reads it without a join; None until the rank registers)."""
     rows = [{"run_id": run_id, "rank": rank, **step.model_dump()} for step in steps]
     for row in rows:
         if row["clock_offset_ns"] is None:

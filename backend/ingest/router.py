@@ -8,7 +8,6 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
-from bubblescope.backend.alerts.evaluator import ALERT_TASK
 from bubblescope.backend.body import BodyLimit, json_body_doc, parse_document, read_json
 from bubblescope.backend.db.engine import transaction
 from bubblescope.backend.db.session import database_answered
@@ -17,7 +16,7 @@ from bubblescope.backend.ingest.gate import IngestGate
 from bubblescope.backend.ingest.schemas import IngestBatchIn, IngestResult
 from bubblescope.backend.ingest.service import ingest
 from bubblescope.backend.ingest.validation import batch_size_check
-from bubblescope.backend.metrics.service import INGEST_BATCHES, INGEST_DURATION, INGEST_REJECTED, INGEST_SPANS
+from bubblescope.backend.service_metrics import INGEST_BATCHES, INGEST_DURATION, INGEST_REJECTED, INGEST_SPANS
 from bubblescope.backend.settings import settings_of
 
 router = APIRouter(prefix=wire.API_PREFIX, tags=["ingest"])
@@ -47,7 +46,7 @@ async def ingest_batch(request: Request) -> IngestResult:
     if not result.duplicate:
         INGEST_BATCHES.inc()
         INGEST_SPANS.inc(result.stored_spans)
-        request.app.state.background.wake(ALERT_TASK)  # the rules see the news without waiting their interval
+        request.app.state.background.news()  # the alert rules see it without waiting their interval
     return result
 
 

@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from bubblescope import wire
-from bubblescope.backend.capture.schemas import CaptureOut
-from bubblescope.backend.fields import ClockOffsetNs, ClockUncertaintyNs, Count, Nanos
-from bubblescope.backend.fields import NonNegativeInt as Index
+from bubblescope.backend.fields import ClockOffsetNs, ClockUncertaintyNs, Count, Nanos, NonNegativeInt as Index
+from bubblescope.backend.store.captures import PendingCapture
 
 if TYPE_CHECKING:
     SpanKind = str
@@ -108,7 +107,7 @@ class IngestResult(BaseModel):
         "service's --ingest-batches-per-s, at most 60 s (a collector configured slower keeps its own)",
     )
     duplicate: bool = Field(description="True when this (run, rank, seq) was already stored")
-    captures: list[CaptureOut] = Field(
+    captures: list[PendingCapture] = Field(
         default_factory=list,
         description="capture requests this rank has not shipped past yet (by the batch's newest step): "
         "ship full spans of steps [from_step, from_step + steps)",

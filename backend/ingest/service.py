@@ -8,16 +8,15 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from bubblescope import wire
-from bubblescope.backend.capture.schemas import CaptureOut
-from bubblescope.backend.capture.service import pending_captures
 from bubblescope.backend.db.engine import after_commit
 from bubblescope.backend.db.models import Run
 from bubblescope.backend.errors import NotFound
 from bubblescope.backend.ingest import queries
 from bubblescope.backend.ingest.schemas import IngestBatchIn, IngestResult
 from bubblescope.backend.ingest.validation import check_batch
-from bubblescope.backend.runs.queries import record_contact
-from bubblescope.backend.runs.touch import RunToucher
+from bubblescope.backend.store.captures import PendingCapture, pending_captures
+from bubblescope.backend.store.ranks import record_contact
+from bubblescope.backend.store.touch import RunToucher
 
 _RUNS = Run.__table__.c
 _RUN_FOR_INGEST = select(_RUNS.id, _RUNS.key, _RUNS.world_size).where(_RUNS.key == bindparam("key"))
@@ -49,7 +48,7 @@ def ingest(session: Session, batch: IngestBatchIn, batches_per_s: float, toucher
     if batch.dropped_spans:
         queries.record_dropped(session, run.id, batch.rank, batch.dropped_spans)
     run_id, run_key = run.id, run.key
-    # The revision bump (runs.touch): after the commit, not inside, where batches would queue on the row.
+    # The revision bump (store.touch): after the commit, not inside, where batches would queue on the row.
     after_commit(session, lambda own: toucher.committed(own, run_id, run_key))
     return IngestResult(
         stored_spans=stored_spans,
@@ -60,7 +59,7 @@ def ingest(session: Session, batch: IngestBatchIn, batches_per_s: float, toucher
     )
 
 
-def _captures_for(session: Session, run_id: int, batch: IngestBatchIn) -> list[CaptureOut]:
+def _captures_for(session: Session, run_id: int, batch: IngestBatchIn) -> list[PendingCapture]:
     """Pending capture requests the sending rank has not shipped past (none for a step-less batch)."""
     if not batch.steps:
         return []

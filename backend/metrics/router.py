@@ -10,7 +10,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from bubblescope.backend.metrics.runs import RunMetrics
-from bubblescope.backend.metrics.service import SERVICE_REGISTRY
+from bubblescope.backend.service_metrics import SERVICE_REGISTRY
 
 router = APIRouter(tags=["meta"])
 

@@ -17,14 +17,15 @@ from prometheus_client.registry import Collector
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bubblescope.analysis.schedules import stages_floor
-from bubblescope.backend.alerts.figures import FigureCache
+from bubblescope.analysis import stages_floor
 from bubblescope.backend.db.engine import transaction
 from bubblescope.backend.db.models import Alert
-from bubblescope.backend.runs import queries
-from bubblescope.backend.runs.service import RECENT_STEPS, recent_steps
-from bubblescope.backend.runs.state import RunStateName, as_utc, run_state
+from bubblescope.backend.db.timestamps import as_utc
+from bubblescope.backend.derived.figures import FigureCache
 from bubblescope.backend.settings import ServiceSettings
+from bubblescope.backend.store import ranks as rank_queries, runs as run_queries
+from bubblescope.backend.store.state import RunStateName, run_state
+from bubblescope.backend.store.steps import RECENT_STEPS, recent_steps
 
 ACTIVE_FOR = timedelta(hours=6)
 STATES: tuple[str, ...] = get_args(RunStateName)
@@ -80,9 +81,9 @@ class RunMetrics(Collector):
             ["run", "rank", "host", "reason"],
         )
         with transaction(self.session_factory) as session:
-            now = queries.database_now(session)
-            runs = queries.runs_heard_since(session, now - ACTIVE_FOR)
-            ends = queries.rank_ends(session, [run.id for run in runs])
+            now = run_queries.database_now(session)
+            runs = run_queries.runs_heard_since(session, now - ACTIVE_FOR)
+            ends = rank_queries.rank_ends(session, [run.id for run in runs])
             for run in runs:
                 key = [run.key]
                 config = run.config or {}
@@ -91,7 +92,7 @@ class RunMetrics(Collector):
                 for name in STATES:
                     state.add_metric([run.key, name], 1 if current.state == name else 0)
                 heard.add_metric(key, max(0.0, (as_utc(now) - as_utc(run.updated_at)).total_seconds()))
-                ranks = queries.ranks_of(session, run.id)
+                ranks = rank_queries.ranks_of(session, run.id)
                 figures = recent_steps(session, run)
                 if figures.median_step_ns is not None:
                     step.add_metric(key, figures.median_step_ns / 1e9)

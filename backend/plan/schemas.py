@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-from bubblescope.analysis.schedules import NAMES
+from bubblescope.analysis import NAMES
 from bubblescope.backend.fields import PositiveInt
 
 PositiveFloat = Annotated[float, Field(gt=0, le=1e9)]  # far past any device; 1e308 would overflow the model

@@ -3,7 +3,7 @@ names the field; ``backend/errors.py`` makes it a 422)."""
 
 from __future__ import annotations
 
-from bubblescope.analysis.planner.request import plan_document
+from bubblescope.analysis import plan_document
 from bubblescope.backend.plan.schemas import PlanOut, PlanRequestIn
 
 

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bubblescope.backend.db.engine import transaction
 from bubblescope.backend.db.models import Base, IngestedBatch, Run, Span, StepAggregate
 from bubblescope.backend.errors import NotFound
-from bubblescope.backend.runs.queries import database_now, find_run
+from bubblescope.backend.store.runs import database_now, find_run
 
 CHUNK_ROWS: Final = 10_000
 CHUNKED_TABLES: Final[tuple[Table, ...]] = tuple(

@@ -9,12 +9,11 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
-from bubblescope.backend.alerts.evaluator import ALERT_TASK
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
+from bubblescope.backend.derived.answers import cached_answer
 from bubblescope.backend.errors import Invalid
 from bubblescope.backend.fields import INT32_MAX, INT64_MAX, RankIndex, RunKey, StepIndex
-from bubblescope.backend.read_cache import cached_answer
 from bubblescope.backend.runs import deletion, service
 from bubblescope.backend.runs.schemas import (
     RankEndIn,
@@ -25,8 +24,8 @@ from bubblescope.backend.runs.schemas import (
     RunSummary,
     StepDetail,
 )
-from bubblescope.backend.runs.state import MAX_SILENT_AFTER_S, RunStateName
-from bubblescope.backend.settings import settings_of
+from bubblescope.backend.settings import MAX_SILENT_AFTER_S, settings_of
+from bubblescope.backend.store.state import RunStateName
 
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["runs"])
 
@@ -62,7 +61,7 @@ async def put_rank(run_key: RunKey, rank: RankIndex, request: Request, session: 
 async def put_rank_end(run_key: RunKey, rank: RankIndex, request: Request, session: DbSession) -> RankOut:
     end = parse_document(RankEndIn, await read_json(request))
     ended = await run_in_threadpool(service.end_rank, session, run_key, rank, end)
-    request.app.state.background.wake(ALERT_TASK)  # a failure pages without waiting the rules' interval
+    request.app.state.background.news()  # a failure pages without waiting the alert rules' interval
     return ended
 
 

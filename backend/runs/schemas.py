@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
 
-from bubblescope.analysis.pipeline_profile import MAX_LAYERS
-from bubblescope.backend.alerts.schemas import AlertOverrides
+from bubblescope.analysis import MAX_LAYERS, RULES
 from bubblescope.backend.fields import (
     INT64_MAX,
     ClockOffsetNs,
@@ -19,11 +18,32 @@ from bubblescope.backend.fields import (
     NonNegativeInt,
     PositiveInt,
 )
-from bubblescope.backend.runs.state import RankOutcome, RunStateName
+from bubblescope.backend.store.state import RankOutcome, RunStateName
 
 StageIndex = NonNegativeInt
 LayerCount = Annotated[int, Strict(), Field(ge=1, le=MAX_LAYERS)]
 """At most the analysis's total (``pipeline_profile.MAX_LAYERS``), which it checks across stages."""
+
+
+if TYPE_CHECKING:
+    AlertName = str
+else:  # an enum of the rules' names in the OpenAPI document
+    AlertName = Literal[tuple(rule.alertname for rule in RULES)]
+PositiveSeconds = Annotated[float, Field(gt=0, le=30 * 86400, allow_inf_nan=False)]
+
+
+class AlertOverrides(BaseModel):
+    """A run's own alert thresholds (its config's ``alerts`` key): each replaces the ``serve`` option
+    of the same name for this run; ``disabled`` turns rules off."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hung_after_s: PositiveSeconds | None = None
+    regression_percent: Annotated[float, Field(gt=0, le=10_000)] | None = None
+    regression_for_s: PositiveSeconds | None = None
+    bubble_over_floor_points: Annotated[float, Field(gt=0, le=100)] | None = None
+    bubble_for_steps: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    disabled: Annotated[list[AlertName], Field(max_length=len(RULES))] | None = None
 
 
 class RunConfig(BaseModel):

@@ -3,28 +3,17 @@
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
-from bubblescope.analysis.breakdown import step_bubble
-from bubblescope.analysis.model import RankBreakdown, StepBubble
-from bubblescope.analysis.warmup import (
-    BASELINE_STEPS,
-    StepSeen,
-    default_step,
-    is_complete,
-    is_warmup,
-    warmup_until,
-)
+from bubblescope import analysis
 from bubblescope.backend.db.models import RankInfo, Run
+from bubblescope.backend.db.timestamps import as_utc
+from bubblescope.backend.derived.steps import read_step
 from bubblescope.backend.errors import Invalid, NotFound, TooLarge
-from bubblescope.backend.runs import queries
 from bubblescope.backend.runs.schemas import (
     RankBreakdownOut,
     RankEndIn,
@@ -39,18 +28,12 @@ from bubblescope.backend.runs.schemas import (
     StepSummary,
     TimelineRankOut,
 )
-from bubblescope.backend.runs.state import RankEnd, as_utc, rank_outcome, run_state
-from bubblescope.backend.runs.step_spans import broken_down_step, spans_of_ranks
 from bubblescope.backend.runs.timeline_ranks import parse_ranks, timeline_ranks
 from bubblescope.backend.settings import ServiceSettings
-
-
-def require_run(session: Session, key: str) -> Run:
-    run = queries.find_run(session, key)
-    if run is None:
-        raise NotFound("run_key", f"no run with key {key!r}")
-    return run
-
+from bubblescope.backend.store import ranks as rank_queries, runs as run_queries, steps as step_queries
+from bubblescope.backend.store.runs import require_run
+from bubblescope.backend.store.state import RankEnd, rank_outcome, run_state
+from bubblescope.backend.store.step_read import spans_of_ranks
 
 MAX_CONFIG_DEPTH = 8
 
@@ -91,7 +74,7 @@ def _deeper_than(value: Any, limit: int) -> tuple[str | int, ...] | None:
 
 
 def register_run(session: Session, key: str, registration: RunRegistration, settings: ServiceSettings) -> RunSummary:
-    run = queries.register_run(
+    run = run_queries.register_run(
         session,
         key,
         registration.name,
@@ -99,8 +82,8 @@ def register_run(session: Session, key: str, registration: RunRegistration, sett
         registration.config.model_dump(exclude_unset=True),
         config_check(settings),
     )
-    now = queries.database_now(session)
-    return _summary(run, 0, queries.rank_ends(session, [run.id])[run.id], now, settings.silent_after_s)
+    now = run_queries.database_now(session)
+    return _summary(run, 0, rank_queries.rank_ends(session, [run.id])[run.id], now, settings.silent_after_s)
 
 
 def register_rank(session: Session, key: str, rank: int, registration: RankRegistration) -> RankOut:
@@ -111,29 +94,29 @@ def register_rank(session: Session, key: str, rank: int, registration: RankRegis
     # A rank that registers is alive: a restarted worker (torchrun --max-restarts keeps the run
     # key) clears the end its previous process reported.
     values.update(outcome=None, error=None, ended_at=None, end_ns=None, in_flight=None)
-    queries.register_rank(session, run.id, rank, values)
-    queries.fill_step_offsets(session, run.id, rank, registration.clock_offset_ns)
-    queries.record_contact(session, run.id, rank, None, False)
-    queries.touch_run(session, run.id)
-    info = queries.find_rank(session, run.id, rank)
+    rank_queries.register_rank(session, run.id, rank, values)
+    rank_queries.fill_step_offsets(session, run.id, rank, registration.clock_offset_ns)
+    rank_queries.record_contact(session, run.id, rank, None, False)
+    run_queries.touch_run(session, run.id)
+    info = rank_queries.find_rank(session, run.id, rank)
     assert info is not None
     return _rank_out(info)
 
 
 def end_rank(session: Session, key: str, rank: int, end: RankEndIn) -> RankOut:
     run = require_run(session, key)
-    info = queries.find_rank(session, run.id, rank)
+    info = rank_queries.find_rank(session, run.id, rank)
     if info is None:
         raise NotFound("rank", f"rank {rank} of run {key!r} is not registered")
     if end.pid is not None and end.pid != info.pid:  # a restarted worker registered since: stale news
         return _rank_out(info)
     offset = end.clock_offset_ns if end.clock_offset_ns is not None else info.clock_offset_ns
     on_rank0_clock = None if end.end_ns is None else end.end_ns - offset
-    queries.end_rank(
+    rank_queries.end_rank(
         session, run.id, rank, {"outcome": end.outcome, "error": end.error, "end_ns": on_rank0_clock, "in_flight": None}
     )
-    queries.record_contact(session, run.id, rank, None, False)
-    queries.touch_run(session, run.id)
+    rank_queries.record_contact(session, run.id, rank, None, False)
+    run_queries.touch_run(session, run.id)
     session.refresh(info)
     return _rank_out(info)
 
@@ -155,16 +138,16 @@ def list_runs(
 
     With ``states``, only runs in one of them: the state is worked out per run, so the list is
     scanned in chunks until ``offset + limit`` of them are found. ``after`` is a cursor: the id of
-    the last run of the page before (``queries.list_runs``)."""
-    now = queries.database_now(session)
+    the last run of the page before (``run_queries.list_runs``)."""
+    now = run_queries.database_now(session)
     found: list[RunSummary] = []
     ids: list[int] = []
     last = after
     chunk = SCAN_CHUNK if states else offset + limit + 1
-    only = queries.may_be_in(states, now - timedelta(seconds=silent_after_s)) if states else None
+    only = run_queries.may_be_in(states, now - timedelta(seconds=silent_after_s)) if states else None
     while len(found) < offset + limit + 1:
-        listed = queries.list_runs(session, chunk, after=last, name=name, since=since, only=only)
-        ends = queries.rank_ends(session, [run.id for run, _ in listed])
+        listed = run_queries.list_runs(session, chunk, after=last, name=name, since=since, only=only)
+        ends = rank_queries.rank_ends(session, [run.id for run, _ in listed])
         for run, count in listed:
             summary = _summary(run, count, ends[run.id], now, silent_after_s)
             if not states or summary.state in states:
@@ -181,12 +164,12 @@ def list_runs(
 def run_detail(session: Session, key: str, silent_after_s: float, ranks_limit: int | None = None) -> RunDetail:
     """The run, its per-step summary and its ranks (``ranks_limit``: that many, those needing attention first)."""
     run = require_run(session, key)
-    ends = queries.rank_ends(session, [run.id])[run.id]
-    now = queries.database_now(session)
+    ends = rank_queries.rank_ends(session, [run.id])[run.id]
+    now = run_queries.database_now(session)
     listed = _listed_ranks(ends, ranks_limit, as_utc(now) - timedelta(seconds=silent_after_s))
-    totals = queries.step_totals(session, run.id)
+    totals = step_queries.step_totals(session, run.id)
     first = totals[0].step if totals else None
-    seen = steps_seen(totals, queries.steps_with_spans(session, run.id))
+    seen = step_queries.steps_seen(totals, step_queries.steps_with_spans(session, run.id))
     steps = [
         StepSummary(
             step=row.step,
@@ -196,41 +179,21 @@ def run_detail(session: Session, key: str, silent_after_s: float, ranks_limit: i
             mean_comm_ns=int(row.comm) // row.ranks,
             mean_idle_ns=int(row.idle) // row.ranks,
             has_spans=step.has_spans,
-            complete=is_complete(step, run.world_size),
-            warmup=is_warmup(row.step, first),
+            complete=analysis.is_complete(step, run.world_size),
+            warmup=analysis.is_warmup(row.step, first),
         )
         for row, step in zip(totals, seen)
     ]
     summary = _summary(run, len(steps), ends, now, silent_after_s)
     return RunDetail(
         **summary.model_dump(),
-        ranks=[_rank_out(info) for info in queries.ranks_of(session, run.id, listed)],
+        ranks=[_rank_out(info) for info in rank_queries.ranks_of(session, run.id, listed)],
         rank_count=len(ends),
-        dropped_spans=queries.dropped_spans(session, run.id),
+        dropped_spans=rank_queries.dropped_spans(session, run.id),
         steps=steps,
-        warmup_until_step=warmup_until(first),
-        baseline_steps=BASELINE_STEPS,
-        default_step=default_step(seen, run.world_size, running=summary.state == "running"),
-    )
-
-
-def steps_seen(totals: Sequence[Row[Any]], with_spans: Collection[int]) -> list[StepSeen]:
-    """Each step of ``queries.step_totals`` as ``StepSeen``, in order (a step with spans but not one rank's
-    aggregate is left out: no rank reported it whole)."""
-    return [
-        StepSeen(row.step, row.ranks, int(row.last_end - row.first_start), row.step in with_spans) for row in totals
-    ]
-
-
-def run_bubble(run: Run, breakdowns: list[RankBreakdown], windows: dict[int, tuple[int, int]]) -> StepBubble:
-    config = run.config or {}
-    return step_bubble(
-        breakdowns,
-        windows,
-        config.get("schedule"),
-        config.get("num_stages"),
-        config.get("num_microbatches"),
-        int(config.get("virtual_stages", 1) or 1),
+        warmup_until_step=analysis.warmup_until(first),
+        baseline_steps=analysis.BASELINE_STEPS,
+        default_step=analysis.default_step(seen, run.world_size, running=summary.state == "running"),
     )
 
 
@@ -242,11 +205,11 @@ def step_detail(
     step's bubble."""
     run = require_run(session, key)
     asked = None if ranks is None else parse_ranks(ranks, run.world_size)
-    found = broken_down_step(session, run, step)
+    found = read_step(session, run, step)
     if found is None:
         raise NotFound("step", f"run {key!r} has no data for step {step}")
-    aligned, breakdowns = found.aligned, found.breakdowns
-    origin = min(lo for lo, _ in aligned.windows.values())
+    aligned, breakdowns = found.aligned, found.broken.breakdowns
+    origin = min(lo for lo, _ in aligned.record.windows.values())
     shown = timeline_ranks(breakdowns, asked)
     wanted = {r.rank for r in shown}
     return StepDetail(
@@ -267,12 +230,12 @@ def step_detail(
                 group=row.group,
                 name=row.name,
             )
-            for row, span in spans_of_ranks(session, run, step, aligned, wanted)
+            for row, span in spans_of_ranks(session, run, aligned, wanted)
         ],
         breakdown=[RankBreakdownOut.model_validate(b) for b in _listed(breakdowns, breakdown_limit)],
         breakdown_ranks=len(breakdowns),
-        span_sample_ranks=None if aligned.sampled is None else len(aligned.sampled),
-        bubble=StepBubbleOut.model_validate(run_bubble(run, breakdowns, aligned.windows)),
+        span_sample_ranks=None if aligned.record.sampled is None else len(aligned.record.sampled),
+        bubble=StepBubbleOut.model_validate(analysis.bubble_of_step(run.config or {}, found.broken)),
     )
 
 
@@ -292,7 +255,7 @@ def _listed_ranks(ends: Sequence[RankEnd], limit: int | None, silent_before: dat
     return [end.rank for end in sorted(ends, key=lambda end: (attention(end), end.rank))[:limit]]
 
 
-def _listed(breakdowns: list[RankBreakdown], limit: int | None) -> list[RankBreakdown]:
+def _listed(breakdowns: list[analysis.RankBreakdown], limit: int | None) -> list[analysis.RankBreakdown]:
     """Every breakdown in rank order, or the ``limit`` of slowest compute (the breakdown table's order)."""
     if limit is None:
         return breakdowns
@@ -334,38 +297,4 @@ def _rank_out(info: RankInfo) -> RankOut:
         memory_limit_bytes=info.memory_limit_bytes,
         stage_layers=info.stage_layers,
         stage_params=info.stage_params,
-    )
-
-
-RECENT_STEPS = 20
-"""How many of a run's newest steps its recent figures (metrics, alerts) are taken over."""
-
-
-@dataclass(frozen=True)
-class RecentSteps:
-    """A run's newest steps in a few figures, from the per-step aggregates every rank ships."""
-
-    steps: int
-    median_step_ns: float | None  # the aligned wall window of a step, median over the steps
-    idle_ratio: float | None  # idle over the ranks' windows: the bubble less waits inside communication
-    exposed_comm_ratio: float | None
-    ranks_reporting: int
-
-
-def recent_steps(session: Session, run: Run, steps: int = RECENT_STEPS) -> RecentSteps:
-    """Summed in the database: the alert rules and /metrics ask for every recent run at each round, and
-    loading a 1,024-rank run's 20k aggregates as objects held the serving process' GIL ~0.3 s a round."""
-    newest = queries.newest_step(session, run.id)
-    if newest is None:
-        return RecentSteps(0, None, None, None, 0)
-    first = newest - steps + 1
-    totals = queries.step_totals(session, run.id, first=first)
-    walls = [int(row.last_end - row.first_start) for row in totals]
-    windows = sum(int(row.windows) for row in totals)
-    return RecentSteps(
-        steps=len(totals),
-        median_step_ns=statistics.median(walls) if walls else None,
-        idle_ratio=sum(int(row.idle) for row in totals) / windows if windows > 0 else None,
-        exposed_comm_ratio=sum(int(row.exposed_comm) for row in totals) / windows if windows > 0 else None,
-        ranks_reporting=queries.ranks_reporting(session, run.id, first),
     )

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from bubblescope.analysis.model import RankBreakdown
-from bubblescope.analysis.sampling import median_and_slowest
+from bubblescope.analysis import RankBreakdown, median_and_slowest
 from bubblescope.backend.errors import Invalid
 
 FULL_TIMELINE_RANKS: Final = 64

@@ -7,20 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from bubblescope import wire
-from bubblescope.analysis.stragglers import PHASES
+from bubblescope.analysis import PHASES
 from bubblescope.backend.db.session import DbSession
+from bubblescope.backend.derived.answers import cached_answer
+from bubblescope.backend.derived.stragglers import DEFAULT_CELLS, DEFAULT_STEPS, MAX_CELLS, MAX_STEPS, MIN_DEFAULT_STEPS
 from bubblescope.backend.fields import RunKey, StepBound
-from bubblescope.backend.read_cache import cached_answer
 from bubblescope.backend.stragglers.schemas import StragglersOut
-from bubblescope.backend.stragglers.service import (
-    DEFAULT_CELLS,
-    DEFAULT_STEPS,
-    MAX_CELLS,
-    MAX_STEPS,
-    MIN_DEFAULT_STEPS,
-    chosen_phases,
-    straggler_view,
-)
+from bubblescope.backend.stragglers.service import chosen_phases, straggler_view
 
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["stragglers"])
 

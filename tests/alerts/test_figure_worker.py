@@ -18,10 +18,10 @@ import pytest
 
 from bench.synthetic_run import SyntheticJob, register_job, send_job
 from bubblescope.analysis.alert_rules import Thresholds
-from bubblescope.backend.alerts.figure_worker import FigureWorker
-from bubblescope.backend.alerts.figures import FigureRequest, compute_figures
 from bubblescope.backend.db.engine import build_engine, build_session_factory, transaction
-from bubblescope.backend.runs.queries import find_run
+from bubblescope.backend.derived.figure_worker import FigureWorker
+from bubblescope.backend.derived.figures import FigureRequest, compute_figures
+from bubblescope.backend.store.runs import find_run
 from tests.support import LiveServer, migrated_database
 
 JOB = SyntheticJob(stages=2, replicas=2, microbatches=4, steps=20, slow=((1, 1.5),))
@@ -69,8 +69,8 @@ def test_figures_from_the_child_process_are_the_ones_computed_in_process(server:
 PARENT = """
 import os, sys
 from bubblescope.analysis.alert_rules import Thresholds
-from bubblescope.backend.alerts.figure_worker import FigureWorker
-from bubblescope.backend.alerts.figures import FigureRequest
+from bubblescope.backend.derived.figure_worker import FigureWorker
+from bubblescope.backend.derived.figures import FigureRequest
 t = Thresholds(60, 60, 25, 300, 5, 10)
 worker = FigureWorker(sys.argv[1])
 worker.compute(FigureRequest(1, "no-such-run", 5, None, None, t))  # starts the child

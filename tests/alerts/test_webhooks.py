@@ -14,7 +14,7 @@ import httpx
 
 from bubblescope.backend.alerts.delivery_queries import GIVEN_UP
 from bubblescope.backend.alerts.shape import ZERO_TIME
-from bubblescope.backend.runs.state import as_utc
+from bubblescope.backend.db.timestamps import as_utc
 from bubblescope.backend.settings import ServiceSettings
 from tests.alerts.receiver import Received, WebhookReceiver, unique_path, webhook_receiver
 from tests.alerts.service import (

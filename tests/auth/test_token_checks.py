@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from bubblescope.backend.auth import cache as cache_module
-from bubblescope.backend.auth import tokens as tokens_module
+from bubblescope.backend.auth import cache as cache_module, tokens as tokens_module
 from bubblescope.backend.auth.cache import TOUCH_EVERY_S, TTL_S, TokenCache
 from bubblescope.backend.auth.scopes import Scope
 from bubblescope.backend.auth.tokens import token_digest

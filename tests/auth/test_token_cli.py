@@ -163,7 +163,7 @@ def test_the_default_database_is_serves(tmp_path: Path) -> None:
     created = token_cli("create", "--scope", "read", "--name", "dflt", env=env)
     assert created.returncode == 0, created.stderr
     probe = subprocess.run(
-        [sys.executable, "-c", "from bubblescope.backend.server import default_db_url; print(default_db_url())"],
+        [sys.executable, "-c", "from bubblescope.backend.db.prepare import default_db_url; print(default_db_url())"],
         capture_output=True,
         text=True,
         env={**os.environ, **env},

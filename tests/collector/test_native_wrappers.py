@@ -47,8 +47,7 @@ def _rank_main(rank: int, world: int, port: int, schedule_name: str, out_dir: st
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleZBVZeroBubble
 
-    from bubblescope.collector import native as job_native
-    from bubblescope.collector import pipelining as job_pipelining
+    from bubblescope.collector import native as job_native, pipelining as job_pipelining
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)

@@ -56,7 +56,7 @@ def test_serve_refuses_an_unmigrated_server_database_and_db_upgrade_fixes_it(emp
 def test_serve_creates_and_upgrades_an_embedded_sqlite_file(tmp_path) -> None:
     from bubblescope.backend.db.engine import build_engine
     from bubblescope.backend.db.migrate import current_revision, head_revision
-    from bubblescope.backend.server import prepare_database
+    from bubblescope.backend.db.prepare import prepare_database
 
     url = prepare_database(str(tmp_path / "new" / "b.db"))
     assert current_revision(build_engine(url)) == head_revision(url) != "0001"

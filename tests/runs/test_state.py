@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from bubblescope.backend.db import migrate
-from bubblescope.backend.runs.state import RankEnd, run_state
+from bubblescope.backend.store.state import RankEnd, run_state
 from tests.support import LiveServer, assert_names, register, start_server
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)

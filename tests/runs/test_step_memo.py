@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from bubblescope.backend.runs.step_memo import SingleFlightMemo
+from bubblescope.backend.store.memo import SingleFlightMemo
 
 
 def test_concurrent_askers_of_one_key_share_one_computation() -> None:

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bubblescope.backend.db.engine import build_engine, build_session_factory, transaction
 from bubblescope.backend.db.models import Run
-from bubblescope.backend.runs.queries import register_run
-from bubblescope.backend.runs.touch import RunToucher
+from bubblescope.backend.store.runs import register_run
+from bubblescope.backend.store.touch import RunToucher
 from tests.support import migrated_database, wait_until
 
 KEY = "touched"

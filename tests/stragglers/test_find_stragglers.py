@@ -234,8 +234,8 @@ def test_a_large_group_finds_its_one_straggler_with_the_shared_mad() -> None:
 
 
 def test_step_range_defaults_and_bounds() -> None:
+    from bubblescope.backend.derived.stragglers import DEFAULT_STEPS, MAX_STEPS, step_range
     from bubblescope.backend.errors import Invalid
-    from bubblescope.backend.stragglers.service import DEFAULT_STEPS, MAX_STEPS, step_range
 
     assert step_range(None, None, None) is None
     assert step_range(500, None, None) == (500 - DEFAULT_STEPS + 1, 500)
@@ -258,8 +258,8 @@ def test_step_range_defaults_and_bounds() -> None:
 def test_a_big_runs_ranges_are_bounded_by_cells_not_only_steps() -> None:
     """Scoring costs per rank × step: the default range of a big run holds fewer steps (at least 10),
     and a range asked for at most 2 million cells."""
+    from bubblescope.backend.derived.stragglers import DEFAULT_CELLS, MAX_CELLS, step_range
     from bubblescope.backend.errors import Invalid
-    from bubblescope.backend.stragglers.service import DEFAULT_CELLS, MAX_CELLS, step_range
 
     assert step_range(500, None, None, ranks=1024) == (401, 500)  # 100 steps: 102,400 cells
     assert step_range(500, None, None, ranks=4096) == (500 - DEFAULT_CELLS // 4096 + 1, 500)  # 40 steps

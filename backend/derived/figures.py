@@ -16,14 +16,22 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-from bubblescope.analysis.alert_rules import BubbleFigures, RegressionFigures, StragglerFinding, Thresholds
-from bubblescope.analysis.stragglers import MIN_VERDICT_STEPS
-from bubblescope.analysis.warmup import BASELINE_STEPS, WARMUP_STEPS
-from bubblescope.backend.analysis.service import run_analysis
+from bubblescope.analysis import (
+    BASELINE_STEPS,
+    MIN_VERDICT_STEPS,
+    WARMUP_STEPS,
+    BubbleFigures,
+    InputError,
+    RegressionFigures,
+    StragglerFinding,
+    Thresholds,
+)
 from bubblescope.backend.db.models import Run
-from bubblescope.backend.errors import ApiError, DomainError
-from bubblescope.backend.runs.queries import first_step, step_totals
-from bubblescope.backend.stragglers.service import straggler_report
+from bubblescope.backend.derived.report import run_report
+from bubblescope.backend.derived.stragglers import straggler_report
+from bubblescope.backend.errors import DomainError
+from bubblescope.backend.store.runs import find_run
+from bubblescope.backend.store.steps import first_step, step_totals
 
 RECOMPUTE_S = 30.0
 MAX_WINDOW_STEPS = 5000  # a regression window of fast steps is this many steps, whatever it spans
@@ -150,17 +158,20 @@ def _regression(
 
 def _bubble(session: Session, key: str, newest_step: int, t: Thresholds) -> BubbleFigures | None:
     """The measured bubble and the simulator's floor over the newest steps with spans (a pipeline run)."""
+    run = find_run(session, key)
+    if run is None:
+        return None
     try:
-        analysis = run_analysis(session, key, max(0, newest_step - t.bubble_for_steps + 1), newest_step)
-    except (ApiError, DomainError):  # no step with spans in the window, or not a pipeline the simulator knows
+        report = run_report(session, run, max(0, newest_step - t.bubble_for_steps + 1), newest_step)
+    except (DomainError, InputError):  # no step with spans in the window, or not a pipeline the simulator knows
         return None
-    if analysis.attribution is None:
+    if report.attribution is None:
         return None
-    action = analysis.suggestions[0].title if analysis.suggestions else None
+    action = report.suggestions[0].title if report.suggestions else None
     return BubbleFigures(
-        analysis.attribution.measured_bubble_fraction,
-        analysis.attribution.simulated_floor_fraction,
-        analysis.step_bubble_fractions,
+        report.attribution.measured_bubble_fraction,
+        report.attribution.simulated_floor_fraction,
+        report.step_bubble_fractions,
         action,
     )
 

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Literal
 
-from bubblescope.analysis.alert_rules import RankStatus, failure_culprit, first_failures, vanished_first
+from bubblescope.analysis import RankStatus, failure_culprit, first_failures, vanished_first
+from bubblescope.backend.db.timestamps import as_utc
 
 RunStateName = Literal["running", "finished", "failed", "silent"]
 RankOutcome = Literal["finished", "failed"]
-DEFAULT_SILENT_AFTER_S = 120.0
-MAX_SILENT_AFTER_S = 30 * 86400
 
 
 RankEnd = RankStatus
@@ -45,11 +44,6 @@ def rank_outcome(stored: str | None) -> RankOutcome | None:
     if stored == "failed":
         return "failed"
     return None
-
-
-def as_utc(moment: datetime) -> datetime:
-    """SQLite hands back naive datetimes that are UTC (CURRENT_TIMESTAMP); PostgreSQL aware ones."""
-    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
 
 
 def run_state(

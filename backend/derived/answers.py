@@ -23,8 +23,8 @@ from sqlalchemy.orm import Session
 
 from bubblescope import __version__
 from bubblescope.backend.db.models import Run
-from bubblescope.backend.runs.touch import RunToucher
 from bubblescope.backend.settings import ServiceSettings
+from bubblescope.backend.store.touch import RunToucher
 
 ANSWERS_KEPT: Final = 64
 ANSWER_HEADER: Final = "X-Bubblescope-Answer"  # "stored" (asked before, or warmed) or "computed" now

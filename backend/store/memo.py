@@ -1,6 +1,5 @@
 """What several requests derive from one run at once, computed once per (run, revision, what) in a
-process: a step's aligned spans and per-rank breakdowns (``runs.service``), the straggler report
-(``stragglers.service``).
+process: a step's aligned spans and per-rank breakdowns, the straggler report (``backend.derived``).
 
 The run page asks for the newest step with spans and for the analysis at the same moment, and both
 start from that step's spans: at 1,024 ranks, ~100k of them and about a second of Python each. The

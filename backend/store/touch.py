@@ -1,7 +1,7 @@
 """A run's revision and ``updated_at``, bumped after its ingest batches commit: at most every
 ``TOUCH_EVERY_S`` per run and process.
 
-Every stored answer is valid for one revision (``read_cache``), so every batch must be followed by a
+Every stored answer is valid for one revision (``derived.answers``), so every batch must be followed by a
 bump. A 1,024-rank job sends 64 batches a second or more; a bump each was a transaction each, 15% of the
 ingest path's time. Here the first batch after a quiet spell bumps at once; the ones that follow within
 ``TOUCH_EVERY_S`` share one bump, made when the window ends. A read in this process settles a bump
@@ -18,7 +18,7 @@ import time
 from sqlalchemy.orm import Session, sessionmaker
 
 from bubblescope.backend.db.engine import transaction
-from bubblescope.backend.runs.queries import touch_run
+from bubblescope.backend.store.runs import touch_run
 
 log = logging.getLogger("bubblescope.runs")
 

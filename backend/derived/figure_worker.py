@@ -20,8 +20,8 @@ from concurrent.futures.process import BrokenProcessPool
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from bubblescope.backend.alerts.figures import ComputedFigures, FigureRequest, compute_figures
 from bubblescope.backend.db.engine import build_engine, build_session_factory, transaction
+from bubblescope.backend.derived.figures import ComputedFigures, FigureRequest, compute_figures
 
 log = logging.getLogger("bubblescope.alerts")
 
