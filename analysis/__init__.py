@@ -20,6 +20,10 @@ import importlib
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:  # the names below, each from its home (imported when first asked for: ``__getattr__``)
+    from bubblescope.analysis.alert_catalog import (
+        DEFAULT_THRESHOLDS as DEFAULT_THRESHOLDS,
+        Thresholds as Thresholds,
+    )
     from bubblescope.analysis.alert_rules import (
         RULES as RULES,
         BubbleFigures as BubbleFigures,
@@ -28,11 +32,14 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         RegressionFigures as RegressionFigures,
         RunSnapshot as RunSnapshot,
         StragglerFinding as StragglerFinding,
-        Thresholds as Thresholds,
+        alerts_table as alerts_table,
         evaluate as evaluate,
         failure_culprit as failure_culprit,
         first_failures as first_failures,
         vanished_first as vanished_first,
+    )
+    from bubblescope.analysis.attribution import (
+        CAUSE_KINDS as CAUSE_KINDS,
     )
     from bubblescope.analysis.errors import (
         InputError as InputError,
@@ -59,6 +66,10 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
     from bubblescope.analysis.planner.specs import (
         PlanInputError as PlanInputError,
     )
+    from bubblescope.analysis.prometheus_rules import (
+        prometheus_rules as prometheus_rules,
+        prometheus_rules_table as prometheus_rules_table,
+    )
     from bubblescope.analysis.run_report import (
         MAX_ANALYSED_STEPS as MAX_ANALYSED_STEPS,
         NotReplayable as NotReplayable,
@@ -76,6 +87,8 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         median_and_slowest as median_and_slowest,
     )
     from bubblescope.analysis.schedules import (
+        DEFAULT_SCHEDULE as DEFAULT_SCHEDULE,
+        NAIVE as NAIVE,
         NAMES as NAMES,
         Schedule as Schedule,
         ScheduleError as ScheduleError,
@@ -114,6 +127,7 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
 # Where each name lives. Imported on first use: the command line reads the schedule names on machines
 # with only the collector installed (no numpy, which the stragglers need), and pays for no more.
 HOMES: Final[dict[str, tuple[str, ...]]] = {
+    "alert_catalog": ("DEFAULT_THRESHOLDS", "Thresholds"),
     "alert_rules": (
         "RULES",
         "BubbleFigures",
@@ -122,12 +136,13 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "RegressionFigures",
         "RunSnapshot",
         "StragglerFinding",
-        "Thresholds",
+        "alerts_table",
         "evaluate",
         "failure_culprit",
         "first_failures",
         "vanished_first",
     ),
+    "attribution": ("CAUSE_KINDS",),
     "errors": ("InputError",),
     "memory_use": ("RankMemory",),
     "model": (
@@ -143,6 +158,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "plan_document",
     ),
     "planner.specs": ("PlanInputError",),
+    "prometheus_rules": ("prometheus_rules", "prometheus_rules_table"),
     "run_report": (
         "MAX_ANALYSED_STEPS",
         "NotReplayable",
@@ -158,6 +174,8 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
     ),
     "sampling": ("median_and_slowest",),
     "schedules": (
+        "DEFAULT_SCHEDULE",
+        "NAIVE",
         "NAMES",
         "Schedule",
         "ScheduleError",

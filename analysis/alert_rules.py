@@ -21,6 +21,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from bubblescope.analysis.alert_catalog import (
+    BUBBLE_ABOVE_FLOOR,
+    CATALOG,
+    COLLECTOR_DROPPING,
+    RUN_FAILED,
+    RUN_HUNG,
+    RUN_SILENT,
+    STEP_TIME_REGRESSION,
+    STRAGGLER,
+    AlertSpec,
+    Thresholds,
+)
+
 HUNG_STEP_FACTOR = 5.0  # a hang is at least this many usual steps without progress
 LISTED_RANKS = 8  # ranks spelled out in a description; the rest are counted
 COLLATERAL_ERROR = re.compile(
@@ -89,17 +102,6 @@ class RunSnapshot:
 
 
 @dataclass(frozen=True)
-class Thresholds:
-    silent_after_s: float
-    hung_after_s: float
-    regression_percent: float
-    regression_for_s: float
-    bubble_over_floor_points: float
-    bubble_for_steps: int
-    disabled: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
 class FiringAlert:
     alertname: str
     severity: str
@@ -111,6 +113,20 @@ class FiringAlert:
 
 
 Judge = Callable[[RunSnapshot, Thresholds], list[FiringAlert]]
+
+
+def _fire(
+    spec: AlertSpec,
+    summary: str,
+    description: str,
+    evidence: str,
+    labels: dict[str, str],
+    action: str | None = None,
+) -> FiringAlert:
+    """``spec``'s alert, firing with these figures; ``action``: a run's own next step (else the registry's)."""
+    return FiringAlert(
+        spec.alertname, spec.severity or "warning", summary, description, action or spec.action, evidence, labels
+    )
 
 
 @dataclass(frozen=True)
@@ -202,12 +218,10 @@ def failed_rule(snapshot: RunSnapshot, _t: Thresholds) -> list[FiringAlert]:
         return []
     culprit, why = found
     return [
-        FiringAlert(
-            "BubblescopeRunFailed",
-            "critical",
+        _fire(
+            RUN_FAILED,
             f"Run {snapshot.key} failed on rank {culprit.rank} (host {culprit.host})",
             why,
-            "Read this rank's log first (host above); the other ranks' errors are usually its consequence.",
             "#ranks",
             _rank_labels(culprit),
         )
@@ -284,13 +298,10 @@ def hung_rule(snapshot: RunSnapshot, t: Thresholds) -> list[FiringAlert]:
     if wait_texts:
         description += f" Waiting on them: {_listed(wait_texts)}."
     return [
-        FiringAlert(
-            "BubblescopeRunHung",
-            "critical",
+        _fire(
+            RUN_HUNG,
             f"Run {snapshot.key} is hung: the others wait for {who}",
             description,
-            "Dump the lagging rank's Python stack (py-spy dump --pid PID on its host) and look for a deadlock, "
-            "a stuck data loader or I/O, or a collective it never entered; then restart from the last checkpoint.",
             "?view=hung#ranks",
             labels,
         )
@@ -308,13 +319,10 @@ def silent_rule(snapshot: RunSnapshot, _t: Thresholds) -> list[FiringAlert]:
     )
     named = f" The first to go quiet: {_where(first)}." if first is not None else ""
     return [
-        FiringAlert(
-            "BubblescopeRunSilent",
-            "warning",
+        _fire(
+            RUN_SILENT,
             f"Run {snapshot.key}: nothing heard for {_seconds(snapshot.quiet_s)}",
             f"{snapshot.state_detail}.{named}",
-            "Check whether the job's processes are alive (scheduler, torchrun's log); if they are, check the "
-            "network path to this service and the collector's warnings in the job's log.",
             "#ranks",
             {},
         )
@@ -336,13 +344,10 @@ def straggler_rule(snapshot: RunSnapshot, _t: Thresholds) -> list[FiringAlert]:
         if finding.kind == "slow replica":
             labels["ranks"] = ",".join(str(r) for r in finding.ranks[:16])
         alerts.append(
-            FiringAlert(
-                "BubblescopeStraggler",
-                "warning",
+            _fire(
+                STRAGGLER,
                 f"Run {snapshot.key}: persistent {finding.kind}",
                 finding.message,
-                "Look at the flagged host's GPU clocks, temperature and neighbours (thermal throttling, a bad "
-                "link, a noisy co-tenant); drain the host if it stays slow.",
                 "#stragglers",
                 labels,
             )
@@ -360,14 +365,11 @@ def regression_rule(snapshot: RunSnapshot, t: Thresholds) -> list[FiringAlert]:
     recent = figures.window_medians_s[-1]
     slower = (recent / figures.baseline_step_s - 1) * 100
     return [
-        FiringAlert(
-            "BubblescopeStepTimeRegression",
-            "warning",
+        _fire(
+            STEP_TIME_REGRESSION,
             f"Run {snapshot.key}: steps {slower:.0f}% slower than its baseline",
             f"The median step is {recent:.3g} s against the run's baseline of {figures.baseline_step_s:.3g} s, "
             f"above {t.regression_percent:.0f}% slower throughout the last {_seconds(figures.window_s)}.",
-            "Open the straggler heat map and the newest step's timeline: a slow rank or host, a grown exposed "
-            "communication share, or data loading that no longer keeps up.",
             "#stragglers",
             {},
         )
@@ -383,16 +385,15 @@ def bubble_rule(snapshot: RunSnapshot, t: Thresholds) -> list[FiringAlert]:
     if len(figures.step_fractions) < t.bubble_for_steps or least_above <= t.bubble_over_floor_points:
         return []  # for Y steps: in each of them (a host's hiccup in some steps is jitter, not a pattern)
     return [
-        FiringAlert(
-            "BubblescopeBubbleAboveFloor",
-            "info",
+        _fire(
+            BUBBLE_ABOVE_FLOOR,
             f"Run {snapshot.key}: pipeline bubble {above:.0f} points above its floor",
             f"The measured bubble is {figures.measured_fraction:.0%} of the median step, and at least "
             f"{min(figures.step_fractions):.0%} in each of the newest {len(figures.step_fractions)} steps with spans; "
             f"the simulator's floor for this schedule and these stage costs is {figures.floor_fraction:.0%}.",
-            figures.action or "Open the run's analysis: the causes of the bubble and the suggested changes.",
             "#analysis",
             {},
+            figures.action,
         )
     ]
 
@@ -401,78 +402,30 @@ def dropping_rule(snapshot: RunSnapshot, _t: Thresholds) -> list[FiringAlert]:
     if not snapshot.dropping or snapshot.state != "running":
         return []
     return [
-        FiringAlert(
-            "BubblescopeCollectorDropping",
-            "warning",
+        _fire(
+            COLLECTOR_DROPPING,
             f"Run {snapshot.key}: the collector is dropping data",
             f"{snapshot.dropped_spans:,} spans dropped so far, and more lately: a full queue or spool, or the "
             "service refusing batches. Timelines and the analysis miss them; step aggregates still arrive.",
-            "Look for 'bubblescope:' warnings in the job's log; raise BUBBLESCOPE_SPOOL_MAX_BYTES, ship full spans "
-            "less often (BUBBLESCOPE_FULL_SPANS_EVERY), or check the service's ingest rejections in /metrics.",
             "",
             {},
         )
     ]
 
 
-RULES: tuple[Rule, ...] = (
-    Rule(
-        "BubblescopeRunFailed",
-        "critical",
-        "A rank ended on an uncaught exception. Names the culprit: the first rank to fail on the aligned "
-        "clock, or, when the failures are broken connections or terminations, the rank that went quiet first "
-        "without reporting an end (killed by SIGKILL or the OOM killer).",
-        "Read the named rank's log on the named host.",
-        failed_rule,
-    ),
-    Rule(
-        "BubblescopeRunHung",
-        "critical",
-        "Ranks are alive (the collector's watchdog reports) but no step finished for --hung-after seconds "
-        "(or 5 usual steps, if longer). Names the ranks the others wait for and what each rank is blocked "
-        "in: the op, its group, its peer, for how long.",
-        "py-spy dump the lagging rank; restart from the last checkpoint.",
-        hung_rule,
-    ),
-    Rule(
-        "BubblescopeRunSilent",
-        "warning",
-        "Nothing heard from the run for --silent-after seconds and not every rank ended: killed, cut off "
-        "from the service, or hung with the watchdog off.",
-        "Check the job's processes and the path to the service.",
-        silent_rule,
-    ),
-    Rule(
-        "BubblescopeStraggler",
-        "warning",
-        "A rank, host, stage or replica is persistently slower than its peers (the straggler analysis' "
-        "persistent verdict).",
-        "Inspect or drain the named host.",
-        straggler_rule,
-    ),
-    Rule(
-        "BubblescopeStepTimeRegression",
-        "warning",
-        "The median step has been --regression-percent slower than the run's own baseline (its steps after "
-        "warm-up) throughout the last --regression-for seconds.",
-        "Open the heat map and the newest step's timeline.",
-        regression_rule,
-    ),
-    Rule(
-        "BubblescopeBubbleAboveFloor",
-        "info",
-        "The measured pipeline bubble is --bubble-over-floor-points above the simulator's floor for the "
-        "run's schedule and stage costs in each of the newest --bubble-for-steps steps.",
-        "Apply the advisor's suggestion in the annotation.",
-        bubble_rule,
-    ),
-    Rule(
-        "BubblescopeCollectorDropping",
-        "warning",
-        "The collector's dropped-span count grew lately (a full queue or spool, or refused batches).",
-        "Raise the spool bound or ship full spans less often.",
-        dropping_rule,
-    ),
+JUDGES: dict[str, Judge] = {
+    RUN_FAILED.alertname: failed_rule,
+    RUN_HUNG.alertname: hung_rule,
+    RUN_SILENT.alertname: silent_rule,
+    STRAGGLER.alertname: straggler_rule,
+    STEP_TIME_REGRESSION.alertname: regression_rule,
+    BUBBLE_ABOVE_FLOOR.alertname: bubble_rule,
+    COLLECTOR_DROPPING.alertname: dropping_rule,
+}
+RULES: tuple[Rule, ...] = tuple(
+    Rule(spec.alertname, spec.severity or "warning", spec.meaning, spec.action, JUDGES[spec.alertname])
+    for spec in CATALOG
+    if spec.by_service
 )
 RULE_NAMES: frozenset[str] = frozenset(rule.alertname for rule in RULES)
 

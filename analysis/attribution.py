@@ -30,6 +30,47 @@ from bubblescope.analysis.whatif import Change, balanced_split, predict
 
 
 @dataclass(frozen=True)
+class CauseKind:
+    """A cause of the bubble the attribution names: its name in the API, its label on every page, and what
+    it stands for (each cause's explanation). The dashboard's colour for each: ``backend/web/bubble_causes.py``."""
+
+    name: str
+    label: str
+    explanation: str
+
+
+SCHEDULE_INHERENT = CauseKind(
+    "schedule_inherent",
+    "schedule-inherent",
+    "the schedule's own warm-up and cool-down with equal stages (closed form)",
+)
+STAGE_IMBALANCE = CauseKind(
+    "stage_imbalance", "stage imbalance", "stages of unequal cost: the others wait for the slowest"
+)
+COMMUNICATION_WAIT = CauseKind(
+    "communication_wait", "communication wait", "activations and gradients in transit between stages"
+)
+MESH_COLLECTIVE_WAIT = CauseKind(
+    "mesh_collective_wait",
+    "waits in dp/tp collectives",
+    "ranks waiting for their peers inside data- or tensor-parallel collectives, outside the pipeline",
+)
+STRAGGLER_JITTER = CauseKind(
+    "straggler_jitter",
+    "straggler / jitter",
+    "slower-than-median micro-batches and steps, per-action overhead, other load on the hosts",
+)
+CAUSE_KINDS: tuple[CauseKind, ...] = (
+    SCHEDULE_INHERENT,
+    STAGE_IMBALANCE,
+    COMMUNICATION_WAIT,
+    MESH_COLLECTIVE_WAIT,
+    STRAGGLER_JITTER,
+)
+"""Every cause, in the order an attribution lists them."""
+
+
+@dataclass(frozen=True)
 class Cause:
     name: str
     ns: float
@@ -85,25 +126,13 @@ def attribute_bubble(
     floor_idle = sum(floor.idle_ns) / setup.ranks
     with_comm = _mean_idle(replace(setup, p2p_ns=measured.setup.p2p_ns))
     levels = [min(level, measured_bubble_ns) for level in (0.0, inherent, floor_idle, with_comm, measured_bubble_ns)]
-    explained = [
-        ("schedule_inherent", "the schedule's own warm-up and cool-down with equal stages (closed form)"),
-        ("stage_imbalance", "stages of unequal cost: the others wait for the slowest"),
-        ("communication_wait", "activations and gradients in transit between stages"),
-        (
-            "straggler_jitter",
-            "slower-than-median micro-batches and steps, per-action overhead, other load on the hosts",
-        ),
-    ]
-    parts = [(name, max(0.0, hi - lo), why) for (name, why), lo, hi in zip(explained, levels, levels[1:])]
+    explained = [SCHEDULE_INHERENT, STAGE_IMBALANCE, COMMUNICATION_WAIT, STRAGGLER_JITTER]
+    parts = [(kind.name, max(0.0, hi - lo), kind.explanation) for kind, lo, hi in zip(explained, levels, levels[1:])]
     if mesh_wait_ns is not None:
         name, residual, why = parts[-1]
         mesh = min(residual, max(0.0, mesh_wait_ns))
         parts[-1:] = [
-            (
-                "mesh_collective_wait",
-                mesh,
-                "ranks waiting for their peers inside data- or tensor-parallel collectives, outside the pipeline",
-            ),
+            (MESH_COLLECTIVE_WAIT.name, mesh, MESH_COLLECTIVE_WAIT.explanation),
             (name, residual - mesh, why),
         ]
     closed = closed_form_bubble(setup.schedule, setup.ranks, setup.microbatches, setup.stages_per_rank)

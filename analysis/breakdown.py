@@ -126,7 +126,6 @@ def rank_breakdown(
     spans: Iterable[TimedSpan],
     window: Window,
     waits: list[intervals.Interval],
-    mesh_wait_ns: int | None = None,
 ) -> RankBreakdown:
     lo, hi = window
     split = split_window(((s.kind, s.start_ns, s.end_ns) for s in spans if s.rank == rank), lo, hi)
@@ -149,7 +148,6 @@ def rank_breakdown(
         idle_ns=split.idle_ns,
         bubble_ns=bubble,
         bubble_fraction=bubble / split.window_ns if split.window_ns else 0.0,
-        mesh_wait_ns=mesh_wait_ns,
     )
 
 
@@ -163,6 +161,19 @@ def step_breakdown(
     """Breakdown of every rank that has a window, in rank order; ``matched``: ``matched_recvs(spans)``
     where the caller has it (the analysis reads them again, 0.17 s at 1,024 ranks); ``coords``: each
     rank's mesh coordinates, which say who takes part in a "dp", "tp" ... collective."""
+    return step_breakdown_and_mesh_waits(spans, windows, stages, matched, coords)[0]
+
+
+def step_breakdown_and_mesh_waits(
+    spans: list[TimedSpan],
+    windows: Mapping[int, Window],
+    stages: Mapping[int, int | None],
+    matched: Sequence[MatchedRecv] | None = None,
+    coords: Mapping[int, Mapping[str, int]] | None = None,
+) -> tuple[list[RankBreakdown], dict[int, int]]:
+    """``step_breakdown``, and for each rank that ran a collective over a mesh dimension other than the
+    pipeline's (dp, tp, ...: outside what the pipeline replay models), its time waiting there for the
+    call's last member (computed in the same pass)."""
     waits = dependency_waits(matched_recvs(spans) if matched is None else matched)
     mesh_waits: dict[int, list[intervals.Interval]] = defaultdict(list)
     for rank, found in send_waits(spans).items():
@@ -178,17 +189,13 @@ def step_breakdown(
         by_rank[span.rank].append(span)
         if is_mesh_collective(span):
             in_mesh_collectives.add(span.rank)
-    return [
-        rank_breakdown(
-            rank,
-            stages.get(rank),
-            by_rank.get(rank, []),
-            windows[rank],
-            waits.get(rank, []),
-            intervals.total_length(intervals.merge(mesh_waits[rank])) if rank in in_mesh_collectives else None,
-        )
+    breakdowns = [
+        rank_breakdown(rank, stages.get(rank), by_rank.get(rank, []), windows[rank], waits.get(rank, []))
         for rank in sorted(windows)
     ]
+    return breakdowns, {
+        rank: intervals.total_length(intervals.merge(mesh_waits[rank])) for rank in sorted(in_mesh_collectives)
+    }
 
 
 def aggregate_breakdown(

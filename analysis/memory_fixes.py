@@ -28,7 +28,7 @@ from bubblescope.analysis.planner import (
     search,
     step_time,
 )
-from bubblescope.analysis.schedules import lookup
+from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, lookup
 from bubblescope.analysis.suggestions import RunEvidence, Suggestion, build_suggestion
 
 PRESSURE = 0.9
@@ -55,7 +55,7 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
             if isinstance(cluster_spec, str)
             else make_cluster(cluster_spec["gpu"], cluster_spec["gpus"], cluster_spec.get("gpus_per_node", 8))
         )
-        schedule = lookup(str(config.get("schedule", "1f1b")))
+        schedule = lookup(str(config["schedule"])) if config.get("schedule") else DEFAULT_SCHEDULE
         stages_per_rank = int(config.get("virtual_stages") or schedule.default_stages_per_rank)
         parallel = ParallelConfig(
             tp=int(config.get("tp", 1)),
@@ -63,7 +63,7 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
             dp=int(config.get("dp", 0)),
             vpp=stages_per_rank,
             mbs=int(config.get("microbatch_size", 1)),
-            schedule=schedule.name,
+            schedule=schedule,
             zero=int(config.get("zero", 0)),
             recompute=str(config.get("recompute", "none")),
         )

@@ -42,9 +42,6 @@ class RankBreakdown:
     bubble_ns: int
     bubble_fraction: float
     from_spans: bool = True  # False: from the rank's step aggregate (a big run's rank outside the span sample)
-    mesh_wait_ns: int | None = None
-    """Of its collectives over a mesh dimension other than the pipeline's (dp, tp, ...: outside what the
-    pipeline replay models), the time spent waiting for the call's last member; None: it ran none."""
 
 
 class RankPlace(NamedTuple):

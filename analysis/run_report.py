@@ -245,9 +245,8 @@ def _step_figures(facts: RunFacts, steps: Sequence[BrokenDownStep]) -> _StepFigu
         figures.walls.append(bubble.wall_ns)
         for group, ns in _exposed_comm_by_group(record.spans, len(span_windows)).items():
             exposed[group].append(ns)
-        waited = [b.mesh_wait_ns for b in step.breakdowns if b.mesh_wait_ns is not None]
-        if waited:
-            figures.mesh_waits_ns.append(sum(waited) / max(1, len(span_windows)))
+        if step.mesh_wait_ns is not None:
+            figures.mesh_waits_ns.append(step.mesh_wait_ns)
     figures.exposed_by_group.update({g: sum(v) / len(steps) for g, v in exposed.items()})
     return figures
 

@@ -1,7 +1,8 @@
 """The one registry of pipeline schedules. The demo, the run config, the simulator, the what-if
 replay, the suggestions and the planner all read it (``lookup``); none keeps a list of its own.
 
-**Names.** Each schedule has a short name (``1f1b``: the demo's ``--schedule``, the API's), torch's
+**Names.** The one home of the schedules' names: code elsewhere holds a ``Schedule`` (``ONE_F_ONE_B``,
+``lookup(name)`` at the edge), never a name of its own. Each schedule has a short name (``1f1b``: the demo's ``--schedule``, the API's), torch's
 class in ``torch.distributed.pipelining`` (``Schedule1F1B``, what the collector reports) and
 torchtitan's name, torch's without ``Schedule`` (``1F1B``: what torch's own ``get_schedule_class``
 takes). ``lookup`` accepts any of them and a few aliases from the literature (``zbh1``,
@@ -40,8 +41,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
+from bubblescope import wire
 from bubblescope.analysis import schedule_orders as orders
 from bubblescope.analysis.errors import InputError
 from bubblescope.analysis.schedule_orders import Action
@@ -198,79 +200,97 @@ def _v_shape(p: int, m: int, v: int) -> BubbleFloor | None:
     return BubbleFloor(lead / (3 * m + lead), "((p-1)/2)/(3m+(p-1)/2), T_F=T_B=T_W, m>=2p")
 
 
-SCHEDULES: tuple[Schedule, ...] = (
-    Schedule(
-        name="naive",
-        closed_form=_naive,
-        torch_class=None,
-        placement="single",
-        orders=orders.gpipe,
-        in_flight=lambda p, m, v: 1,
-        aliases=("layerwise", "modelparallel"),
-        min_microbatches="one",
-    ),
-    Schedule(
-        name="gpipe",
-        closed_form=_fill_drain,
-        torch_class="ScheduleGPipe",
-        placement="single",
-        orders=orders.gpipe,
-        in_flight=lambda p, m, v: m,
-    ),
-    Schedule(
-        name="1f1b",
-        closed_form=_fill_drain,
-        torch_class="Schedule1F1B",
-        placement="single",
-        orders=orders.one_f_one_b,
-        in_flight=lambda p, m, v: min(p, m),
-        min_microbatches="stages",
-    ),
-    Schedule(
-        name="interleaved1f1b",
-        closed_form=_interleaved,
-        torch_class="ScheduleInterleaved1F1B",
-        placement="loop",
-        orders=orders.interleaved_1f1b,
-        in_flight=lambda p, m, v: min(p * v + p - 1, m * v),
-        rounds=True,
-    ),
-    Schedule(
-        name="loopedbfs",
-        closed_form=_interleaved,
-        torch_class="ScheduleLoopedBFS",
-        placement="loop",
-        orders=orders.looped_bfs,
-        in_flight=lambda p, m, v: m * v,
-    ),
-    Schedule(
-        name="interleavedzb",
-        closed_form=_zero_bubble,
-        torch_class="ScheduleInterleavedZeroBubble",
-        placement="loop",
-        orders=orders.interleaved_zero_bubble,
-        in_flight=lambda p, m, v: min(p * v + p - 1, m * v),
-        aliases=("zbh1", "zb1p"),
-        rounds=True,
-    ),
-    Schedule(
-        name="zbv",
-        closed_form=_v_shape,
-        torch_class="ScheduleZBVZeroBubble",
-        placement="v",
-        orders=orders.zbv,
-        in_flight=lambda p, m, v: min(2 * p, 2 * m),
-    ),
-    Schedule(
-        name="dualpipev",
-        closed_form=_v_shape,
-        torch_class="ScheduleDualPipeV",
-        placement="v",
-        orders=orders.dualpipev,
-        in_flight=lambda p, m, v: min(2 * p + 1, 2 * m),
-        min_microbatches="stages",
-    ),
+NAIVE: Final = Schedule(
+    name=wire.LAYERWISE_SCHEDULE,  # what the collector reports for a layer-wise split
+    closed_form=_naive,
+    torch_class=None,
+    placement="single",
+    orders=orders.gpipe,
+    in_flight=lambda p, m, v: 1,
+    aliases=("layerwise", "modelparallel"),
+    min_microbatches="one",
 )
+
+GPIPE: Final = Schedule(
+    name="gpipe",
+    closed_form=_fill_drain,
+    torch_class="ScheduleGPipe",
+    placement="single",
+    orders=orders.gpipe,
+    in_flight=lambda p, m, v: m,
+)
+
+ONE_F_ONE_B: Final = Schedule(
+    name="1f1b",
+    closed_form=_fill_drain,
+    torch_class="Schedule1F1B",
+    placement="single",
+    orders=orders.one_f_one_b,
+    in_flight=lambda p, m, v: min(p, m),
+    min_microbatches="stages",
+)
+
+INTERLEAVED_1F1B: Final = Schedule(
+    name="interleaved1f1b",
+    closed_form=_interleaved,
+    torch_class="ScheduleInterleaved1F1B",
+    placement="loop",
+    orders=orders.interleaved_1f1b,
+    in_flight=lambda p, m, v: min(p * v + p - 1, m * v),
+    rounds=True,
+)
+
+LOOPED_BFS: Final = Schedule(
+    name="loopedbfs",
+    closed_form=_interleaved,
+    torch_class="ScheduleLoopedBFS",
+    placement="loop",
+    orders=orders.looped_bfs,
+    in_flight=lambda p, m, v: m * v,
+)
+
+INTERLEAVED_ZERO_BUBBLE: Final = Schedule(
+    name="interleavedzb",
+    closed_form=_zero_bubble,
+    torch_class="ScheduleInterleavedZeroBubble",
+    placement="loop",
+    orders=orders.interleaved_zero_bubble,
+    in_flight=lambda p, m, v: min(p * v + p - 1, m * v),
+    aliases=("zbh1", "zb1p"),
+    rounds=True,
+)
+
+ZBV: Final = Schedule(
+    name="zbv",
+    closed_form=_v_shape,
+    torch_class="ScheduleZBVZeroBubble",
+    placement="v",
+    orders=orders.zbv,
+    in_flight=lambda p, m, v: min(2 * p, 2 * m),
+)
+
+DUALPIPE_V: Final = Schedule(
+    name="dualpipev",
+    closed_form=_v_shape,
+    torch_class="ScheduleDualPipeV",
+    placement="v",
+    orders=orders.dualpipev,
+    in_flight=lambda p, m, v: min(2 * p + 1, 2 * m),
+    min_microbatches="stages",
+)
+
+SCHEDULES: tuple[Schedule, ...] = (
+    NAIVE,
+    GPIPE,
+    ONE_F_ONE_B,
+    INTERLEAVED_1F1B,
+    LOOPED_BFS,
+    INTERLEAVED_ZERO_BUBBLE,
+    ZBV,
+    DUALPIPE_V,
+)
+DEFAULT_SCHEDULE: Final = ONE_F_ONE_B
+"""The schedule a run, the demo and the planner assume when none is named."""
 NAMES: tuple[str, ...] = tuple(schedule.name for schedule in SCHEDULES)
 
 

@@ -19,7 +19,7 @@ from bubblescope.analysis.breakdown import (
     aggregate_breakdown,
     matched_recvs,
     stage_wait_shares,
-    step_breakdown,
+    step_breakdown_and_mesh_waits,
     step_bubble,
 )
 from bubblescope.analysis.model import RankBreakdown, RankPlace, StepBubble, TimedSpan
@@ -58,11 +58,13 @@ class StepRecord:
 @dataclass(frozen=True)
 class BrokenDownStep:
     """A step, its recvs matched with their sends, and each rank's breakdown in rank order (shared
-    between readers: read, never change)."""
+    between readers: read, never change). ``mesh_wait_ns``: mean per rank whose spans were read of the
+    waits for the last member inside collectives over dp, tp, ... (None: the step ran none)."""
 
     record: StepRecord
     breakdowns: list[RankBreakdown]
     matched: list[MatchedRecv]
+    mesh_wait_ns: float | None = None
 
 
 def span_sample(places: Sequence[RankPlace], compute_ns: Mapping[int, int]) -> frozenset[int] | None:
@@ -82,9 +84,11 @@ def break_down_step(record: StepRecord, places: Sequence[RankPlace]) -> BrokenDo
     stages = {place.rank: place.stage for place in places}
     coords = {place.rank: place.coords for place in places}
     matched = matched_recvs(record.spans)
-    measured = step_breakdown(record.spans, record.span_windows(), stages, matched, coords)
+    span_windows = record.span_windows()
+    measured, mesh = step_breakdown_and_mesh_waits(record.spans, span_windows, stages, matched, coords)
+    mesh_wait = sum(mesh.values()) / max(1, len(span_windows)) if mesh else None
     if record.sampled is None:
-        return BrokenDownStep(record, measured, matched)
+        return BrokenDownStep(record, measured, matched, mesh_wait)
     shares = stage_wait_shares(measured)
     summed = [
         aggregate_breakdown(
@@ -97,7 +101,7 @@ def break_down_step(record: StepRecord, places: Sequence[RankPlace]) -> BrokenDo
         for totals in record.totals
         if totals.rank not in record.sampled
     ]
-    return BrokenDownStep(record, sorted([*measured, *summed], key=lambda b: b.rank), matched)
+    return BrokenDownStep(record, sorted([*measured, *summed], key=lambda b: b.rank), matched, mesh_wait)
 
 
 def bubble_of_step(config: Mapping[str, Any], step: BrokenDownStep) -> StepBubble:

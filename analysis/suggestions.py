@@ -25,7 +25,15 @@ from typing import Any
 
 from bubblescope.analysis.attribution import BubbleAttribution, StageImbalance
 from bubblescope.analysis.pipeline_profile import MeasuredPipeline
-from bubblescope.analysis.schedules import lookup
+from bubblescope.analysis.schedules import (
+    INTERLEAVED_1F1B,
+    INTERLEAVED_ZERO_BUBBLE,
+    LOOPED_BFS,
+    NAIVE,
+    ONE_F_ONE_B,
+    ZBV,
+    lookup,
+)
 from bubblescope.analysis.whatif import Change, Prediction, predict
 
 BUBBLE_MARGIN = 0.05
@@ -89,7 +97,7 @@ def suggest(evidence: RunEvidence) -> list[Suggestion]:
 
 def _pipeline_fixes(evidence: RunEvidence, measured: MeasuredPipeline) -> list[Suggestion]:
     setup = measured.setup
-    if lookup(setup.schedule).name == "naive" and setup.ranks > 1:
+    if lookup(setup.schedule) is NAIVE and setup.ranks > 1:
         return _pipeline_a_naive_split(evidence, measured)
     out: list[Suggestion] = []
     attribution = evidence.attribution
@@ -115,7 +123,7 @@ def _pipeline_a_naive_split(evidence: RunEvidence, measured: MeasuredPipeline) -
     m = p
     if batch is not None and (batch % m or batch // m < 1):
         return []
-    best = predict(measured, Change(schedule="1f1b", microbatches=m, microbatch_scale=1 / m))
+    best = predict(measured, Change(schedule=ONE_F_ONE_B.name, microbatches=m, microbatch_scale=1 / m))
     micro = batch // m if batch else None
     return [
         _suggestion(
@@ -130,7 +138,11 @@ def _pipeline_a_naive_split(evidence: RunEvidence, measured: MeasuredPipeline) -
             ),
             memory=f"activations in flight: {best.peak_activations} micro-batches of 1/{m} of the batch "
             f"= {best.peak_activations / m:.2f}× today's single full-batch activation per stage",
-            apply={"schedule": "1f1b", "num_microbatches": m, **({"microbatch_size": micro} if micro else {})},
+            apply={
+                "schedule": ONE_F_ONE_B.name,
+                "num_microbatches": m,
+                **({"microbatch_size": micro} if micro else {}),
+            },
         )
     ]
 
@@ -158,11 +170,11 @@ def _more_microbatches_or_better_schedule(evidence: RunEvidence, measured: Measu
             )
         )
     today = predict(measured, Change())
-    for schedule in ("interleaved1f1b", "interleavedzb", "zbv"):
-        if schedule == current.name:
+    for schedule in (INTERLEAVED_1F1B, INTERLEAVED_ZERO_BUBBLE, ZBV):
+        if schedule is current:
             continue
         try:
-            prediction = predict(measured, Change(schedule=schedule, stages_per_rank=2))
+            prediction = predict(measured, Change(schedule=schedule.name, stages_per_rank=2))
         except ValueError:
             continue
         # The replay re-cuts the layers into p·v stages of equal cost: the split is part of the change
@@ -173,11 +185,11 @@ def _more_microbatches_or_better_schedule(evidence: RunEvidence, measured: Measu
                 evidence,
                 "better_schedule",
                 prediction,
-                title=f"Switch to {lookup(schedule).label} ({prediction.stages_per_rank} stages per rank{split})",
+                title=f"Switch to {schedule.label} ({prediction.stages_per_rank} stages per rank{split})",
                 why=f"{_bubble_evidence(evidence)}; {_schedule_reason(measured, today, prediction)}",
                 memory=_activation_memory(prediction, now_peak, 1 / prediction.stages_per_rank),
                 apply={
-                    "schedule": schedule,
+                    "schedule": schedule.name,
                     "virtual_stages": prediction.stages_per_rank,
                     **({"layers_per_stage": layers} if layers else {}),
                 },
@@ -304,9 +316,9 @@ def _suggestion(
             f"--decoder-last-pipeline-num-layers {prediction.layers_per_stage[-1]}",
         ]
     if prediction.stages_per_rank > 1:
-        if schedule.name == "interleaved1f1b":
+        if schedule is INTERLEAVED_1F1B:
             megatron.append(f"--num-virtual-stages-per-pipeline-rank {prediction.stages_per_rank}")
-        elif schedule.name != "loopedbfs":
+        elif schedule is not LOOPED_BFS:
             megatron.append("(Megatron-LM core has no zero-bubble/V schedule flag: use torch.distributed.pipelining)")
     args = f"n_microbatches={prediction.microbatches}, loss_fn=loss_fn"
     stage_arg = "stages" if prediction.stages_per_rank > 1 else "stage"

@@ -19,7 +19,7 @@ from bubblescope.backend.db.engine import build_engine, build_session_factory
 from bubblescope.backend.db.migrate import head_revision, require_current
 from bubblescope.backend.derived.answers import AnswerStore
 from bubblescope.backend.errors import install_error_handlers
-from bubblescope.backend.health import DatabaseStatus, router as health_router
+from bubblescope.backend.health.router import DatabaseStatus, router as health_router
 from bubblescope.backend.hosts import HostAllowlist, JsonErrorCors
 from bubblescope.backend.ingest.gate import IngestGate
 from bubblescope.backend.ingest.router import router as ingest_router
@@ -36,7 +36,8 @@ from bubblescope.backend.settings_view.router import router as settings_router
 from bubblescope.backend.store.touch import RunToucher
 from bubblescope.backend.stragglers.router import router as stragglers_router
 from bubblescope.backend.warm_views import install_view_warmer
-from bubblescope.backend.web.routes import mount_frontend
+from bubblescope.backend.web.bubble_causes import router as bubble_causes_router
+from bubblescope.backend.web.router import mount_frontend
 from bubblescope.backend.web.span_kinds import router as span_kinds_router
 
 FEATURE_ROUTERS = (
@@ -49,6 +50,7 @@ FEATURE_ROUTERS = (
     stragglers_router,
     plan_router,
     span_kinds_router,
+    bubble_causes_router,
     alerts_router,
     auth_router,
     settings_router,
@@ -66,7 +68,7 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
         title="Bubblescope",
         version=__version__,
         description="Where every GPU's time goes in distributed PyTorch training, and what to change.",
-        docs_url=None,  # /docs is served with local assets (web.routes)
+        docs_url=None,  # /docs is served with local assets (web.router)
         redoc_url=None,
         lifespan=lifespan,
         dependencies=[

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bubblescope import wire
+from bubblescope.analysis import DEFAULT_THRESHOLDS
 
 if TYPE_CHECKING:  # the command line reads this module; it must not need the server's packages
     from starlette.requests import Request
@@ -28,7 +29,6 @@ SMALL_BODY_BYTES = 1 * MiB
 """Every body but an ingest batch (a registration, a rank's end, a capture or plan request), on the wire
 and decompressed; a fixed limit (``body.SMALL_BODY``)."""
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
-DEFAULT_SILENT_AFTER_S = 120.0
 MAX_SILENT_AFTER_S = 30 * 86400
 
 
@@ -117,7 +117,7 @@ class ServiceSettings:
         12, "capture requests one run accepts per hour; 429 with Retry-After beyond", metavar="N"
     )
     silent_after_s: float = _setting(
-        DEFAULT_SILENT_AFTER_S,
+        DEFAULT_THRESHOLDS.silent_after_s,
         "seconds without news after which a run that has not ended is shown as silent",
         metavar="SECONDS",
         option="--silent-after",
@@ -149,24 +149,30 @@ class ServiceSettings:
         option="--alert-interval",
     )
     hung_after_s: float = _setting(
-        60.0,
+        DEFAULT_THRESHOLDS.hung_after_s,
         "a run whose ranks are heard from but finish no step for this long (or 5 median steps, if longer) is hung",
         metavar="SECONDS",
         option="--hung-after",
     )
     regression_percent: float = _setting(
-        25.0, "step-time regression: the recent median step this much slower than the run's baseline", metavar="PCT"
+        DEFAULT_THRESHOLDS.regression_percent,
+        "step-time regression: the recent median step this much slower than the run's baseline",
+        metavar="PCT",
     )
     regression_for_s: float = _setting(
-        300.0,
+        DEFAULT_THRESHOLDS.regression_for_s,
         "step-time regression: for this long before it fires",
         metavar="SECONDS",
         option="--regression-for",
     )
     bubble_over_floor_points: float = _setting(
-        10.0, "bubble above floor: the measured bubble this many points (of 100) above the schedule's", metavar="PTS"
+        DEFAULT_THRESHOLDS.bubble_over_floor_points,
+        "bubble above floor: the measured bubble this many points (of 100) above the schedule's",
+        metavar="PTS",
     )
-    bubble_for_steps: int = _setting(20, "bubble above floor: in each of this many recent steps", metavar="N")
+    bubble_for_steps: int = _setting(
+        DEFAULT_THRESHOLDS.bubble_for_steps, "bubble above floor: in each of this many recent steps", metavar="N"
+    )
     external_url: str | None = _setting(
         None,
         "the service's address as people reach it, for the links in alerts (default: http://HOST:PORT)",

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bubblescope.analysis import NAMES, ScheduleError, lookup
+from bubblescope.analysis import DEFAULT_SCHEDULE, NAMES, ScheduleError, lookup
 
 
 def schedule_argument(text: str) -> str:
@@ -150,6 +150,49 @@ def _plan(args: argparse.Namespace) -> int:
     return 0 if outcome.plans else 1
 
 
+def _prometheus_rules(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from bubblescope.analysis import DEFAULT_THRESHOLDS, prometheus_rules
+
+    thresholds = replace(
+        DEFAULT_THRESHOLDS,
+        silent_after_s=args.silent_after,
+        regression_percent=args.regression_percent,
+        regression_for_s=args.regression_for,
+        bubble_over_floor_points=args.bubble_over_floor_points,
+    )
+    print(prometheus_rules(thresholds), end="")
+    return 0
+
+
+def _prometheus_rules_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from bubblescope.analysis import DEFAULT_THRESHOLDS
+
+    rules = commands.add_parser(
+        "prometheus-rules",
+        help="print Prometheus alerting rules over GET /metrics, from the service's alert registry",
+        description="The rules deploy/prometheus/bubblescope-rules.yml holds (serve's default thresholds), or with "
+        "your thresholds: give the values you give serve (docs/metrics.md#alerting-from-prometheus).",
+    )
+    t = DEFAULT_THRESHOLDS
+    for option, default, what in (
+        ("--silent-after", t.silent_after_s, "serve --silent-after, seconds (named in a comment)"),
+        ("--regression-percent", t.regression_percent, "step-time regression: this much slower, percent"),
+        ("--regression-for", t.regression_for_s, "step-time regression: for this long, seconds"),
+        ("--bubble-over-floor-points", t.bubble_over_floor_points, "bubble above floor: points (of 100)"),
+    ):
+        rules.add_argument(option, type=_positive_float, default=default, help=f"{what} (default: %(default)s)")
+    rules.set_defaults(handler=_prometheus_rules)
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from bubblescope.backend.settings import serve_options  # standard library only, like this module
 
@@ -167,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--schedule",
         type=schedule_argument,
-        default="1f1b",
+        default=DEFAULT_SCHEDULE.name,
         metavar="|".join(NAMES),
         help="pipeline schedule, any of these or torch's class name (default: %(default)s)",
     )
@@ -227,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--top", type=int, default=10, help="configurations to list when searching (default 10)")
     plan.add_argument("--json", action="store_true", help="one JSON object per configuration per line")
     plan.set_defaults(handler=_plan)
+    _prometheus_rules_parser(commands)
     return parser
 
 

@@ -21,7 +21,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 
 from bubblescope import collector, wire
-from bubblescope.analysis import NAMES, Schedule, ScheduleError, lookup
+from bubblescope.analysis import DEFAULT_SCHEDULE, NAIVE, NAMES, Schedule, ScheduleError, lookup
 from bubblescope.cli import schedule_argument
 from bubblescope.collector.config import env_setting
 from bubblescope.demo_faults import Fault, add_fault_options
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--schedule",
         type=schedule_argument,
-        default="1f1b",
+        default=DEFAULT_SCHEDULE.name,
         metavar="|".join(NAMES),
         help="any of these or torch's class name; naive: layer-wise model parallelism, no "
         "micro-batches (use --microbatches 1)",
@@ -88,6 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="full spans of every N-th step, aggregates of the others (default: BUBBLESCOPE_FULL_SPANS_EVERY, "
         "else 1, every step: the demo is short)",
+    )
+    parser.add_argument(
+        "--device-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="each layer also waits MS ms forward and 2·MS backward per micro-batch, asleep, as on a GPU: more "
+        "ranks than cores then still run side by side (default: %(default)s, none)",
     )
     parser.add_argument(
         "--threads", type=positive_int, default=1, help="torch's intra-op threads (default: %(default)s)"
@@ -169,11 +177,41 @@ def layer_split(layers: list[int] | None, layers_per_stage: int, num_stages: int
     return list(layers)
 
 
-def build_stage_module(hidden: int, layers: int, seed: int) -> nn.Module:
+class _DeviceTime(torch.autograd.Function):
+    """Waits as the CPU waits on a GPU kernel: ``seconds`` forward, twice that backward, asleep."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, seconds: float) -> torch.Tensor:
+        ctx.seconds = seconds
+        time.sleep(seconds)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        time.sleep(2 * ctx.seconds)
+        return grad, None
+
+
+class DeviceTime(nn.Module):
+    """A layer's time on a device, without CPU work: ranks that share fewer cores than they are many still
+    run their stages side by side, as ranks on GPUs do (``--device-ms``)."""
+
+    def __init__(self, milliseconds: float) -> None:
+        super().__init__()
+        self.seconds = milliseconds / 1000
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = _DeviceTime.apply(x, self.seconds)
+        return out
+
+
+def build_stage_module(hidden: int, layers: int, seed: int, device_ms: float = 0.0) -> nn.Module:
     torch.manual_seed(seed)
     blocks: list[nn.Module] = []
     for _ in range(layers):
         blocks += [nn.Linear(hidden, hidden), nn.GELU()]
+        if device_ms > 0:
+            blocks.append(DeviceTime(device_ms))
     return nn.Sequential(*blocks)
 
 
@@ -245,7 +283,8 @@ def run_steps(
 def train_naive(args: argparse.Namespace) -> list[StepTiming]:
     """Layer-wise model parallelism: the whole batch goes through rank 0, then rank 1, ... and back."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    module = build_stage_module(args.hidden, layer_split(args.layers, args.layers_per_stage, world)[rank], seed=rank)
+    layers = layer_split(args.layers, args.layers_per_stage, world)[rank]
+    module = build_stage_module(args.hidden, layers, seed=rank, device_ms=args.device_ms)
     stage = collector.LayerwiseStage(stage=rank, num_stages=world, module=module)
 
     def forward_backward(inputs: torch.Tensor, targets: torch.Tensor, _collected: bool) -> None:
@@ -313,13 +352,13 @@ def pipeline_part(
         raise SystemExit(f"--stages-per-rank: {error.message}") from None
     num_stages = world * len(indices)
     split = layer_split(layers, layers_per_stage, num_stages)
-    modules = [build_stage_module(args.hidden, split[index], seed=index) for index in indices]
+    modules = [build_stage_module(args.hidden, split[index], seed=index, device_ms=args.device_ms) for index in indices]
     return PipelinePart(schedule_kind, microbatches, indices, num_stages, modules)
 
 
 def train(args: argparse.Namespace) -> list[StepTiming]:
     """Train ``args.steps`` steps; returns each step's timing (rank-local)."""
-    if args.schedule == "naive":
+    if args.schedule == NAIVE.name:
         if args.ab_block:
             raise SystemExit("--ab-block: needs a pipelining schedule, not --schedule naive")
         return train_naive(args)

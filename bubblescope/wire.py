@@ -74,6 +74,9 @@ MEMORY_FIELDS: Final = ("peak_rss_bytes", "gpu_peak_allocated_bytes", "gpu_peak_
 end): the process's peak resident set, and on a CUDA job the caching allocator's peak allocated and
 reserved bytes and its allocation retries in the step."""
 
+LAYERWISE_SCHEDULE: Final = "naive"
+"""The schedule name a hand-written layer-wise split reports (``collector.LayerwiseStage``); torch's schedules
+report their class names. The analysis' registry (``analysis.schedules.NAIVE``) carries it."""
 WORLD_GROUP: Final = "world"
 """The group label of spans on the default process group (every rank takes part)."""
 PIPELINE_GROUP: Final = "pp"

@@ -42,7 +42,7 @@ class LayerwiseStage:
         if not self._registered:
             self._registered = True
             collector.describe_pipeline(
-                schedule="naive",
+                schedule=wire.LAYERWISE_SCHEDULE,
                 num_stages=self.num_stages,
                 num_microbatches=1,
                 stages=[self.stage],

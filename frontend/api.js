@@ -95,6 +95,7 @@ export const api = {
   analysis: (key) => getJson(`${runPath(key)}/analysis`),
   stragglers: (key) => getJson(`${runPath(key)}/stragglers?phases=compute&compact=true`), // the heat-map's one phase, as drawn
   spanKinds: () => getJson("/span-kinds"),
+  bubbleCauses: () => getJson("/bubble-causes"),
   alerts: (options) => getJson(`/alerts${alertQuery(options)}`), // newest first
 };
 

@@ -1,9 +1,21 @@
-// The causes of a bubble the analysis names (analysis/attribution.py), as every page labels and colours them.
-const CAUSES = {
-  schedule_inherent: { label: "schedule-inherent", color: "#9aa3b2" },
-  stage_imbalance: { label: "stage imbalance", color: "#f08c2e" },
-  communication_wait: { label: "communication wait", color: "#8e5bd0" },
-  mesh_collective_wait: { label: "waits in dp/tp collectives", color: "#2a9d8f" },
-  straggler_jitter: { label: "straggler / jitter", color: "#d0457a" },
-};
-export const cause = (name) => CAUSES[name] || { label: name.replaceAll("_", " "), color: "#777" };
+// The causes of a bubble the analysis names, with the label and colour every page shows them with, as the
+// service serves them (api.bubbleCauses, GET bubble-causes: analysis.CAUSE_KINDS, backend/web/bubble_causes.py).
+// loadCauses() before drawing; asked once per page, asked again only after a failure.
+import { api } from "./api.js";
+
+let served = new Map();
+let pending = null;
+
+export function loadCauses() {
+  if (!pending) {
+    pending = api.bubbleCauses().then((answer) => {
+      served = new Map(answer.causes.map((c) => [c.name, c]));
+    }).catch((error) => {
+      pending = null;
+      throw error;
+    });
+  }
+  return pending;
+}
+
+export const cause = (name) => served.get(name) || { name, label: name.replaceAll("_", " "), color: "#777" };

@@ -2,6 +2,7 @@
 // bubble and its floor, each cause of the bubble, each stage's compute and waiting, and the first
 // suggestion, from each run's detail and analysis (both already stored by the service: docs/scale.md).
 import { api } from "./api.js";
+import { cause, loadCauses } from "./causes.js";
 import { cell, el, say } from "./dom.js";
 import { ms, percent } from "./format.js";
 
@@ -53,7 +54,7 @@ function rows(runs, analyses) {
   out.push(line("Simulated floor", floor(a), floor(b), percent, points));
   out.push(section("The bubble's causes, per rank per step"));
   const causes = [...new Set([a, b].flatMap((x) => (x.attribution ? x.attribution.causes.map((c) => c.name) : [])))];
-  for (const name of causes) out.push(line(name.replaceAll("_", " "), causeNs(a, name), causeNs(b, name)));
+  for (const name of causes) out.push(line(cause(name).label, causeNs(a, name), causeNs(b, name)));
   out.push(section("Per stage: compute · waiting (dependency wait + idle), per rank per step"));
   const stages = [...new Set([a, b].flatMap((x) => x.stages.map((s) => s.stage)))].sort((x, y) => (x ?? -1) - (y ?? -1));
   for (const stage of stages) {
@@ -76,6 +77,7 @@ async function show() {
     const [runs, analyses] = await Promise.all([
       Promise.all(keys.map((key) => api.run(key))),
       Promise.all(keys.map((key) => api.analysis(key))),
+      loadCauses(),
     ]);
     document.getElementById("head-a").replaceChildren(el("a", { href: `/runs/${encodeURIComponent(keys[0])}` }, `Before: ${keys[0]}`));
     document.getElementById("head-b").replaceChildren(el("a", { href: `/runs/${encodeURIComponent(keys[1])}` }, `After: ${keys[1]}`));

@@ -8,6 +8,7 @@ import { api, worthRetrying } from "./api.js";
 import { el, plotly, say } from "./dom.js";
 import { spanKinds } from "./kinds.js";
 import { renderAnalysis, showAnalysisError } from "./analysis.js";
+import { loadCauses } from "./causes.js";
 import { renderBreakdown } from "./breakdown.js";
 import { isComplete, isWarmup, renderGlance } from "./glance.js";
 import { renderBubble, renderRun, renderStepNote, renderStepOptions } from "./overview.js";
@@ -179,7 +180,8 @@ async function round() {
   };
   if (due("analysis")) {
     const show = (analysis) => { const drawn = renderAnalysis(analysis); renderGlance({ analysis }); return drawn; };
-    work.push(refresh("analysis", api.analysis, show, showAnalysisError, state.version));
+    const load = (runKey) => Promise.all([api.analysis(runKey), loadCauses()]).then(([analysis]) => analysis);
+    work.push(refresh("analysis", load, show, showAnalysisError, state.version));
   }
   if (due("stragglers")) {
     const show = (stragglers) => { const drawn = renderStragglers(stragglers); renderGlance({ stragglers }); return drawn; };

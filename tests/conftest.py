@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from tests.support import (
     REPO,
     LiveServer,
     migrated_database,
+    require_program,
     start_server,
 )
 
@@ -63,8 +63,7 @@ def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServ
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Debian's headless Chromium, driven by Playwright (a test tool's own browser download does not work here)."""
-    if not shutil.which(CHROMIUM):
-        pytest.skip(f"Debian chromium not installed at {CHROMIUM} (apt-get install -y chromium)")
+    require_program(CHROMIUM, "chromium")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

@@ -55,6 +55,24 @@ def drop_postgres_database(name: str) -> None:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+REQUIRE_COMPONENTS_ENV = "BUBBLESCOPE_REQUIRE_COMPONENTS"
+
+
+def require_program(path: str, package: str) -> None:
+    """Skip the test when the real component ``path`` is not installed, with the apt-get that installs it;
+    where ``BUBBLESCOPE_REQUIRE_COMPONENTS=1`` (CI), fail instead: a machine without it must not pass."""
+    import shutil
+
+    import pytest
+
+    if shutil.which(path):
+        return
+    message = f"{path} is not installed (apt-get install -y {package})"
+    if os.environ.get(REQUIRE_COMPONENTS_ENV) == "1":
+        pytest.fail(f"{message}; {REQUIRE_COMPONENTS_ENV}=1 says every component must be here")
+    pytest.skip(message)
+
+
 @contextmanager
 def migrated_database(backend: str, folder: Path) -> Iterator[str]:
     """A database of its own built by the migrations: an SQLite file in ``folder``, or a fresh

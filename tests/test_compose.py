@@ -3,7 +3,6 @@ services run natively (the migrate service's commands, the api's ``serve`` with 
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shlex
@@ -184,18 +183,10 @@ def test_only_the_api_is_published_beyond_the_host() -> None:
     assert "ports" not in services()["db"]
 
 
-def _cli_has_token_command() -> bool:
-    parser = build_parser()
-    commands = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
-    return any("token" in action.choices for action in commands)
-
-
 @pytest.mark.slow  # about 20 s: eight command-line runs (1.5 s each to import the server) and a server
 def test_migrate_then_api_natively_with_tokens(tmp_path: Path) -> None:
     """The migrate service's script as its shell runs it (twice: it runs at every ``up``), on SQLite in
     place of PostgreSQL, then the api's ``serve`` command: /metrics wants the read token."""
-    if not _cli_has_token_command():
-        pytest.skip("`bubblescope token create` is not in the command line yet")
     database = f"sqlite:///{tmp_path / 'bubblescope.db'}"
     migrate_service = services()["migrate"]
     bin_dir = Path(shutil.which("bubblescope") or Path(sys.executable).parent / "bubblescope").parent

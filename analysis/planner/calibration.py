@@ -18,6 +18,7 @@ from pathlib import Path
 from bubblescope.analysis.planner.evaluate import evaluate
 from bubblescope.analysis.planner.specs import ModelSpec, ParallelConfig, make_cluster
 from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficiencies
+from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, INTERLEAVED_1F1B
 
 #: Table 1 rows: micro-batch 1 and the plain (non-interleaved) 1F1B schedule. Narayanan et al.'s
 #: own analysis (§3.3) favours small micro-batches once pipelines are deep, and Korthikanti et al.
@@ -59,7 +60,7 @@ def predict_row(row: dict[str, str], eff: Efficiencies = DEFAULT_EFFICIENCIES) -
         dp=int(row["dp"]),
         vpp=vpp,
         mbs=_int(row["microbatch"], 1),
-        schedule="interleaved1f1b" if vpp > 1 else "1f1b",
+        schedule=INTERLEAVED_1F1B if vpp > 1 else DEFAULT_SCHEDULE,
         recompute=row["recompute"],
         sequence_parallel=row["sequence_parallel"] == "true",
     )

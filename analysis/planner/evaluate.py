@@ -8,7 +8,7 @@ from typing import Any
 from bubblescope.analysis.planner.memory import GIB, MemoryBreakdown, memory_per_gpu
 from bubblescope.analysis.planner.specs import RECOMPUTE, ClusterSpec, ModelSpec, ParallelConfig
 from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficiencies, StepTime, step_time
-from bubblescope.analysis.schedules import ScheduleError, lookup
+from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, INTERLEAVED_1F1B
 
 
 @dataclass(frozen=True)
@@ -110,10 +110,7 @@ def schedule_problem(cfg: ParallelConfig, microbatches: int, layers: int) -> tup
     """(config field, why) when the schedule cannot run this pipeline: torch's rules (the registry's),
     a closed-form bubble to price it with, and the planner's own: equal chunks of layers, and
     Megatron-LM's micro-batches divisible by p for interleaved 1F1B (where its closed form is exact)."""
-    try:
-        schedule = lookup(cfg.schedule)
-    except ScheduleError as error:
-        return "schedule", error.message
+    schedule = cfg.schedule
     if cfg.pp == 1:
         return None
     shape = schedule.shape_problem(cfg.pp, microbatches, cfg.vpp)
@@ -123,7 +120,7 @@ def schedule_problem(cfg: ParallelConfig, microbatches: int, layers: int) -> tup
         return "schedule", f"{schedule.label} has no closed-form bubble for p={cfg.pp}, m={microbatches}"
     if cfg.vpp > 1 and layers % (cfg.pp * cfg.vpp):
         return "vpp", f"{layers} layers do not split into {cfg.pp}·{cfg.vpp} equal chunks"
-    if schedule.name == "interleaved1f1b" and microbatches % cfg.pp:
+    if schedule is INTERLEAVED_1F1B and microbatches % cfg.pp:
         return "schedule", f"interleaved 1F1B needs micro-batches ({microbatches}) divisible by p={cfg.pp}"
     return None
 
@@ -137,8 +134,8 @@ def evaluate(
 ) -> Plan:
     """Memory per GPU by part, step time, MFU and bubble of ``config``; problems if it cannot run."""
     cfg = config.with_dp(cluster.gpus)
-    if cfg.pp == 1 and (cfg.schedule != "1f1b" or cfg.vpp != 1):
-        cfg = replace(cfg, schedule="1f1b", vpp=1)  # no pipeline: every schedule is plain accumulation
+    if cfg.pp == 1 and (cfg.schedule is not DEFAULT_SCHEDULE or cfg.vpp != 1):
+        cfg = replace(cfg, schedule=DEFAULT_SCHEDULE, vpp=1)  # no pipeline: every schedule is plain accumulation
     problems = [message for _field, message in structural_problems(model, cluster, cfg, global_batch)]
     if problems:
         return Plan(cfg, None, None, None, tuple(problems))

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 from bubblescope.analysis.planner.specs import ClusterSpec, ModelSpec, ParallelConfig
 from bubblescope.analysis.schedule_orders import BACKWARD, BACKWARD_INPUT, FORWARD, Action
-from bubblescope.analysis.schedules import lookup
 
 GIB = 1024**3
 BYTES_WEIGHTS, BYTES_GRADS, BYTES_OPTIMIZER = 2, 2, 12
@@ -111,7 +110,7 @@ def in_flight_microbatch_layers(cfg: ParallelConfig, microbatches: int, layers: 
     without pipelining holds one micro-batch)."""
     if cfg.pp == 1:
         return float(layers)
-    return lookup(cfg.schedule).in_flight(cfg.pp, microbatches, cfg.vpp) * layers / cfg.vpp
+    return cfg.schedule.in_flight(cfg.pp, microbatches, cfg.vpp) * layers / cfg.vpp
 
 
 def memory_per_gpu(
@@ -138,7 +137,7 @@ def memory_per_pipeline_rank(
     per_layer = model.layer_matmul_params / cfg.tp + (model.layer_params - model.layer_matmul_params)
     embedding = model.vocab * h / cfg.tp + (model.embedding_params - model.vocab * h)
     output = model.vocab * h / cfg.tp + 2 * h  # the output layer (a tied embedding's copy) and the final norm
-    orders = lookup(cfg.schedule).build_orders(cfg.pp, microbatches, cfg.vpp)
+    orders = cfg.schedule.build_orders(cfg.pp, microbatches, cfg.vpp)
     out = []
     for rank in range(cfg.pp):
         layers = model.layers // cfg.pp + (1 if rank < model.layers % cfg.pp else 0)

@@ -9,7 +9,7 @@ from bubblescope.analysis.planner.request import PlanOutcome
 
 def config_label(plan: Plan) -> str:
     c = plan.config
-    schedule = c.schedule + (f"(v={c.vpp})" if c.vpp > 1 else "")
+    schedule = c.schedule.name + (f"(v={c.vpp})" if c.vpp > 1 else "")
     flags = "+sp" if c.sequence_parallel else ""
     flags += "+flash" if c.flash_attention else ""
     return (

@@ -26,7 +26,7 @@ from bubblescope.analysis.planner.specs import (
     model_from,
     positive_int,
 )
-from bubblescope.analysis.schedules import ScheduleError, lookup
+from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, INTERLEAVED_1F1B, ScheduleError, lookup
 
 CONFIG_ALIASES = {
     "t": "tp",
@@ -63,7 +63,7 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
             fields[name] = value.lower()
         elif name == "schedule":
             try:
-                fields[name] = lookup(value, at).name
+                fields[name] = lookup(value, at)
             except ScheduleError as error:
                 raise PlanInputError(at, error.message) from None
         elif name in ("sequence_parallel", "flash_attention"):
@@ -87,8 +87,8 @@ def _boolean(value: Any, where: str) -> bool:
 
 def config_from(fields: Mapping[str, Any]) -> ParallelConfig:
     values = dict(fields)
-    values.setdefault("schedule", "interleaved1f1b" if values.get("vpp", 1) > 1 else "1f1b")
-    values.setdefault("vpp", lookup(values["schedule"]).default_stages_per_rank)
+    values.setdefault("schedule", INTERLEAVED_1F1B if values.get("vpp", 1) > 1 else DEFAULT_SCHEDULE)
+    values.setdefault("vpp", values["schedule"].default_stages_per_rank)
     values.setdefault("sequence_parallel", values.get("tp", 1) > 1)
     return ParallelConfig(**values)
 

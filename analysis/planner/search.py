@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 from bubblescope.analysis.planner.evaluate import Plan, evaluate
 from bubblescope.analysis.planner.specs import RECOMPUTE, ClusterSpec, ModelSpec, ParallelConfig
 from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficiencies
-from bubblescope.analysis.schedules import lookup
+from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, GPIPE, INTERLEAVED_1F1B, ONE_F_ONE_B, Schedule
 
 MAX_VPP = 8
-SEARCHED = ("1f1b", "interleaved1f1b", "gpipe")
+SEARCHED: Final = (ONE_F_ONE_B, INTERLEAVED_1F1B, GPIPE)
 """Schedules the search tries; any other is evaluated when fixed or asked for."""
 
 
@@ -77,20 +77,20 @@ def candidates(
                             )
 
 
-def _schedules(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> Iterator[tuple[str, int]]:
+def _schedules(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> Iterator[tuple[Schedule, int]]:
+    """The schedules tried (``fix``: its ``schedule``, a registry entry), with their stages per rank."""
     if pp == 1:
-        yield str(fix.get("schedule", "1f1b")), 1
+        yield fix.get("schedule", DEFAULT_SCHEDULE), 1
         return
-    for schedule in (lookup(name) for name in ([fix["schedule"]] if "schedule" in fix else SEARCHED)):
-        name = schedule.name
+    for schedule in [fix["schedule"]] if "schedule" in fix else SEARCHED:
         if schedule.placement != "loop":
             if fix.get("vpp", schedule.default_stages_per_rank) == schedule.default_stages_per_rank:
-                yield name, schedule.default_stages_per_rank
+                yield schedule, schedule.default_stages_per_rank
             continue
         per_stage = model.layers // pp if model.layers % pp == 0 else 0
         vpps = [v for v in range(2, MAX_VPP + 1) if per_stage and per_stage % v == 0]
         for vpp in [fix["vpp"]] if "vpp" in fix else vpps:
-            yield name, vpp
+            yield schedule, vpp
 
 
 def rank_key(plan: Plan) -> tuple[float, int, int, float]:

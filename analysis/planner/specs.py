@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bubblescope.analysis.errors import InputError
+from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, Schedule
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -139,7 +140,7 @@ class ParallelConfig:
     dp: int = 0
     vpp: int = 1
     mbs: int = 1
-    schedule: str = "1f1b"
+    schedule: Schedule = DEFAULT_SCHEDULE
     zero: int = 0
     recompute: str = "none"
     sequence_parallel: bool = False
@@ -155,7 +156,7 @@ class ParallelConfig:
             "dp": self.dp,
             "vpp": self.vpp,
             "mbs": self.mbs,
-            "schedule": self.schedule,
+            "schedule": self.schedule.name,
             "zero": self.zero,
             "recompute": self.recompute,
             "sequence_parallel": self.sequence_parallel,

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 from bubblescope.analysis.planner.memory import activation_bytes_per_layer, layers_on_stage, stage_params
 from bubblescope.analysis.planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelConfig
-from bubblescope.analysis.schedules import lookup
 
 
 @dataclass(frozen=True)
@@ -224,9 +223,9 @@ def step_time(
     stage = layer_cost(model, cluster, cfg, eff).scale(layers_on_stage(model, cfg.pp))
     stage = stage + output_layer_cost(model, cluster, cfg, eff)
     p2p = p2p_seconds(model, cluster, cfg, eff)
-    floor = lookup(cfg.schedule).bubble(cfg.pp, microbatches, cfg.vpp) if cfg.pp > 1 else None
+    floor = cfg.schedule.bubble(cfg.pp, microbatches, cfg.vpp) if cfg.pp > 1 else None
     if cfg.pp > 1 and floor is None:
-        raise ValueError(f"schedule {cfg.schedule!r} has no closed-form bubble")
+        raise ValueError(f"schedule {cfg.schedule.name!r} has no closed-form bubble")
     bubble = 0.0 if floor is None else floor.fraction
     busy = microbatches * (stage.compute + stage.recompute + stage.comm + p2p)
     local_params = stage_params(model, cfg.tp, cfg.pp) / (cfg.dp if cfg.zero >= 1 else 1)

@@ -24,7 +24,11 @@ MAX_STEPS = analysis.MAX_ANALYSED_STEPS
 
 
 def run_analysis(session: Session, key: str, from_step: int | None, to_step: int | None) -> AnalysisOut:
-    report = run_report(session, require_run(session, key), from_step, to_step)
+    return analysis_out(key, run_report(session, require_run(session, key), from_step, to_step))
+
+
+def analysis_out(key: str, report: analysis.RunReport) -> AnalysisOut:
+    """The report of run ``key`` as the API answers it."""
     return AnalysisOut(
         run_key=key,
         steps=report.steps,

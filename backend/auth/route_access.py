@@ -46,6 +46,7 @@ ROUTE_ACCESS: Final[dict[RouteKey, Access]] = {
     ("GET", f"{API}/runs/{{run_key}}/analysis"): Scope.READ,
     ("GET", f"{API}/runs/{{run_key}}/stragglers"): Scope.READ,
     ("GET", f"{API}/span-kinds"): Scope.READ,
+    ("GET", f"{API}/bubble-causes"): Scope.READ,
     ("GET", f"{API}/alerts"): Scope.READ,
     ("POST", f"{API}/runs/{{run_key}}/capture"): Scope.READ,
     ("POST", f"{API}/runs/{{run_key}}/whatif"): Scope.READ,

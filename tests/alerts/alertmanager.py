@@ -7,16 +7,14 @@ webhook receiver with short group waits. The test skips when the binary is not i
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 
-from tests.support import free_port, wait_until
+from tests.support import free_port, require_program, wait_until
 
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 START_TIMEOUT_S = 60
@@ -41,8 +39,7 @@ def webhook_route(url: str, group_wait: str = "1s", group_interval: str = "1s") 
 
 @contextmanager
 def running_alertmanager(folder: Path, config: str) -> Iterator[str]:
-    if not shutil.which(ALERTMANAGER):
-        pytest.skip("Debian's prometheus-alertmanager is not installed (apt-get install prometheus-alertmanager)")
+    require_program(ALERTMANAGER, "prometheus-alertmanager")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "alertmanager.yml").write_text(config)
     port = free_port()

@@ -5,14 +5,12 @@ once the service pushes the alert resolved."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from bubblescope.backend.alerts.alertmanager import RESOLVED_AFTER_START, RESOLVED_OVERLAP
 from bubblescope.backend.db.engine import build_engine, build_session_factory
@@ -28,7 +26,7 @@ from tests.alerts.service import (
     resolve_alert,
     store_resolution,
 )
-from tests.support import REPO, register, wait_until
+from tests.support import REPO, register, require_program, wait_until
 
 RESEND_S = 30.0  # the test's pushes come from wakes (an alert opened or resolved), not from this clock
 NOTIFY_TIMEOUT_S = 60
@@ -115,8 +113,7 @@ def test_a_restarted_service_tells_alertmanager_of_what_resolved_while_it_was_do
 
 
 def test_the_routing_example_in_the_docs_is_a_valid_alertmanager_configuration(tmp_path: Path) -> None:
-    if not shutil.which(AMTOOL):
-        pytest.skip("Debian's prometheus-alertmanager (amtool) is not installed")
+    require_program(AMTOOL, "prometheus-alertmanager")
     (config,) = re.findall(r"```yaml\n(.*?)```", (REPO / "docs" / "alerting.md").read_text(), re.S)
     assert "routing_key_file" in config and "slack_configs" in config
     (tmp_path / "alertmanager.yml").write_text(config)

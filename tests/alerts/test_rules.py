@@ -195,3 +195,25 @@ def test_every_rule_is_documented_in_docs_alerts_md() -> None:
     document = (Path(__file__).resolve().parents[2] / "docs" / "alerts.md").read_text()
     assert alerts_table() in document, "regenerate with: python -m bubblescope.analysis.alert_rules"
     assert len({rule.alertname for rule in RULES}) == len(RULES)
+
+
+def test_every_prometheus_rule_is_documented_in_docs_metrics_md() -> None:
+    from pathlib import Path
+
+    from bubblescope.analysis import prometheus_rules_table
+
+    document = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    assert prometheus_rules_table() in document, "regenerate docs/metrics.md's table: prometheus_rules_table()"
+
+
+def test_the_service_rules_take_their_names_severities_and_runbook_from_the_registry() -> None:
+    from bubblescope.analysis.alert_catalog import CATALOG
+
+    registry = {spec.alertname: spec for spec in CATALOG if spec.by_service}
+    assert [rule.alertname for rule in RULES] == list(registry)
+    for rule in RULES:
+        assert (rule.severity, rule.meaning, rule.action) == (
+            registry[rule.alertname].severity,
+            registry[rule.alertname].meaning,
+            registry[rule.alertname].action,
+        )

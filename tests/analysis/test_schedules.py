@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import re
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +19,7 @@ from bubblescope.analysis.simulator import PipelineSetup, StageCost, simulate
 from bubblescope.analysis.suggestions import RunEvidence, suggest
 from bubblescope.analysis.whatif import Change, predict
 from bubblescope.cli import schedule_argument
+from tests.support import REPO
 
 MS = 1e6
 
@@ -119,3 +123,38 @@ def test_placements_put_each_stage_on_one_rank() -> None:
             )
     assert lookup("zbv").local_stages(0, 4) == [0, 7]  # the V: first and last stage on rank 0
     assert lookup("loopedbfs").local_stages(1, 4, 3) == [1, 5, 9]
+
+
+def _string_literals(path: Path) -> list[tuple[int, str]]:
+    if path.suffix == ".py":
+        return [
+            (node.lineno, node.value)
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ]
+    return [
+        (text.count("\n", 0, m.start()) + 1, m.group(2))
+        for text in [path.read_text()]
+        for m in re.finditer(r"([\"'`])([^\"'`\n]*)\1", text)
+    ]
+
+
+def test_schedule_names_are_written_only_in_the_registry() -> None:
+    """Code holds a registry entry (``ONE_F_ONE_B``, ``lookup(name)`` at the edge), never a name of its own;
+    the layer-wise split's name is the wire's (what the collector reports). Tests and benches, which run
+    jobs as a user types them, may."""
+    names = {schedule.name for schedule in SCHEDULES}
+    homes = {REPO / "analysis" / "schedules.py", REPO / "bubblescope" / "wire.py"}
+    product = [
+        path
+        for folder in ("analysis", "backend", "bubblescope", "collector", "frontend")
+        for path in sorted((REPO / folder).rglob("*"))
+        if path.suffix in (".py", ".js") and path not in homes
+    ]
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {text!r}"
+        for path in product
+        for line, text in _string_literals(path)
+        if text in names
+    ]
+    assert found == []

@@ -5,7 +5,6 @@ that docker-compose.yml knows how to mount."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 import yaml
 
 from tests.deploy.files import COMPOSE, ENV_EXAMPLE, enable_examples, example_names
-from tests.support import REPO
+from tests.support import REPO, require_program
 
 AMTOOL = "/usr/bin/amtool"
 CONFIG = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
@@ -21,8 +20,7 @@ EXAMPLES = {"pagerduty", "slack"}
 
 
 def amtool_check(config: Path) -> subprocess.CompletedProcess[str]:
-    if not shutil.which(AMTOOL):
-        pytest.skip("Debian's amtool is not installed (apt-get install prometheus-alertmanager)")
+    require_program(AMTOOL, "prometheus-alertmanager")
     return subprocess.run([AMTOOL, "check-config", str(config)], capture_output=True, text=True, timeout=60)
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,11 @@ import httpx
 import pytest
 import yaml
 
+from bubblescope.analysis import DEFAULT_THRESHOLDS, prometheus_rules
+from bubblescope.analysis.alert_catalog import CATALOG
+from bubblescope.backend.settings import ServiceSettings
 from tests.deploy.files import compose
-from tests.support import REPO, free_port, wait_until
+from tests.support import REPO, free_port, require_program, wait_until
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
@@ -34,8 +38,7 @@ EXTERNAL_URL = "https://bubblescope.example.org"
 
 
 def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    if not shutil.which(PROMTOOL):
-        pytest.skip("Debian's promtool is not installed (apt-get install prometheus)")
+    require_program(PROMTOOL, "prometheus")
     return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
@@ -63,6 +66,33 @@ def test_promtool_checks_the_config_with_its_rules_and_secret(tmp_path: Path) ->
     checked = promtool("check", "config", str(config_copy(tmp_path)))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "1 rule files found" in checked.stdout and f"{len(rules())} rules found" in checked.stdout
+
+
+def test_the_rules_file_is_the_one_the_alert_registry_generates() -> None:
+    """One registry (analysis/alert_catalog.py) for the service's alerts and these rules: names, severities,
+    runbook lines and thresholds (serve's defaults) come from it, none is written here by hand."""
+    assert RULES.read_text() == prometheus_rules(), "regenerate: bubblescope prometheus-rules > " + str(
+        RULES.relative_to(REPO)
+    )
+    by_name = {spec.alertname: spec for spec in CATALOG}
+    for rule in rules():
+        spec = by_name[rule["alert"]]
+        assert rule.get("labels", {}).get("severity") == spec.severity
+        assert rule["annotations"]["action"] == spec.action
+    assert "> 1.25" in RULES.read_text() and "> 0.10" in RULES.read_text()  # 25 % and 10 points: serve's defaults
+    assert DEFAULT_THRESHOLDS.regression_percent == ServiceSettings().regression_percent == 25
+
+
+def test_the_rules_follow_the_thresholds_they_are_given() -> None:
+    stricter = replace(DEFAULT_THRESHOLDS, regression_percent=40, regression_for_s=900, bubble_over_floor_points=5)
+    text = prometheus_rules(stricter)
+    assert "> 1.40" in text and "for: 15m" in text and "> 0.05" in text and "more than 5 points" in text
+    done = subprocess.run(
+        [sys.executable, "-m", "bubblescope.cli", "prometheus-rules", "--regression-percent", "40", "--regression-for",
+         "900", "--bubble-over-floor-points", "5"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert done.stdout == text
 
 
 def test_promtool_checks_the_rules() -> None:
@@ -103,7 +133,9 @@ def test_every_rule_has_a_severity_a_summary_a_link_and_a_unit_test() -> None:
     for rule in rules():
         name = rule["alert"]
         # BubblescopeServiceAlert keeps the severity the service gave its own alert.
-        assert rule.get("labels", {}).get("severity") in {"critical", "warning"} or "alert_firing" in rule["expr"], name
+        assert (
+            rule.get("labels", {}).get("severity") in {"critical", "warning", "info"} or "alert_firing" in rule["expr"]
+        )
         annotations = rule["annotations"]
         assert {"summary", "description", "action", "dashboard"} <= set(annotations), name
         assert annotations["dashboard"].startswith("{{ $externalLabels.bubblescope_url }}/"), name
@@ -115,8 +147,8 @@ def test_every_rule_has_a_severity_a_summary_a_link_and_a_unit_test() -> None:
 
 
 def test_dashboard_links_are_the_run_page() -> None:
-    """The run page is served at /runs/{key} (backend/web/routes.py)."""
-    assert '@router.get("/runs/{run_key}")' in (REPO / "backend" / "web" / "routes.py").read_text()
+    """The run page is served at /runs/{key} (backend/web/router.py)."""
+    assert '@router.get("/runs/{run_key}")' in (REPO / "backend" / "web" / "router.py").read_text()
 
 
 # ---- A real Prometheus and Alertmanager -----------------------------------------------------------------
@@ -200,9 +232,8 @@ def started(command: list[str], url: str, log_path: Path, env: dict[str, str] | 
 
 
 def test_prometheus_scrapes_with_the_secret_and_sends_alerts_as_compose_runs_it(target: Target, tmp_path: Path) -> None:
-    for binary in (PROMETHEUS, ALERTMANAGER):
-        if not shutil.which(binary):
-            pytest.skip(f"{binary} is not installed (apt-get install prometheus prometheus-alertmanager)")
+    require_program(PROMETHEUS, "prometheus")
+    require_program(ALERTMANAGER, "prometheus-alertmanager")
     stack = compose(
         {
             "BUBBLESCOPE_DB_PASSWORD": "x",

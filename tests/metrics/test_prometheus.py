@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.dashboard.synthetic import synthetic_run
-from tests.support import LiveServer, free_port, wait_until
+from tests.support import LiveServer, free_port, require_program, wait_until
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
@@ -83,8 +83,7 @@ def test_series_per_run_do_not_grow_with_its_ranks(sqlite_server: LiveServer) ->
 
 @pytest.fixture
 def prometheus(sqlite_server: LiveServer, tmp_path: Path) -> Iterator[str]:
-    if not shutil.which(PROMETHEUS):
-        pytest.skip("Debian's prometheus is not installed (apt-get install prometheus)")
+    require_program(PROMETHEUS, "prometheus")
     port = free_port()
     target = httpx.URL(sqlite_server.url)
     config = tmp_path / "prometheus.yml"

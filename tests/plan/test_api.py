@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from bubblescope.analysis.planner import MODEL_PRESETS, ParallelConfig, cluster_preset, evaluate
+from bubblescope.analysis.schedules import lookup
 from tests.support import LiveServer, assert_names
 
 GIB = 2**30
@@ -44,7 +45,9 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
     local = evaluate(
         MODEL_PRESETS["gpt-175b"],
         cluster_preset("a100-80gb-x64"),
-        ParallelConfig(tp=8, pp=8, vpp=3, schedule="interleaved1f1b", recompute="selective", sequence_parallel=True),
+        ParallelConfig(
+            tp=8, pp=8, vpp=3, schedule=lookup("interleaved1f1b"), recompute="selective", sequence_parallel=True
+        ),
         64,
     )
     assert plan["step_time_s"] == pytest.approx(local.step.total)  # type: ignore[union-attr]

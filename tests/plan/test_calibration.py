@@ -13,6 +13,7 @@ import statistics
 
 from bubblescope.analysis.planner import ModelSpec, ParallelConfig, evaluate, make_cluster
 from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS
+from bubblescope.analysis.schedules import lookup
 
 CSV = PUBLISHED_RUNS
 
@@ -31,7 +32,7 @@ def errors_pct() -> list[tuple[str, str, float]]:
                 dp=int(row["dp"]),
                 vpp=vpp,
                 mbs=int(row["microbatch"] or 1),  # unpublished: micro-batch 1, plain 1F1B
-                schedule="interleaved1f1b" if vpp > 1 else "1f1b",
+                schedule=lookup("interleaved1f1b" if vpp > 1 else "1f1b"),
                 recompute=row["recompute"],
                 sequence_parallel=row["sequence_parallel"] == "true",
             )

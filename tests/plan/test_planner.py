@@ -20,6 +20,7 @@ from bubblescope.analysis.planner import (
     plan_document,
     search,
 )
+from bubblescope.analysis.schedules import lookup
 
 GPT_22B = MODEL_PRESETS["gpt-22b"]  # 48 layers, h 6144, 64 heads, s 2048, V 51200
 A100_X8 = cluster_preset("a100-80gb-x8")
@@ -61,15 +62,20 @@ def test_memory_1f1b_first_stage_holds_p_microbatches_of_tp_activations() -> Non
     model = MODEL_PRESETS["gpt-1.7b"]  # 24 layers, h 2304, 24 heads
     s, b, h, a, t, p = 2048, 2, 2304, 24, 2, 4
     cluster = cluster_preset("a100-80gb-x8")
-    config = ParallelConfig(tp=t, pp=p, dp=1, mbs=b, schedule="1f1b")
+    config = ParallelConfig(tp=t, pp=p, dp=1, mbs=b, schedule=lookup("1f1b"))
     per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
     mem = memory_per_gpu(model, cluster, config, microbatches=8)
     assert mem.activations == pytest.approx(p * (24 // p) * per_layer)
-    gpipe = memory_per_gpu(model, cluster, ParallelConfig(tp=t, pp=p, dp=1, mbs=b, schedule="gpipe"), microbatches=8)
+    gpipe = memory_per_gpu(
+        model, cluster, ParallelConfig(tp=t, pp=p, dp=1, mbs=b, schedule=lookup("gpipe")), microbatches=8
+    )
     assert gpipe.activations == pytest.approx(8 * (24 // p) * per_layer)
     v = 3
     inter = memory_per_gpu(
-        model, cluster, ParallelConfig(tp=t, pp=p, dp=1, vpp=v, mbs=b, schedule="interleaved1f1b"), microbatches=8
+        model,
+        cluster,
+        ParallelConfig(tp=t, pp=p, dp=1, vpp=v, mbs=b, schedule=lookup("interleaved1f1b")),
+        microbatches=8,
     )
     assert inter.activations == pytest.approx((p * v + p - 1) * (24 / (p * v)) * per_layer)
 
@@ -146,7 +152,7 @@ def test_search_returns_feasible_configurations_fastest_first() -> None:
         model,
         cluster,
         ParallelConfig(
-            tp=8, pp=8, vpp=3, mbs=1, schedule="interleaved1f1b", recompute="selective", sequence_parallel=True
+            tp=8, pp=8, vpp=3, mbs=1, schedule=lookup("interleaved1f1b"), recompute="selective", sequence_parallel=True
         ),
         batch,
     )
