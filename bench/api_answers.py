@@ -20,8 +20,8 @@ import argparse
 import json
 import os
 import re
-import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -143,7 +143,8 @@ def _metrics(text: str) -> list[str]:
 def answers(db: Path, python: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         copy = Path(folder) / "answers.db"
-        shutil.copy(db, copy)
+        with sqlite3.connect(db) as source, sqlite3.connect(copy) as target:
+            source.backup(target)  # the write-ahead log's pages too, which a file copy would miss
         service = Service(python, copy)
         try:
             with httpx.Client(base_url=service.url, timeout=300) as client:

@@ -8,7 +8,7 @@ from dataclasses import fields
 import pytest
 from pydantic import BaseModel
 
-from bubblescope.analysis import attribution, model, pipeline_profile, simulator, stragglers, suggestions
+from bubblescope.analysis import attribution, model, pipeline_profile, run_report, simulator, stragglers, suggestions
 from bubblescope.backend.analysis import schemas as analysis_api
 from bubblescope.backend.runs import schemas as runs_api
 from bubblescope.backend.stragglers import schemas as stragglers_api
@@ -24,6 +24,8 @@ FILLED_FROM = [
     (attribution.LayerMove, analysis_api.LayerMoveOut),
     (attribution.StageImbalance, analysis_api.StageImbalanceOut),
     (suggestions.Suggestion, analysis_api.SuggestionOut),
+    (run_report.StageBreakdown, analysis_api.StageBreakdownOut),
+    (run_report.RunReport, analysis_api.AnalysisOut),
     (stragglers.PhaseMatrix, stragglers_api.PhaseMatrixOut),
     (stragglers.RankScore, stragglers_api.RankScoreOut),
     (stragglers.GroupFinding, stragglers_api.GroupFindingOut),
