@@ -1,7 +1,7 @@
 """The analysis: pure functions over plain data, and this module its one entry point.
 
 No database, web framework, plotting or torch here. The service, the CLI and the demo reach the analysis
-only through the names below (``tests/test_boundaries.py`` checks it); its modules are free to change
+only through the names below (``tests/test_layers.py`` checks it); its modules are free to change
 behind them. A source of steps (the service's database; an imported trace) hands over plain data:
 
 1. ``RunFacts`` (size, config, where each rank runs) and, per step, a ``StepRecord`` (spans on rank 0's

@@ -188,8 +188,7 @@ BUBBLE_ABOVE_FLOOR: Final = AlertSpec(
     "info",
     "The measured pipeline bubble is --bubble-over-floor-points above the simulator's floor for the "
     "run's schedule and stage costs in each of the newest --bubble-for-steps steps.",
-    "Open the run's analysis: the causes of the bubble and the suggested changes (the service's alert names "
-    "the first).",
+    "Open the run's analysis: the causes of the bubble and the suggested changes.",
     PrometheusRule(
         expr=lambda t: (
             "(bubblescope_run_idle_ratio - bubblescope_run_bubble_floor_ratio) > "

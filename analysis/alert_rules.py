@@ -1,9 +1,9 @@
 """The alert rules: what pages the on-call engineer, from a snapshot of one run (pure; no I/O).
 
-``RULES`` is the one list of alerts: each rule's name, severity, what it means and what to do
-(docs/alerts.md is generated from it), and the function that reads a ``RunSnapshot`` and returns
-the alerts that fire now. The service builds the snapshot (backend.alerts.snapshot) and keeps the
-alerts (opens, updates, resolves); here is only the judgement.
+``RULES`` are the service's own alerts: each the registry's entry (``alert_catalog``: name, severity,
+what it means, what to do; docs/alerts.md is generated from them) with its judge, the function that
+reads a ``RunSnapshot`` and returns the alerts that fire now. The service builds the snapshot
+(``backend/alerts/evaluator.py``) and keeps the alerts (opens, updates, resolves); here is only the judgement.
 
 Culprits. A failed run names the rank that failed first on the aligned clock, unless its error is
 the kind a rank dies of when another rank vanished (a broken connection, a timed-out collective,

@@ -55,7 +55,7 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
             if isinstance(cluster_spec, str)
             else make_cluster(cluster_spec["gpu"], cluster_spec["gpus"], cluster_spec.get("gpus_per_node", 8))
         )
-        schedule = lookup(str(config["schedule"])) if config.get("schedule") else DEFAULT_SCHEDULE
+        schedule = lookup(str(config["schedule"])) if "schedule" in config else DEFAULT_SCHEDULE
         stages_per_rank = int(config.get("virtual_stages") or schedule.default_stages_per_rank)
         parallel = ParallelConfig(
             tp=int(config.get("tp", 1)),

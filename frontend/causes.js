@@ -1,6 +1,7 @@
 // The causes of a bubble the analysis names, with the label and colour every page shows them with, as the
 // service serves them (api.bubbleCauses, GET bubble-causes: analysis.CAUSE_KINDS, backend/web/bubble_causes.py).
-// loadCauses() before drawing; asked once per page, asked again only after a failure.
+// loadCauses() before drawing: asked once per page; when it fails, the names stand in (grey) and the next
+// draw asks again.
 import { api } from "./api.js";
 
 let served = new Map();
@@ -10,9 +11,8 @@ export function loadCauses() {
   if (!pending) {
     pending = api.bubbleCauses().then((answer) => {
       served = new Map(answer.causes.map((c) => [c.name, c]));
-    }).catch((error) => {
-      pending = null;
-      throw error;
+    }).catch(() => {
+      pending = null; // not fatal: the analysis is drawn with the names, and the next draw asks again
     });
   }
   return pending;

@@ -12,14 +12,14 @@ from bubblescope.backend.capture.schemas import CaptureRequestIn
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.fields import RunKey
 from bubblescope.backend.settings import settings_of
-from bubblescope.backend.store.captures import PendingCapture
+from bubblescope.backend.store.captures import CaptureOut
 
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["capture"])
 
 
 @router.post(
     "/{run_key}/capture",
-    response_model=PendingCapture,
+    response_model=CaptureOut,
     status_code=201,
     openapi_extra=json_body_doc(CaptureRequestIn),
     summary="Capture the full spans of the next K steps on every rank (the same steps)",
@@ -32,7 +32,7 @@ router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["capture"])
     "three times the most steps a rank recently sent per batch, so that no rank has started it yet "
     "when it learns (see backend/capture/service.py).",
 )
-async def post_capture(run_key: RunKey, request: Request, response: Response, session: DbSession) -> PendingCapture:
+async def post_capture(run_key: RunKey, request: Request, response: Response, session: DbSession) -> CaptureOut:
     body = parse_document(CaptureRequestIn, await read_json(request))
     capture, created = await run_in_threadpool(service.request_capture, session, run_key, body, settings_of(request))
     if not created:

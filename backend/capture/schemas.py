@@ -1,4 +1,4 @@
-"""API shapes of capture requests (the answer is ``store.captures.PendingCapture``, which ingest answers too)."""
+"""API shapes of capture requests (the answer is ``store.captures.CaptureOut``, which ingest answers too)."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ from bubblescope.backend.db.timestamps import as_utc
 from bubblescope.backend.errors import NotFound, TooMany
 from bubblescope.backend.settings import ServiceSettings
 from bubblescope.backend.store import runs as run_queries, steps as step_queries
-from bubblescope.backend.store.captures import PendingCapture, pending_captures
+from bubblescope.backend.store.captures import CaptureOut, pending_captures
 
 HOUR = timedelta(hours=1)
 
@@ -51,7 +51,7 @@ def choose_from_step(last_step: int | None, steps_per_batch: int) -> int:
 
 def request_capture(
     session: Session, key: str, body: CaptureRequestIn, settings: ServiceSettings
-) -> tuple[PendingCapture, bool]:
+) -> tuple[CaptureOut, bool]:
     """Store a capture request for run ``key`` (404 when unknown) with ``from_step`` by the rule;
     ``(request, True)`` when it is new.
 
@@ -80,4 +80,4 @@ def request_capture(
     request = CaptureRequest(run_id=run.id, from_step=first, steps=body.steps)
     session.add(request)
     session.flush()
-    return PendingCapture(request.id, request.steps, request.from_step), True
+    return CaptureOut(request.id, request.steps, request.from_step), True

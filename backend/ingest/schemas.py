@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bubblescope import wire
 from bubblescope.backend.fields import ClockOffsetNs, ClockUncertaintyNs, Count, Nanos, NonNegativeInt as Index
-from bubblescope.backend.store.captures import PendingCapture
+from bubblescope.backend.store.captures import CaptureOut
 
 if TYPE_CHECKING:
     SpanKind = str
@@ -107,7 +107,7 @@ class IngestResult(BaseModel):
         "service's --ingest-batches-per-s, at most 60 s (a collector configured slower keeps its own)",
     )
     duplicate: bool = Field(description="True when this (run, rank, seq) was already stored")
-    captures: list[PendingCapture] = Field(
+    captures: list[CaptureOut] = Field(
         default_factory=list,
         description="capture requests this rank has not shipped past yet (by the batch's newest step): "
         "ship full spans of steps [from_step, from_step + steps)",

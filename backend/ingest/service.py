@@ -14,7 +14,7 @@ from bubblescope.backend.errors import NotFound
 from bubblescope.backend.ingest import queries
 from bubblescope.backend.ingest.schemas import IngestBatchIn, IngestResult
 from bubblescope.backend.ingest.validation import check_batch
-from bubblescope.backend.store.captures import PendingCapture, pending_captures
+from bubblescope.backend.store.captures import CaptureOut, pending_captures
 from bubblescope.backend.store.ranks import record_contact
 from bubblescope.backend.store.touch import RunToucher
 
@@ -59,7 +59,7 @@ def ingest(session: Session, batch: IngestBatchIn, batches_per_s: float, toucher
     )
 
 
-def _captures_for(session: Session, run_id: int, batch: IngestBatchIn) -> list[PendingCapture]:
+def _captures_for(session: Session, run_id: int, batch: IngestBatchIn) -> list[CaptureOut]:
     """Pending capture requests the sending rank has not shipped past (none for a step-less batch)."""
     if not batch.steps:
         return []

@@ -1,5 +1,6 @@
 """Capture requests a rank has not finished: what the answer to its ingest batch carries (and the capture
-endpoint answers), as ``PendingCapture``s."""
+endpoint answers), as ``CaptureOut``s: the API's shape of a request, kept here because two features answer
+with it (and under the name the OpenAPI document has always given it)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ MAX_PENDING_IN_ANSWER = 16
 
 
 @dataclass(frozen=True)
-class PendingCapture:
+class CaptureOut:
     """A capture request: every rank ships full spans of steps [from_step, from_step + steps)."""
 
     id: int
@@ -23,11 +24,10 @@ class PendingCapture:
     from_step: int
 
 
-def pending_captures(session: Session, run_id: int, shipped_through: int) -> list[PendingCapture]:
+def pending_captures(session: Session, run_id: int, shipped_through: int) -> list[CaptureOut]:
     """Requests a rank that has shipped steps up to ``shipped_through`` has not finished, oldest first."""
     return [
-        PendingCapture(row.id, row.steps, row.from_step)
-        for row in unfinished_requests(session, run_id, shipped_through)
+        CaptureOut(row.id, row.steps, row.from_step) for row in unfinished_requests(session, run_id, shipped_through)
     ]
 
 

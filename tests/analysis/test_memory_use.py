@@ -14,6 +14,7 @@ from bubblescope.analysis.planner import (
     memory_per_pipeline_rank,
     model_from,
 )
+from bubblescope.analysis.schedules import lookup
 
 GIB = 2**30
 
@@ -56,7 +57,7 @@ def test_the_planner_puts_the_most_activations_on_the_first_rank_of_1f1b_and_equ
     worst = memory_per_gpu(model, cluster, ParallelConfig(tp=2, pp=4, mbs=1), 16)
     assert one_f_one_b[0].activations == pytest.approx(worst.activations)
     assert one_f_one_b[0].weights > one_f_one_b[1].weights  # the embedding
-    gpipe = memory_per_pipeline_rank(model, cluster, ParallelConfig(tp=2, pp=4, mbs=1, schedule="gpipe"), 16)
+    gpipe = memory_per_pipeline_rank(model, cluster, ParallelConfig(tp=2, pp=4, mbs=1, schedule=lookup("gpipe")), 16)
     assert {round(r.activations) for r in gpipe} == {round(gpipe[0].activations)}
     assert gpipe[0].activations == pytest.approx(4 * one_f_one_b[0].activations)  # 16 micro-batches against 4
 

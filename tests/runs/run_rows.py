@@ -68,7 +68,7 @@ def full_run(client: httpx.Client, db_url: str, batches: int = 4) -> str:
     for seq in range(batches):
         stored = post_gzip(client, ingest_batch(key, seq=seq, spans=5, rank=seq % 2, step=seq))
         assert stored.status_code == 202, stored.text
-    # A read settles the service's waiting revision bump (runs.touch): none lands after a caller backdates the run.
+    # A read settles the service's waiting revision bump (store.touch): none lands after a caller backdates the run.
     client.get(f"/api/v1/runs/{key}/analysis")
     captured = client.post(f"/api/v1/runs/{key}/capture", json={"steps": 2})
     assert captured.status_code == 201, captured.text

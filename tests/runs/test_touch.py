@@ -1,4 +1,4 @@
-"""A run's revision after its batches commit (``runs.touch``): the first batch after a quiet spell bumps
+"""A run's revision after its batches commit (``store.touch``): the first batch after a quiet spell bumps
 at once; the batches that follow within the window share one bump, which a read settles at once or the
 window's end makes. Every batch is followed by a bump; far fewer bumps than batches. Real SQLite; a
 window of ``WINDOW_S`` (the service's is ``TOUCH_EVERY_S``) so that a loaded machine cannot close it early."""
