@@ -181,8 +181,8 @@ def test_an_all_reduce_waiting_on_a_late_rank_is_wait_on_the_others_and_compute_
     [0.9·D, 1.2·D] (a sleep never takes less). On each late step, each other rank's wait is at least the
     time from its own arrival at the closing all-reduce to the late rank's (less 2 ms), read from the
     step's aligned spans; that gap is most of D (how much of D a rank waited anyway depends on when it
-    arrives, which the machine's load moves); their transfer moves within 10% of D (counted as transfer,
-    the wait would have moved it by all of D)."""
+    arrives, which the machine's load moves); their transfer moves within a quarter of D (counted as
+    transfer, the wait would have moved it by all of D; a loaded CI machine moved it by 10.5% of D)."""
 
     def delta(rank: int, field: str) -> float:
         value = lambda step: job["breakdowns"][step][rank][field]
@@ -201,7 +201,7 @@ def test_an_all_reduce_waiting_on_a_late_rank_is_wait_on_the_others_and_compute_
             waited = job["breakdowns"][step][rank]["dependency_wait_ns"]
             assert waited >= gap - 2 * MS, (rank, step, waited / MS, gap / MS)
         moved = delta(rank, "transfer_ns")
-        assert abs(moved) < 0.1 * LATE_MS * MS, (rank, moved / MS)
+        assert abs(moved) < 0.25 * LATE_MS * MS, (rank, moved / MS)
 
 
 def test_a_pause_outside_the_pipeline_is_straggler_jitter_not_imbalance(job: dict[str, Any]) -> None:

@@ -13,7 +13,9 @@ import pytest
 from tests.support import LiveServer, run_parallel_job, run_rows, wait_for_steps
 
 pytestmark = pytest.mark.slow
-SKEW_MS = -500.0  # rank 1's clock runs 500 ms behind rank 0's: beyond any scheduling hiccup of a loaded 2-core machine
+# rank 1's clock runs 2 s behind rank 0's: beyond any scheduling hiccup of a loaded 2-core machine (at 500 ms, a CI
+# run saw rank 1 start its forward 567 ms after rank 0's send left, so the skew no longer reversed them)
+SKEW_MS = -2000.0
 STEPS = 6
 
 
@@ -47,7 +49,7 @@ def test_raw_timestamps_break_dependency_order_and_the_aligned_timeline_restores
 ) -> None:
     """Rank 1's forward needs rank 0's activation, so it cannot start before rank 0's send did:
     the aligned timeline keeps that order within the offset's stated uncertainty (the gap it must
-    restore is the activation's transfer, about 0.1 ms; the skew it removes is 500 ms)."""
+    restore is the activation's transfer, about 0.1 ms; the skew it removes is 2 s)."""
     key, _detail, steps = skewed
     raw = run_rows(
         sqlite_server.db_url,
