@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 Severity = Literal["critical", "warning", "info"]
 
@@ -384,8 +384,3 @@ CATALOG: Final[tuple[AlertSpec, ...]] = (
     ALERT_DELIVERY_FAILING,
     AUTH_FAILURES_BURST,
 )
-
-
-def threshold_defaults() -> dict[str, Any]:
-    """``DEFAULT_THRESHOLDS`` by field name (``serve``'s defaults)."""
-    return {name: getattr(DEFAULT_THRESHOLDS, name) for name in Thresholds.__dataclass_fields__ if name != "disabled"}

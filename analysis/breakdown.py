@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from bubblescope import intervals, wire
-from bubblescope.analysis.collective_waits import MESH_EXCLUDED, collective_waits_by_group, is_mesh_collective
+from bubblescope.analysis.collective_waits import COLLECTIVE_KINDS, MESH_EXCLUDED, collective_waits_by_group
 from bubblescope.analysis.model import RankBreakdown, StepBubble, TimedSpan
 from bubblescope.analysis.schedules import stages_floor
 from bubblescope.timesplit import split_window
@@ -187,8 +187,8 @@ def step_breakdown_and_mesh_waits(
     in_mesh_collectives: set[int] = set()
     for span in spans:
         by_rank[span.rank].append(span)
-        if is_mesh_collective(span):
-            in_mesh_collectives.add(span.rank)
+        if span.group and span.kind in COLLECTIVE_KINDS and span.group not in MESH_EXCLUDED:
+            in_mesh_collectives.add(span.rank)  # a collective over dp, tp, ...: outside the pipeline replay
     breakdowns = [
         rank_breakdown(rank, stages.get(rank), by_rank.get(rank, []), windows[rank], waits.get(rank, []))
         for rank in sorted(windows)

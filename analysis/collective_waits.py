@@ -48,12 +48,9 @@ def collective_waits(
     return waits
 
 
-def is_mesh_collective(span: TimedSpan) -> bool:
-    """A collective over a mesh dimension other than the pipeline's (dp, tp, ...): outside the replay's model."""
-    return span.kind in COLLECTIVE_KINDS and bool(span.group) and span.group not in MESH_EXCLUDED
-
-
 MESH_EXCLUDED: Final = frozenset({wire.WORLD_GROUP, wire.PIPELINE_GROUP})
+"""Group labels that are not a mesh dimension outside the pipeline: a collective on any other (dp, tp, ...)
+is what the pipeline replay does not model."""
 
 
 def collective_waits_by_group(

@@ -204,7 +204,7 @@ def what_if(facts: RunFacts, steps: Sequence[BrokenDownStep], change: Change) ->
     """``change`` replayed over the measured pipeline of ``steps``; ``NotReplayable`` when the steps hold
     none, an ``InputError`` naming the change's field when the change does not fit it."""
     config, _, _ = _with_counted_layers(facts)
-    measured, why_not = _measure(config, _step_figures(facts, steps).spans)
+    measured, why_not = _measure(config, [_step_spans(step) for step in steps])
     if measured is None:
         raise NotReplayable(why_not or "no pipeline")
     prediction = predict(measured, change)
@@ -239,8 +239,8 @@ def _step_figures(facts: RunFacts, steps: Sequence[BrokenDownStep]) -> _StepFigu
     for step in steps:
         record = step.record
         bubble = bubble_of_step(facts.config, step)
-        span_windows = record.span_windows()  # a big run's sampled replicas (analysis/sampling.py)
-        figures.spans.append(StepSpans(record.step, record.spans, span_windows, step.matched))
+        figures.spans.append(_step_spans(step))
+        span_windows = figures.spans[-1].windows  # a big run's sampled replicas (analysis/sampling.py)
         figures.bubble_ns.append(bubble.measured_fraction * bubble.wall_ns)
         figures.walls.append(bubble.wall_ns)
         for group, ns in _exposed_comm_by_group(record.spans, len(span_windows)).items():
@@ -249,6 +249,12 @@ def _step_figures(facts: RunFacts, steps: Sequence[BrokenDownStep]) -> _StepFigu
             figures.mesh_waits_ns.append(step.mesh_wait_ns)
     figures.exposed_by_group.update({g: sum(v) / len(steps) for g, v in exposed.items()})
     return figures
+
+
+def _step_spans(step: BrokenDownStep) -> StepSpans:
+    """The step as the pipeline's measurement reads it: the spans of the ranks whose spans were read."""
+    record = step.record
+    return StepSpans(record.step, record.spans, record.span_windows(), step.matched)
 
 
 def _exposed_comm_by_group(spans: Sequence[TimedSpan], ranks: int) -> dict[str, float]:

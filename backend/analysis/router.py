@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from bubblescope import wire
+from bubblescope import analysis, wire
 from bubblescope.backend.analysis import service
 from bubblescope.backend.analysis.schemas import AnalysisOut, PredictionOut, WhatIfIn
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
@@ -20,7 +20,7 @@ router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["analysis"])
     "/{run_key}/analysis",
     response_model=AnalysisOut,
     summary="Why the bubble is what it is, and what to change: attribution, imbalance, ranked suggestions",
-    description=f"Reads the newest {service.MAX_STEPS} steps with spans in [from_step, to_step] (default: "
+    description=f"Reads the newest {analysis.MAX_ANALYSED_STEPS} steps with spans in [from_step, to_step] (default: "
     "every step with spans; step 0, the warm-up, left out). See docs/analysis.md.",
 )
 def get_analysis(

@@ -20,8 +20,6 @@ from bubblescope.backend.analysis.schemas import (
 from bubblescope.backend.derived.report import run_report, run_what_if
 from bubblescope.backend.store.runs import require_run
 
-MAX_STEPS = analysis.MAX_ANALYSED_STEPS
-
 
 def run_analysis(session: Session, key: str, from_step: int | None, to_step: int | None) -> AnalysisOut:
     return analysis_out(key, run_report(session, require_run(session, key), from_step, to_step))

@@ -30,7 +30,6 @@ from bubblescope.backend.db.models import Run
 from bubblescope.backend.derived.report import run_report
 from bubblescope.backend.derived.stragglers import straggler_report
 from bubblescope.backend.errors import DomainError
-from bubblescope.backend.store.runs import find_run
 from bubblescope.backend.store.steps import first_step, step_totals
 
 RECOMPUTE_S = 30.0
@@ -109,7 +108,7 @@ def compute_figures(session: Session, asked: FigureRequest) -> ComputedFigures:
     return ComputedFigures(
         baseline,
         _regression(session, asked.run_id, asked.newest_step, baseline, asked.usual_step_s, t),
-        _bubble(session, asked.run_key, asked.newest_step, t),
+        _bubble(session, asked.run_id, asked.newest_step, t),
         _stragglers(session, asked.run_id, asked.run_key, asked.newest_step),
     )
 
@@ -156,9 +155,9 @@ def _regression(
     return RegressionFigures(baseline_s, medians, covered_s)
 
 
-def _bubble(session: Session, key: str, newest_step: int, t: Thresholds) -> BubbleFigures | None:
+def _bubble(session: Session, run_id: int, newest_step: int, t: Thresholds) -> BubbleFigures | None:
     """The measured bubble and the simulator's floor over the newest steps with spans (a pipeline run)."""
-    run = find_run(session, key)
+    run = session.get(Run, run_id)
     if run is None:
         return None
     try:
