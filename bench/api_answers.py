@@ -2,7 +2,7 @@
 
 Two steps, so that the same stored data is read by two versions of the service:
 
-    python bench/api_answers.py record --db /tmp/answers.db            # the demo job + the 1,024-rank synthetic run
+    python bench/api_answers.py record --db /tmp/answers.db   # the demo job, a DDP loop from the docs, the 1,024-rank run
     python bench/api_answers.py answers --db /tmp/answers.db --out before.json [--python OLD_VENV/bin/python]
     python bench/api_answers.py answers --db /tmp/answers.db --out after.json
     python bench/api_answers.py compare before.json after.json
@@ -39,6 +39,7 @@ from bench.synthetic_run import SyntheticJob, register_job, send_job  # noqa: E4
 BIG_RUN = "big-1024"
 BIG_JOB = SyntheticJob(stages=8, replicas=128, steps=16, full_every=5, slow=((341, 1.3),))
 DEMO_RUN = "demo-answers"
+DDP_RUN = "ddp-from-docs"  # bench/ddp_from_docs.py: a plain DDP loop instrumented as docs/collector.md shows
 WHATIFS: list[dict[str, Any]] = [
     {},
     {"microbatches": 16},
@@ -107,6 +108,9 @@ def record(db: Path) -> None:
     try:
         demo = [sys.executable, "-m", "bubblescope.cli", "demo", "--url", service.url, "--no-serve"]
         subprocess.run([*demo, "--run", DEMO_RUN] if _demo_takes_run() else demo, check=True, cwd=REPO)
+        ddp = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        env = {**os.environ, "BUBBLESCOPE_URL": service.url, "OMP_NUM_THREADS": "1"}
+        subprocess.run([*ddp, str(REPO / "bench" / "ddp_from_docs.py"), "--run-name", DDP_RUN], check=True, env=env)
         with httpx.Client(base_url=service.url, timeout=120) as client:
             register_job(client, BIG_JOB, BIG_RUN, senders=4)
             send_job(client, BIG_JOB, BIG_RUN, steps_per_batch=BIG_JOB.steps, senders=4)
