@@ -80,14 +80,18 @@ def span_sample(places: Sequence[RankPlace], compute_ns: Mapping[int, int]) -> f
 
 
 def break_down_step(record: StepRecord, places: Sequence[RankPlace]) -> BrokenDownStep:
-    """Every reporting rank's breakdown: from its spans, or (outside the sample) from its totals."""
+    """Every reporting rank's breakdown: from its spans, or from its totals where its spans were not read
+    (outside the sample) or not recorded (a step that travelled as aggregates only, ``from_spans`` false),
+    never as a window of zero compute."""
     stages = {place.rank: place.stage for place in places}
     coords = {place.rank: place.coords for place in places}
     matched = matched_recvs(record.spans)
-    span_windows = record.span_windows()
+    with_spans = {span.rank for span in record.spans}
+    summed_ranks = {totals.rank for totals in record.totals if totals.rank not in with_spans}
+    span_windows = {rank: window for rank, window in record.span_windows().items() if rank not in summed_ranks}
     measured, mesh = step_breakdown_and_mesh_waits(record.spans, span_windows, stages, matched, coords)
     mesh_wait = sum(mesh.values()) / max(1, len(span_windows)) if mesh else None
-    if record.sampled is None:
+    if not summed_ranks:
         return BrokenDownStep(record, measured, matched, mesh_wait)
     shares = stage_wait_shares(measured)
     summed = [
@@ -99,7 +103,7 @@ def break_down_step(record: StepRecord, places: Sequence[RankPlace]) -> BrokenDo
             shares.get(stages.get(totals.rank), 0.0),
         )
         for totals in record.totals
-        if totals.rank not in record.sampled
+        if totals.rank in summed_ranks
     ]
     return BrokenDownStep(record, sorted([*measured, *summed], key=lambda b: b.rank), matched, mesh_wait)
 
