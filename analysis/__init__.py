@@ -103,6 +103,10 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         bubble_of_step as bubble_of_step,
         span_sample as span_sample,
     )
+    from bubblescope.analysis.step_split import (
+        STEP_PARTS as STEP_PARTS,
+        StepSplit as StepSplit,
+    )
     from bubblescope.analysis.stragglers import (
         MIN_VERDICT_STEPS as MIN_VERDICT_STEPS,
         PHASES as PHASES,
@@ -182,6 +186,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "lookup",
         "stages_floor",
     ),
+    "step_split": ("STEP_PARTS", "StepSplit"),
     "step_record": (
         "BrokenDownStep",
         "RankTotals",

@@ -18,7 +18,7 @@ Algorithm:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 
 from bubblescope import intervals, wire
@@ -53,24 +53,44 @@ MESH_EXCLUDED: Final = frozenset({wire.WORLD_GROUP, wire.PIPELINE_GROUP})
 is what the pipeline replay does not model."""
 
 
-def collective_waits_by_group(
+def _calls(
     spans: Iterable[TimedSpan], coords: Mapping[int, Mapping[str, int]]
-) -> dict[str, dict[int, list[intervals.Interval]]]:
-    """``collective_waits`` by the group's label ("world", "dp", "tp", ...)."""
+) -> Iterator[tuple[str, tuple[TimedSpan, ...]]]:
+    """Each call of a collective (algorithm, 1-2): its group's label and its members' spans."""
     calls: dict[InstanceKey, dict[int, list[TimedSpan]]] = defaultdict(lambda: defaultdict(list))
     for span in spans:
         if span.kind in COLLECTIVE_KINDS and span.group:
             key = _instance(span.group, coords.get(span.rank, {}))
             if key is not None:
                 calls[key][span.rank].append(span)
-    waits: dict[str, dict[int, list[intervals.Interval]]] = defaultdict(lambda: defaultdict(list))
     for (label, _), members in calls.items():
         if len(members) < 2 or len({len(own) for own in members.values()}) != 1:
             continue
         ordered = [sorted(own, key=lambda s: s.start_ns) for own in members.values()]
         for call in zip(*ordered):
-            last = max(s.start_ns for s in call)
-            for s in call:
-                if s.start_ns < last <= s.end_ns:
-                    waits[label][s.rank].append((s.start_ns, last))
+            yield label, call
+
+
+def collective_waits_by_group(
+    spans: Iterable[TimedSpan], coords: Mapping[int, Mapping[str, int]]
+) -> dict[str, dict[int, list[intervals.Interval]]]:
+    """``collective_waits`` by the group's label ("world", "dp", "tp", ...)."""
+    waits: dict[str, dict[int, list[intervals.Interval]]] = defaultdict(lambda: defaultdict(list))
+    for label, call in _calls(spans, coords):
+        last = max(s.start_ns for s in call)
+        for s in call:
+            if s.start_ns < last <= s.end_ns:
+                waits[label][s.rank].append((s.start_ns, last))
     return waits
+
+
+def waits_caused(spans: Iterable[TimedSpan], coords: Mapping[int, Mapping[str, int]]) -> dict[int, int]:
+    """Per rank, the time its peers waited in collectives for it to arrive (it started the call last), ns:
+    the culprit of the waits ``collective_waits`` finds."""
+    caused: dict[int, int] = defaultdict(int)
+    for _label, call in _calls(spans, coords):
+        latest = max(call, key=lambda s: s.start_ns)
+        caused[latest.rank] += sum(
+            latest.start_ns - s.start_ns for s in call if s.start_ns < latest.start_ns <= s.end_ns
+        )
+    return dict(caused)

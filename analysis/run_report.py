@@ -18,16 +18,19 @@ from typing import Any, Final
 
 from bubblescope import intervals, wire
 from bubblescope.analysis.attribution import BubbleAttribution, StageImbalance, attribute_bubble, stage_imbalance
+from bubblescope.analysis.breakdown import stage_wait_shares
 from bubblescope.analysis.errors import InputError
 from bubblescope.analysis.layout_fixes import trade_dp_for_pp
 from bubblescope.analysis.memory_fixes import memory_suggestions, predicted_memory_per_pipeline_rank
 from bubblescope.analysis.memory_use import RankMemory, StageMemory, stage_memory
 from bubblescope.analysis.model import RankBreakdown, RankPlace, TimedSpan
 from bubblescope.analysis.pipeline_profile import MeasuredPipeline, StepSpans, measure_pipeline
+from bubblescope.analysis.step_fixes import step_fixes
 from bubblescope.analysis.step_record import BrokenDownStep, bubble_of_step
+from bubblescope.analysis.step_split import StepSplit, split_steps
 from bubblescope.analysis.stragglers import MIN_VERDICT_STEPS, StragglerReport
 from bubblescope.analysis.suggestions import RunEvidence, StragglerNote, Suggestion, suggest
-from bubblescope.analysis.warmup import StepSeen, is_complete, usual_steps
+from bubblescope.analysis.warmup import StepSeen, is_complete, is_warmup, usual_steps
 from bubblescope.analysis.whatif import Change, Prediction, predict
 
 MAX_ANALYSED_STEPS: Final = 50
@@ -47,11 +50,18 @@ class RunFacts:
 
 @dataclass(frozen=True)
 class StepWindow:
-    """The steps to analyse (oldest first), and the steps with spans in the range left out."""
+    """The steps to analyse (oldest first), those of them read from their aggregates (no spans), and the
+    steps with spans in the range left out."""
 
     steps: list[int]
     partial_left_out: list[int]
     warmup_left_out: list[int]
+    from_aggregates: list[int] = field(default_factory=list)
+
+
+MIN_SPANNED_STEPS: Final = 10
+"""Fewer steps with spans than this past the warm-up (a short run, full spans every N-th step): the window
+takes every complete step past the warm-up, from its aggregates where it has no spans."""
 
 
 def choose_steps(
@@ -66,10 +76,22 @@ def choose_steps(
     chosen = {s.step for s in usual}
     left_out = [s for s in in_range if s.has_spans and s.step not in chosen]
     partial = [s.step for s in left_out if not is_complete(s, world_size)]
+    aggregated: set[int] = set()
+    if usual and len(usual) < MIN_SPANNED_STEPS:
+        first = min(s.step for s in seen)
+        aggregated = {
+            s.step
+            for s in in_range
+            if not s.has_spans
+            and is_complete(s, world_size)
+            and (from_step is not None or not is_warmup(s.step, first))
+        }
+    steps = sorted(chosen | aggregated)[-MAX_ANALYSED_STEPS:]
     return StepWindow(
-        steps=[s.step for s in usual][-MAX_ANALYSED_STEPS:],
+        steps=steps,
         partial_left_out=partial,
         warmup_left_out=[s.step for s in left_out if s.step not in partial],
+        from_aggregates=[step for step in steps if step in aggregated],
     )
 
 
@@ -103,6 +125,7 @@ class RunReport:
     """The whole analysis of a window of a run's steps (``backend`` answers it as ``AnalysisOut``)."""
 
     steps: list[int]
+    steps_from_aggregates: list[int]  # of ``steps``, those without spans: read from their aggregates
     partial_steps_left_out: list[int]
     warmup_steps_left_out: list[int]
     step_ns: float  # median step wall time over the steps
@@ -117,6 +140,7 @@ class RunReport:
     layers_source: str | None  # "declared" (config), "counted" (the ranks), None (unknown)
     params_per_stage: list[int] | None
     suggestions: list[Suggestion]
+    step_split: StepSplit | None = None  # a job without a pipeline: where its step goes (no bubble)
 
 
 @dataclass(frozen=True)
@@ -141,10 +165,12 @@ def analyse_run(
     peaks over those steps; ``stragglers``: the report over ``straggler_range(window)``, when there is one."""
     if not steps:
         raise InputError("from_step", "no step with spans in the range")
-    figures = _step_figures(facts, steps)
+    steps = with_run_wait_shares(steps)
+    figures = _step_figures(facts, [s for s in steps if s.record.spans] or list(steps))
     step_ns = float(statistics.median(figures.walls))
     config, layers_source, params_per_stage = _with_counted_layers(facts)
-    measured, why_not = _measure(config, figures.spans)
+    has_pipeline = describes_pipeline(facts.config)
+    measured, why_not = _measure(config, [s for s in figures.spans if s.spans]) if has_pipeline else (None, None)
     stage_memory_rows = _memory(facts, memory)
     attribution = imbalance = None
     if measured is not None:
@@ -164,8 +190,10 @@ def analyse_run(
         stragglers=straggler_notes(stragglers),
     )
     evidence = replace(evidence, layout_notes=trade_dp_for_pp(evidence, mesh_sizes(facts.places)))
+    split = None if has_pipeline else split_steps(steps, facts.places)
     return RunReport(
         steps=[s.record.step for s in steps],
+        steps_from_aggregates=window.from_aggregates,
         partial_steps_left_out=window.partial_left_out,
         warmup_steps_left_out=window.warmup_left_out,
         step_ns=step_ns,
@@ -179,8 +207,59 @@ def analyse_run(
         imbalance=imbalance,
         layers_source=layers_source if measured is not None and measured.layers_per_stage else None,
         params_per_stage=params_per_stage,
-        suggestions=suggest(evidence),
+        suggestions=suggest(evidence) if split is None else _job_fixes(split, evidence),
+        step_split=split,
     )
+
+
+def with_run_wait_shares(steps: Sequence[BrokenDownStep]) -> list[BrokenDownStep]:
+    """``steps``, those without any spans (read from their aggregates) with each rank's exposed communication
+    split into waiting and transfer as its stage's ranks' was in the steps with spans (each stage's median
+    share, ``stage_wait_shares``): a step alone has no spans to split it by."""
+    spanned = [b for step in steps if step.record.spans for b in step.breakdowns if b.from_spans]
+    if not spanned or all(step.record.spans for step in steps):
+        return list(steps)
+    shares = stage_wait_shares(spanned)
+    out = []
+    for step in steps:
+        if step.record.spans:
+            out.append(step)
+            continue
+        rows = []
+        for b in step.breakdowns:
+            wait = round(b.exposed_comm_ns * shares.get(b.stage, 0.0))
+            bubble = b.idle_ns + wait
+            rows.append(
+                replace(
+                    b,
+                    dependency_wait_ns=wait,
+                    transfer_ns=b.exposed_comm_ns - wait,
+                    bubble_ns=bubble,
+                    bubble_fraction=bubble / b.window_ns if b.window_ns else 0.0,
+                )
+            )
+        out.append(replace(step, breakdowns=rows))
+    return out
+
+
+def describes_pipeline(config: Mapping[str, Any]) -> bool:
+    """Whether the run registered a pipeline (a schedule: ``collector.instrument``, ``describe_pipeline``)."""
+    return bool(config.get("schedule"))
+
+
+def _job_fixes(split: StepSplit, evidence: RunEvidence) -> list[Suggestion]:
+    """A job without a pipeline: its step's fixes, with the run-wide ones (TP placement, a straggler to drain,
+    memory) that do not repeat them."""
+    own = step_fixes(split, evidence)
+    kinds = {s.kind for s in own}
+    drained = {s.apply.get("exclude_hosts", [None])[0] for s in own if s.kind == "late_rank"}
+    others = [
+        s
+        for s in suggest(evidence)
+        if s.kind not in kinds
+        and not (s.kind == "drain_straggler" and s.apply.get("exclude_hosts", [None])[0] in drained)
+    ]
+    return sorted([*own, *others], key=lambda s: s.gain_fraction, reverse=True)
 
 
 class NotReplayable(InputError):
@@ -204,7 +283,7 @@ def what_if(facts: RunFacts, steps: Sequence[BrokenDownStep], change: Change) ->
     """``change`` replayed over the measured pipeline of ``steps``; ``NotReplayable`` when the steps hold
     none, an ``InputError`` naming the change's field when the change does not fit it."""
     config, _, _ = _with_counted_layers(facts)
-    measured, why_not = _measure(config, [_step_spans(step) for step in steps])
+    measured, why_not = _measure(config, [_step_spans(step) for step in steps if step.record.spans])
     if measured is None:
         raise NotReplayable(why_not or "no pipeline")
     prediction = predict(measured, change)

@@ -5,7 +5,8 @@
     collector.init(run="llama-pp4")        # url, token, run, ...: also BUBBLESCOPE_* (config.py)
     collector.instrument(schedule)         # a torch.distributed.pipelining schedule
     collector.register_mesh(mesh)          # a DeviceMesh: coordinates and dp/tp/pp group labels
-    collector.instrument_ddp(ddp_model)    # DDP gradient buckets (instead of register_comm_hook)
+    collector.instrument_ddp(ddp_model)    # DDP's forward/backward and gradient buckets
+    collector.instrument_model(model)      # forward/backward of any model (FSDP2, TP, a plain loop)
     collector.instrument_optimizer(opt)
     for batch in collector.timed_batches(loader):
         with collector.step():
@@ -54,6 +55,7 @@ __all__ = [
     "init",
     "instrument",
     "instrument_ddp",
+    "instrument_model",
     "instrument_optimizer",
     "is_enabled",
     "paused",
@@ -173,6 +175,7 @@ def instrument(schedule: Any) -> Any:
     try:
         from bubblescope.collector import pipelining
 
+        _session.recorder.pipeline_compute = True
         pipelining.instrument_schedule(schedule, _session.recorder)
         _session.align_clock()
         described = pipelining.describe(schedule)
@@ -202,12 +205,29 @@ def register_mesh(mesh: Any) -> Any:
     return mesh
 
 
-def instrument_ddp(model: Any, hook: Any = None, state: Any = None) -> Any:
-    """Time each DDP gradient bucket's all-reduce (bytes, group). Pass your own communication
-    hook and state here instead of calling ``model.register_comm_hook``; returns the model."""
-    from bubblescope.collector import integrations
+def instrument_model(model: Any, name: str | None = None) -> Any:
+    """Record every forward and backward of ``model`` (any ``nn.Module``: the root of an FSDP2 or tensor-parallel
+    model, a plain one) as compute spans named ``name`` (default: its class), through module and autograd hooks;
+    time it blocked waiting in a collective stays communication. Call it once per model, on the module your loop
+    calls; a pipelining schedule (``instrument``) records its stages' compute itself. Returns the model."""
+    from bubblescope.collector import model_hooks
 
-    _guarded("instrument DDP", lambda session: integrations.instrument_ddp(model, session.recorder, hook, state))
+    _guarded("instrument the model", lambda session: model_hooks.instrument_model(model, session.recorder, name))
+    return model
+
+
+def instrument_ddp(model: Any, hook: Any = None, state: Any = None) -> Any:
+    """Time a DistributedDataParallel model's forward and backward (``instrument_model`` on its ``module``) and
+    each gradient bucket's all-reduce (bytes, group). Pass your own communication hook and state here instead of
+    calling ``model.register_comm_hook``; returns the model."""
+    from bubblescope.collector import integrations, model_hooks
+
+    def instrument(session: CollectorSession) -> None:
+        integrations.instrument_ddp(model, session.recorder, hook, state)
+        inner = model.module
+        model_hooks.instrument_model(inner, session.recorder, type(inner).__name__)
+
+    _guarded("instrument DDP", instrument)
     return model
 
 
@@ -240,6 +260,7 @@ def describe_pipeline(
     the same order), whose layers and parameters are counted so that stages can be rebalanced."""
 
     def register(session: CollectorSession) -> None:
+        session.recorder.pipeline_compute = True  # its stages' spans are the compute
         local = stages or []
         session.register_run(
             schedule=schedule,

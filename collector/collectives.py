@@ -227,7 +227,7 @@ def _wrap_dist(name: str, kind: str, group_at: int, original: Callable[..., Any]
             with recorder.quiet():  # torch composes some calls of others (send is isend + wait)
                 result = original(*args, **kwargs)
         finally:
-            recorder.waiting = None
+            recorder.stop_waiting()
         try:
             if gpu_start is not None:
                 if result is None or name in ("send", "recv"):  # waited inside: this stream waits for it
@@ -306,7 +306,7 @@ def _wrap_work_wait(original: Callable[..., Any]) -> Callable[..., Any]:
             result = original(self, *args, **kwargs)
         finally:
             if waiting is not None:
-                waiting.waiting = None
+                waiting.stop_waiting()
         _finish(self)
         return result
 
@@ -371,7 +371,7 @@ def _wrap_wait_tensor(original: Callable[..., Any]) -> Callable[..., Any]:
             result = original(tensor)
         finally:
             if waiting is not None:
-                waiting.waiting = None
+                waiting.stop_waiting()
         _finish(tensor)
         return result
 

@@ -27,6 +27,8 @@ from bubblescope.collector.gpu_timing import GpuEvents
 from bubblescope.collector.memory import MemoryReading
 
 SpanRow = tuple[Any, ...]
+MAX_BLOCKED_WAITS = 4096
+"""Blocking waits noted in one step (``Recorder.blocked``); beyond it compute spans keep the waits."""
 StepSink = Callable[["StepRecord"], None]
 DropCounter = Callable[[int], None]
 DetailPolicy = Callable[[int], bool]
@@ -164,7 +166,7 @@ class QuietSpanTimer(SpanTimer):
 
     def __exit__(self, *exc: Any) -> None:
         self._recorder.quiet_depth -= 1
-        self._recorder.waiting = None
+        self._recorder.stop_waiting()
         SpanTimer.__exit__(self, *exc)
 
 
@@ -247,6 +249,16 @@ class Recorder:
         # call and wait by the integrations, read by the shipper's watchdog): two attribute
         # writes per op, nothing else on this thread.
         self.waiting: Waiting | None = None
+        # When the training thread was blocked in a communication op this step, (start, end) in order:
+        # ``model_hooks`` cuts its compute spans around them. Bounded; a new list at each step's end.
+        self.blocked: list[tuple[int, int]] = []
+        self.pipeline_compute = False  # a pipelining integration records compute: model hooks stand down
+
+    def stop_waiting(self) -> None:
+        """The op set in ``waiting`` returned: clear it and note how long the thread was blocked in it."""
+        waiting, self.waiting = self.waiting, None
+        if waiting is not None and len(self.blocked) < MAX_BLOCKED_WAITS:
+            self.blocked.append((waiting[-1], local_ns()))
 
     @property
     def step_start_ns(self) -> int | None:
@@ -376,6 +388,7 @@ class Recorder:
     def end_step(self) -> None:
         end = local_ns()
         spans, self.spans = self.spans, []
+        self.blocked = []
         start = self._step_start
         if start is None:  # no explicit begin: the window is first span start to end
             start = min((row[2] for row in spans), default=end)

@@ -135,17 +135,57 @@ class SuggestionOut(FromAnalysis):
     megatron: list[str]
 
 
+class StepPartOut(FromAnalysis):
+    name: str = Field(
+        description="model_compute, optimizer, data_loading, collective_wait, collective_transfer, host_gaps"
+    )
+    ns: float = Field(description="mean per rank per step")
+    fraction_of_step: float = Field(description="of the ranks' mean window")
+
+
+class GroupTimeOut(FromAnalysis):
+    group: str
+    exposed_ns: float = Field(
+        description="communication over the group with no compute under it, mean per rank per step"
+    )
+    wait_ns: float = Field(description="of it, before the call's last member arrived")
+    transfer_ns: float
+
+
+class CulpritOut(FromAnalysis):
+    rank: int
+    host: str | None
+    caused_ns: float = Field(description="its peers' waits for it in the collectives, summed over them, per step")
+    share: float = Field(description="of every wait in the collectives")
+    victims: list[int] = Field(description="the ranks that waited in the collectives")
+
+
+class StepSplitOut(FromAnalysis):
+    """Where the step of a job without a pipeline goes: no bubble, the job's own terms."""
+
+    window_ns: float = Field(description="the ranks' mean window per step")
+    parts: list[StepPartOut] = Field(description="add up to the window")
+    groups: list[GroupTimeOut] = Field(description="exposed communication per group, largest first")
+    compute_instrumented: bool = Field(description="false: no forward or backward was recorded")
+    not_instrumented: str | None = Field(description="what to add when compute_instrumented is false")
+    culprit: CulpritOut | None = Field(description="the rank the others wait for in the collectives, if one is")
+
+
 class AnalysisOut(BaseModel):
     run_key: str
     steps: list[int] = Field(
         description="the steps analysed: those with spans in the range, the partial and (unless from_step is given) "
-        "warm-up ones left out where others exist; at most the newest 50"
+        "warm-up ones left out where others exist, and steps_from_aggregates; at most the newest 50"
     )
     partial_steps_left_out: list[int] = Field(
         description="steps with spans in the range left out because not every rank reported them (a crash, or "
         "batches still arriving)"
     )
     warmup_steps_left_out: list[int] = Field(description="steps with spans in the range left out as the run's warm-up")
+    steps_from_aggregates: list[int] = Field(
+        description="of steps, those analysed from their per-step aggregates (no spans): where fewer than 10 steps "
+        "with spans are past the warm-up, every complete step past it is analysed"
+    )
     step_ns: float = Field(description="median step wall time over those steps")
     step_bubble_fractions: list[float] = Field(
         description="each analysed step's measured bubble, a fraction of its wall time (same order as steps)"
@@ -154,7 +194,9 @@ class AnalysisOut(BaseModel):
     memory: list[StageMemoryOut] = Field(description="memory per stage; empty when the collector sent no readings")
     exposed_comm_ns_by_group: dict[str, float] = Field(description="mean per rank per step, pipeline p2p excluded")
     pipeline: MeasuredPipelineOut | None = Field(description="the run in the simulator's terms")
-    pipeline_unavailable: str | None = Field(description="why there is no pipeline replay, when there is none")
+    pipeline_unavailable: str | None = Field(
+        description="why a run that registered a pipeline has no replay; null with a replay, and for a run without one"
+    )
     attribution: BubbleAttributionOut | None
     imbalance: StageImbalanceOut | None
     layers_source: str | None = Field(
@@ -163,6 +205,10 @@ class AnalysisOut(BaseModel):
     )
     params_per_stage: list[int] | None = Field(description="parameters of each stage, as the collector counted them")
     suggestions: list[SuggestionOut] = Field(description="ranked by predicted gain")
+    step_split: StepSplitOut | None = Field(
+        description="a run that registered no pipeline: where its step goes (pipeline, attribution and imbalance "
+        "are then null)"
+    )
 
 
 class WhatIfIn(BaseModel):

@@ -14,6 +14,7 @@ from bubblescope.backend.analysis.schemas import (
     StageBreakdownOut,
     StageImbalanceOut,
     StageMemoryOut,
+    StepSplitOut,
     SuggestionOut,
     WhatIfIn,
 )
@@ -32,6 +33,7 @@ def analysis_out(key: str, report: analysis.RunReport) -> AnalysisOut:
         steps=report.steps,
         partial_steps_left_out=report.partial_steps_left_out,
         warmup_steps_left_out=report.warmup_steps_left_out,
+        steps_from_aggregates=report.steps_from_aggregates,
         step_ns=report.step_ns,
         step_bubble_fractions=report.step_bubble_fractions,
         stages=[StageBreakdownOut.model_validate(stage) for stage in report.stages],
@@ -44,6 +46,7 @@ def analysis_out(key: str, report: analysis.RunReport) -> AnalysisOut:
         layers_source=report.layers_source,
         params_per_stage=report.params_per_stage,
         suggestions=[SuggestionOut.model_validate(s) for s in report.suggestions],
+        step_split=None if report.step_split is None else StepSplitOut.model_validate(report.step_split),
     )
 
 

@@ -60,7 +60,7 @@ def read_window(session: Session, run: Run, from_step: int | None, to_step: int 
     steps = []
     for step in window.steps:
         found = read_step(session, run, step)
-        assert found is not None  # a step with spans
+        assert found is not None  # a step with spans or aggregates
         steps.append(found.broken)
     return StoredWindow(facts, window, steps)
 

@@ -1,5 +1,5 @@
-"""GET /api/v1/bubble-causes: every cause of a bubble the analysis names, with its label and colour, for
-the dashboard.
+"""GET /api/v1/bubble-causes: every cause of a bubble the analysis names, and every part of a step without a
+pipeline, with its label and colour, for the dashboard.
 
 The one home of the causes' colours. The causes, their labels and what each stands for are the analysis'
 (``analysis.CAUSE_KINDS``); a cause added there needs a colour here, which
@@ -20,6 +20,13 @@ CAUSE_COLORS: Final[dict[str, str]] = {
     "communication_wait": "#8e5bd0",
     "mesh_collective_wait": "#2a9d8f",
     "straggler_jitter": "#d0457a",
+    # a step without a pipeline (analysis.STEP_PARTS)
+    "model_compute": "#3b7dd8",
+    "optimizer": "#6aa9e9",
+    "data_loading": "#e0b13a",
+    "collective_wait": "#2a9d8f",
+    "collective_transfer": "#8e5bd0",
+    "host_gaps": "#c8ccd4",
 }
 
 
@@ -31,7 +38,10 @@ class BubbleCauseOut(BaseModel):
 
 
 class BubbleCausesOut(BaseModel):
-    causes: list[BubbleCauseOut] = Field(description="in the order an attribution lists them")
+    causes: list[BubbleCauseOut] = Field(
+        description="in the order an attribution lists them, then the parts of a step without a pipeline "
+        "(analysis.step_split.parts) in the order a split lists them"
+    )
 
 
 router = APIRouter(prefix=wire.API_PREFIX, tags=["meta"])
@@ -44,6 +54,6 @@ def get_bubble_causes() -> BubbleCausesOut:
             BubbleCauseOut(
                 name=kind.name, label=kind.label, explanation=kind.explanation, color=CAUSE_COLORS[kind.name]
             )
-            for kind in analysis.CAUSE_KINDS
+            for kind in (*analysis.CAUSE_KINDS, *analysis.STEP_PARTS)
         ]
     )
