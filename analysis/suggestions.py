@@ -239,7 +239,9 @@ def _communication_fixes(evidence: RunEvidence) -> list[Suggestion]:
                 why=f"exposed data-parallel communication is {dp / 1e6:.1f} ms per step ({dp / step:.0%} of the step)",
                 memory="larger buckets hold more gradient copies in flight (bucket size × 2)",
                 apply={"overlap_dp_communication": True},
-                torchtitan={"training.global_batch_size": "raise: more local batches accumulate per gradient reduction"},
+                torchtitan={
+                    "training.global_batch_size": "raise: more local batches accumulate per gradient reduction"
+                },
                 megatron=["--overlap-grad-reduce", "--overlap-param-gather", "--ddp-bucket-size <bytes>"],
                 torch="DDP(model, bucket_cap_mb=...) / fully_shard(..., reshard_after_forward=False); no_sync() for accumulation",
             )

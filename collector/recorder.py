@@ -381,7 +381,11 @@ class Recorder:
     def begin_step(self) -> None:
         if self._detail_listeners:
             self._decide_detail()
-        self._step_start = local_ns()
+        start = local_ns()
+        for row in self.spans:  # recorded between steps (the step's batch loading): the step starts there
+            if row[2] < start:
+                start = row[2]
+        self._step_start = start
         if self.gpu is not None:
             self.gpu.begin_step()
 

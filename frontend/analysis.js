@@ -1,6 +1,7 @@
 // The run page's analysis section: the measured bubble split into causes (ms and % of the step)
 // beside the closed-form and simulated floors, stage imbalance, and the ranked suggestions with
-// their predicted step time and the change in torch / torchtitan / Megatron-LM terms.
+// their predicted step time and the change in torch / torchtitan / Megatron-LM terms. A run without a
+// pipeline has no bubble: the section shows where its step goes (analysis.step_split) instead.
 import { cell, el, fact, plot, say } from "./dom.js";
 import { bytes, ms, percent, plotText } from "./format.js";
 import { cause } from "./causes.js";
@@ -34,6 +35,39 @@ function renderAttribution(a, stepNs) {
     tr.append(cell(cause(c.name).label, "text"), cell(ms(c.ns)), cell(percent(c.fraction_of_step)), cell(c.explanation, "text"));
     return tr;
   }));
+  return drawn;
+}
+
+// A step without a pipeline, split into its parts (compute, optimizer, data loading, waiting for peers,
+// transfer, host gaps), ms per rank per step; exposed communication per group; the rank the others wait for.
+function renderStepSplit(split, stepNs) {
+  const share = (name) => split.parts.find((p) => p.name === name);
+  const exposed = share("collective_wait").ns + share("collective_transfer").ns;
+  document.getElementById("analysis-facts").replaceChildren(
+    fact("Median step", `${ms(stepNs)} ms`),
+    fact("Compute (forward and backward)", `${ms(share("model_compute").ns)} ms · ${percent(share("model_compute").fraction_of_step)}`),
+    fact("Exposed communication", `${ms(exposed)} ms · waiting for peers ${ms(share("collective_wait").ns)} ms`),
+    fact("Host gaps (nothing recorded)", `${ms(share("host_gaps").ns)} ms · ${percent(share("host_gaps").fraction_of_step)}`),
+  );
+  const traces = split.parts.filter((p) => p.ns > 0).map((p) => ({
+    type: "bar", orientation: "h", name: plotText(cause(p.name).label), y: ["step"], x: [p.ns / 1e6],
+    marker: { color: cause(p.name).color },
+    hovertext: [`${plotText(cause(p.name).label)}: ${ms(p.ns)} ms (${percent(p.fraction_of_step)} of the step)<br>${plotText(cause(p.name).explanation || "")}`],
+    hoverinfo: "text", text: [`${ms(p.ns)} ms`], textposition: "inside",
+  }));
+  const drawn = plot("attribution-chart", traces, {
+    barmode: "stack", height: 150, margin: { l: 60, r: 20, t: 30, b: 40 },
+    xaxis: { title: { text: "ms per rank per step" } }, legend: { orientation: "h", x: 0, y: 1.15, yanchor: "bottom" },
+  });
+  document.querySelector("#causes tbody").replaceChildren(...split.parts.map((p) => {
+    const tr = document.createElement("tr");
+    tr.append(cell(cause(p.name).label, "text"), cell(ms(p.ns)), cell(percent(p.fraction_of_step)), cell(cause(p.name).explanation || "", "text"));
+    return tr;
+  }));
+  const groups = split.groups.map((g) => `${g.group} ${ms(g.exposed_ns)} ms (waiting ${ms(g.wait_ns)}, transfer ${ms(g.transfer_ns)})`);
+  const c = split.culprit;
+  const culprit = c ? ` Rank ${c.rank}${c.host ? ` (host ${c.host})` : ""} starts the collectives last: ${percent(c.share)} of the waits in them are for it.` : "";
+  say("attribution-note", groups.length ? `Exposed communication a rank per step, by group: ${groups.join(" · ")}.${culprit}` : culprit.trim());
   return drawn;
 }
 
@@ -129,11 +163,21 @@ export function renderAnalysis(view) {
     view.warmup_steps_left_out.length ? `warm-up ${span(view.warmup_steps_left_out)}` : null,
     view.partial_steps_left_out.length ? `partial ${view.partial_steps_left_out.join(", ")}` : null,
   ].filter(Boolean);
-  document.getElementById("analysis-note").textContent = `(steps ${span(view.steps)}, ${view.steps.length} with spans`
+  const spanned = view.steps.length - view.steps_from_aggregates.length;
+  const aggregated = view.steps_from_aggregates.length ? `, ${view.steps_from_aggregates.length} from their aggregates` : "";
+  document.getElementById("analysis-note").textContent = `(steps ${span(view.steps)}, ${spanned} with spans${aggregated}`
     + (out.length ? `; left out: ${out.join(", ")})` : ")");
-  const drawn = view.attribution ? renderAttribution(view.attribution, view.step_ns) : undefined;
-  say("analysis-error", view.attribution ? "" : `No pipeline replay: ${view.pipeline_unavailable}`);
-  renderExposed(view.exposed_comm_ns_by_group, view.step_ns);
+  const split = view.step_split;
+  document.getElementById("analysis-heading").textContent = split ? "Where the step goes, and what to change" : "Why the bubble, and what to change";
+  let drawn;
+  if (split) {
+    drawn = renderStepSplit(split, view.step_ns);
+    say("analysis-error", split.not_instrumented ? `Compute is not instrumented: ${split.not_instrumented.replace(/^compute is not instrumented: /, "")}` : "");
+  } else {
+    drawn = view.attribution ? renderAttribution(view.attribution, view.step_ns) : undefined;
+    say("analysis-error", view.attribution ? "" : `No pipeline replay: ${view.pipeline_unavailable}`);
+  }
+  renderExposed(split ? {} : view.exposed_comm_ns_by_group, view.step_ns);
   renderImbalance(view.imbalance, view.layers_source, unevenOutsideWork(view));
   renderMemory(view.memory);
   const why = unevenOutsideWork(view) || overheadsDominate(view); // one stage holds the others, or overheads outweigh the work

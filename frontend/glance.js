@@ -1,7 +1,8 @@
 // The run page's first card: the on-call questions answered in one screen, from what the page already
 // loads (the run, its analysis, its stragglers, its alerts): step time now against the run's own
 // baseline with the trend, the bubble against its floor, the largest cause, the slowest rank, the
-// first thing to do and the alerts firing. Each part fills in as its source arrives.
+// first thing to do and the alerts firing (a run without a pipeline: its compute share and the largest
+// other part of its step, no bubble). Each part fills in as its source arrives.
 import { el } from "./dom.js";
 import { ms, percent } from "./format.js";
 import { cause } from "./causes.js";
@@ -86,6 +87,7 @@ const AT_FLOOR = 0.02;
 // A measurement under the floor says the replay overstates this run, not that the run beat its schedule:
 // said so, not "below".
 function bubbleItem(analysis) {
+  if (analysis.step_split) return computeItem(analysis.step_split);
   const a = analysis.attribution;
   if (!a) return item("glance-bubble", "Bubble", "—", analysis.pipeline_unavailable || "not measurable for this run");
   const over = a.measured_bubble_fraction - a.simulated_floor_fraction;
@@ -97,7 +99,27 @@ function bubbleItem(analysis) {
   return item("glance-bubble", "Bubble", percent(a.measured_bubble_fraction), `${steps}; ${versus}`, over > 0.05 ? "bad" : "");
 }
 
+// A run without a pipeline: its compute share, and the rest of its step in one line; or that it recorded none.
+function computeItem(split) {
+  const part = (name) => split.parts.find((p) => p.name === name);
+  if (!split.compute_instrumented) {
+    return item("glance-bubble", "Compute", "not instrumented", "add collector.instrument_model(model): the training reads as host gaps", "bad");
+  }
+  const rest = ["collective_wait", "collective_transfer", "data_loading", "host_gaps"].map(part)
+    .filter((p) => p.fraction_of_step >= 0.005).map((p) => `${cause(p.name).label} ${percent(p.fraction_of_step)}`);
+  return item("glance-bubble", "Compute", percent(part("model_compute").fraction_of_step), `of the step; ${rest.join(", ") || "nothing else"}`);
+}
+
+// The largest part of a step without a pipeline that is not the model's own work.
+function largestPart(split) {
+  const parts = split.parts.filter((p) => !["model_compute", "optimizer"].includes(p.name) && p.ns > 0);
+  if (!split.compute_instrumented || !parts.length) return item("glance-cause", "Largest cause", "—", split.compute_instrumented ? "the step is all compute" : "compute is not instrumented");
+  const top = parts.reduce((a, b) => (b.ns > a.ns ? b : a));
+  return item("glance-cause", "Largest cause", cause(top.name).label, `${ms(top.ns)} ms per rank per step (${percent(top.fraction_of_step)} of the step)`);
+}
+
 function causeItem(analysis) {
+  if (analysis.step_split) return largestPart(analysis.step_split);
   const causes = analysis.attribution ? analysis.attribution.causes : [];
   if (!causes.length) return item("glance-cause", "Largest cause", "—", "no bubble attribution");
   const top = causes.reduce((a, b) => (b.ns > a.ns ? b : a));
@@ -117,6 +139,10 @@ function slowestItem(view) {
 
 function suggestionItem(analysis) {
   const s = analysis.suggestions[0];
+  const split = analysis.step_split;
+  if (split && !split.compute_instrumented) {
+    return item("glance-do", "Do first", "Instrument the model's compute", "collector.instrument_model(model) after building it (instrument_ddp does it for DDP); then the page can price fixes", "long");
+  }
   if (!s) {
     const uneven = unevenOutsideWork(analysis); // one stage's work outside the pipeline holds the others
     if (uneven) return item("glance-do", "Do first", "balance the work outside the pipeline", uneven, "long");
@@ -139,7 +165,7 @@ function render() {
   if (!known.run) return;
   box.replaceChildren(
     stepItem(known.run),
-    known.analysis ? bubbleItem(known.analysis) : waiting("glance-bubble", "Bubble"),
+    known.analysis ? bubbleItem(known.analysis) : waiting("glance-bubble", known.run.config.schedule ? "Bubble" : "Compute"),
     known.analysis ? causeItem(known.analysis) : waiting("glance-cause", "Largest cause"),
     known.stragglers ? slowestItem(known.stragglers) : waiting("glance-slowest", "Slowest"),
     known.analysis ? suggestionItem(known.analysis) : waiting("glance-do", "Do first"),

@@ -1,4 +1,5 @@
-// The top of the run page: name, state and facts of the run; the step picker and the step's bubble.
+// The top of the run page: name, state and facts of the run; the step picker and the step's bubble (or, for a
+// run without a pipeline, its compute and exposed communication).
 import { el, fact, stateBadge } from "./dom.js";
 import { ms, percent } from "./format.js";
 import { isComplete, isWarmup } from "./glance.js";
@@ -44,12 +45,24 @@ export function renderStepNote(text, isError = false) {
   note.className = isError ? "error" : "muted";
 }
 
-export function renderBubble(detail) {
+// A run that registered a pipeline: the step's bubble beside its closed form. Any other run (DDP, FSDP2, tensor
+// parallel, a plain loop) has no bubble: its step's compute and exposed communication, over the ranks.
+export function renderBubble(detail, run) {
   const b = detail.bubble;
-  document.getElementById("bubble-facts").replaceChildren(
+  const facts = run && !run.config.schedule ? stepShares(detail.breakdown) : [
     fact("Measured bubble, this step", percent(b.measured_fraction)),
     fact(`Theoretical ${b.formula || ""}`, percent(b.theoretical_fraction)),
-    fact("Step wall time", `${ms(b.wall_ns)} ms`),
-  );
-  renderStepNote(`${detail.spans.length} spans`);
+  ];
+  document.getElementById("bubble-facts").replaceChildren(...facts, fact("Step wall time", `${ms(b.wall_ns)} ms`));
+  const aggregates = detail.breakdown.filter((r) => !r.from_spans).length;
+  renderStepNote(`${detail.spans.length} spans` + (aggregates ? `; ${aggregates} rank(s) from their step aggregates (no spans)` : ""));
+}
+
+function stepShares(rows) {
+  const sum = (field) => rows.reduce((total, r) => total + r[field], 0);
+  const window = sum("window_ns") || 1;
+  return [
+    fact("Compute, this step", percent(sum("compute_ns") / window)),
+    fact("Exposed communication", `${percent(sum("exposed_comm_ns") / window)} (waiting ${percent(sum("dependency_wait_ns") / window)})`),
+  ];
 }

@@ -69,7 +69,7 @@ async function showStep(step, version) {
   try {
     const [detail, kinds] = await Promise.all([api.step(key, step, state.ranks), spanKinds()]);
     if (request !== state.requests) return; // a later pick or round asked for a step meanwhile
-    renderBubble(detail);
+    renderBubble(detail, state.run);
     await Promise.all([renderTimeline(detail, state.run, kinds), renderBreakdown(detail, state.run, kinds)]);
     state.step = step;
     state.loaded.step = version;

@@ -24,8 +24,8 @@ CAUSE_COLORS: Final[dict[str, str]] = {
     "model_compute": "#3b7dd8",
     "optimizer": "#6aa9e9",
     "data_loading": "#e0b13a",
-    "collective_wait": "#2a9d8f",
-    "collective_transfer": "#8e5bd0",
+    "collective_wait": "#17a2b8",
+    "collective_transfer": "#b07cd8",
     "host_gaps": "#c8ccd4",
 }
 

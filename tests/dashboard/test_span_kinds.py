@@ -37,15 +37,17 @@ def test_the_pages_api_client_uses_the_wire_prefix() -> None:
 
 
 def test_every_cause_the_analysis_names_is_served_with_its_label_and_a_colour(sqlite_server: LiveServer) -> None:
-    """The causes' one home is the analysis (``CAUSE_KINDS``, which the attribution names); their colours are
-    backend/web/bubble_causes.py's; the pages draw what the service serves (frontend/causes.js)."""
+    """The causes' one home is the analysis (``CAUSE_KINDS``, which the attribution names, then ``STEP_PARTS``,
+    a step split's); their colours are backend/web/bubble_causes.py's; the pages draw what the service serves
+    (frontend/causes.js)."""
     with sqlite_server.client() as client:
         response = client.get("/api/v1/bubble-causes")
     assert response.status_code == 200, response.text
     served = response.json()["causes"]
-    assert [c["name"] for c in served] == [kind.name for kind in analysis.CAUSE_KINDS]
-    assert [c["label"] for c in served] == [kind.label for kind in analysis.CAUSE_KINDS]
+    kinds = [*analysis.CAUSE_KINDS, *analysis.STEP_PARTS]
+    assert [c["name"] for c in served] == [kind.name for kind in kinds]
+    assert [c["label"] for c in served] == [kind.label for kind in kinds]
     assert all(CSS_HEX.match(c["color"]) for c in served) and len({c["color"] for c in served}) == len(served)
-    assert set(CAUSE_COLORS) == {kind.name for kind in analysis.CAUSE_KINDS}  # no colour for a cause that is gone
+    assert set(CAUSE_COLORS) == {kind.name for kind in kinds}  # no colour for a cause that is gone
     causes_js = (FRONTEND_DIR / "causes.js").read_text()
     assert "#" not in causes_js.replace("#777", ""), "frontend/causes.js keeps no colour of its own"

@@ -1,0 +1,120 @@
+"""Jobs without a pipeline, written as users write them from docs/collector.md (``tests/runs/user_jobs.py``):
+a plain DDP loop, FSDP2 per block, tensor parallelism with DTensor, a hand loop. Each run under torchrun
+(gloo, 2 ranks) into a real service; its compute is recorded without a span written by hand, its page
+speaks of its step (no bubble, no pipeline replay), and its figures agree with the job's own clock.
+
+The job's own forward + backward (``time.perf_counter``) holds its compute and whatever it blocked on
+inside ``backward()``: DDP waits there for its last gradient buckets, FSDP2 for its last reduce-scatter and
+its all-gathers. So the service's compute is at most the job's figure (10% margin), and compute plus
+exposed communication at least that figure less 10%; in the hand loop, whose reduction runs after
+``backward()``, the compute alone is within 10% of it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support import LiveServer, migrated_database, run_torchrun, start_server, wait_for_steps
+
+pytestmark = pytest.mark.slow
+MARGIN = 0.10
+STEPS = 16
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    with migrated_database("sqlite", tmp_path_factory.mktemp("db")) as url:
+        live = start_server(url, tmp_path_factory.mktemp("server"))
+        yield live
+        live.stop()
+
+
+def run_job(service: LiveServer, tmp: Path, mode: str, every: int = 1) -> tuple[str, list[list[dict[str, float]]]]:
+    run_key = f"user-{mode}-{uuid.uuid4().hex[:8]}"
+    report = tmp / f"{mode}-own"
+    job = run_torchrun(
+        service.url,
+        "tests/runs/user_jobs.py",
+        2,
+        mode,
+        f"--run-name={mode}",
+        f"--report={report}",
+        f"--steps={STEPS}",
+        run_key=run_key,
+        extra_env={"BUBBLESCOPE_FULL_SPANS_EVERY": str(every)},
+    )
+    assert job.returncode == 0, job.output[-3000:]
+    own = [json.loads(Path(f"{report}.{rank}.json").read_text()) for rank in (0, 1)]
+    return run_key, own
+
+
+def analysis_of(service: LiveServer, run_key: str, spanned_steps: int) -> dict[str, Any]:
+    with httpx.Client(base_url=service.url, timeout=30) as client:
+        wait_for_steps(client, run_key, 2, spanned_steps)
+        response = client.get(f"/api/v1/runs/{run_key}/analysis")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+
+def own_share(own: list[list[dict[str, float]]], steps: list[int]) -> float:
+    """The job's own forward + backward over its steps, summed over the ranks and the analysed steps (as the
+    service's split is a mean over them)."""
+    rows = [row for rank in own for step, row in enumerate(rank) if step in steps]
+    return sum(row["forward_s"] + row["backward_s"] for row in rows) / sum(row["step_s"] for row in rows)
+
+
+def part(analysis: dict[str, Any], name: str) -> float:
+    return next(p["fraction_of_step"] for p in analysis["step_split"]["parts"] if p["name"] == name)
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2", "tp", "hand"])
+def test_a_job_without_a_pipeline_shows_its_compute_and_its_step_not_a_bubble(
+    service: LiveServer, tmp_path: Path, mode: str
+) -> None:
+    run_key, own = run_job(service, tmp_path, mode)
+    analysis = analysis_of(service, run_key, STEPS)
+    split = analysis["step_split"]
+    assert split is not None and split["compute_instrumented"], analysis
+    assert analysis["pipeline_unavailable"] is None and analysis["attribution"] is None
+    parts = {p["name"]: p["ns"] for p in split["parts"]}
+    assert sum(parts.values()) == pytest.approx(split["window_ns"], rel=0.02)
+    compute = part(analysis, "model_compute")
+    exposed = part(analysis, "collective_wait") + part(analysis, "collective_transfer")
+    theirs = own_share(own, analysis["steps"])
+    detail = (
+        f"ours: compute {compute:.1%}, exposed communication {exposed:.1%}; the job's forward+backward {theirs:.1%}"
+    )
+    if mode == "hand":
+        assert abs(compute - theirs) <= MARGIN * theirs, detail
+    else:
+        assert compute <= theirs * (1 + MARGIN), detail
+        assert compute + exposed >= theirs * (1 - MARGIN), detail
+    assert compute > 0.2, detail  # the training is not read as idle
+    for group in split["groups"]:  # exposed communication split into waiting for peers and transfer
+        assert group["wait_ns"] + group["transfer_ns"] == pytest.approx(group["exposed_ns"], rel=1e-6)
+    assert split["groups"], analysis
+    for suggestion in analysis["suggestions"]:
+        assert "bubble" not in suggestion["title"].lower() and suggestion["kind"] not in ("pipeline_it", "rebalance")
+
+
+def test_a_short_run_with_sparse_spans_is_analysed_on_every_step_past_the_warm_up(
+    service: LiveServer, tmp_path: Path
+) -> None:
+    """Full spans every 10th step: steps 0 and 10 have spans, the others only their aggregates."""
+    run_key, _own = run_job(service, tmp_path, "ddp", every=10)
+    analysis = analysis_of(service, run_key, 2)
+    assert analysis["steps"] == list(range(5, STEPS)), analysis["steps"]
+    assert analysis["steps_from_aggregates"] == [s for s in range(5, STEPS) if s != 10]
+    assert part(analysis, "model_compute") > 0.2, analysis["step_split"]
+    with httpx.Client(base_url=service.url, timeout=30) as client:
+        step = client.get(f"/api/v1/runs/{run_key}/steps/7").json()
+    rows = step["breakdown"]
+    assert rows and all(not r["from_spans"] and r["compute_ns"] > 0 for r in rows), rows
+    assert all(r["bubble_fraction"] < 0.8 for r in rows), rows

@@ -1,0 +1,116 @@
+"""Training jobs written as users write them, each instrumented from docs/collector.md alone, run under
+torchrun by ``tests/runs/test_user_jobs.py``:
+
+- ``ddp``: a plain DDP MLP, instrumented exactly as the docs' first snippet says (``instrument_ddp``,
+  ``instrument_optimizer``, ``timed_batches``, ``step``), nothing more;
+- ``fsdp2``: ``fully_shard`` on each block and on the root, ``instrument_model`` on the root;
+- ``tp``: tensor parallelism with DTensor (``parallelize_module`` over a "tp" mesh), ``instrument_model``;
+- ``hand``: no framework: the gradients all-reduced by hand after ``backward()``, ``instrument_model``.
+
+Each rank times its own forward and backward with ``time.perf_counter`` (the job's own measurement the
+service's figures are checked against) and writes them, with each step's wall time, to
+``<report>.<rank>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from bubblescope import collector
+
+HIDDEN = 512
+
+
+def mlp(layers: int) -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(HIDDEN, HIDDEN), nn.GELU()) for _ in range(layers)])
+
+
+def build(mode: str, layers: int) -> nn.Module:
+    if mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        return collector.instrument_ddp(DistributedDataParallel(mlp(layers)))
+    if mode == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        model = mlp(layers)
+        for block in model:
+            fully_shard(block)
+        return collector.instrument_model(fully_shard(model))
+    if mode == "tp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        mesh = collector.register_mesh(init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",)))
+        torch.manual_seed(0)
+        blocks = [
+            nn.Sequential(nn.Linear(HIDDEN, 2 * HIDDEN), nn.GELU(), nn.Linear(2 * HIDDEN, HIDDEN))
+            for _ in range(layers)
+        ]
+        for block in blocks:
+            parallelize_module(block, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        return collector.instrument_model(nn.Sequential(*blocks))
+    return collector.instrument_model(mlp(layers))  # hand
+
+
+def all_reduce_gradients(model: nn.Module) -> None:
+    """The hand loop's data parallelism: every gradient averaged over the ranks, after backward."""
+    for parameter in model.parameters():
+        if parameter.grad is not None:
+            dist.all_reduce(parameter.grad)
+            parameter.grad /= dist.get_world_size()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["ddp", "fsdp2", "tp", "hand"])
+    parser.add_argument("--run-name", required=True)
+    parser.add_argument("--report", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=128)
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    collector.init(run=args.run_name)
+    model = build(args.mode, args.layers)
+    optimizer = collector.instrument_optimizer(torch.optim.SGD(model.parameters(), lr=1e-3))
+    batches = [(torch.randn(args.batch, HIDDEN), torch.randn(args.batch, HIDDEN)) for _ in range(args.steps)]
+    own: list[dict[str, float]] = []
+    for inputs, targets in collector.timed_batches(batches):
+        with collector.step():
+            step_start = time.perf_counter()
+            optimizer.zero_grad()
+            forward_start = time.perf_counter()
+            outputs = model(inputs)
+            forward_end = time.perf_counter()
+            loss = nn.functional.mse_loss(outputs, targets)
+            backward_start = time.perf_counter()
+            loss.backward()
+            backward_end = time.perf_counter()
+            if args.mode == "hand":
+                all_reduce_gradients(model)
+            optimizer.step()
+            own.append(
+                {
+                    "forward_s": forward_end - forward_start,
+                    "backward_s": backward_end - backward_start,
+                    "step_s": time.perf_counter() - step_start,
+                }
+            )
+    collector.shutdown()
+    rank = dist.get_rank()
+    Path(f"{args.report}.{rank}.json").write_text(json.dumps(own))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
