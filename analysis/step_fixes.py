@@ -6,7 +6,8 @@ of it). Rules (thresholds are fractions of the measured step):
   FSDP2 per block), up to the model's compute it could hide under;
 - waiting for peers in collectives ≥ 5% → the rank the others wait for, by name, with its victims; else
   the ranks' uneven work before each collective;
-- host gaps ≥ 10% → cut the launch and Python overhead between ops (torch.compile, CUDA graphs).
+- host gaps every rank has ≥ 10% → cut the launch and Python overhead between ops (torch.compile, CUDA
+  graphs); one rank's gaps beyond the others' are the late rank's.
 A job whose compute is not instrumented gets none: its training reads as host gaps.
 """
 
@@ -146,7 +147,8 @@ def _late_rank(split: StepSplit, evidence: RunEvidence) -> list[Suggestion]:
 
 
 def _host_gaps(split: StepSplit, evidence: RunEvidence) -> list[Suggestion]:
-    gaps = split.part(HOST_GAPS.name).ns
+    """Priced by the gaps every rank has: one rank's extra gaps are a late rank's (``_late_rank``)."""
+    gaps = split.shared_gaps_ns
     if _fraction(split, gaps) < HOST_GAPS_MARGIN:
         return []
     return [
@@ -156,8 +158,8 @@ def _host_gaps(split: StepSplit, evidence: RunEvidence) -> list[Suggestion]:
             evidence.step_ns - gaps,
             None,
             "Cut the host's gaps between ops",
-            f"{gaps / 1e6:.1f} ms a step ({_fraction(split, gaps):.0%}) has nothing recorded in it: Python and "
-            "kernel-launch overhead between ops, or host work outside the instrumented model",
+            f"every rank has {gaps / 1e6:.1f} ms a step ({_fraction(split, gaps):.0%}) with nothing recorded in it: "
+            "Python and kernel-launch overhead between ops, or host work outside the instrumented model",
             "none",
             {"compile": True},
             "torch.compile(model) (mode='reduce-overhead' adds CUDA graphs); a larger batch per rank spreads the "

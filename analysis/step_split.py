@@ -11,9 +11,11 @@ Algorithm (mean per rank per analysed step):
    and, of that, the share before the call's last member arrived (``collective_waits``: waiting for peers;
    the rest is transfer). They apply to the totals of every analysed step, spans or not.
 3. Host gaps = I: time nothing was recorded in (Python and launch overhead between ops, host work
-   outside the instrumented model).
+   outside the instrumented model). Of them, the gaps every rank has (per step, the least any rank had):
+   one rank's gaps beyond its peers' are its own slowness, which the others wait for (step 4).
 4. The culprit of the waits: the rank that started the collectives last, where it caused at least half of
-   its peers' waits (``collective_waits.waits_caused``), with how many ranks waited.
+   its peers' waits and 1.5 times its share by chance (``collective_waits.waits_caused``), with the ranks
+   that waited.
 5. Compute instrumented: a step with spans holds a forward or backward span. Without one, the training
    reads as host gaps: the split says so, and names the call to add.
 """
@@ -61,7 +63,8 @@ STEP_PARTS: Final[tuple[CauseKind, ...]] = (
 
 MODEL_KINDS: Final = frozenset({"forward", "backward", "backward_input", "backward_weight"})
 CULPRIT_SHARE: Final = 0.5
-"""A rank is the culprit of its peers' waits when it caused at least this share of them."""
+"""A rank is the culprit of its peers' waits when it caused at least this share of them, and at least 1.5 times
+its share were the last arrival chosen at random (3/4 of them with two ranks)."""
 NOT_INSTRUMENTED: Final = (
     "compute is not instrumented: no forward or backward was recorded, so the training reads as host gaps. "
     "Add collector.instrument_model(model) after building the model (collector.instrument_ddp(ddp_model) "
@@ -104,6 +107,7 @@ class StepSplit:
     groups: list[GroupTime]
     compute_instrumented: bool
     culprit: Culprit | None
+    shared_gaps_ns: float = 0.0  # the host gaps every rank has (per step, the least of any rank's), mean per step
 
     def part(self, name: str) -> StepPart:
         return next(p for p in self.parts if p.name == name)
@@ -163,7 +167,8 @@ def split_steps(steps: Sequence[BrokenDownStep], places: Sequence[RankPlace]) ->
         StepPart(kind.name, values[kind.name], values[kind.name] / window if window else 0.0) for kind in STEP_PARTS
     ]
     instrumented = sums.steps == 0 or sums.model_spans > 0
-    return StepSplit(window, parts, groups, instrumented, _culprit(sums, places))
+    shared_gaps = sum(min(b.idle_ns for b in step.breakdowns) for step in steps if step.breakdowns) / len(steps)
+    return StepSplit(window, parts, groups, instrumented, _culprit(sums, places), shared_gaps)
 
 
 def _add_step(sums: _Sums, step: BrokenDownStep, coords: Mapping[int, Mapping[str, int]]) -> None:
@@ -237,7 +242,8 @@ def _culprit(sums: _Sums, places: Sequence[RankPlace]) -> Culprit | None:
     if not sums.caused or total <= 0:
         return None
     rank, caused = max(sums.caused.items(), key=lambda item: item[1])
-    if caused / total < CULPRIT_SHARE:
+    members = len(sums.waited | set(sums.caused))
+    if caused / total < max(CULPRIT_SHARE, 1.5 / max(1, members)):
         return None
     hosts = {place.rank: place.host for place in places}
     victims = sorted(sums.waited - {rank})

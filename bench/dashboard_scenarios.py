@@ -4,8 +4,10 @@ service, then headless Chromium's screenshots of the page's cards at 1440 and 90
 Scenarios: a naive layer-wise split at the README's sizes; the same model pipelined as suggested
 (1F1B, 2 micro-batches of the same batch); an imbalanced 1F1B (1 and 3 layers, no split declared);
 an all-reduce waiting on a late rank (``tests/analysis/injected_job.py --late``); a crashed run
-(a rank raises at step 3); a DP×PP hybrid mesh. For each it prints the figures the page shows:
-measured bubble, its floor, the top suggestion, the stage nearest its memory limit.
+(a rank raises at step 3); a DP×PP hybrid mesh; and jobs without a pipeline written from docs/collector.md
+(``tests/runs/user_jobs.py``): DDP, FSDP2 per block, DDP with one rank late to the all-reduce. For each it
+prints the figures the page shows: measured bubble and its floor (or, without a pipeline, the step's
+parts), the top suggestion, the stage nearest its memory limit.
 
     python bench/dashboard_scenarios.py [--out docs/dashboard] [--only naive,crash]
 """
@@ -70,6 +72,17 @@ def hybrid(url: str) -> tuple[JobResult, int, int]:
     return run_parallel_job(url, "hybrid2d", 4, "--steps=10", "--batch=256", "--layers=4"), 4, 10
 
 
+def user_job(name: str, mode: str, *args: str) -> Job:
+    """A job without a pipeline, written from docs/collector.md alone (``tests/runs/user_jobs.py``)."""
+
+    def job(url: str) -> tuple[JobResult, int, int]:
+        report = Path(tempfile.mkdtemp(prefix="bubblescope-own-")) / "own"
+        command = (mode, f"--run-name={name}", f"--report={report}", "--steps=24", *args)
+        return run_torchrun(url, "tests/runs/user_jobs.py", 2, *command, run_key=key(name)), 2, 3  # spans: 0, 10, 20
+
+    return job
+
+
 SCENARIOS: dict[str, Job] = {
     "naive": naive,
     "pipelined": pipelined,
@@ -77,6 +90,9 @@ SCENARIOS: dict[str, Job] = {
     "late-rank": late_rank,
     "crash": crash,
     "hybrid": hybrid,
+    "ddp": user_job("ddp", "ddp", "--layers=6"),
+    "fsdp2": user_job("fsdp2", "fsdp2", "--layers=6"),
+    "ddp-late-rank": user_job("ddp-late-rank", "ddp", "--layers=6", "--slow-rank=1", "--slow-ms=30"),
 }
 
 
@@ -104,6 +120,12 @@ def run_pipeline_job_at_defaults(url: str, schedule: str, microbatches: int, *ex
 def headline(analysis: dict[str, Any]) -> str:
     """The figures the page's analysis card shows, on one line."""
     parts = []
+    split = analysis.get("step_split")
+    if split:
+        shown = {p["name"]: p["fraction_of_step"] for p in split["parts"]}
+        parts.append(", ".join(f"{name} {100 * share:.1f}%" for name, share in shown.items()))
+        if split["culprit"]:
+            parts.append(f"late rank {split['culprit']['rank']}")
     a = analysis.get("attribution")
     if a:
         parts.append(

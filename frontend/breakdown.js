@@ -35,12 +35,16 @@ export function renderBreakdown(detail, run, kinds) {
     `ranks ${view.page * PAGE_ROWS + 1}–${view.page * PAGE_ROWS + rows.length} of ${detail.breakdown_ranks.toLocaleString()}${listed}, slowest compute first`;
   document.getElementById("breakdown-prev").disabled = view.page === 0;
   document.getElementById("breakdown-next").disabled = view.page === pages - 1;
+  // a run without a pipeline waits for its peers in collectives, and has no bubble: idle plus that wait
+  const waitLabel = run.config.schedule ? "dependency wait" : "waiting for peers";
+  document.getElementById("breakdown-wait-head").textContent = run.config.schedule ? "Dependency wait" : "Waiting for peers";
+  document.getElementById("breakdown-bubble-head").textContent = run.config.schedule ? "Bubble" : "Waiting + idle";
   const labels = rows.map((b) => rankLabel(run, b.rank, b.stage));
   const part = (name, key, color) => ({ type: "bar", orientation: "h", name, y: labels, x: rows.map((b) => b[key] / 1e6), marker: { color } });
   const drawn = plot("breakdown-chart", [
     part("compute", "compute_ns", kinds.category("compute")),
     part("transfer", "transfer_ns", kinds.category("communication")),
-    part("dependency wait", "dependency_wait_ns", WAIT_COLOR),
+    part(waitLabel, "dependency_wait_ns", WAIT_COLOR),
     part("idle", "idle_ns", IDLE_COLOR),
   ], {
     barmode: "stack", margin: { l: 130, r: 20, t: 30, b: 45 }, xaxis: { title: { text: "ms" } },

@@ -169,6 +169,10 @@ class StepSplitOut(FromAnalysis):
     compute_instrumented: bool = Field(description="false: no forward or backward was recorded")
     not_instrumented: str | None = Field(description="what to add when compute_instrumented is false")
     culprit: CulpritOut | None = Field(description="the rank the others wait for in the collectives, if one is")
+    shared_gaps_ns: float = Field(
+        description="the host gaps every rank has (per step, the least of any rank's), mean per step: one rank's "
+        "gaps beyond that are its own, which its peers wait for"
+    )
 
 
 class AnalysisOut(BaseModel):

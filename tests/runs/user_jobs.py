@@ -7,6 +7,9 @@ torchrun by ``tests/runs/test_user_jobs.py``:
 - ``tp``: tensor parallelism with DTensor (``parallelize_module`` over a "tp" mesh), ``instrument_model``;
 - ``hand``: no framework: the gradients all-reduced by hand after ``backward()``, ``instrument_model``.
 
+``--slow-rank R --slow-ms M``: rank R also spends M ms a step on the host between forward and backward, so the
+other ranks wait for it in the gradient reduction.
+
 Each rank times its own forward and backward with ``time.perf_counter`` (the job's own measurement the
 service's figures are checked against) and writes them, with each step's wall time, to
 ``<report>.<rank>.json``.
@@ -77,6 +80,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--slow-rank", type=int, default=None, help="this rank also works --slow-ms on the host a step")
+    parser.add_argument("--slow-ms", type=float, default=0.0)
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -92,6 +97,8 @@ def main() -> None:
             forward_start = time.perf_counter()
             outputs = model(inputs)
             forward_end = time.perf_counter()
+            if dist.get_rank() == args.slow_rank:  # host work outside the model: its peers wait in the all-reduce
+                time.sleep(args.slow_ms / 1e3)
             loss = nn.functional.mse_loss(outputs, targets)
             backward_start = time.perf_counter()
             loss.backward()
