@@ -18,7 +18,6 @@ from typing import Final
 from bubblescope.analysis.step_split import (
     COLLECTIVE_WAIT,
     DATA_LOADING,
-    HOST_GAPS,
     MODEL_COMPUTE,
     StepSplit,
 )
