@@ -129,8 +129,16 @@ function causeItem(analysis) {
     `${ms(top.ns)} ms per rank per step (${percent(top.fraction_of_step)} of the step)`);
 }
 
-function slowestItem(view) {
+// The straggler view's worst rank; in a run without a pipeline, the rank the others wait for in the
+// collectives where the straggler view finds no persistent one (its lateness may be host work, not compute).
+function slowestItem(view, analysis) {
   const finding = view.findings[0];
+  const culprit = analysis && analysis.step_split ? analysis.step_split.culprit : null;
+  if (culprit && !(finding && finding.verdict === "persistent")) {
+    const where = culprit.host ? `host ${culprit.host}; ` : "";
+    return item("glance-slowest", "Slowest", `rank ${culprit.rank}`,
+      `${where}its peers wait ${ms(culprit.caused_ns / Math.max(1, culprit.victims.length))} ms a step for it in the collectives (${percent(culprit.share)} of the waits)`, "bad");
+  }
   if (!finding) return item("glance-slowest", "Slowest", "none", "every rank within the straggler thresholds");
   const score = view.rank_scores.find((s) => s.rank === finding.ranks[0]);
   const where = score ? [score.host && `host ${score.host}`, score.stage !== null && `stage ${score.stage}`].filter(Boolean).join(" · ") : "";
@@ -169,7 +177,7 @@ function render() {
     stepItem(known.run),
     known.analysis ? bubbleItem(known.analysis) : waiting("glance-bubble", known.run.config.schedule ? "Bubble" : "Compute"),
     known.analysis ? causeItem(known.analysis) : waiting("glance-cause", "Largest cause"),
-    known.stragglers ? slowestItem(known.stragglers) : waiting("glance-slowest", "Slowest"),
+    known.stragglers ? slowestItem(known.stragglers, known.analysis) : waiting("glance-slowest", "Slowest"),
     known.analysis ? suggestionItem(known.analysis) : waiting("glance-do", "Do first"),
     known.firing ? alertsItem(known.firing) : waiting("glance-alerts", "Alerts"),
   );
