@@ -313,10 +313,7 @@ def _suggestion(
         megatron.append(f"--micro-batch-size {apply['microbatch_size']}")
     if prediction.layers_per_stage is not None and "layers_per_stage" in apply:
         torchtitan.update(torchtitan_layer_split(prediction.layers_per_stage))
-        megatron += [
-            f"--decoder-first-pipeline-num-layers {prediction.layers_per_stage[0]}",
-            f"--decoder-last-pipeline-num-layers {prediction.layers_per_stage[-1]}",
-        ]
+        megatron += megatron_layer_split(prediction.layers_per_stage)
     if prediction.stages_per_rank > 1:
         if schedule is INTERLEAVED_1F1B:
             megatron.append(f"--num-virtual-stages-per-pipeline-rank {prediction.stages_per_rank}")
@@ -355,6 +352,28 @@ def torchtitan_layer_split(layers_per_stage: tuple[int, ...] | list[int]) -> dic
     parts[0].insert(0, "tok_embeddings")
     parts[-1] += ["norm", "output"]
     return {"parallelism.module_fqns_per_model_part": parts}
+
+
+def megatron_layer_split(layers_per_stage: tuple[int, ...] | list[int]) -> list[str]:
+    """A layer split in Megatron-LM's flags. ``--decoder-first/last-pipeline-num-layers`` set the first and last
+    stage's layers, and Megatron splits the rest evenly over the stages between (it refuses a remainder): a
+    split whose middle stages differ has no such flags, and the line says so instead of flags that would give
+    another split."""
+    layers = list(layers_per_stage)
+    if len(layers) < 2:
+        return []
+    middle = layers[1:-1]
+    if len(set(middle)) > 1:
+        return [
+            f"(Megatron-LM's --decoder-first/last-pipeline-num-layers split the middle stages evenly: they cannot "
+            f"give {','.join(map(str, layers))}; use torch.distributed.pipelining or torchtitan for it)"
+        ]
+    flags = []
+    if len(layers) == 2 or layers[0] != (middle[0] if middle else None):
+        flags.append(f"--decoder-first-pipeline-num-layers {layers[0]}")
+    if len(layers) == 2 or layers[-1] != (middle[0] if middle else None):
+        flags.append(f"--decoder-last-pipeline-num-layers {layers[-1]}")
+    return flags or [f"--num-layers {sum(layers)}"]
 
 
 def _plain(
