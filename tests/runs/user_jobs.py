@@ -7,7 +7,8 @@ torchrun by ``tests/runs/test_user_jobs.py``:
 - ``tp``: tensor parallelism with DTensor (``parallelize_module`` over a "tp" mesh), ``instrument_model``;
 - ``hand``: no framework: the gradients all-reduced by hand after ``backward()``, ``instrument_model``.
 
-``--slow-rank R --slow-ms M``: rank R also spends M ms a step on the host between forward and backward, so the
+``--loader-ms M --workers W``: each batch takes M ms to load, in W DataLoader worker processes (0: on the
+training thread). ``--slow-rank R --slow-ms M``: rank R also spends M ms a step on the host between forward and backward, so the
 other ranks wait for it in the gradient reduction.
 
 Each rank times its own forward and backward with ``time.perf_counter`` (the job's own measurement the
@@ -25,6 +26,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils.data import DataLoader, Dataset
 
 from bubblescope import collector
 
@@ -64,6 +66,22 @@ def build(mode: str, layers: int) -> nn.Module:
     return collector.instrument_model(mlp(layers))  # hand
 
 
+class SlowBatches(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Ready-made batches, each taking ``loader_ms`` to load (as a decoder or a remote read would)."""
+
+    def __init__(self, steps: int, batch: int, loader_ms: float) -> None:
+        torch.manual_seed(1)
+        self.batches = [(torch.randn(batch, HIDDEN), torch.randn(batch, HIDDEN)) for _ in range(steps)]
+        self.loader_s = loader_ms / 1e3
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(self.loader_s)
+        return self.batches[index]
+
+
 def all_reduce_gradients(model: nn.Module) -> None:
     """The hand loop's data parallelism: every gradient averaged over the ranks, after backward."""
     for parameter in model.parameters():
@@ -82,13 +100,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--slow-rank", type=int, default=None, help="this rank also works --slow-ms on the host a step")
     parser.add_argument("--slow-ms", type=float, default=0.0)
+    parser.add_argument("--loader-ms", type=float, default=0.0, help="each batch takes this long to load")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
     collector.init(run=args.run_name)
     model = build(args.mode, args.layers)
     optimizer = collector.instrument_optimizer(torch.optim.SGD(model.parameters(), lr=1e-3))
-    batches = [(torch.randn(args.batch, HIDDEN), torch.randn(args.batch, HIDDEN)) for _ in range(args.steps)]
+    batches = DataLoader(SlowBatches(args.steps, args.batch, args.loader_ms), batch_size=None, num_workers=args.workers)
     own: list[dict[str, float]] = []
     for inputs, targets in collector.timed_batches(batches):
         with collector.step():
