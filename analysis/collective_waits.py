@@ -86,11 +86,15 @@ def collective_waits_by_group(
 
 def waits_caused(spans: Iterable[TimedSpan], coords: Mapping[int, Mapping[str, int]]) -> dict[int, int]:
     """Per rank, the time its peers waited in collectives for it to arrive (it started the call last), ns:
-    the culprit of the waits ``collective_waits`` finds."""
-    caused: dict[int, int] = defaultdict(int)
+    the culprit of the waits ``collective_waits`` finds. Each peer's waits for it are merged first, so calls in
+    flight together (DDP's buckets) count their shared wait once."""
+    waited: dict[int, dict[int, list[intervals.Interval]]] = defaultdict(lambda: defaultdict(list))
     for _label, call in _calls(spans, coords):
         latest = max(call, key=lambda s: s.start_ns)
-        caused[latest.rank] += sum(
-            latest.start_ns - s.start_ns for s in call if s.start_ns < latest.start_ns <= s.end_ns
-        )
-    return dict(caused)
+        for s in call:
+            if s.start_ns < latest.start_ns <= s.end_ns:
+                waited[latest.rank][s.rank].append((s.start_ns, latest.start_ns))
+    return {
+        culprit: sum(intervals.union_length(found) for found in by_victim.values())
+        for culprit, by_victim in waited.items()
+    }

@@ -4,8 +4,9 @@ of it). Rules (thresholds are fractions of the measured step):
 - data loading ≥ 5% → load batches in the background (worker processes, pinned memory, prefetch);
 - exposed transfer in a data-parallel group ≥ 5% → overlap it with the backward pass (smaller DDP buckets,
   FSDP2 per block), up to the model's compute it could hide under;
-- waiting for peers in collectives ≥ 5% → the rank the others wait for, by name, with its victims; else
-  the ranks' uneven work before each collective;
+- waiting for peers in collectives ≥ 5% → the rank the others wait for, by name, with its victims, priced by
+  the wait each victim has (the step is theirs plus that wait); else the ranks' uneven work before each
+  collective, priced by the mean wait;
 - host gaps every rank has ≥ 10% → cut the launch and Python overhead between ops (torch.compile, CUDA
   graphs); one rank's gaps beyond the others' are the late rank's.
 A job whose compute is not instrumented gets none: its training reads as host gaps.
@@ -124,17 +125,20 @@ def _late_rank(split: StepSplit, evidence: RunEvidence) -> list[Suggestion]:
                 [],
             )
         ]
+    # Every rank's step is the victims' timeline plus what each waited: without the lateness, the step shrinks
+    # by one victim's exposed wait (its peers' waits are the same delay, seen from each of them).
+    lateness = culprit.lateness_ns
     where = f"rank {culprit.rank}" + (f" (host {culprit.host})" if culprit.host else "")
     victims = ", ".join(str(rank) for rank in culprit.victims[:8]) + (" …" if len(culprit.victims) > 8 else "")
     return [
         build_suggestion(
             evidence,
             "late_rank",
-            evidence.step_ns - wait,
+            evidence.step_ns - min(lateness, evidence.step_ns),
             None,
             f"Find why {where} arrives late at the collectives",
             f"{where} starts the collectives last and causes {culprit.share:.0%} of the waits in them: rank(s) "
-            f"{victims} wait {wait / 1e6:.1f} ms a step for it ({_fraction(split, wait):.0%} of the step)",
+            f"{victims} wait {lateness / 1e6:.1f} ms a step each for it",
             "none",
             {"exclude_hosts": [culprit.host]} if culprit.host else {},
             f"compare {where}'s compute and data loading with its peers' (the straggler view); drain its host "

@@ -15,7 +15,8 @@ Algorithm (mean per rank per analysed step):
    one rank's gaps beyond its peers' are its own slowness, which the others wait for (step 4).
 4. The culprit of the waits: the rank that started the collectives last, where it caused at least half of
    its peers' waits and 1.5 times its share by chance (``collective_waits.waits_caused``), with the ranks
-   that waited.
+   that waited; its lateness is each of them's exposed wait for it (the exposed waits of every rank, times
+   its share of the waits, over the ranks that waited): the step it would shrink by.
 5. Compute instrumented: a step with spans holds a forward or backward span. Without one, the training
    reads as host gaps: the split says so, and names the call to add.
 """
@@ -98,6 +99,7 @@ class Culprit:
     caused_ns: float  # its peers' waits for it, summed over them, mean per step
     share: float  # of every wait in the collectives
     victims: list[int]  # the ranks that waited for it
+    lateness_ns: float  # each victim's exposed wait for it (not under its own compute), mean per step
 
 
 @dataclass(frozen=True)
@@ -247,4 +249,7 @@ def _culprit(sums: _Sums, places: Sequence[RankPlace]) -> Culprit | None:
         return None
     hosts = {place.rank: place.host for place in places}
     victims = sorted(sums.waited - {rank})
-    return Culprit(rank, hosts.get(rank), caused / max(1, sums.steps), caused / total, victims)
+    steps = max(1, sums.steps)
+    exposed_waits = sum(sums.group_wait.values()) / steps  # over every rank, per step
+    lateness = exposed_waits * (caused / total) / max(1, len(victims))
+    return Culprit(rank, hosts.get(rank), caused / steps, caused / total, victims, lateness)

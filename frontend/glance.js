@@ -137,7 +137,7 @@ function slowestItem(view, analysis) {
   if (culprit && !(finding && finding.verdict === "persistent")) {
     const where = culprit.host ? `host ${culprit.host}; ` : "";
     return item("glance-slowest", "Slowest", `rank ${culprit.rank}`,
-      `${where}its peers wait ${ms(culprit.caused_ns / Math.max(1, culprit.victims.length))} ms a step for it in the collectives (${percent(culprit.share)} of the waits)`, "bad");
+      `${where}its peers wait ${ms(culprit.lateness_ns)} ms a step each for it in the collectives (${percent(culprit.share)} of the waits)`, "bad");
   }
   if (!finding) return item("glance-slowest", "Slowest", "none", "every rank within the straggler thresholds");
   const score = view.rank_scores.find((s) => s.rank === finding.ranks[0]);

@@ -158,6 +158,7 @@ class CulpritOut(FromAnalysis):
     caused_ns: float = Field(description="its peers' waits for it in the collectives, summed over them, per step")
     share: float = Field(description="of every wait in the collectives")
     victims: list[int] = Field(description="the ranks that waited in the collectives")
+    lateness_ns: float = Field(description="each victim's exposed wait for it, per step: what the step would shrink by")
 
 
 class StepSplitOut(FromAnalysis):

@@ -139,8 +139,10 @@ def test_a_fix_applied_as_suggested_gives_about_the_predicted_step(
     service: LiveServer, tmp_path: Path, kind: str, before: tuple[str, ...], after: tuple[str, ...]
 ) -> None:
     """The DDP job with a slow data loader (40 ms a batch on the training thread), then with two DataLoader
-    workers; with rank 1 late by 40 ms of host work a step, then without. The suggestion's predicted step is
-    the re-run's within 25% (the prediction removes the time it addresses; the re-run pays what is left)."""
+    workers; with rank 1 late by 40 ms of host work a step, then without. The re-run realises between 0.7 and
+    1.5 times the predicted gain. Two ranks share two cores here, which no replay of the measured step knows:
+    while rank 1 sleeps, rank 0 computes alone and faster (a late-rank re-run realised 0.85 of the gain in
+    trial runs); after a 40-ms sleep the same forward and backward run slower (a loader re-run realised 1.2)."""
     run_key, _ = run_job(service, tmp_path, "ddp", 1, *before)
     analysis = analysis_of(service, run_key, STEPS)
     fix = next((s for s in analysis["suggestions"] if s["kind"] == kind), None)
@@ -149,5 +151,5 @@ def test_a_fix_applied_as_suggested_gives_about_the_predicted_step(
     rerun_key, _ = run_job(service, tmp_path / "rerun", "ddp", 1, *after)
     measured = measured_step_ns(service, rerun_key)
     detail = f"{kind}: {fix['current_step_ns'] / 1e6:.1f} ms, predicted {fix['predicted_step_ns'] / 1e6:.1f}, re-run {measured / 1e6:.1f}"
-    assert measured < fix["current_step_ns"] * 0.85, detail
-    assert abs(measured - fix["predicted_step_ns"]) <= 0.25 * fix["predicted_step_ns"], detail
+    predicted_gain = fix["current_step_ns"] - fix["predicted_step_ns"]
+    assert 0.7 * predicted_gain <= fix["current_step_ns"] - measured <= 1.5 * predicted_gain, detail
