@@ -181,9 +181,11 @@ export function renderAnalysis(view) {
   renderImbalance(view.imbalance, view.layers_source, unevenOutsideWork(view));
   renderMemory(view.memory);
   const why = unevenOutsideWork(view) || overheadsDominate(view); // one stage holds the others, or overheads outweigh the work
+  const blind = split && !split.compute_instrumented; // nothing can be priced on a step whose compute reads as gaps
   const items = view.suggestions.length
     ? view.suggestions.map((s) => suggestionItem(s, view.attribution ? view.attribution.measured_bubble_ns : null))
-    : [el("li", { class: "muted" }, `Nothing to change: no fix is predicted to save 1% of the step${why ? `; ${why}` : ""}.`)];
+    : [el("li", { class: "muted" }, blind ? "Instrument the model's compute first (above): no fix is priced on a step whose training reads as host gaps."
+      : `Nothing to change: no fix is predicted to save 1% of the step${why ? `; ${why}` : ""}.`)];
   document.getElementById("suggestions").replaceChildren(...items);
   document.body.dataset.suggestions = String(view.suggestions.length);
   return drawn;

@@ -133,7 +133,8 @@ function causeItem(analysis) {
 // collectives where the straggler view finds no persistent one (its lateness may be host work, not compute).
 function slowestItem(view, analysis) {
   const finding = view.findings[0];
-  const culprit = analysis && analysis.step_split ? analysis.step_split.culprit : null;
+  const split = analysis ? analysis.step_split : null;
+  const culprit = split && split.compute_instrumented ? split.culprit : null; // without compute, waits mislead
   if (culprit && !(finding && finding.verdict === "persistent")) {
     const where = culprit.host ? `host ${culprit.host}; ` : "";
     return item("glance-slowest", "Slowest", `rank ${culprit.rank}`,

@@ -332,3 +332,43 @@ def test_one_stage_s_work_outside_the_pipeline_is_named_where_no_schedule_helps(
     assert f"Stage 1 computes {outside[1] / 1e6:.1f} ms a step outside the pipeline" in do_first, do_first
     assert "Stage 1 computes" in page.locator("#imbalance-note").inner_text()
     page.close()
+
+
+def test_a_run_without_a_pipeline_shows_its_step_split_and_no_bubble(
+    browser: Any, sqlite_server: LiveServer, output_dir: Path
+) -> None:
+    """A plain DDP loop instrumented from docs/collector.md (``tests/runs/user_jobs.py``): the glance leads with
+    its compute share, the analysis says where the step goes, the breakdown speaks of waiting for peers; the
+    word bubble appears nowhere above the fold. The same loop without instrument_model says so and names the
+    call to add."""
+    for mode in ("ddp", "bare"):
+        run_key = f"browser-{mode}-{uuid.uuid4().hex[:8]}"
+        report = output_dir / f"{mode}-own"
+        args = (mode, f"--run-name={mode}", f"--report={report}", "--steps=12")
+        job = run_torchrun(sqlite_server.url, "tests/runs/user_jobs.py", 2, *args, run_key=run_key)
+        assert job.returncode == 0, job.output[-3000:]
+        with sqlite_server.client() as client:
+            wait_for_steps(client, run_key, ranks=2, steps=2)  # full spans of steps 0 and 10, aggregates of all
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(f"{sqlite_server.url}/runs/{run_key}")
+        page.wait_for_selector("body[data-drawn='true']", timeout=30_000)
+        glance = page.locator("#glance").inner_text()
+        assert "BUBBLE" not in glance.upper(), glance
+        compute = page.locator("#glance-bubble").inner_text()
+        assert page.locator("#analysis-heading").inner_text() == "Where the step goes, and what to change"
+        assert "MEASURED BUBBLE" not in page.locator("#bubble-facts").inner_text().upper()
+        assert page.locator("#breakdown-wait-head").inner_text().upper() == "WAITING FOR PEERS"
+        if mode == "ddp":
+            assert "COMPUTE" in compute.upper() and "%" in compute and "not instrumented" not in compute, compute
+            assert page.locator("#causes tbody tr").count() == 6
+            assert page.locator("#analysis-error").is_hidden()
+        else:
+            assert "not instrumented" in compute, compute
+            assert "collector.instrument_model(model)" in page.locator("#analysis-error").inner_text()
+            assert "Instrument the model's compute" in page.locator("#glance-do").inner_text()
+            assert "Instrument the model's compute first" in page.locator("#suggestions").inner_text()
+        page.screenshot(path=str(output_dir / f"run-page-{mode}.png"), full_page=True)
+        assert errors == []
+        page.close()

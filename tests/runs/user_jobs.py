@@ -5,7 +5,8 @@ torchrun by ``tests/runs/test_user_jobs.py``:
   ``instrument_optimizer``, ``timed_batches``, ``step``), nothing more;
 - ``fsdp2``: ``fully_shard`` on each block and on the root, ``instrument_model`` on the root;
 - ``tp``: tensor parallelism with DTensor (``parallelize_module`` over a "tp" mesh), ``instrument_model``;
-- ``hand``: no framework: the gradients all-reduced by hand after ``backward()``, ``instrument_model``.
+- ``hand``: no framework: the gradients all-reduced by hand after ``backward()``, ``instrument_model``;
+- ``bare``: the hand loop without ``instrument_model``, as a job that missed it.
 
 ``--loader-ms M --workers W``: each batch takes M ms to load, in W DataLoader worker processes (0: on the
 training thread). ``--slow-rank R --slow-ms M``: rank R also spends M ms a step on the host between forward and backward, so the
@@ -63,6 +64,8 @@ def build(mode: str, layers: int) -> nn.Module:
         for block in blocks:
             parallelize_module(block, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
         return collector.instrument_model(nn.Sequential(*blocks))
+    if mode == "bare":  # the hand loop without instrument_model: only communication, data and optimizer spans
+        return mlp(layers)
     return collector.instrument_model(mlp(layers))  # hand
 
 
@@ -92,7 +95,7 @@ def all_reduce_gradients(model: nn.Module) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["ddp", "fsdp2", "tp", "hand"])
+    parser.add_argument("mode", choices=["ddp", "fsdp2", "tp", "hand", "bare"])
     parser.add_argument("--run-name", required=True)
     parser.add_argument("--report", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=16)
@@ -123,7 +126,7 @@ def main() -> None:
             backward_start = time.perf_counter()
             loss.backward()
             backward_end = time.perf_counter()
-            if args.mode == "hand":
+            if args.mode in ("hand", "bare"):
                 all_reduce_gradients(model)
             optimizer.step()
             own.append(
