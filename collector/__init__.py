@@ -198,10 +198,11 @@ def _guarded(what: str, action: Callable[[CollectorSession], object]) -> None:
         log.warning("bubblescope: could not %s: %r", what, error)
 
 
-def register_mesh(mesh: Any) -> Any:
-    """Record this rank's coordinate in every dimension of a DeviceMesh and label each
-    dimension's process group by its name ("dp", "tp", "pp", ...); returns the mesh."""
-    _guarded("register the mesh", lambda session: session.register_mesh(mesh))
+def register_mesh(mesh: Any, *more: Any) -> Any:
+    """Record this rank's coordinate in every dimension of a DeviceMesh (or of several, e.g. a job's data-parallel
+    and tensor-parallel meshes built apart) and label each dimension's process group by its name ("dp", "tp",
+    "pp", ...); returns the first mesh."""
+    _guarded("register the mesh", lambda session: session.register_mesh(mesh, *more))
     return mesh
 
 

@@ -173,16 +173,19 @@ class CollectorSession:
             log.warning("bubblescope: periodic clock round failed (%r); keeping the last offset", error)
             self.recorder.after_step = None
 
-    def register_mesh(self, mesh: Any) -> None:
+    def register_mesh(self, *meshes: Any) -> None:
         """Label each mesh dimension's process group by the dimension's name and register this
-        rank's coordinate in every dimension."""
+        rank's coordinate in every dimension of every mesh (a dimension named twice: the last mesh's)."""
         from bubblescope.collector import collectives
 
-        names = list(mesh.mesh_dim_names or [f"dim{i}" for i in range(mesh.ndim)])
-        coordinate = mesh.get_coordinate() or []
-        for index, name in enumerate(names):
-            collectives.register_group(mesh.get_group(index), name)
-        self.register_rank(coords={name: int(value) for name, value in zip(names, coordinate)})
+        coords: dict[str, int] = {}
+        for mesh in meshes:
+            names = list(mesh.mesh_dim_names or [f"dim{i}" for i in range(mesh.ndim)])
+            coordinate = mesh.get_coordinate() or []
+            for index, name in enumerate(names):
+                collectives.register_group(mesh.get_group(index), name)
+            coords.update({name: int(value) for name, value in zip(names, coordinate)})
+        self.register_rank(coords=coords)
 
     def register_run(self, **updates: Any) -> None:
         self.run_config.update(updates)

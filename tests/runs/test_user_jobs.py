@@ -104,6 +104,11 @@ def test_a_job_without_a_pipeline_shows_its_compute_and_its_step_not_a_bubble(
     for group in split["groups"]:  # exposed communication split into waiting for peers and transfer
         assert group["wait_ns"] + group["transfer_ns"] == pytest.approx(group["exposed_ns"], rel=1e-6)
     assert split["groups"], analysis
+    if mode == "tp":  # registered as two meshes, dp and tp: each rank's coordinates in both, tp's waits split
+        with httpx.Client(base_url=service.url, timeout=30) as client:
+            ranks = client.get(f"/api/v1/runs/{run_key}").json()["ranks"]
+        assert {r["rank"]: r["coords"] for r in ranks} == {0: {"dp": 0, "tp": 0}, 1: {"dp": 0, "tp": 1}}
+        assert [g["group"] for g in split["groups"]][:1] == ["tp"], split["groups"]
     for suggestion in analysis["suggestions"]:
         assert "bubble" not in suggestion["title"].lower() and suggestion["kind"] not in ("pipeline_it", "rebalance")
 

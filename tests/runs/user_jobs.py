@@ -4,7 +4,8 @@ torchrun by ``tests/runs/test_user_jobs.py``:
 - ``ddp``: a plain DDP MLP, instrumented exactly as the docs' first snippet says (``instrument_ddp``,
   ``instrument_optimizer``, ``timed_batches``, ``step``), nothing more;
 - ``fsdp2``: ``fully_shard`` on each block and on the root, ``instrument_model`` on the root;
-- ``tp``: tensor parallelism with DTensor (``parallelize_module`` over a "tp" mesh), ``instrument_model``;
+- ``tp``: tensor parallelism with DTensor (``parallelize_module`` over the "tp" mesh of a 1 × 2 dp × tp mesh, both
+  dimensions registered as two meshes), ``instrument_model``;
 - ``hand``: no framework: the gradients all-reduced by hand after ``backward()``, ``instrument_model``;
 - ``bare``: the hand loop without ``instrument_model``, as a job that missed it.
 
@@ -55,7 +56,9 @@ def build(mode: str, layers: int) -> nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-        mesh = collector.register_mesh(init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",)))
+        world = init_device_mesh("cpu", (1, dist.get_world_size()), mesh_dim_names=("dp", "tp"))
+        mesh = world["tp"]
+        collector.register_mesh(world["dp"], mesh)  # several meshes, as a job that slices its own
         torch.manual_seed(0)
         blocks = [
             nn.Sequential(nn.Linear(HIDDEN, 2 * HIDDEN), nn.GELU(), nn.Linear(2 * HIDDEN, HIDDEN))
