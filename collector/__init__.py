@@ -200,8 +200,9 @@ def _guarded(what: str, action: Callable[[CollectorSession], object]) -> None:
 
 def register_mesh(mesh: Any, *more: Any) -> Any:
     """Record this rank's coordinate in every dimension of a DeviceMesh (or of several, e.g. a job's data-parallel
-    and tensor-parallel meshes built apart) and label each dimension's process group by its name ("dp", "tp",
-    "pp", ...); returns the first mesh."""
+    and tensor-parallel meshes built apart, or torchtitan's ``ParallelDims``) and label each dimension's process
+    group by its name ("dp", "tp", "pp", ...; torchtitan's fsdp, dp_shard, dp_replicate and the data-parallel
+    meshes over them are "dp"); returns the first argument."""
     _guarded("register the mesh", lambda session: session.register_mesh(mesh, *more))
     return mesh
 
@@ -278,10 +279,13 @@ def describe_pipeline(
     _guarded("describe the pipeline", register)
 
 
-def step() -> contextlib.AbstractContextManager[Any]:
-    """Context manager around one training step: marks the step window on this rank."""
+def step(number: int | None = None) -> contextlib.AbstractContextManager[Any]:
+    """Context manager around one training step: marks the step window on this rank. ``number``: the step's
+    number as the job counts it (torchtitan counts from 1); without it, steps are counted from 0."""
     if _session is None or _session.recorder.paused_depth:
         return _NOOP
+    if number is not None and number >= 0:
+        _session.recorder.step_index = int(number)
     return _session.recorder.step()
 
 

@@ -175,11 +175,18 @@ class CollectorSession:
 
     def register_mesh(self, *meshes: Any) -> None:
         """Label each mesh dimension's process group by the dimension's name and register this
-        rank's coordinate in every dimension of every mesh (a dimension named twice: the last mesh's)."""
-        from bubblescope.collector import collectives
+        rank's coordinate in every dimension of every mesh (a dimension named twice: the last mesh's); a
+        torchtitan ``ParallelDims`` stands for its one-dimensional meshes (``mesh_dimensions``)."""
+        from bubblescope.collector import collectives, mesh_dimensions
 
         coords: dict[str, int] = {}
         for mesh in meshes:
+            if hasattr(mesh, "get_all_one_dimensional_meshes"):  # torchtitan's ParallelDims
+                for name, group, value in mesh_dimensions.parallel_dims_dimensions(mesh):
+                    collectives.register_group(group, name)
+                    if value is not None:
+                        coords[name] = int(value)
+                continue
             names = list(mesh.mesh_dim_names or [f"dim{i}" for i in range(mesh.ndim)])
             coordinate = mesh.get_coordinate() or []
             for index, name in enumerate(names):

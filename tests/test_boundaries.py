@@ -21,6 +21,7 @@ RULES = [
     # (module imported, modules that must then be absent)
     ("bubblescope.collector", [*SERVER_MODULES, "torch", "bubblescope.backend"]),
     ("bubblescope.collector.pipelining", [*SERVER_MODULES, "torch", "bubblescope.backend"]),
+    ("bubblescope.integrations.torchtitan", [*SERVER_MODULES, "torch", "bubblescope.backend", "torchtitan"]),
     ("bubblescope.wire", [*SERVER_MODULES, "torch"]),
     ("bubblescope.cli", [*SERVER_MODULES, "torch", "bubblescope.backend"]),
     # The analysis is pure: every module of it, the planner included, imports no server, database, torch or collector.

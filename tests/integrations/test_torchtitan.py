@@ -1,0 +1,110 @@
+"""torchtitan 0.3.0's own trainer (llama3 debugmodel, 2 CPU ranks, gloo), run as its docs say but through
+``-m bubblescope.integrations.torchtitan`` (and the CPU shims of ``titan_cpu.py``), into a real service:
+FSDP (dp_shard 2) and PP 2 (1F1B). Compute is recorded, each step carries torchtitan's own number, each rank
+its mesh coordinate, and the page tells the truth: a step split for FSDP, a pipeline analysis for PP."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support import LiveServer, migrated_database, run_torchrun, start_server, wait_for_steps
+
+pytestmark = pytest.mark.slow
+STEPS = 6
+
+
+def require_torchtitan() -> None:
+    """Skip without torchtitan (``pip install -e '.[test]'`` installs it); in CI, fail instead."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("torchtitan") is None:
+        if os.environ.get("BUBBLESCOPE_REQUIRE_COMPONENTS"):
+            pytest.fail("torchtitan is not installed: pip install -e '.[test]'")
+        pytest.skip("torchtitan is not installed: pip install -e '.[test]'")
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    require_torchtitan()
+    with migrated_database("sqlite", tmp_path_factory.mktemp("db")) as url:
+        live = start_server(url, tmp_path_factory.mktemp("server"))
+        yield live
+        live.stop()
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    require_torchtitan()
+    from tests.integrations.titan_cpu import make_assets
+
+    return make_assets(tmp_path_factory.mktemp("titan-assets"))
+
+
+def run_titan(service: LiveServer, assets: tuple[Path, Path], tmp: Path, *parallelism: str) -> str:
+    tokenizer, dataset = assets
+    run_key = f"titan-{uuid.uuid4().hex[:8]}"
+    arguments = (
+        "bubblescope.integrations.torchtitan",
+        *("--module", "llama3", "--config", "llama3_debugmodel"),
+        f"--hf_assets_path={tokenizer}",
+        f"--dataloader.dataset_path={dataset}",
+        f"--dump_folder={tmp}",
+        f"--training.steps={STEPS}",
+        *("--training.seq_len=128", "--training.local_batch_size=2", "--training.disable_cuda_graphs"),
+        *("--checkpoint.no-enable", "--validator.no-enable", "--parallelism.spmd_backend=partial_dtensor"),
+        *parallelism,
+    )
+    job = run_torchrun(
+        service.url,
+        "tests/integrations/titan_cpu.py",
+        2,
+        *arguments,
+        run_key=run_key,
+        extra_env={"BUBBLESCOPE_FULL_SPANS_EVERY": "1"},
+    )
+    assert job.returncode == 0, job.output[-4000:]
+    return run_key
+
+
+def answers(service: LiveServer, run_key: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    with httpx.Client(base_url=service.url, timeout=60) as client:
+        run = wait_for_steps(client, run_key, 2, STEPS)
+        analysis = client.get(f"/api/v1/runs/{run_key}/analysis")
+        assert analysis.status_code == 200, analysis.text
+        return run, analysis.json()
+
+
+def test_torchtitan_fsdp_records_its_compute_under_its_own_step_numbers(
+    service: LiveServer, assets: tuple[Path, Path], tmp_path: Path
+) -> None:
+    run_key = run_titan(service, assets, tmp_path, "--parallelism.data_parallel_shard_degree=2")
+    run, analysis = answers(service, run_key)
+    assert run["name"] == "torchtitan-llama3-debugmodel"
+    assert [s["step"] for s in run["steps"]] == list(range(1, STEPS + 1))  # torchtitan counts from 1
+    assert sorted(r["coords"]["dp"] for r in run["ranks"]) == [0, 1]  # dp_shard / fsdp read as dp
+    split = analysis["step_split"]
+    assert split is not None and split["compute_instrumented"], analysis
+    assert analysis["attribution"] is None and analysis["pipeline_unavailable"] is None
+    parts = {p["name"]: p["fraction_of_step"] for p in split["parts"]}
+    assert parts["model_compute"] > 0.3, parts  # the training, not idle
+    assert [g["group"] for g in split["groups"]][:1] == ["dp"], split["groups"]  # all-gathers, reduce-scatters
+
+
+def test_torchtitan_pp_is_analysed_as_its_pipeline(
+    service: LiveServer, assets: tuple[Path, Path], tmp_path: Path
+) -> None:
+    pp = ("--parallelism.pipeline_parallel_degree=2", "--parallelism.pipeline_parallel_schedule=1F1B")
+    run_key = run_titan(service, assets, tmp_path, *pp, "--parallelism.pipeline_parallel_microbatch_size=1")
+    run, analysis = answers(service, run_key)
+    assert (run["config"]["schedule"], run["config"]["num_stages"]) == ("Schedule1F1B", 2)
+    assert {r["rank"]: r["coords"] for r in run["ranks"]} == {0: {"pp": 0}, 1: {"pp": 1}}
+    assert {r["rank"]: r["stage_layers"] for r in run["ranks"]} == {0: [3], 1: [3]}
+    assert analysis["step_split"] is None and analysis["attribution"] is not None, analysis
+    assert analysis["attribution"]["measured_bubble_fraction"] > 0
