@@ -313,7 +313,12 @@ def _suggestion(
         megatron.append(f"--micro-batch-size {apply['microbatch_size']}")
     if prediction.layers_per_stage is not None and "layers_per_stage" in apply:
         torchtitan.update(torchtitan_layer_split(prediction.layers_per_stage))
-        megatron += megatron_layer_split(prediction.layers_per_stage)
+        if prediction.stages_per_rank == 1:
+            megatron += megatron_layer_split(prediction.layers_per_stage)
+        else:  # Megatron's first/last-stage flags are per pipeline rank, not per virtual stage
+            megatron.append(
+                f"(layers per virtual stage {','.join(map(str, prediction.layers_per_stage))}: no Megatron-LM flags give it)"
+            )
     if prediction.stages_per_rank > 1:
         if schedule is INTERLEAVED_1F1B:
             megatron.append(f"--num-virtual-stages-per-pipeline-rank {prediction.stages_per_rank}")
@@ -340,8 +345,9 @@ def _suggestion(
 def torchtitan_layer_split(layers_per_stage: tuple[int, ...] | list[int]) -> dict[str, Any]:
     """A layer split in torchtitan's terms: ``pipeline_parallel_layers_per_stage`` (one int) when
     every stage has as many layers, else ``module_fqns_per_model_part`` (each stage's module
-    names, torchtitan's Llama naming: the embedding with the first stage, norm and output with
-    the last)."""
+    names, torchtitan 0.3.0's llama3 naming: the embedding with the first stage, norm and lm_head
+    with the last; set in the job's config function, as torchtitan's command line cannot spell a list
+    of lists)."""
     if len(set(layers_per_stage)) == 1:
         return {"parallelism.pipeline_parallel_layers_per_stage": layers_per_stage[0]}
     parts: list[list[str]] = []
@@ -350,7 +356,7 @@ def torchtitan_layer_split(layers_per_stage: tuple[int, ...] | list[int]) -> dic
         parts.append([f"layers.{index}" for index in range(first, first + count)])
         first += count
     parts[0].insert(0, "tok_embeddings")
-    parts[-1] += ["norm", "output"]
+    parts[-1] += ["norm", "lm_head"]
     return {"parallelism.module_fqns_per_model_part": parts}
 
 

@@ -5,7 +5,8 @@ and each step under torchtitan's own step number.
 
 takes torchtitan's own arguments and runs ``torchtitan.train``; ``instrument(trainer)`` does the same for a
 Trainer built by hand, before ``trainer.train()``. What it does, once the trainer has set up the process group:
-- ``collector.init`` (run name: ``BUBBLESCOPE_RUN``, else ``torchtitan-<model>-<flavor>``);
+- ``collector.init`` (run name: ``BUBBLESCOPE_RUN``, else ``torchtitan-<model>-<flavor>``; with pipeline
+  parallelism the run's config holds the micro-batch size);
 - ``register_mesh(trainer.parallel_dims)``: each rank's coordinate in pp / dp / tp / cp / ep, torchtitan's
   data-parallel meshes (fsdp, dp_shard, dp_replicate, ...) as ``dp`` (``collector.mesh_dimensions``);
 - compute: the pipeline schedule (``instrument``) where pipeline parallelism is on, else ``instrument_model``
@@ -32,9 +33,20 @@ def run_name(trainer: Any) -> str:
     return f"torchtitan-{getattr(spec, 'name', 'model')}-{getattr(spec, 'flavor', 'run')}"
 
 
+def run_config(trainer: Any) -> dict[str, Any]:
+    """What the run registers of torchtitan's config: with pipeline parallelism, the micro-batch size (the
+    suggestions' micro-batch changes are said in it, ``--parallelism.pipeline_parallel_microbatch_size``)."""
+    config = getattr(trainer, "config", None)
+    parallelism = getattr(config, "parallelism", None)
+    micro = getattr(parallelism, "pipeline_parallel_microbatch_size", None)
+    if getattr(trainer.parallel_dims, "pp_enabled", False) and isinstance(micro, int) and micro > 0:
+        return {"microbatch_size": micro}
+    return {}
+
+
 def instrument(trainer: Any) -> Any:
     """Instrument a built torchtitan Trainer (module docstring); returns it."""
-    collector.init(run=run_name(trainer))
+    collector.init(run=run_name(trainer), config=run_config(trainer))
     collector.register_mesh(trainer.parallel_dims)
     schedule = getattr(trainer, "pp_schedule", None)
     if getattr(trainer.parallel_dims, "pp_enabled", False) and schedule is not None:

@@ -377,7 +377,7 @@ def test_an_uneven_layer_split_is_given_to_torchtitan_as_module_names_per_stage(
             ["tok_embeddings", "layers.0", "layers.1", "layers.2"],
             ["layers.3", "layers.4"],
             ["layers.5", "layers.6"],
-            ["layers.7", "norm", "output"],
+            ["layers.7", "norm", "lm_head"],
         ]
     }
     assert torchtitan_layer_split([4, 4]) == {"parallelism.pipeline_parallel_layers_per_stage": 4}

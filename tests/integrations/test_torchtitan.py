@@ -104,7 +104,42 @@ def test_torchtitan_pp_is_analysed_as_its_pipeline(
     run_key = run_titan(service, assets, tmp_path, *pp, "--parallelism.pipeline_parallel_microbatch_size=1")
     run, analysis = answers(service, run_key)
     assert (run["config"]["schedule"], run["config"]["num_stages"]) == ("Schedule1F1B", 2)
+    assert run["config"]["microbatch_size"] == 1
     assert {r["rank"]: r["coords"] for r in run["ranks"]} == {0: {"pp": 0}, 1: {"pp": 1}}
     assert {r["rank"]: r["stage_layers"] for r in run["ranks"]} == {0: [3], 1: [3]}
     assert analysis["step_split"] is None and analysis["attribution"] is not None, analysis
     assert analysis["attribution"]["measured_bubble_fraction"] > 0
+    assert analysis["suggestions"], analysis
+    for suggestion in analysis["suggestions"]:
+        assert_torchtitan_takes(suggestion["torchtitan"])
+        if "num_microbatches" in suggestion["apply"]:  # said in torchtitan's own flag, which sets the count
+            assert "parallelism.pipeline_parallel_microbatch_size" in suggestion["torchtitan"], suggestion
+
+
+def assert_torchtitan_takes(snippet: dict[str, Any]) -> None:
+    """Each key of a suggestion's torchtitan snippet, given to torchtitan's own config parser as its command line
+    spells it; a split into model parts (which its command line cannot spell), checked against the model's own
+    module names: every part's names exist and together hold every module once."""
+    import torch
+    from torchtitan.config import ConfigManager
+
+    base = ["--module", "llama3", "--config", "llama3_debugmodel"]
+    flags = []
+    for key, value in snippet.items():
+        if key == "parallelism.module_fqns_per_model_part":
+            continue
+        flags.append(f"--{key}" if value is True else f"--{key}={value}")
+    config = ConfigManager().parse_args([*base, *flags])
+    for key, value in snippet.items():
+        section, field = key.split(".")
+        if key != "parallelism.module_fqns_per_model_part":
+            assert getattr(getattr(config, section), field) == value, (key, value)
+    parts = snippet.get("parallelism.module_fqns_per_model_part")
+    if parts is not None:
+        with torch.device("meta"):
+            model = config.model_spec.model.build()
+        names = [name for part in parts for name in part]
+        for name in names:
+            model.get_submodule(name)  # raises for a name the model does not have
+        expected = ["tok_embeddings", *(f"layers.{i}" for i in range(len(model.layers))), "norm", "lm_head"]
+        assert sorted(names) == sorted(expected), parts
