@@ -150,8 +150,12 @@ function suggestionItem(s, bubbleNs) {
   li.append(el("div", {}, `Evidence: ${s.evidence}`), el("div", {}, `Memory: ${s.memory_cost}`));
   const code = [];
   if (s.torch_pipelining) code.push(`torch: ${s.torch_pipelining}`);
-  const titan = Object.entries(s.torchtitan).map(([k, v]) => `${k} = ${JSON.stringify(v)}`);
-  if (titan.length) code.push(`torchtitan: ${titan.join("; ")}`);
+  // torchtitan's command-line flags; a list of lists (model parts) is set in the job's config function instead
+  const entries = Object.entries(s.torchtitan);
+  const flags = entries.filter(([, v]) => !Array.isArray(v)).map(([k, v]) => (v === true ? `--${k}` : `--${k} ${v}`));
+  const listed = entries.filter(([, v]) => Array.isArray(v)).map(([k, v]) => `config.${k} = ${JSON.stringify(v)}  # in your config function`);
+  if (flags.length) code.push(`torchtitan: ${flags.join(" ")}`);
+  code.push(...listed.map((line) => `torchtitan: ${line}`));
   if (s.megatron.filter(Boolean).length) code.push(`Megatron-LM: ${s.megatron.filter(Boolean).join(" ")}`);
   li.append(el("pre", {}, code.join("\n")));
   return li;
