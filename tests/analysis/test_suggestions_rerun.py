@@ -54,7 +54,8 @@ def test_naive_model_parallelism_pipelined_as_suggested_overlaps_the_stages(sqli
     """Layer-wise model parallelism keeps one rank computing at a time; the suggestion (1F1B with
     m micro-batches) predicts a shorter step because the ranks then compute at once. The re-run,
     configured by the suggestion's ``apply`` as written, is that pipeline, and its ranks do
-    compute at once: over a quarter of the less busy rank's compute time (trial runs: 40-65%),
+    compute at once: over a tenth of the less busy rank's compute time (trial runs: 0.32-0.65 on an idle
+    machine; 0.17 once on a loaded CI machine, where the two ranks share two cores with the service),
     where the base's ranks never overlap (0 on every step).
 
     At the README's command's sizes (the demo job's defaults: one micro-batch of its 256-sample
@@ -76,7 +77,7 @@ def test_naive_model_parallelism_pipelined_as_suggested_overlaps_the_stages(sqli
     after_key, after = run_and_analyse(sqlite_server.url, client, base.applied(top["apply"]))
     setup = after["pipeline"]["setup"]
     assert (setup["schedule"], setup["microbatches"]) == ("1f1b", top["apply"]["num_microbatches"])
-    assert compute_overlap(client, after_key, after["steps"]) > 0.25
+    assert compute_overlap(client, after_key, after["steps"]) > 0.1
 
 
 def test_imbalanced_pipeline_rebalanced_as_suggested_has_balanced_stages(sqlite_server: LiveServer) -> None:

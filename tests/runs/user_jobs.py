@@ -10,7 +10,7 @@ torchrun by ``tests/runs/test_user_jobs.py``:
 - ``bare``: the hand loop without ``instrument_model``, as a job that missed it.
 
 ``--loader-ms M --workers W``: each batch takes M ms to load, in W DataLoader worker processes (0: on the
-training thread). ``--slow-rank R --slow-ms M``: rank R also spends M ms a step on the host between forward and backward, so the
+training thread). ``--fixed-from N``: from step N on, neither the loading time nor the slow rank's. ``--slow-rank R --slow-ms M``: rank R also spends M ms a step on the host between forward and backward, so the
 other ranks wait for it in the gradient reduction.
 
 Each rank times its own forward and backward with ``time.perf_counter`` (the job's own measurement the
@@ -75,16 +75,18 @@ def build(mode: str, layers: int) -> nn.Module:
 class SlowBatches(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """Ready-made batches, each taking ``loader_ms`` to load (as a decoder or a remote read would)."""
 
-    def __init__(self, steps: int, batch: int, loader_ms: float) -> None:
+    def __init__(self, steps: int, batch: int, loader_ms: float, fixed_from: int) -> None:
         torch.manual_seed(1)
         self.batches = [(torch.randn(batch, HIDDEN), torch.randn(batch, HIDDEN)) for _ in range(steps)]
         self.loader_s = loader_ms / 1e3
+        self.fixed_from = fixed_from
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        time.sleep(self.loader_s)
+        if index < self.fixed_from:
+            time.sleep(self.loader_s)
         return self.batches[index]
 
 
@@ -108,15 +110,20 @@ def main() -> None:
     parser.add_argument("--slow-ms", type=float, default=0.0)
     parser.add_argument("--loader-ms", type=float, default=0.0, help="each batch takes this long to load")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
+    parser.add_argument("--fixed-from", type=int, default=None, help="from this step on, no --slow-ms or --loader-ms")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
     collector.init(run=args.run_name)
     model = build(args.mode, args.layers)
     optimizer = collector.instrument_optimizer(torch.optim.SGD(model.parameters(), lr=1e-3))
-    batches = DataLoader(SlowBatches(args.steps, args.batch, args.loader_ms), batch_size=None, num_workers=args.workers)
+    fixed_from = args.steps if args.fixed_from is None else args.fixed_from
+    batches = DataLoader(
+        SlowBatches(args.steps, args.batch, args.loader_ms, fixed_from), batch_size=None, num_workers=args.workers
+    )
     own: list[dict[str, float]] = []
-    for inputs, targets in collector.timed_batches(batches):
+    for index, (inputs, targets) in enumerate(collector.timed_batches(batches)):
+        slow_ms = args.slow_ms if index < fixed_from else 0.0
         with collector.step():
             step_start = time.perf_counter()
             optimizer.zero_grad()
@@ -124,7 +131,7 @@ def main() -> None:
             outputs = model(inputs)
             forward_end = time.perf_counter()
             if dist.get_rank() == args.slow_rank:  # host work outside the model: its peers wait in the all-reduce
-                time.sleep(args.slow_ms / 1e3)
+                time.sleep(slow_ms / 1e3)
             loss = nn.functional.mse_loss(outputs, targets)
             backward_start = time.perf_counter()
             loss.backward()
