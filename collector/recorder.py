@@ -247,7 +247,7 @@ class Recorder:
         self._detail_listeners: list[DetailListener] = []
         # The communication op the training thread is blocked in now (set around each blocking
         # call and wait by the integrations, read by the shipper's watchdog): two attribute
-        # writes per op, nothing else on this thread.
+        # writes per op, and an append to ``blocked`` as it returns, nothing else on this thread.
         self.waiting: Waiting | None = None
         # When the training thread was blocked in a communication op this step, (start, end) in order:
         # ``model_hooks`` cuts its compute spans around them. Bounded; a new list at each step's end.
