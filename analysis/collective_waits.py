@@ -75,26 +75,37 @@ def collective_waits_by_group(
     spans: Iterable[TimedSpan], coords: Mapping[int, Mapping[str, int]]
 ) -> dict[str, dict[int, list[intervals.Interval]]]:
     """``collective_waits`` by the group's label ("world", "dp", "tp", ...)."""
-    waits: dict[str, dict[int, list[intervals.Interval]]] = defaultdict(lambda: defaultdict(list))
-    for label, call in _calls(spans, coords):
-        last = max(s.start_ns for s in call)
-        for s in call:
-            if s.start_ns < last <= s.end_ns:
-                waits[label][s.rank].append((s.start_ns, last))
-    return waits
+    return _waits(spans, coords, None)
 
 
-def waits_caused(spans: Iterable[TimedSpan], coords: Mapping[int, Mapping[str, int]]) -> dict[int, int]:
-    """Per rank, the time its peers waited in collectives for it to arrive (it started the call last), ns:
-    the culprit of the waits ``collective_waits`` finds. Each peer's waits for it are merged first, so calls in
-    flight together (DDP's buckets) count their shared wait once."""
+def waits_and_culprits(
+    spans: Iterable[TimedSpan], coords: Mapping[int, Mapping[str, int]]
+) -> tuple[dict[str, dict[int, list[intervals.Interval]]], dict[int, int]]:
+    """``collective_waits_by_group`` and, from the same calls, per rank the time its peers waited in them for it
+    to arrive (it started the call last), ns: the culprit of the waits. Each peer's waits for it are merged
+    first, so calls in flight together (DDP's buckets) count their shared wait once."""
     waited: dict[int, dict[int, list[intervals.Interval]]] = defaultdict(lambda: defaultdict(list))
-    for _label, call in _calls(spans, coords):
-        latest = max(call, key=lambda s: s.start_ns)
-        for s in call:
-            if s.start_ns < latest.start_ns <= s.end_ns:
-                waited[latest.rank][s.rank].append((s.start_ns, latest.start_ns))
-    return {
+    waits = _waits(spans, coords, waited)
+    caused = {
         culprit: sum(intervals.union_length(found) for found in by_victim.values())
         for culprit, by_victim in waited.items()
     }
+    return waits, caused
+
+
+def _waits(
+    spans: Iterable[TimedSpan],
+    coords: Mapping[int, Mapping[str, int]],
+    waited_for: dict[int, dict[int, list[intervals.Interval]]] | None,
+) -> dict[str, dict[int, list[intervals.Interval]]]:
+    """Algorithm step 3; ``waited_for`` (when given) collects each wait under the rank waited for too."""
+    waits: dict[str, dict[int, list[intervals.Interval]]] = defaultdict(lambda: defaultdict(list))
+    for label, call in _calls(spans, coords):
+        latest = max(call, key=lambda s: s.start_ns)
+        last = latest.start_ns
+        for s in call:
+            if s.start_ns < last <= s.end_ns:
+                waits[label][s.rank].append((s.start_ns, last))
+                if waited_for is not None:
+                    waited_for[latest.rank][s.rank].append((s.start_ns, last))
+    return waits

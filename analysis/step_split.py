@@ -14,7 +14,7 @@ Algorithm (mean per rank per analysed step):
    outside the instrumented model). Of them, the gaps every rank has (per step, the least any rank had):
    one rank's gaps beyond its peers' are its own slowness, which the others wait for (step 4).
 4. The culprit of the waits: the rank that started the collectives last, where it caused at least half of
-   its peers' waits and 1.5 times its share by chance (``collective_waits.waits_caused``), with the ranks
+   its peers' waits and 1.5 times its share by chance (``collective_waits.waits_and_culprits``), with the ranks
    that waited; its lateness is each of them's exposed wait for it (the exposed waits of every rank, times
    its share of the waits, over the ranks that waited): the step it would shrink by.
 5. Compute instrumented: a step with spans holds a forward or backward span. Without one, the training
@@ -30,7 +30,7 @@ from typing import Final
 
 from bubblescope import intervals, wire
 from bubblescope.analysis.attribution import CauseKind
-from bubblescope.analysis.collective_waits import collective_waits_by_group, waits_caused
+from bubblescope.analysis.collective_waits import waits_and_culprits
 from bubblescope.analysis.model import RankPlace, TimedSpan
 from bubblescope.analysis.step_record import BrokenDownStep
 
@@ -182,7 +182,7 @@ def _add_step(sums: _Sums, step: BrokenDownStep, coords: Mapping[int, Mapping[st
     for span in step.record.spans:
         if span.rank in spanned:
             by_rank[span.rank].append(span)
-    waits = collective_waits_by_group(step.record.spans, coords)
+    waits, caused_by = waits_and_culprits(step.record.spans, coords)
     for rank, spans in by_rank.items():
         lo, hi = step.record.windows[rank]
         kinds: dict[str, list[intervals.Interval]] = defaultdict(list)
@@ -201,7 +201,7 @@ def _add_step(sums: _Sums, step: BrokenDownStep, coords: Mapping[int, Mapping[st
         for group, parts in comm.items():
             sums.group_exposed[group] += _outside(parts, all_compute, lo, hi)
             sums.group_wait[group] += _outside(waits.get(group, {}).get(rank, []), all_compute, lo, hi)
-    for rank, caused in waits_caused(step.record.spans, coords).items():
+    for rank, caused in caused_by.items():
         sums.caused[rank] += caused
     for by_rank_waits in waits.values():
         sums.waited.update(rank for rank, found in by_rank_waits.items() if found)

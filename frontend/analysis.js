@@ -9,6 +9,28 @@ import { overheadsDominate, unevenOutsideWork } from "./overhead.js";
 
 const LISTED_STAGES = 8; // more stages than this are summed up as a range
 
+// Parts of a step (a bubble's causes, or the parts of a step without a pipeline), ms per rank per step: the
+// `drawn` ones as one horizontal bar in `row`, every one of `listed` in the table under it.
+function drawParts(drawn, listed, row, axisTitle, barmode) {
+  const explain = (p) => p.explanation || cause(p.name).explanation || "";
+  const traces = drawn.map((p) => ({
+    type: "bar", orientation: "h", name: plotText(cause(p.name).label), y: [row], x: [p.ns / 1e6],
+    marker: { color: cause(p.name).color },
+    hovertext: [`${plotText(cause(p.name).label)}: ${ms(p.ns)} ms (${percent(p.fraction_of_step)} of the step)<br>${plotText(explain(p))}`],
+    hoverinfo: "text", text: [`${ms(p.ns)} ms`], textposition: "inside",
+  }));
+  const chart = plot("attribution-chart", traces, {
+    barmode, height: 150, margin: { l: 60, r: 20, t: 30, b: 40 },
+    xaxis: { title: { text: axisTitle } }, legend: { orientation: "h", x: 0, y: 1.15, yanchor: "bottom" },
+  });
+  document.querySelector("#causes tbody").replaceChildren(...listed.map((p) => {
+    const tr = document.createElement("tr");
+    tr.append(cell(cause(p.name).label, "text"), cell(ms(p.ns)), cell(percent(p.fraction_of_step)), cell(explain(p), "text"));
+    return tr;
+  }));
+  return chart;
+}
+
 function renderAttribution(a, stepNs) {
   document.getElementById("analysis-facts").replaceChildren(
     fact("Median step", `${ms(stepNs)} ms`),
@@ -20,21 +42,7 @@ function renderAttribution(a, stepNs) {
   say("attribution-note", a.replay_excess_ns > 0
     ? `The replay with this run's median stage costs and transfers idles ${ms(a.replay_excess_ns)} ms a rank more than was measured: the causes stop at the measured bubble.`
     : "");
-  const traces = a.causes.map((c) => ({
-    type: "bar", orientation: "h", name: plotText(cause(c.name).label), y: ["bubble"], x: [c.ns / 1e6],
-    marker: { color: cause(c.name).color },
-    hovertext: [`${plotText(cause(c.name).label)}: ${ms(c.ns)} ms (${percent(c.fraction_of_step)} of the step)<br>${plotText(c.explanation)}`],
-    hoverinfo: "text", text: [`${ms(c.ns)} ms`], textposition: "inside",
-  }));
-  const drawn = plot("attribution-chart", traces, {
-    barmode: "relative", height: 150, margin: { l: 60, r: 20, t: 30, b: 40 },
-    xaxis: { title: { text: "ms of idle per rank per step" } }, legend: { orientation: "h", x: 0, y: 1.15, yanchor: "bottom" },
-  });
-  document.querySelector("#causes tbody").replaceChildren(...a.causes.map((c) => {
-    const tr = document.createElement("tr");
-    tr.append(cell(cause(c.name).label, "text"), cell(ms(c.ns)), cell(percent(c.fraction_of_step)), cell(c.explanation, "text"));
-    return tr;
-  }));
+  const drawn = drawParts(a.causes, a.causes, "bubble", "ms of idle per rank per step", "relative");
   return drawn;
 }
 
@@ -49,21 +57,7 @@ function renderStepSplit(split, stepNs) {
     fact("Exposed communication", `${ms(exposed)} ms · waiting for peers ${ms(share("collective_wait").ns)} ms`),
     fact("Host gaps (nothing recorded)", `${ms(share("host_gaps").ns)} ms · ${percent(share("host_gaps").fraction_of_step)}`),
   );
-  const traces = split.parts.filter((p) => p.ns > 0).map((p) => ({
-    type: "bar", orientation: "h", name: plotText(cause(p.name).label), y: ["step"], x: [p.ns / 1e6],
-    marker: { color: cause(p.name).color },
-    hovertext: [`${plotText(cause(p.name).label)}: ${ms(p.ns)} ms (${percent(p.fraction_of_step)} of the step)<br>${plotText(cause(p.name).explanation || "")}`],
-    hoverinfo: "text", text: [`${ms(p.ns)} ms`], textposition: "inside",
-  }));
-  const drawn = plot("attribution-chart", traces, {
-    barmode: "stack", height: 150, margin: { l: 60, r: 20, t: 30, b: 40 },
-    xaxis: { title: { text: "ms per rank per step" } }, legend: { orientation: "h", x: 0, y: 1.15, yanchor: "bottom" },
-  });
-  document.querySelector("#causes tbody").replaceChildren(...split.parts.map((p) => {
-    const tr = document.createElement("tr");
-    tr.append(cell(cause(p.name).label, "text"), cell(ms(p.ns)), cell(percent(p.fraction_of_step)), cell(cause(p.name).explanation || "", "text"));
-    return tr;
-  }));
+  const drawn = drawParts(split.parts.filter((p) => p.ns > 0), split.parts, "step", "ms per rank per step", "stack");
   const groups = split.groups.map((g) => `${g.group} ${ms(g.exposed_ns)} ms (waiting ${ms(g.wait_ns)}, transfer ${ms(g.transfer_ns)})`);
   const c = split.culprit;
   const culprit = c ? ` Rank ${c.rank}${c.host ? ` (host ${c.host})` : ""} starts the collectives last: ${percent(c.share)} of the waits in them are for it.` : "";
