@@ -153,14 +153,14 @@ def test_a_pause_in_no_span_is_idle_on_its_rank_and_dependency_wait_downstream(j
     """On the paused steps rank 0 sleeps D before sending anything: its idle grows by D, and rank
     1's first recv waits D longer for rank 0's send (dependency wait; its other recvs wait for the
     slow stage as on every step). Compared with the steps without the pause, medians over steps:
-    at least 90% of D (the unpaused steps spread by about ±5 ms in trial runs), at most 20% more
-    (oversleeping and scheduling delays of a loaded machine)."""
+    at least 85% of D (the unpaused steps spread by about ±5 ms in trial runs; a loaded CI machine read
+    88.6 ms of a 100-ms pause), at most 20% more (oversleeping and scheduling delays of a loaded machine)."""
 
     def delta(rank: int, field: str) -> float:
         value = lambda step: job["breakdowns"][step][rank][field]
         return median_over(PAUSED, value) - median_over(UNPAUSED, value)
 
-    low, high = 0.9 * PAUSE_MS * MS, 1.2 * PAUSE_MS * MS
+    low, high = 0.85 * PAUSE_MS * MS, 1.2 * PAUSE_MS * MS
     idle, waited = delta(PAUSE_RANK, "idle_ns"), delta(PAUSE_RANK + 1, "dependency_wait_ns")
     assert low <= idle <= high, idle / MS
     assert low <= waited <= high, waited / MS
