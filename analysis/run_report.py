@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from bubblescope import intervals, wire
 from bubblescope.analysis.attribution import BubbleAttribution, StageImbalance, attribute_bubble, stage_imbalance
+from bubblescope.analysis.block_costs import BlockCost, block_costs
 from bubblescope.analysis.breakdown import stage_wait_shares
 from bubblescope.analysis.errors import InputError
 from bubblescope.analysis.layout_fixes import trade_dp_for_pp
@@ -141,6 +142,7 @@ class RunReport:
     params_per_stage: list[int] | None
     suggestions: list[Suggestion]
     step_split: StepSplit | None = None  # a job without a pipeline: where its step goes (no bubble)
+    block_costs: list[BlockCost] = field(default_factory=list)  # per instrumented block (``blocks=``)
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,7 @@ def analyse_run(
         params_per_stage=params_per_stage,
         suggestions=suggest(evidence) if split is None else _job_fixes(split, evidence),
         step_split=split,
+        block_costs=block_costs([s.record.spans for s in steps if s.record.spans]),
     )
 
 

@@ -3,8 +3,8 @@
 The pipeline benchmark (``collector_overhead.py``) needs one process per stage and so, on GPUs,
 one GPU per stage. This one runs wherever there is one device: a data-parallel step (DDP over a
 world of one: NCCL on a CUDA GPU, gloo on the CPU) of an MLP, with the collector as a DDP job
-uses it: ``instrument_ddp`` (a span per gradient bucket), ``instrument_optimizer``, forward and
-backward as ``collector.span(..., on_gpu=True)`` (CUDA events on a GPU), every collective
+uses it: ``instrument_ddp`` (a span per gradient bucket, and the model's forward and backward from
+its hooks: ``instrument_model``, CUDA events on a GPU), ``instrument_optimizer``, every collective
 traced, per-step aggregates, full spans every N-th step, the shipper sending to a stand-in
 service in its own process (``answer_only_service.py``). On a GPU this is the CUDA-event path.
 
@@ -94,10 +94,8 @@ def run(args: argparse.Namespace, device: torch.device) -> tuple[list[tuple[bool
         started = time.perf_counter()
         with contextlib.nullcontext() if collected else collector.paused(), collector.step():
             optimizer.zero_grad(set_to_none=True)
-            with collector.span("forward", on_gpu=True):
-                loss = nn.functional.mse_loss(model(inputs), targets)
-            with collector.span("backward", on_gpu=True):
-                loss.backward()
+            loss = nn.functional.mse_loss(model(inputs), targets)
+            loss.backward()
             optimizer.step()
             loss.item()  # waits for the device, as logging the loss does
         if index >= 0:

@@ -91,7 +91,7 @@ SCENARIOS: dict[str, Job] = {
     "crash": crash,
     "hybrid": hybrid,
     "ddp": user_job("ddp", "ddp", "--layers=6"),
-    "fsdp2": user_job("fsdp2", "fsdp2", "--layers=6"),
+    "fsdp2": user_job("fsdp2", "fsdp2", "--layers=6", "--blocks"),
     "ddp-late-rank": user_job("ddp-late-rank", "ddp", "--layers=6", "--slow-rank=1", "--slow-ms=30"),
 }
 

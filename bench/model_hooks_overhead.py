@@ -6,7 +6,8 @@ the figure is the median over step pairs of (instrumented step / plain step), be
 and the same for two plain copies (an A/A control: the comparison's own noise).
 The hooks run once per call of the instrumented module (the root), so their cost is per model call, not per
 layer; the second figure is that cost alone, in microseconds, on a model that does nothing (``nn.Identity``
-with a gradient): forward pre-hook + hook + the output's gradient hook + the end-of-backward callback.
+with a gradient): forward pre-hook + hook + the output's gradient hook + the end-of-backward callback; the third,
+what ``blocks=`` adds per block call (the same hooks on each block, and a hook on its input's gradient).
 
     python bench/model_hooks_overhead.py [--steps 400] [--hidden 512] [--layers 8] [--batch 64]
 """
@@ -76,6 +77,32 @@ def hook_cost_us(calls: int) -> float:
     return statistics.median(rounds)
 
 
+class Scale(nn.Module):
+    """A block that does next to nothing: its input times one."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 1.0
+
+
+def block_cost_us(calls: int, blocks: int = 8) -> float:
+    """Microseconds ``blocks=`` adds per block call: a model of ``blocks`` blocks that do nothing, instrumented
+    with its blocks against the same model instrumented alone."""
+    alone = collector.instrument_model(nn.Sequential(*(Scale() for _ in range(blocks))))
+    priced = nn.Sequential(*(Scale() for _ in range(blocks)))
+    collector.instrument_model(priced, blocks=priced)
+    x = torch.ones(1, requires_grad=True)
+
+    def run(module: nn.Module) -> float:
+        start = time.perf_counter()
+        with collector.step():
+            for _ in range(calls):
+                module(x).sum().backward()
+        return time.perf_counter() - start
+
+    rounds = [(run(priced) - run(alone)) / (calls * blocks) * 1e6 for _ in range(5)]
+    return statistics.median(rounds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=400)
@@ -90,6 +117,7 @@ def main() -> None:
         control, control_total, _ = step_ratio(args, hooks=False)
         ratio, total, plain_ms = step_ratio(args)
         cost = hook_cost_us(2000)
+        per_block = block_cost_us(500)
         collector.shutdown()
     finally:
         service.stop()
@@ -97,6 +125,7 @@ def main() -> None:
     print(f"instrument_model / plain: median of step pairs {ratio:.4f}, ratio of totals {total:.4f}")
     print(f"plain / plain (control): median of step pairs {control:.4f}, ratio of totals {control_total:.4f}")
     print(f"hooks alone: {cost:.1f} µs per model call (forward and backward of the instrumented module)")
+    print(f"blocks=: {per_block:.1f} µs more per block call (forward and backward of each block)")
 
 
 if __name__ == "__main__":

@@ -82,6 +82,23 @@ WORLD_GROUP: Final = "world"
 PIPELINE_GROUP: Final = "pp"
 """The group label of pipeline point-to-point transfers (and of a mesh's pipeline dimension)."""
 
+BLOCK_SEPARATOR: Final = "/"
+"""Joins a model's name and one of its blocks' in a block's compute spans (``instrument_model(model,
+blocks=...)``): ``Transformer/layers.0``. The model's own spans carry its name alone."""
+
+
+def block_span_name(model: str, block: str) -> str:
+    """The name a block's forward and backward spans carry."""
+    return f"{model}{BLOCK_SEPARATOR}{block}"
+
+
+def block_of(span_name: str | None) -> str | None:
+    """The block a compute span's name names (``layers.0`` of ``Transformer/layers.0``); None for a model's own."""
+    if not span_name or BLOCK_SEPARATOR not in span_name:
+        return None
+    return span_name.split(BLOCK_SEPARATOR, 1)[1] or None
+
+
 # Names of pipeline point-to-point transfers: activations go forward, gradients backward.
 P2P_FORWARD: Final = "fwd"
 P2P_BACKWARD: Final = "bwd"

@@ -207,27 +207,31 @@ def register_mesh(mesh: Any, *more: Any) -> Any:
     return mesh
 
 
-def instrument_model(model: Any, name: str | None = None) -> Any:
+def instrument_model(model: Any, name: str | None = None, blocks: Any = None) -> Any:
     """Record every forward and backward of ``model`` (any ``nn.Module``: the root of an FSDP2 or tensor-parallel
     model, a plain one) as compute spans named ``name`` (default: its class), through module and autograd hooks;
     time it blocked waiting in a collective stays communication. Call it once per model, on the module your loop
-    calls; a pipelining schedule (``instrument``) records its stages' compute itself. Returns the model."""
+    calls; a pipelining schedule (``instrument``) records its stages' compute itself. ``blocks``: the layers to
+    price one by one (``model.layers``: its children; or a list of submodules), each recorded as its own spans
+    for the run page's per-block costs (about two hooks' cost per block call). Returns the model."""
     from bubblescope.collector import model_hooks
 
-    _guarded("instrument the model", lambda session: model_hooks.instrument_model(model, session.recorder, name))
+    _guarded(
+        "instrument the model", lambda session: model_hooks.instrument_model(model, session.recorder, name, blocks)
+    )
     return model
 
 
-def instrument_ddp(model: Any, hook: Any = None, state: Any = None) -> Any:
-    """Time a DistributedDataParallel model's forward and backward (``instrument_model`` on its ``module``) and
-    each gradient bucket's all-reduce (bytes, group). Pass your own communication hook and state here instead of
-    calling ``model.register_comm_hook``; returns the model."""
+def instrument_ddp(model: Any, hook: Any = None, state: Any = None, blocks: Any = None) -> Any:
+    """Time a DistributedDataParallel model's forward and backward (``instrument_model`` on its ``module``, with
+    ``blocks``) and each gradient bucket's all-reduce (bytes, group). Pass your own communication hook and state
+    here instead of calling ``model.register_comm_hook``; returns the model."""
     from bubblescope.collector import integrations, model_hooks
 
     def instrument(session: CollectorSession) -> None:
         integrations.instrument_ddp(model, session.recorder, hook, state)
         inner = model.module
-        model_hooks.instrument_model(inner, session.recorder, type(inner).__name__)
+        model_hooks.instrument_model(inner, session.recorder, type(inner).__name__, blocks)
 
     _guarded("instrument DDP", instrument)
     return model

@@ -216,6 +216,10 @@ class CollectorConfig:
     pure_python: bool = setting("BUBBLESCOPE_PURE_PYTHON", FLAG, False, shown="off: C when it was built")
     """The pipelining wrappers in Python instead of C (same spans, more cost per action)."""
 
+    model_blocks: bool = setting("BUBBLESCOPE_MODEL_BLOCKS", FLAG, False, shown="off")
+    """Integrations (torchtitan) price each block of the model (`instrument_model(model, blocks=...)` on its
+    `layers`), for the run page's per-block costs, at a few microseconds a block call."""
+
     clock_skew_ns: int = setting("BUBBLESCOPE_CLOCK_SKEW_NS", integer(-MAX_SKEW_NS, MAX_SKEW_NS), 0)
     """Shifts this process's clock by this many nanoseconds, applied at `init`: a way to check on
     one host that clock alignment undoes a skew between hosts."""

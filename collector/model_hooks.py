@@ -14,6 +14,13 @@
 - On CUDA (``Recorder.gpu``) the span's ends are CUDA events on the current stream, as the pipelining
   integration's actions are.
 
+**Blocks** (``blocks=``: the layers the user wants priced one by one) get the same spans, named
+``model/block`` (``wire.block_span_name``), nested in the model's: a block's backward starts at the gradient
+of its output and ends at the gradient of its input (the first one requiring grad), or where the next block's
+backward starts if that comes first (a framework's hooks between the two, FSDP2's unshard of the next block,
+delay the input's gradient), or with the whole backward (a block fed by data). Block backwards of one model
+never overlap. They add two module hooks, two tensor hooks and one engine callback per block call.
+
 A run whose compute a pipelining schedule already records (``Recorder.pipeline_compute``) records
 nothing here. Every hook is guarded: a failure drops the span, never the training step.
 """
@@ -22,22 +29,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch  # this module is imported by instrument_model, when the job has torch loaded
+from torch.autograd import Variable
+
+from bubblescope import wire
 from bubblescope.collector.clock import local_ns
 from bubblescope.collector.recorder import Recorder
 
-
-def _in_backward() -> bool:
-    import torch
-
-    return bool(torch._C._current_graph_task_id() != -1)
+_Tensor = torch.Tensor
+_grad_enabled = torch.is_grad_enabled
+_graph_task_id = torch._C._current_graph_task_id  # -1 outside a backward
+_queue_callback = Variable._execution_engine.queue_callback
 
 
 def _first_grad_tensor(value: Any) -> Any:
     """The first tensor requiring grad in a module's output (a tensor, a sequence, a mapping, a dataclass-like
     object with tensors as attributes is not searched); None when there is none."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, _Tensor):
         return value if value.requires_grad else None
     items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
     for item in items:
@@ -45,6 +53,16 @@ def _first_grad_tensor(value: Any) -> Any:
         if found is not None:
             return found
     return None
+
+
+def _on_gradient(tensor: Any, hook: Any) -> None:
+    """Call ``hook`` once ``tensor``'s gradient is computed: a pre-hook on the node that made the tensor (about
+    half the cost of ``Tensor.register_hook``'s Python; it runs at the same moment), a tensor hook on a leaf."""
+    grad_fn = tensor.grad_fn
+    if grad_fn is None:
+        tensor.register_hook(hook)
+    else:
+        grad_fn.register_prehook(hook)
 
 
 class ModelTimer:
@@ -61,12 +79,13 @@ class ModelTimer:
 
     def before_forward(self, _module: Any, _args: Any) -> None:
         try:
-            if self._skip() or _in_backward():
+            recorder = self.recorder
+            if recorder.paused_depth or recorder.pipeline_compute or _graph_task_id() != -1:
                 self._forward = None
                 return
-            recorder = self.recorder
             start = local_ns()
-            self._forward = (start, self._mark(), len(recorder.blocked))
+            clock = recorder.gpu
+            self._forward = (start, None if clock is None else clock.mark(), len(recorder.blocked))
         except Exception:  # noqa: BLE001 - never into the training step
             self._forward = None
 
@@ -76,12 +95,10 @@ class ModelTimer:
             if opened is None:
                 return
             self._record("forward", *opened)
-            import torch
-
-            if torch.is_grad_enabled():
+            if _grad_enabled():
                 tensor = _first_grad_tensor(output)
                 if tensor is not None:
-                    tensor.register_hook(self._backward_started)
+                    _on_gradient(tensor, self._backward_started)
         except Exception:  # noqa: BLE001
             pass
 
@@ -89,10 +106,8 @@ class ModelTimer:
         try:
             if self._skip():
                 return
-            from torch.autograd import Variable
-
             opened = (local_ns(), self._mark(), len(self.recorder.blocked))
-            Variable._execution_engine.queue_callback(lambda: self._backward_ended(opened))
+            _queue_callback(lambda: self._backward_ended(opened))
         except Exception:  # noqa: BLE001
             pass
 
@@ -127,9 +142,114 @@ class ModelTimer:
             recorder.add(kind, start, end, None, None, None, None, None, self.name)
 
 
-def instrument_model(module: Any, recorder: Recorder, name: str | None = None) -> ModelTimer:
-    """Record ``module``'s every forward and backward as compute spans named ``name`` (default: its class)."""
-    timer = ModelTimer(recorder, name or type(module).__name__)
+class _OpenBackward:
+    """The block backward of one model still open: the next block's backward closes it (hooks a framework
+    registered between the two, FSDP2's unshard of the next block, may delay the input's gradient)."""
+
+    def __init__(self) -> None:
+        self.block: _BlockBackward | None = None
+
+
+class BlockTimer(ModelTimer):
+    """The hooks of one block of an instrumented model: its backward ends at its input's gradient, or where the
+    next block's backward starts, whichever comes first."""
+
+    def __init__(self, recorder: Recorder, name: str, open_backward: _OpenBackward) -> None:
+        super().__init__(recorder, name)
+        self._input: Any = None
+        self.open_backward = open_backward
+
+    def before_forward(self, module: Any, args: Any) -> None:
+        super().before_forward(module, args)
+        try:
+            self._input = None if self._forward is None else _first_grad_tensor(args)
+        except Exception:  # noqa: BLE001
+            self._input = None
+
+    def after_forward(self, _module: Any, _args: Any, output: Any) -> None:
+        try:
+            opened, self._forward = self._forward, None
+            given, self._input = self._input, None
+            if opened is None:
+                return
+            self._record("forward", *opened)
+            if not _grad_enabled():
+                return
+            tensor = _first_grad_tensor(output)
+            if tensor is None:
+                return
+            backward = _BlockBackward(self)
+            _on_gradient(tensor, backward.started)
+            if given is not None:
+                _on_gradient(given, backward.ended)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class _BlockBackward:
+    """One call's backward through a block: opened at its output's gradient, closed at its input's, at the next
+    block's opening, or (a block fed by data) at the end of the whole backward."""
+
+    def __init__(self, timer: BlockTimer) -> None:
+        self.timer = timer
+        self.opened: tuple[int, Any, int] | None = None
+
+    def started(self, _grad: Any) -> None:
+        try:
+            timer = self.timer
+            if timer._skip():
+                return
+            shared = timer.open_backward
+            if shared.block is not None:
+                shared.block.ended(None)
+            self.opened = (local_ns(), timer._mark(), len(timer.recorder.blocked))
+            shared.block = self
+            _queue_callback(self.closed)
+        except Exception:  # noqa: BLE001
+            self.opened = None
+
+    def closed(self) -> None:
+        self.ended(None)
+
+    def ended(self, _grad: Any) -> None:
+        try:
+            opened, self.opened = self.opened, None
+            shared = self.timer.open_backward
+            if shared.block is self:
+                shared.block = None
+            if opened is not None:
+                self.timer._record("backward", *opened)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _block_names(module: Any, blocks: Any) -> list[tuple[Any, str]]:
+    """Each block with its name in ``module`` (``layers.0``); ``blocks`` is a container module (its children),
+    or an iterable of modules, each a descendant of ``module``."""
+    if isinstance(blocks, torch.nn.Module):
+        blocks = list(blocks.children())
+    qualified = {id(sub): path for path, sub in module.named_modules() if path}
+    named = []
+    for block in blocks:
+        path = qualified.get(id(block))
+        if path is None:
+            raise ValueError(f"blocks: {type(block).__name__} is not a submodule of the instrumented model")
+        named.append((block, path))
+    return named
+
+
+def instrument_model(module: Any, recorder: Recorder, name: str | None = None, blocks: Any = None) -> ModelTimer:
+    """Record ``module``'s every forward and backward as compute spans named ``name`` (default: its class), and
+    each of ``blocks``' as spans named ``name/block`` (``wire.block_span_name``). A block that is not a submodule
+    of ``module`` raises ValueError with the model's own hooks in place and no block's."""
+    model_name = (name or type(module).__name__).replace(wire.BLOCK_SEPARATOR, "_")
+    timer = ModelTimer(recorder, model_name)
     module.register_forward_pre_hook(timer.before_forward, prepend=True)
     module.register_forward_hook(timer.after_forward, prepend=True)
+    named = _block_names(module, blocks) if blocks is not None else []  # a wrong block: the model's own spans stay
+    open_backward = _OpenBackward()
+    for block, path in named:
+        block_timer = BlockTimer(recorder, wire.block_span_name(model_name, path), open_backward)
+        block.register_forward_pre_hook(block_timer.before_forward, prepend=True)
+        block.register_forward_hook(block_timer.after_forward, prepend=True)
     return timer

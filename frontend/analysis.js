@@ -133,6 +133,27 @@ function renderMemory(rows) {
   say("memory-note", text);
 }
 
+// Each instrumented block's forward and backward per step (median rank), the heaviest flagged, the slowest rank beside.
+function renderBlocks(rows) {
+  const box = document.getElementById("blocks");
+  box.hidden = !rows.length;
+  if (!rows.length) return;
+  const total = (r) => r.forward_ns + r.backward_ns;
+  const heaviest = rows.reduce((a, b) => (total(b) > total(a) ? b : a));
+  document.getElementById("blocks-source").textContent = "(instrument_model(model, blocks=…): per step, median over ranks)";
+  document.querySelector("#blocks-table tbody").replaceChildren(...rows.map((r) => {
+    const tr = el("tr", r === heaviest ? { class: "nearest" } : {});
+    const slowest = r.slowest_ns > 1.1 * total(r) ? `rank ${r.slowest_rank}: ${ms(r.slowest_ns)} ms (${(r.slowest_ns / total(r)).toFixed(2)}× the median rank)` : "—";
+    tr.append(cell(r.block, "text"), cell(ms(r.forward_ns)), cell(ms(r.backward_ns)),
+      cell(r.share_of_model === null ? "—" : percent(r.share_of_model)), cell(slowest, "text"));
+    return tr;
+  }));
+  const share = heaviest.share_of_model === null ? "" : ` (${percent(heaviest.share_of_model)} of the model's compute)`;
+  const mean = rows.reduce((sum, r) => sum + total(r), 0) / rows.length;
+  say("blocks-note", `Heaviest block: ${heaviest.block}, ${ms(total(heaviest))} ms a step${share}, ${(total(heaviest) / mean).toFixed(2)}× the mean block.`
+    + " A slowest rank is named where it costs over 1.1× the median rank.");
+}
+
 // bubbleNs: today's measured bubble; a predicted bubble is said in ms first, as its fraction is of another step
 function suggestionItem(s, bubbleNs) {
   const li = el("li", { class: "suggestion" });
@@ -178,6 +199,7 @@ export function renderAnalysis(view) {
   renderExposed(split ? {} : view.exposed_comm_ns_by_group, view.step_ns);
   renderImbalance(view.imbalance, view.layers_source, unevenOutsideWork(view));
   renderMemory(view.memory);
+  renderBlocks(view.block_costs);
   const why = unevenOutsideWork(view) || overheadsDominate(view); // one stage holds the others, or overheads outweigh the work
   const blind = split && !split.compute_instrumented; // nothing can be priced on a step whose compute reads as gaps
   const items = view.suggestions.length

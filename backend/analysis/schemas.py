@@ -176,6 +176,17 @@ class StepSplitOut(FromAnalysis):
     )
 
 
+class BlockCostOut(FromAnalysis):
+    """One block of an instrumented model (``instrument_model(model, blocks=...)``), per step."""
+
+    block: str = Field(description="its name in the model (layers.0)")
+    forward_ns: float = Field(description="its forward per step: the median over ranks of each rank's median step")
+    backward_ns: float = Field(description="its backward per step, the same way")
+    share_of_model: float | None = Field(description="forward + backward over the model's own compute per step")
+    slowest_rank: int = Field(description="the rank on which it costs most")
+    slowest_ns: float = Field(description="its forward + backward per step on that rank")
+
+
 class AnalysisOut(BaseModel):
     run_key: str
     steps: list[int] = Field(
@@ -213,6 +224,10 @@ class AnalysisOut(BaseModel):
     step_split: StepSplitOut | None = Field(
         description="a run that registered no pipeline: where its step goes (pipeline, attribution and imbalance "
         "are then null)"
+    )
+    block_costs: list[BlockCostOut] = Field(
+        default_factory=list,
+        description="each instrumented block's cost, in the order they run forward; empty when no block was",
     )
 
 

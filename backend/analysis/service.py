@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 from bubblescope import analysis
 from bubblescope.backend.analysis.schemas import (
     AnalysisOut,
+    BlockCostOut,
     BubbleAttributionOut,
     MeasuredPipelineOut,
     PredictionOut,
@@ -47,6 +48,7 @@ def analysis_out(key: str, report: analysis.RunReport) -> AnalysisOut:
         params_per_stage=report.params_per_stage,
         suggestions=[SuggestionOut.model_validate(s) for s in report.suggestions],
         step_split=None if report.step_split is None else StepSplitOut.model_validate(report.step_split),
+        block_costs=[BlockCostOut.model_validate(cost) for cost in report.block_costs],
     )
 
 

@@ -10,7 +10,7 @@ Trainer built by hand, before ``trainer.train()``. What it does, once the traine
 - ``register_mesh(trainer.parallel_dims)``: each rank's coordinate in pp / dp / tp / cp / ep, torchtitan's
   data-parallel meshes (fsdp, dp_shard, dp_replicate, ...) as ``dp`` (``collector.mesh_dimensions``);
 - compute: the pipeline schedule (``instrument``) where pipeline parallelism is on, else ``instrument_model``
-  on each model part;
+  on each model part (with ``BUBBLESCOPE_MODEL_BLOCKS=1``, each of its ``layers`` priced as a block);
 - ``instrument_optimizer`` on each optimizer of the container, ``timed_batches`` around the data iterator, and
   ``collector.step(trainer.step)`` around each ``train_step``;
 - ``collector.shutdown()`` when training ends.
@@ -23,6 +23,7 @@ import os
 from typing import Any
 
 from bubblescope import collector
+from bubblescope.collector.config import env_setting
 
 
 def run_name(trainer: Any) -> str:
@@ -52,8 +53,9 @@ def instrument(trainer: Any) -> Any:
     if getattr(trainer.parallel_dims, "pp_enabled", False) and schedule is not None:
         collector.instrument(schedule)
     else:
+        blocks = bool(env_setting("model_blocks"))
         for part in trainer.model_parts:
-            collector.instrument_model(part)
+            collector.instrument_model(part, blocks=getattr(part, "layers", None) if blocks else None)
     for optimizer in getattr(trainer.optimizers, "optimizers", [trainer.optimizers]):
         collector.instrument_optimizer(optimizer)
     batches = trainer.batch_generator

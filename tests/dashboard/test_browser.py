@@ -339,12 +339,13 @@ def test_a_run_without_a_pipeline_shows_its_step_split_and_no_bubble(
 ) -> None:
     """A plain DDP loop instrumented from docs/collector.md (``tests/runs/user_jobs.py``): the glance leads with
     its compute share, the analysis says where the step goes, the breakdown speaks of waiting for peers; the
-    word bubble appears nowhere above the fold. The same loop without instrument_model says so and names the
-    call to add."""
+    word bubble appears nowhere above the fold; its blocks are priced (``blocks=``), block 2 (four times the
+    work) flagged the heaviest. The same loop without instrument_model says so and names the call to add."""
     for mode in ("ddp", "bare"):
         run_key = f"browser-{mode}-{uuid.uuid4().hex[:8]}"
         report = output_dir / f"{mode}-own"
-        args = (mode, f"--run-name={mode}", f"--report={report}", "--steps=12")
+        blocks = ("--blocks", "--heavy-block=2") if mode == "ddp" else ()
+        args = (mode, f"--run-name={mode}", f"--report={report}", "--steps=12", *blocks)
         job = run_torchrun(sqlite_server.url, "tests/runs/user_jobs.py", 2, *args, run_key=run_key)
         assert job.returncode == 0, job.output[-3000:]
         with sqlite_server.client() as client:
@@ -364,7 +365,12 @@ def test_a_run_without_a_pipeline_shows_its_step_split_and_no_bubble(
             assert "COMPUTE" in compute.upper() and "%" in compute and "not instrumented" not in compute, compute
             assert page.locator("#causes tbody tr").count() == 6
             assert page.locator("#analysis-error").is_hidden()
+            rows = page.locator("#blocks-table tbody tr")
+            assert rows.count() == 4 and page.locator("#blocks").is_visible()
+            assert rows.nth(2).get_attribute("class") == "nearest", rows.nth(2).inner_text()
+            assert page.locator("#blocks-note").inner_text().startswith("Heaviest block: 2,")
         else:
+            assert page.locator("#blocks").is_hidden()
             assert "not instrumented" in compute, compute
             assert "collector.instrument_model(model)" in page.locator("#analysis-error").inner_text()
             assert "Instrument the model's compute" in page.locator("#glance-do").inner_text()

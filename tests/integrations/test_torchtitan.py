@@ -47,7 +47,9 @@ def assets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return make_assets(tmp_path_factory.mktemp("titan-assets"))
 
 
-def run_titan(service: LiveServer, assets: tuple[Path, Path], tmp: Path, *parallelism: str) -> str:
+def run_titan(
+    service: LiveServer, assets: tuple[Path, Path], tmp: Path, *parallelism: str, env: dict[str, str] | None = None
+) -> str:
     tokenizer, dataset = assets
     run_key = f"titan-{uuid.uuid4().hex[:8]}"
     arguments = (
@@ -67,7 +69,7 @@ def run_titan(service: LiveServer, assets: tuple[Path, Path], tmp: Path, *parall
         2,
         *arguments,
         run_key=run_key,
-        extra_env={"BUBBLESCOPE_FULL_SPANS_EVERY": "1"},
+        extra_env={"BUBBLESCOPE_FULL_SPANS_EVERY": "1", **(env or {})},
     )
     assert job.returncode == 0, job.output[-4000:]
     return run_key
@@ -84,7 +86,10 @@ def answers(service: LiveServer, run_key: str) -> tuple[dict[str, Any], dict[str
 def test_torchtitan_fsdp_records_its_compute_under_its_own_step_numbers(
     service: LiveServer, assets: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    run_key = run_titan(service, assets, tmp_path, "--parallelism.data_parallel_shard_degree=2")
+    """With ``BUBBLESCOPE_MODEL_BLOCKS=1``: each of the model's ``layers`` priced as a block."""
+    run_key = run_titan(
+        service, assets, tmp_path, "--parallelism.data_parallel_shard_degree=2", env={"BUBBLESCOPE_MODEL_BLOCKS": "1"}
+    )
     run, analysis = answers(service, run_key)
     assert run["name"] == "torchtitan-llama3-debugmodel"
     assert [s["step"] for s in run["steps"]] == list(range(1, STEPS + 1))  # torchtitan counts from 1
@@ -95,6 +100,9 @@ def test_torchtitan_fsdp_records_its_compute_under_its_own_step_numbers(
     parts = {p["name"]: p["fraction_of_step"] for p in split["parts"]}
     assert parts["model_compute"] > 0.3, parts  # the training, not idle
     assert [g["group"] for g in split["groups"]][:1] == ["dp"], split["groups"]  # all-gathers, reduce-scatters
+    blocks = analysis["block_costs"]
+    assert [b["block"] for b in blocks] == [f"layers.{i}" for i in range(len(blocks))] and len(blocks) >= 2, blocks
+    assert all(b["forward_ns"] > 0 and b["backward_ns"] > 0 for b in blocks), blocks
 
 
 def test_torchtitan_pp_is_analysed_as_its_pipeline(

@@ -4,10 +4,14 @@ torchrun by ``tests/runs/test_user_jobs.py``:
 - ``ddp``: a plain DDP MLP, instrumented exactly as the docs' first snippet says (``instrument_ddp``,
   ``instrument_optimizer``, ``timed_batches``, ``step``), nothing more;
 - ``fsdp2``: ``fully_shard`` on each block and on the root, ``instrument_model`` on the root;
-- ``tp``: tensor parallelism with DTensor (``parallelize_module`` over the "tp" mesh of a 1 × 2 dp × tp mesh, both
-  dimensions registered as two meshes), ``instrument_model``;
+- ``tp``: tensor parallelism with DTensor (``parallelize_module`` over the "tp" mesh of a dp × tp mesh of
+  1 × 2 on 2 ranks, 2 × 2 on 4, both dimensions registered as two meshes), ``instrument_model``; with dp > 1,
+  DDP over the dp mesh (``DistributedDataParallel(model, device_mesh=...)``) and ``instrument_ddp``;
 - ``hand``: no framework: the gradients all-reduced by hand after ``backward()``, ``instrument_model``;
 - ``bare``: the hand loop without ``instrument_model``, as a job that missed it.
+
+``--blocks``: the model's blocks priced one by one (``blocks=``); ``--heavy-block K``: block K of the MLP
+runs four linear layers instead of one.
 
 ``--loader-ms M --workers W``: each batch takes M ms to load, in W DataLoader worker processes (0: on the
 training thread). ``--fixed-from N``: from step N on, neither the loading time nor the slow rank's. ``--slow-rank R --slow-ms M``: rank R also spends M ms a step on the host between forward and backward, so the
@@ -35,41 +39,51 @@ from bubblescope import collector
 HIDDEN = 512
 
 
-def mlp(layers: int) -> nn.Sequential:
+def mlp(layers: int, heavy_block: int | None = None) -> nn.Sequential:
     torch.manual_seed(0)
-    return nn.Sequential(*[nn.Sequential(nn.Linear(HIDDEN, HIDDEN), nn.GELU()) for _ in range(layers)])
+    depth = [4 if index == heavy_block else 1 for index in range(layers)]
+    return nn.Sequential(
+        *[nn.Sequential(*[m for _ in range(n) for m in (nn.Linear(HIDDEN, HIDDEN), nn.GELU())]) for n in depth]
+    )
 
 
-def build(mode: str, layers: int) -> nn.Module:
+def build(mode: str, layers: int, blocks: bool, heavy_block: int | None) -> nn.Module:
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = mlp(layers, heavy_block)
     if mode == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
-        return collector.instrument_ddp(DistributedDataParallel(mlp(layers)))
+        return collector.instrument_ddp(DistributedDataParallel(model), blocks=model if blocks else None)
     if mode == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
-        model = mlp(layers)
         for block in model:
             fully_shard(block)
-        return collector.instrument_model(fully_shard(model))
+        return collector.instrument_model(fully_shard(model), blocks=model if blocks else None)
     if mode == "tp":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-        world = init_device_mesh("cpu", (1, dist.get_world_size()), mesh_dim_names=("dp", "tp"))
+        size = dist.get_world_size()
+        replicas = size // 2 if size >= 4 else 1
+        world = init_device_mesh("cpu", (replicas, size // replicas), mesh_dim_names=("dp", "tp"))
         mesh = world["tp"]
         collector.register_mesh(world["dp"], mesh)  # several meshes, as a job that slices its own
         torch.manual_seed(0)
-        blocks = [
-            nn.Sequential(nn.Linear(HIDDEN, 2 * HIDDEN), nn.GELU(), nn.Linear(2 * HIDDEN, HIDDEN))
-            for _ in range(layers)
-        ]
-        for block in blocks:
+        model = nn.Sequential(
+            *[
+                nn.Sequential(nn.Linear(HIDDEN, 2 * HIDDEN), nn.GELU(), nn.Linear(2 * HIDDEN, HIDDEN))
+                for _ in range(layers)
+            ]
+        )
+        for block in model:
             parallelize_module(block, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
-        return collector.instrument_model(nn.Sequential(*blocks))
+        if replicas > 1:  # data parallel over dp: DDP on the tensor-parallel model
+            ddp = DistributedDataParallel(model, device_mesh=world["dp"])
+            return collector.instrument_ddp(ddp, blocks=model if blocks else None)
+        return collector.instrument_model(model, blocks=model if blocks else None)
     if mode == "bare":  # the hand loop without instrument_model: only communication, data and optimizer spans
-        return mlp(layers)
-    return collector.instrument_model(mlp(layers))  # hand
+        return model
+    return collector.instrument_model(model, blocks=model if blocks else None)  # hand
 
 
 class SlowBatches(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -111,11 +125,13 @@ def main() -> None:
     parser.add_argument("--loader-ms", type=float, default=0.0, help="each batch takes this long to load")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     parser.add_argument("--fixed-from", type=int, default=None, help="from this step on, no --slow-ms or --loader-ms")
+    parser.add_argument("--blocks", action="store_true", help="price each block of the model (blocks=)")
+    parser.add_argument("--heavy-block", type=int, default=None, help="this block runs four linear layers")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
     collector.init(run=args.run_name)
-    model = build(args.mode, args.layers)
+    model = build(args.mode, args.layers, args.blocks, args.heavy_block)
     optimizer = collector.instrument_optimizer(torch.optim.SGD(model.parameters(), lr=1e-3))
     fixed_from = args.steps if args.fixed_from is None else args.fixed_from
     batches = DataLoader(
