@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bubblescope.analysis import DEFAULT_SCHEDULE, NAMES, ScheduleError, lookup
+from bubblescope.ports import can_listen, taken_message
 
 
 def schedule_argument(text: str) -> str:
@@ -31,6 +32,9 @@ def _serve(args: argparse.Namespace) -> int:
     refusal = exposure_refusal(args.host, settings)
     if refusal:
         print(f"bubblescope serve: {refusal}", file=sys.stderr)
+        return 2
+    if not can_listen(args.host, args.port):
+        print(taken_message("serve", args.host, args.port), file=sys.stderr)
         return 2
     try:
         url = prepare_database(args.db)
@@ -81,6 +85,12 @@ def _upload(args: argparse.Namespace) -> int:
         print(
             f"bubblescope upload-spool: the service refused the token ({result.refused_token}); nothing was "
             "removed: give an ingest token with --token or BUBBLESCOPE_TOKEN and run it again",
+            file=sys.stderr,
+        )
+    if result.misaddressed is not None:
+        print(
+            f"bubblescope upload-spool: {result.misaddressed}; nothing was removed: give the service's root URL "
+            "(http://HOST:PORT) with --url or BUBBLESCOPE_URL and run it again",
             file=sys.stderr,
         )
     return 0 if result.remaining == 0 else 1
@@ -199,14 +209,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bubblescope", description="Pipeline-bubble diagnostics for PyTorch training")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the service")
-    serve.add_argument("--db", help="SQLAlchemy URL or SQLite file path (default: user data dir)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8765)
+    serve = commands.add_parser(
+        "serve",
+        help="run the service",
+        description="Run the service: ingest from collectors, the dashboard, the API, /metrics and the alerts. "
+        "The database is migrated first. A taken port is refused before anything starts (exit 2).",
+    )
+    serve.add_argument("--db", help="SQLAlchemy URL or SQLite file path (default: bubblescope.db in the user data dir)")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: %(default)s; any other address needs --auth, or --insecure)",
+    )
+    serve.add_argument("--port", type=int, default=8765, help="port to listen on (default: %(default)s)")
     serve_options(serve)
     serve.set_defaults(handler=_serve)
 
-    demo = commands.add_parser("demo", help="service + a real CPU pipeline-parallel job streaming into it")
+    demo = commands.add_parser(
+        "demo",
+        help="service + a real CPU pipeline-parallel job streaming into it",
+        description="Start the service on embedded SQLite and a real torchrun pipeline job (gloo, CPU) streaming "
+        "into it; prints the run's page. Serves until Ctrl-C unless --exit-after-job.",
+    )
     demo.add_argument(
         "--schedule",
         type=schedule_argument,
@@ -231,18 +255,34 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-serve", action="store_true", help="start no service (needs --url)")
     demo.add_argument("--db", help="database for the embedded service (default: user data dir)")
     demo.add_argument("--host", default="127.0.0.1", help="the embedded service's address (default: %(default)s)")
-    demo.add_argument("--port", type=int, default=0, help="service port (default: 8765, or a free one if taken)")
+    demo.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="service port (default: 8765, or a free one if taken; a taken --port: exit 2)",
+    )
     demo.add_argument("--exit-after-job", action="store_true", help="stop serving when the job ends")
     demo.set_defaults(handler=_demo)
 
-    db = commands.add_parser("db", help="database schema (Alembic migrations)")
-    db.add_argument("db_command", choices=["upgrade", "current"])
-    db.add_argument("--db", help="SQLAlchemy URL or SQLite file path")
-    db.set_defaults(handler=_db)
+    db = commands.add_parser("db", help="database schema (Alembic migrations)", description="The database's schema.")
+    db_commands = db.add_subparsers(dest="db_command", metavar="{upgrade,current}")
+    for name, text in (
+        ("upgrade", "migrate the database to the newest schema (serve does it at start), then print the revision"),
+        ("current", "print the database's schema revision and the newest one"),
+    ):
+        sub = db_commands.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        sub.add_argument("--db", help="SQLAlchemy URL or SQLite file path (default: the one serve uses)")
+        sub.set_defaults(handler=_db)
+    db.set_defaults(handler=_help_of(db))
 
     _token_parser(commands)
 
-    upload = commands.add_parser("upload-spool", help="send spooled batches to a service")
+    upload = commands.add_parser(
+        "upload-spool",
+        help="send spooled batches to a service",
+        description="Send what collectors spooled (the service was down, refused the token or the URL was wrong), "
+        "oldest first; delivered batches are removed. Exit 1 while anything stays spooled.",
+    )
     upload.add_argument("--url", help="the service (default: BUBBLESCOPE_URL)")
     upload.add_argument("--token", help="bearer token (default: BUBBLESCOPE_TOKEN)")
     upload.add_argument("--spool-dir", help="spool folder (default: BUBBLESCOPE_SPOOL_DIR, else the collector's)")
@@ -271,14 +311,29 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="one JSON object per configuration per line")
     plan.set_defaults(handler=_plan)
     _prometheus_rules_parser(commands)
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Each subcommand's ``--help`` opens with its one-line help where it has no description of its own."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                if sub.description is None and helps.get(name):
+                    text = str(helps[name])
+                    sub.description = text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
+                _describe(sub)
 
 
 def _token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from bubblescope.backend.auth.scopes import SCOPE_NAMES  # standard library only, like this module
 
-    token = commands.add_parser("token", help="API tokens for serve --auth (docs/access.md)")
-    token_commands = token.add_subparsers(dest="token_command", required=True)
+    token = commands.add_parser(
+        "token", help="API tokens for serve --auth (docs/access.md)", description="API tokens for serve --auth."
+    )
+    token_commands = token.add_subparsers(dest="token_command", metavar="{create,list,revoke}")
     create = token_commands.add_parser("create", help="create a token and print it (the only time it is shown)")
     create.add_argument("--scope", required=True, choices=SCOPE_NAMES, help="admin grants read and ingest too")
     create.add_argument("--name", required=True, help="who or what holds it (letters, digits, . _ : @ -)")
@@ -290,10 +345,23 @@ def _token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     listing = token_commands.add_parser("list", help="name, scope, prefix, created, last used, revoked")
     revoke = token_commands.add_parser("revoke", help="revoke a token: refused within seconds")
-    revoke.add_argument("name_or_prefix", metavar="NAME_OR_PREFIX")
+    revoke.add_argument(
+        "name_or_prefix", metavar="NAME_OR_PREFIX", help="the token's name, or its prefix as list shows it"
+    )
     for sub in (create, listing, revoke):
         sub.add_argument("--db", help="SQLAlchemy URL or SQLite file path (default: user data dir, as serve)")
-    token.set_defaults(handler=_token)
+        sub.set_defaults(handler=_token)
+    token.set_defaults(handler=_help_of(token))
+
+
+def _help_of(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """A command given without its subcommand: its help, on stderr, and exit 2."""
+
+    def show(_args: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return 2
+
+    return show
 
 
 def main(argv: Sequence[str] | None = None) -> int:

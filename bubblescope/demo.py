@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,23 +12,9 @@ import urllib.parse
 import uuid
 
 from bubblescope.analysis import lookup
+from bubblescope.ports import can_listen, free_port, taken_message
 
 DEFAULT_PORT = 8765
-
-
-def free_port(host: str = "127.0.0.1", preferred: int = 0) -> int:
-    """``preferred`` when a server could listen there, else any free port. The probe allows
-    address reuse as uvicorn does, so a port whose old connections linger in TIME_WAIT counts
-    as free."""
-    for candidate in (preferred, 0) if preferred else (0,):
-        with socket.socket() as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind((host, candidate))
-            except OSError:
-                continue
-            return int(probe.getsockname()[1])
-    raise OSError("no free port")
 
 
 def job_command(args: argparse.Namespace) -> list[str]:
@@ -108,6 +93,9 @@ def main(args: argparse.Namespace) -> int:
     from bubblescope.backend.db.prepare import prepare_database
     from bubblescope.backend.server import build_server, start_in_thread
 
+    if args.port and not can_listen(args.host, args.port):
+        print(taken_message("demo", args.host, args.port), file=sys.stderr)
+        return 2
     url_db = prepare_database(args.db)
     port = args.port or free_port(args.host, preferred=DEFAULT_PORT)
     if not args.port and port != DEFAULT_PORT:
@@ -127,11 +115,11 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    print(f"open the dashboard: {base}/runs/{run_key}", flush=True)
     if args.exit_after_job:
+        print(f"the service stops (--exit-after-job); the run stays in the database {url_db}", flush=True)
         server.should_exit = True
         return code
-    print("serving until Ctrl-C", flush=True)
+    print(f"open the dashboard: {base}/runs/{run_key} (serving until Ctrl-C)", flush=True)
     try:
         while True:
             time.sleep(3600)

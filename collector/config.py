@@ -23,6 +23,8 @@ from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from bubblescope import wire
+
 log = logging.getLogger("bubblescope.collector")
 
 DEFAULT_FULL_SPANS_EVERY = 10
@@ -51,10 +53,15 @@ def _path(raw: str) -> Path:
 
 
 def _http_url(raw: str) -> str:
+    """An http(s) URL of the service's root: trailing slashes and the API prefix (``/api/v1``, which the
+    collector adds to every path itself) are dropped."""
     parts = urllib.parse.urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(raw)
-    return raw
+    url = raw.rstrip("/")
+    if url.endswith(wire.API_PREFIX):
+        url = url[: -len(wire.API_PREFIX)].rstrip("/")
+    return url
 
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}

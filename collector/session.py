@@ -9,6 +9,7 @@ import re
 import shlex
 import socket
 import sys
+import urllib.parse
 import uuid
 from typing import Any
 
@@ -86,8 +87,15 @@ class CollectorSession:
         self.shipper.start()
         if config.url is None:
             self._say_where_it_spools()
+        elif self.rank == 0:
+            self._say_where_to_look(config.url)
         self.register_run()
         self.align_clock()
+
+    def _say_where_to_look(self, url: str) -> None:
+        """Rank 0 prints the run's page once: the run key carries torchrun's run id, which nobody types."""
+        page = f"{url}/runs/{urllib.parse.quote(self.run_key, safe='')}"
+        print(f"bubblescope: run {self.config.run_name!r} streams to {page}", file=sys.stderr, flush=True)
 
     def _say_where_it_spools(self) -> None:
         """No service URL: everything goes to disk, which a first run should hear about (once per

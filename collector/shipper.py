@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import logging
 import math
+import shlex
 import statistics
 import threading
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bubblescope import wire
@@ -33,7 +36,7 @@ from bubblescope.collector.clock import local_ns
 from bubblescope.collector.config import CollectorConfig
 from bubblescope.collector.recorder import Recorder, StepRecord, waiting_op
 from bubblescope.collector.spool import Spool
-from bubblescope.collector.transport import Message, Verdict, send
+from bubblescope.collector.transport import Message, Response, Verdict, readable, send
 
 log = logging.getLogger("bubblescope.collector")
 
@@ -318,17 +321,14 @@ class Shipper:
                 self._dropped_here += message.span_count
                 self._warn_once(
                     f"rejected-{response.status}",
-                    f"bubblescope: service rejected {message.path} ({response.status}): {response.body[:500]!r}",
+                    f"bubblescope: the service refused {message.method} {message.path} ({response.status}: "
+                    f"{readable(response.body)}); that message is dropped (its {message.span_count} spans counted "
+                    "as dropped), the next ones are sent",
                 )
                 return True
-            if response.verdict is Verdict.UNAUTHORIZED:  # keep everything: the token can be fixed
+            if response.verdict in (Verdict.UNAUTHORIZED, Verdict.MISADDRESSED):  # keep everything: it can be fixed
                 self._down_until = time.monotonic() + TOKEN_REFUSED_BACKOFF_S
-                self._warn_once(
-                    "token",
-                    f"bubblescope: the service refused the token ({response.status}: {response.body[:300]!r}); "
-                    "spooling everything: set BUBBLESCOPE_TOKEN to an ingest token, then deliver the spool with "
-                    "bubblescope upload-spool",
-                )
+                self._warn_once(response.verdict.value, self._refusal(message, response))
                 return False
             if response.retry_after_s is not None:  # busy or its database away: come back when told
                 self._down_until = time.monotonic() + response.retry_after_s
@@ -338,8 +338,43 @@ class Shipper:
                 self._pause(min(0.2 * 2**attempt, 1.0))
         self._down_until = time.monotonic() + self._down_backoff_s
         self._down_backoff_s = min(self._down_backoff_s * 2, _MAX_DOWN_BACKOFF_S)
-        self._warn_once("down", f"bubblescope: service unreachable at {self.config.url}; spooling")
+        self._warn_once(
+            "down",
+            f"bubblescope: service unreachable at {self.config.url} ({response.error}); spooling to {self._folder()}, "
+            f"sent when it answers again; or later with: {self._upload_command()}",
+        )
         return False
+
+    def _folder(self) -> Path:
+        """The run's spool folder on this host (every rank's below it): what ``upload-spool`` delivers."""
+        return self.spool.directory.parent
+
+    def _upload_command(self, url: str | None = None) -> str:
+        given = shlex.quote(url or self.config.url or "URL")
+        return f"bubblescope upload-spool --url {given} --spool-dir {shlex.quote(str(self._folder()))}"
+
+    def _refusal(self, message: Message, response: Response) -> str:
+        """One line: what was refused, why, and how to get the spooled timings delivered."""
+        answer = f"{response.status}: {readable(response.body)}"
+        keep = f"spooling everything to {self._folder()}; once fixed, deliver it with: {self._upload_command()}"
+        if response.verdict is Verdict.MISADDRESSED:
+            parts = urllib.parse.urlsplit(self.config.url or "")
+            root = f"{parts.scheme}://{parts.netloc}"
+            return (
+                f"bubblescope: {self.config.url} has no bubblescope API ({message.method} {message.path}: {answer}): "
+                f"BUBBLESCOPE_URL should be the service's root, such as {root}; spooling everything to "
+                f"{self._folder()}; once fixed, deliver it with: {self._upload_command(root)}"
+            )
+        if not self.config.token:  # the service's own words are for a browser (sign in); a job needs a token
+            return (
+                f"bubblescope: the service requires a token and this job set none ({message.method} {message.path}: "
+                f"{response.status}): set BUBBLESCOPE_TOKEN to an ingest token (bubblescope token create --scope "
+                f"ingest); {keep}"
+            )
+        return (
+            f"bubblescope: the service refused this job's token ({message.method} {message.path}: {answer}): "
+            f"BUBBLESCOPE_TOKEN must be an ingest token that is not revoked; {keep}"
+        )
 
     def _attempt_timeout(self) -> float | None:
         """The timeout for the next attempt, or None when no attempt may start now."""

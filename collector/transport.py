@@ -23,6 +23,7 @@ class Verdict(enum.Enum):
     RETRY = "retry"  # down, slow, 5xx, 408/429, dropped connection, not our service: try again later
     REJECTED = "rejected"  # other 4xx: the server will never take this message
     UNAUTHORIZED = "unauthorized"  # 401/403: the token is missing, wrong, revoked or lacks a scope: keep it
+    MISADDRESSED = "misaddressed"  # 404/405, no such route: the URL points past or beside the API: keep it
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,45 @@ def _acknowledgement(message: Message, body: bytes) -> dict[str, Any] | None:
 
 
 MAX_RETRY_AFTER_S = 300.0
+ROUTE_MISSES = {404: ("Not Found", "not_found"), 405: ("Method Not Allowed", "method_not_allowed")}
+"""How a server says it has no route for a path (or none taking the method): a plain web server's words, and the
+service's error type on the ``path`` itself (a run or rank it does not know is another location)."""
+
+
+def no_such_route(status: int, body: bytes) -> bool:
+    """Whether a 404/405 answer says the path itself is unknown: the URL points beside the API."""
+    words, error_type = ROUTE_MISSES.get(status, (None, None))
+    if words is None:
+        return False
+    try:
+        detail = json.loads(body).get("detail")
+    except (ValueError, AttributeError):
+        return False
+    if detail == words:
+        return True
+    first = detail[0] if isinstance(detail, list) and detail else None
+    return isinstance(first, dict) and first.get("loc") == ["path"] and first.get("type") == error_type
+
+
+def readable(body: bytes, limit: int = 300) -> str:
+    """A service's answer as one line of text: its JSON ``detail`` where it has one, else the body decoded."""
+    text = body.decode("utf-8", errors="replace")
+    try:
+        document = json.loads(text)
+    except ValueError:
+        document = None
+    if isinstance(document, dict) and "detail" in document:
+        detail = document["detail"]
+        if isinstance(detail, list):  # the service's errors: [{"loc": [...], "msg": "...", "type": "..."}]
+            detail = "; ".join(
+                f"{'.'.join(str(part) for part in item.get('loc', []))}: {item.get('msg')}"
+                if isinstance(item, dict)
+                else str(item)
+                for item in detail
+            )
+        text = detail if isinstance(detail, str) else json.dumps(detail, ensure_ascii=False)
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _retry_after(header: str | None) -> float | None:
@@ -102,6 +142,8 @@ def send(base_url: str, message: Message, token: str | None, timeout_s: float) -
             body = error.read(1 << 16)
         except Exception:  # noqa: BLE001 - a broken error body changes nothing
             pass
+        if no_such_route(status, body):
+            verdict = Verdict.MISADDRESSED
         wait = _retry_after(error.headers.get("Retry-After") if error.headers is not None else None)
         return Response(verdict, status, body, str(error), retry_after_s=wait)
     except (TimeoutError, OSError, http.client.HTTPException, ValueError) as error:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bubblescope.collector.config import URL, default_spool_dir, env_setting
 from bubblescope.collector.spool import Spool
-from bubblescope.collector.transport import Verdict, send
+from bubblescope.collector.transport import Verdict, readable, send
 
 STALE_TEMPORARY_S = 60.0  # a live writer renames its temporary file within milliseconds
 
@@ -20,6 +20,7 @@ class UploadResult:
     remaining: int
     unreadable: int = 0  # corrupt files moved aside as *.bad (never sent, never blocking)
     refused_token: str | None = None  # the service's 401/403 answer: the upload stopped, nothing removed
+    misaddressed: str | None = None  # the URL has no bubblescope API behind it: the upload stopped, nothing removed
 
 
 def upload_spool(
@@ -33,14 +34,15 @@ def upload_spool(
         What is not given comes from the collector's settings, as the job that spooled read them
         (``BUBBLESCOPE_SPOOL_DIR``, ``BUBBLESCOPE_URL``, ``BUBBLESCOPE_TOKEN``); ValueError without
         any URL. Delivered and rejected (4xx other than 401/403/408/429) messages are removed; a
-    refused token (401/403) stops the upload with everything kept; a retried
+    refused token (401/403), or a URL with no bubblescope API behind it (404, no such route), stops the upload
+        with everything kept; a retried
         batch the service already has is answered as delivered, so an upload can be repeated safely.
         Temporary files left by a process killed mid-write are deleted once stale; they were never
         messages.
     """
     if url is not None:  # given explicitly: a bad one is an error, not a fallback to somewhere else
         try:
-            URL.parse(url)
+            url = URL.parse(url)
         except ValueError:
             raise ValueError(f"url {url!r} is not {URL.accepts}") from None
     url = url or env_setting("url")
@@ -52,10 +54,14 @@ def upload_spool(
     spool.remove_stale_temporaries(STALE_TEMPORARY_S)
     delivered = rejected = 0
     refused: str | None = None
+    misaddressed: str | None = None
     for path, message in spool.pending():
         response = send(url, message, token, timeout_s)
         if response.verdict is Verdict.UNAUTHORIZED:
-            refused = f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}"
+            refused = f"HTTP {response.status}: {readable(response.body)}"
+            break
+        if response.verdict is Verdict.MISADDRESSED:
+            misaddressed = f"{url} has no bubblescope API (HTTP 404 for {message.path})"
             break
         if response.verdict is Verdict.RETRY:
             break
@@ -64,4 +70,4 @@ def upload_spool(
         else:
             rejected += 1
         spool.remove(path)
-    return UploadResult(delivered, rejected, len(spool.files()), spool.unreadable, refused)
+    return UploadResult(delivered, rejected, len(spool.files()), spool.unreadable, refused, misaddressed)

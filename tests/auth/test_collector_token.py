@@ -1,8 +1,10 @@
-"""A collector with a bad token: it warns once, spools everything, and loses nothing once
-``upload-spool`` is given a good one. A token refused by ``upload-spool`` removes nothing."""
+"""A collector with a bad token: it warns once, in one line that names the spool folder and the command to
+deliver it, spools everything, and loses nothing once ``upload-spool`` is given a good one. A token refused by
+``upload-spool`` removes nothing. A job with no token at all is told so, not that its token was refused."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import uuid
@@ -30,8 +32,12 @@ def test_a_bad_token_spools_everything_and_upload_spool_delivers_it_with_a_good_
     report = read_report(tmp_path, run_key, process)
     assert report.dropped_spans == 0
     log = (tmp_path / f"{run_key}.log").read_text()
-    assert log.count("refused the token") == 1, log
+    assert log.count("refused this job's token") == 1, log
     spool = tmp_path / "spool"
+    line = next(line for line in log.splitlines() if "refused this job's token" in line)
+    assert f"--spool-dir {spool / run_key}" in line and "bubblescope upload-spool --url" in line, line
+    assert "this endpoint needs scope 'ingest'" in line, line  # the service's words
+    assert not re.search(r"(?<![A-Za-z])b'", line), line  # not a bytes repr
     spooled = sorted(spool.rglob("*.msg"))
     assert spooled, "everything should be spooled"
 
@@ -48,3 +54,12 @@ def test_a_bad_token_spools_everything_and_upload_spool_delivers_it_with_a_good_
         assert not list(spool.rglob("*.msg"))
         detail = client.get(f"/api/v1/runs/{run_key}", headers=admin).json()
         assert detail["step_count"] == STEPS
+
+
+def test_a_job_without_a_token_is_told_it_set_none(auth_server: LiveServer, tmp_path: Path) -> None:
+    run_key = f"no-token-{uuid.uuid4().hex[:8]}"
+    process, _ = launch(tmp_path, auth_server.url, run_key, "--steps", "5", env={"BUBBLESCOPE_TOKEN": ""})
+    read_report(tmp_path, run_key, process)
+    log = (tmp_path / f"{run_key}.log").read_text()
+    assert log.count("the service requires a token and this job set none") == 1, log
+    assert "refused this job's token" not in log and "sign in" not in log.lower(), log

@@ -1,0 +1,54 @@
+"""A job pointed at the service by a URL as users type it: ``…/api/v1`` (the API's own prefix) stores every
+span; a path with no bubblescope API behind it spools everything, says so in one line that names the folder
+and the command, and ``upload-spool`` with the right URL delivers it all. Rank 0 prints the run's page."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from tests.collector.jobs import launch, read_report
+from tests.support import LiveServer
+
+STEPS = 12
+
+
+def test_a_url_ending_in_the_api_prefix_stores_every_step(sqlite_server: LiveServer, tmp_path: Path) -> None:
+    run_key = f"prefixed-{uuid.uuid4().hex[:8]}"
+    process, _ = launch(tmp_path, f"{sqlite_server.url}/api/v1/", run_key, "--steps", str(STEPS))
+    report = read_report(tmp_path, run_key, process)
+    assert report.dropped_spans == 0
+    log = (tmp_path / f"{run_key}.log").read_text()
+    assert f"streams to {sqlite_server.url}/runs/{run_key}" in log, log  # the page, at the service's root
+    with sqlite_server.client() as client:
+        assert client.get(f"/api/v1/runs/{run_key}").json()["step_count"] == STEPS
+    assert not list((tmp_path / "spool").rglob("*.msg"))
+
+
+def test_a_url_with_no_api_behind_it_spools_everything_and_upload_spool_delivers_it(
+    sqlite_server: LiveServer, tmp_path: Path
+) -> None:
+    run_key = f"misaddressed-{uuid.uuid4().hex[:8]}"
+    wrong = f"{sqlite_server.url}/bubblescope"
+    process, _ = launch(tmp_path, wrong, run_key, "--steps", str(STEPS), env={"BUBBLESCOPE_FLUSH_INTERVAL_S": "0.05"})
+    report = read_report(tmp_path, run_key, process)
+    assert report.dropped_spans == 0
+    log = (tmp_path / f"{run_key}.log").read_text()
+    lines = [line for line in log.splitlines() if "has no bubblescope API" in line]
+    assert len(lines) == 1, log
+    folder = tmp_path / "spool" / run_key
+    assert f"no such path: /bubblescope{'/api/v1/'}" in lines[0] and "b'" not in lines[0], lines[0]
+    assert f"such as {sqlite_server.url};" in lines[0], lines[0]  # the root, guessed from the URL given
+    assert f"bubblescope upload-spool --url {sqlite_server.url} --spool-dir {folder}" in lines[0], lines[0]
+    assert list(folder.rglob("*.msg")), "everything should be spooled"
+    with sqlite_server.client() as client:
+        assert client.get(f"/api/v1/runs/{run_key}").status_code == 404
+        command = [sys.executable, "-m", "bubblescope.cli", "upload-spool", "--spool-dir", str(folder)]
+        again = subprocess.run([*command, "--url", wrong], capture_output=True, text=True, timeout=120)
+        assert again.returncode == 1 and "has no bubblescope API" in again.stderr, again
+        assert list(folder.rglob("*.msg")), "an upload to the wrong URL removes nothing"
+        done = subprocess.run([*command, "--url", sqlite_server.url], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done
+        assert client.get(f"/api/v1/runs/{run_key}").json()["step_count"] == STEPS
