@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         evaluate as evaluate,
         failure_culprit as failure_culprit,
         first_failures as first_failures,
+        hung_lagging as hung_lagging,
         vanished_first as vanished_first,
     )
     from bubblescope.analysis.attribution import (
@@ -144,6 +145,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "evaluate",
         "failure_culprit",
         "first_failures",
+        "hung_lagging",
         "vanished_first",
     ),
     "attribution": ("CAUSE_KINDS",),

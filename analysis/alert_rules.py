@@ -57,6 +57,7 @@ class RankStatus:
     stage: int | None = None
     last_step: int | None = None
     in_flight: dict[str, Any] | None = None  # the collector watchdog's report (wire's in_flight)
+    pid: int | None = None  # its process on ``host``, as it registered
 
 
 @dataclass(frozen=True)
@@ -217,6 +218,12 @@ def failed_rule(snapshot: RunSnapshot, _t: Thresholds) -> list[FiringAlert]:
     if found is None:
         return []
     culprit, why = found
+    process = f" (PID {culprit.pid})" if culprit.pid is not None else ""
+    action = (
+        f"Read rank {culprit.rank}'s log first, on host {culprit.host}{process}: the other ranks' errors are usually "
+        "its consequence. If it left no error (killed), check that host's kernel log for the OOM killer "
+        "(dmesg | grep -i oom) and the scheduler's record of the job."
+    )
     return [
         _fire(
             RUN_FAILED,
@@ -224,6 +231,7 @@ def failed_rule(snapshot: RunSnapshot, _t: Thresholds) -> list[FiringAlert]:
             why,
             "#ranks",
             _rank_labels(culprit),
+            action,
         )
     ]
 
@@ -245,10 +253,15 @@ def _blocked_text(rank: RankStatus, extra_s: float) -> str:
     )
 
 
-def hung_lagging(snapshot: RunSnapshot, alive_within_s: float) -> tuple[list[RankStatus], list[RankStatus]]:
-    """(the ranks the others wait for, the ranks blocked waiting) of a stalled run."""
-    live = [r for r in snapshot.ranks if r.outcome is None and r.rank < snapshot.world_size]
-    heard = [r for r in live if r.last_heard_at is not None and _age(snapshot, r.last_heard_at) <= alive_within_s]
+def hung_lagging(
+    ranks: Sequence[RankStatus], world_size: int, now: datetime, alive_within_s: float
+) -> tuple[list[RankStatus], list[RankStatus]]:
+    """(the ranks the others wait for, the ranks blocked waiting) of a stalled run: the one definition the hung
+    state, the hung alert and the run page read."""
+    live = [r for r in ranks if r.outcome is None and r.rank < world_size]
+    heard = [
+        r for r in live if r.last_heard_at is not None and (now - r.last_heard_at).total_seconds() <= alive_within_s
+    ]
     quiet = [r for r in live if r not in heard]
     blocked = [r for r in heard if r.in_flight and r.in_flight.get("op")]
     free = [r for r in heard if r.in_flight and not r.in_flight.get("op")]
@@ -269,14 +282,14 @@ def _age(snapshot: RunSnapshot, moment: datetime) -> float:
 
 
 def hung_rule(snapshot: RunSnapshot, t: Thresholds) -> list[FiringAlert]:
-    if snapshot.state not in ("running", "silent") or snapshot.progress_quiet_s is None:
+    if snapshot.state not in ("running", "hung", "silent") or snapshot.progress_quiet_s is None:
         return []
     usual = snapshot.usual_step_s or 0.0
     threshold = max(t.hung_after_s, HUNG_STEP_FACTOR * usual)
     reporting = [r for r in snapshot.ranks if r.in_flight and r.outcome is None]
     if snapshot.progress_quiet_s < threshold or not reporting:
         return []
-    lagging, blocked = hung_lagging(snapshot, t.silent_after_s)
+    lagging, blocked = hung_lagging(snapshot.ranks, snapshot.world_size, snapshot.now, t.silent_after_s)
     lag_texts = []
     for rank in lagging:
         if rank.in_flight and rank.last_heard_at is not None and _age(snapshot, rank.last_heard_at) <= t.silent_after_s:
@@ -304,8 +317,22 @@ def hung_rule(snapshot: RunSnapshot, t: Thresholds) -> list[FiringAlert]:
             description,
             "?view=hung#ranks",
             labels,
+            _hung_action(lagging),
         )
     ]
+
+
+def _hung_action(lagging: list[RankStatus]) -> str | None:
+    """The runbook's first step with each lagging rank's host and PID filled in (None: none is known)."""
+    known = [r for r in lagging if r.pid is not None][:4]
+    if not known:
+        return None
+    dumps = "; ".join(f"on host {r.host}: py-spy dump --pid {r.pid} (rank {r.rank})" for r in known)
+    more = f", and the other {len(lagging) - len(known)} lagging ranks" if len(lagging) > len(known) else ""
+    return (
+        f"Dump the lagging rank's Python stack ({dumps}{more}) and look for a deadlock, a stuck data loader or "
+        "I/O, or a collective it never entered; then restart from the last checkpoint."
+    )
 
 
 def silent_rule(snapshot: RunSnapshot, _t: Thresholds) -> list[FiringAlert]:

@@ -18,7 +18,7 @@ export function fact(label, value, small) {
   return el("div", { class: "fact" }, el("div", { class: "label" }, label), el("div", { class: small ? "value small" : "value" }, value));
 }
 
-// A run's state (running, finished, failed, silent) as a coloured badge; its detail on hover.
+// A run's state (running, hung, finished, failed, silent) as a coloured badge; its detail on hover.
 export const stateBadge = (run) => el("span", { class: `state state-${run.state}`, title: run.state_detail }, run.state);
 
 // Shows `text` in the element with this id, or hides it when text is empty.

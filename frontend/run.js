@@ -174,7 +174,7 @@ async function round() {
   const due = (name) => {
     if (state.loaded[name] === state.version) return false;
     const wait = Math.min(LIVE_REFRESH_MAX_MS, LIVE_COST_FACTOR * state.tookMs[name]);
-    if (run.state === "running" && Date.now() - state.askedAt[name] < wait) return false;
+    if ((run.state === "running" || run.state === "hung") && Date.now() - state.askedAt[name] < wait) return false;
     state.askedAt[name] = Date.now();
     return true;
   };

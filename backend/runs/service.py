@@ -32,7 +32,7 @@ from bubblescope.backend.runs.timeline_ranks import parse_ranks, timeline_ranks
 from bubblescope.backend.settings import ServiceSettings
 from bubblescope.backend.store import ranks as rank_queries, runs as run_queries, steps as step_queries
 from bubblescope.backend.store.runs import require_run
-from bubblescope.backend.store.state import RankEnd, rank_outcome, run_state
+from bubblescope.backend.store.state import OPEN_STATES, RankEnd, rank_outcome, run_state
 from bubblescope.backend.store.step_read import spans_of_ranks
 
 MAX_CONFIG_DEPTH = 8
@@ -193,7 +193,7 @@ def run_detail(session: Session, key: str, silent_after_s: float, ranks_limit: i
         steps=steps,
         warmup_until_step=analysis.warmup_until(first),
         baseline_steps=analysis.BASELINE_STEPS,
-        default_step=analysis.default_step(seen, run.world_size, running=summary.state == "running"),
+        default_step=analysis.default_step(seen, run.world_size, running=summary.state in OPEN_STATES),
     )
 
 

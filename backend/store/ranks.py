@@ -46,7 +46,7 @@ def rank_ends(session: Session, run_ids: Sequence[int]) -> dict[int, list[RankEn
 
 _END_COLUMNS = (
     RankInfo.rank, RankInfo.outcome, RankInfo.error, RankInfo.end_ns, RankInfo.ended_at, RankInfo.last_heard_at,
-    RankInfo.host, RankInfo.stage, RankInfo.last_step, RankInfo.in_flight,
+    RankInfo.host, RankInfo.stage, RankInfo.last_step, RankInfo.in_flight, RankInfo.pid,
 )  # fmt: skip
 
 
@@ -63,6 +63,7 @@ def rank_end(info: RankInfo | Row[Any]) -> RankEnd:
         stage=info.stage,
         last_step=info.last_step,
         in_flight=info.in_flight,
+        pid=info.pid,
     )
 
 

@@ -103,7 +103,12 @@ def may_be_in(states: Collection[str], heard_after: datetime) -> ColumnElement[b
         if state == "finished":
             return None
         conditions.append(
-            {"failed": failed, "running": Run.updated_at >= heard_after, "silent": Run.updated_at <= heard_after}[state]
+            {
+                "failed": failed,
+                "running": Run.updated_at >= heard_after,
+                "hung": Run.updated_at >= heard_after,
+                "silent": Run.updated_at <= heard_after,
+            }[state]
         )
     return or_(*conditions) if conditions else None
 

@@ -1,4 +1,4 @@
-"""A run's state, read from what its ranks reported: running, finished, failed or silent.
+"""A run's state, read from what its ranks reported: running, hung, finished, failed or silent.
 
 - **failed**: a rank reported that it ended on an uncaught exception (the collector notes it on
   the way out). Wins over everything else. The detail names the culprit as the failed alert does
@@ -7,6 +7,10 @@
   without any end: that one was killed.
 - **finished**: every rank of the world reported a clean end (``collector.shutdown()``, which
   also runs at interpreter exit).
+- **hung**: not ended, and a rank heard from within ``silent_after_s`` carries the collector watchdog's report
+  of a step running far past its usual length (``in_flight``: 10 s and 3 usual steps by default). The
+  detail names the rank(s) the others wait for, as the hung alert does (``analysis.hung_lagging``). It
+  returns to running when steps arrive again (the next batch with steps clears the report).
 - **silent**: not ended, and nothing heard from any rank for ``silent_after_s``: killed
   (SIGKILL, out of memory), hung (a collective that never completes), or cut off from the
   service. Also a long pause with no steps (evaluation, checkpointing), which the detail says.
@@ -20,10 +24,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from bubblescope.analysis import RankStatus, failure_culprit, first_failures, vanished_first
+from bubblescope.analysis import RankStatus, failure_culprit, first_failures, hung_lagging, vanished_first
 from bubblescope.backend.db.timestamps import as_utc
 
-RunStateName = Literal["running", "finished", "failed", "silent"]
+RunStateName = Literal["running", "hung", "finished", "failed", "silent"]
+OPEN_STATES: tuple[RunStateName, ...] = ("running", "hung")
+"""The states of a run that has not ended and is still heard from."""
 RankOutcome = Literal["finished", "failed"]
 
 
@@ -72,6 +78,9 @@ def run_state(
         return RunState("finished", f"all {world_size} ranks finished")
     quiet_s = (as_utc(now) - as_utc(last_contact)).total_seconds()
     ended = f"; {len(finished)} of {world_size} ranks finished" if finished else ""
+    hung = _hung(ranks, world_size, as_utc(now), silent_after_s)
+    if hung is not None and quiet_s < silent_after_s:
+        return RunState("hung", hung + ended)
     if quiet_s >= silent_after_s:
         open_ranks = world_size - len(finished)
         return RunState(
@@ -80,6 +89,30 @@ def run_state(
             f"end: killed, hung, paused without steps, or cut off from the service{ended}",
         )
     return RunState("running", f"last heard {_duration(max(0.0, quiet_s))} ago{ended}")
+
+
+def _hung(ranks: Sequence[RankEnd], world_size: int, now: datetime, alive_within_s: float) -> str | None:
+    """The hung detail when the watchdog of a rank heard from lately reports a step running long; else None."""
+    reporting = [
+        r
+        for r in ranks
+        if r.outcome is None
+        and r.in_flight
+        and r.last_heard_at is not None
+        and (now - as_utc(r.last_heard_at)).total_seconds() <= alive_within_s
+    ]
+    if not reporting:
+        return None
+    lagging, _blocked = hung_lagging(ranks, world_size, now, alive_within_s)
+    elapsed = max(float(r.in_flight.get("elapsed_s", 0.0)) for r in reporting if r.in_flight)
+    step = max(int(r.in_flight.get("step", 0)) for r in reporting if r.in_flight)
+    if len(lagging) == 1:
+        who = f"rank {lagging[0].rank} (host {lagging[0].host})"
+    else:
+        who = (
+            f"{len(lagging)} ranks ({', '.join(str(r.rank) for r in lagging[:8])}{', ...' if len(lagging) > 8 else ''})"
+        )
+    return f"step {step} has run for {_duration(elapsed)}: the others wait for {who}"
 
 
 def _duration(seconds: float) -> str:

@@ -93,10 +93,18 @@ def test_a_stuck_rank_is_named_with_what_the_others_wait_in_and_the_alert_resolv
         description = alert["annotations"]["description"]
         assert "rank 1 (host" in description and "outside any collective" in description, description
         assert blocked_in in description, description
-        ranks = {r["rank"]: r for r in client.get(f"/api/v1/runs/{run_key}").json()["ranks"]}
+        run = client.get(f"/api/v1/runs/{run_key}").json()
+        ranks = {r["rank"]: r for r in run["ranks"]}
         assert ranks[1]["in_flight"]["op"] is None and ranks[0]["in_flight"]["op"] is not None
         assert ranks[0]["last_step"] == ranks[1]["last_step"] == 4
+        # the run's state says it too, names the same rank, and the run list's filter and /metrics find it
+        assert run["state"] == "hung" and "wait for rank 1 (host" in run["state_detail"], run["state_detail"]
+        listed = client.get("/api/v1/runs", params={"state": "hung"}).json()
+        assert run_key in [r["key"] for r in listed], listed
+        metrics = client.get("/metrics").text
+        assert f'bubblescope_run_state{{run="{run_key}",state="hung"}} 1.0' in metrics
         wait_for(client, run_key, "BubblescopeRunHung", "resolved", timeout_s=60)
+        assert client.get(f"/api/v1/runs/{run_key}").json()["state"] in ("running", "finished")
         output = finish(job)
         assert job.returncode == 0, output[-3000:]
 

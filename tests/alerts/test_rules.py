@@ -86,6 +86,21 @@ def test_the_first_failure_is_blamed_when_it_is_its_own_error() -> None:
     assert culprit is not None and culprit.rank == 1 and "illegal memory access" in why
     alert = evaluate(failed, THRESHOLDS)[0]
     assert alert.alertname == "BubblescopeRunFailed" and alert.labels == {"rank": "1", "host": "node0", "stage": "1"}
+    assert alert.action.startswith("Read rank 1's log first, on host node0:"), alert.action  # no PID registered
+    with_pid = snapshot([dataclasses.replace(r, pid=4000 + r.rank) for r in failed.ranks], state="failed")
+    assert "on host node0 (PID 4001)" in evaluate(with_pid, THRESHOLDS)[0].action
+
+
+def test_the_hung_alerts_action_names_the_lagging_ranks_host_and_pid() -> None:
+    report = {"step": 101, "in_step": True, "elapsed_s": 90.0}
+    blocked = {**report, "op": {"kind": "all_reduce", "name": "grads", "group": "dp", "peer": 8, "elapsed_s": 89.0}}
+    ranks = [rank(r, pid=7000 + r, in_flight=blocked) for r in range(8)] + [rank(8, pid=7008, in_flight=report)]
+    hung = snapshot(ranks, progress_quiet_s=95.0)
+    alert = next(a for a in evaluate(hung, THRESHOLDS) if a.alertname == "BubblescopeRunHung")
+    assert "(on host node1: py-spy dump --pid 7008 (rank 8))" in alert.action, alert.action
+    unknown = snapshot([dataclasses.replace(r, pid=None) for r in ranks], progress_quiet_s=95.0)
+    generic = next(a for a in evaluate(unknown, THRESHOLDS) if a.alertname == "BubblescopeRunHung")
+    assert "py-spy dump --pid PID on its host" in generic.action  # the runbook's own words, nothing invented
 
 
 def test_broken_connections_and_terminations_blame_the_rank_that_vanished_first() -> None:
@@ -118,7 +133,7 @@ def test_a_hang_names_the_rank_outside_any_collective_and_what_the_others_wait_i
     stuck = {"step": 101, "in_step": True, "elapsed_s": 71.0, "op": None}
     ranks = [rank(0, in_flight=blocked(1)), rank(1, in_flight=stuck), rank(2, in_flight=blocked(None, "all_reduce"))]
     hung = snapshot(ranks, progress_quiet_s=75.0)
-    lagging, waiting = hung_lagging(hung, 120)
+    lagging, waiting = hung_lagging(hung.ranks, hung.world_size, hung.now, 120)
     assert [r.rank for r in lagging] == [1] and {r.rank for r in waiting} == {0, 2}
     (alert,) = evaluate(hung, THRESHOLDS)
     assert alert.alertname == "BubblescopeRunHung" and alert.labels["rank"] == "1"
@@ -128,7 +143,8 @@ def test_a_hang_names_the_rank_outside_any_collective_and_what_the_others_wait_i
 
 def test_a_hang_blames_the_peer_a_recv_waits_on_when_it_is_quiet() -> None:
     ranks = [rank(0, in_flight=blocked(1)), rank(1, ago_s=100, in_flight=None), rank(2, in_flight=blocked(0))]
-    lagging, _ = hung_lagging(snapshot(ranks, progress_quiet_s=90.0), 60)
+    stalled = snapshot(ranks, progress_quiet_s=90.0)
+    lagging, _ = hung_lagging(stalled.ranks, stalled.world_size, stalled.now, 60)
     assert [r.rank for r in lagging] == [1]
 
 

@@ -181,7 +181,7 @@ def test_a_failed_rank_shows_in_the_banner_the_list_and_the_ranks_table(
         assert "sev-critical" in (item.get_attribute("class") or "")
         assert f"Run {failed} failed on rank 1 (host {MARKUP_HOST})" in item.locator(".summary").inner_text()
         assert XSS_ERROR in item.locator(".description").inner_text()  # as text, the markup too
-        assert "Read this rank's log first" in item.locator(".action").inner_text()
+        assert f"Read rank 1's log first, on host {MARKUP_HOST} (PID " in item.locator(".action").inner_text()
         assert re.fullmatch(r"started (just now|\d+ s ago)", item.locator(".since").inner_text())
         assert item.locator("a.evidence").inner_text() == "See the ranks →"
         row = page.locator("#ranks-table tbody tr[data-rank='1']")

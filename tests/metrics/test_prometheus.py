@@ -47,7 +47,7 @@ def test_the_exposition_follows_prometheus_conventions(sqlite_server: LiveServer
         for name, labels, value in series(text)
         if name == "bubblescope_run_state" and labels["run"] == key
     }
-    assert states == {"running": 1, "finished": 0, "failed": 0, "silent": 0}
+    assert states == {"running": 1, "hung": 0, "finished": 0, "failed": 0, "silent": 0}
     if shutil.which(PROMTOOL):
         linted = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
         assert linted.returncode == 0, linted.stdout + linted.stderr

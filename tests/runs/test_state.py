@@ -1,4 +1,4 @@
-"""A run's state (running, finished, failed, silent): the rule on numbers, and
+"""A run's state (running, hung, finished, failed, silent): the rule on numbers, and
 PUT /api/v1/runs/{key}/ranks/{rank}/end with the state it gives, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -52,6 +52,25 @@ def test_finished_needs_every_rank_of_the_world() -> None:
     assert state_of([RankEnd(0, "finished"), RankEnd(1, "finished")], quiet_s=900)[0] == "finished"
     state, detail = state_of([RankEnd(0, "finished")], quiet_s=5)  # rank 1 never registered an end
     assert state == "running" and detail == "last heard 5 s ago; 1 of 2 ranks finished"
+
+
+def test_hung_while_a_watchdog_reports_a_long_step_and_running_again_when_it_stops() -> None:
+    heard = NOW - timedelta(seconds=2)
+    blocked = {"step": 7, "in_step": True, "elapsed_s": 41.0, "op": {"kind": "all_reduce", "peer": 1, "elapsed_s": 40}}
+    computing = {"step": 7, "in_step": True, "elapsed_s": 42.0, "op": None}
+    ends = [
+        RankEnd(0, None, last_heard_at=heard, host="a", in_flight=blocked),
+        RankEnd(1, None, last_heard_at=heard, host="b", in_flight=computing),
+    ]
+    state, detail = state_of(ends, quiet_s=2)
+    assert state == "hung", detail
+    assert detail == "step 7 has run for 42 s: the others wait for rank 1 (host b)"
+    moving = [RankEnd(r.rank, None, last_heard_at=heard, host=r.host) for r in ends]  # steps again: no reports
+    assert state_of(moving, quiet_s=2)[0] == "running"
+    stale = [RankEnd(r.rank, None, last_heard_at=NOW - timedelta(seconds=300), in_flight=blocked) for r in ends]
+    assert state_of(stale, quiet_s=300)[0] == "silent"  # the reports stopped long ago: killed, not hung
+    failed = [*ends[:1], RankEnd(1, "failed", "RuntimeError: boom")]
+    assert state_of(failed, quiet_s=2)[0] == "failed"
 
 
 def test_silent_once_nothing_is_heard_for_the_threshold() -> None:
