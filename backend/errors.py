@@ -22,13 +22,14 @@ traceback in the service's log, not in the answer).
 
 from __future__ import annotations
 
+import html
 import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import ValidationError
 from sqlalchemy.exc import (
     DBAPIError,
@@ -119,6 +120,24 @@ def locate(request: Request, field: Sequence[str | int]) -> list[str | int]:
     return ["body", *field]
 
 
+def wants_page(request: Request) -> bool:
+    """A browser navigating (it asks for HTML first), not an API client (JSON, or anything)."""
+    return request.method == "GET" and "text/html" in request.headers.get("accept", "")
+
+
+def _missing_page(path: str) -> HTMLResponse:
+    """A browser's 404: a page that says what is not here and where to go, not the API's JSON."""
+    shown = html.escape(path)
+    body = (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Not here · Bubblescope</title>"
+        "<link rel='stylesheet' href='/static/style.css'></head><body><main>"
+        f"<h1>Nothing at {shown}</h1><p>The runs this service knows are on <a href='/'>the run list</a>; a run's "
+        "page is <code>/runs/KEY</code> (or <code>/runs/NAME</code>: its newest run). The API lives under "
+        "<code>/api/v1</code> (<a href='/docs'>its reference</a>).</p></main></body></html>"
+    )
+    return HTMLResponse(body, status_code=404)
+
+
 def _response(status: int, loc: Loc, msg: str, error_type: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(
         status_code=status, content={"detail": [{"loc": list(loc), "msg": msg, "type": error_type}]}, headers=headers
@@ -179,9 +198,11 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(status_code=error.status, content={"detail": error.errors}, headers=error.headers)
 
     @app.exception_handler(HTTPException)
-    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, error: HTTPException) -> Response:
         msg = error.detail if isinstance(error.detail, str) else str(error.detail)
         if error.status_code == 404:
+            if wants_page(request):
+                return _missing_page(request.url.path)
             msg = f"no such path: {request.url.path}"
         error_type = _HTTP_ERROR_TYPES.get(error.status_code, "http_error")
         return _response(error.status_code, ["path"], msg, error_type, dict(error.headers or {}) or None)

@@ -18,6 +18,7 @@ import { renderTimeline } from "./timeline.js";
 
 const EVERY_MS = 3000;
 const NOT_KNOWN_EVERY_MS = 5000; // a run not (yet) registered: its job may still be starting
+const NAME_MATCHES_LISTED = 20; // runs whose name or key holds an unknown key, listed on its page
 // A running run changes with every batch, and its analysis and stragglers cost the service seconds of
 // CPU at 1,024 ranks: while it runs each is asked for again only once this many times its last answer's
 // time has passed (a 50-ms answer every poll, a 2-s one every 20 s: the page keeps the service ≤ 10%
@@ -95,18 +96,40 @@ async function refresh(name, load, render, showError, version) {
   }
 }
 
-function showNotKnown(error) {
+// No run has this key: it may be a run's name (the key carries torchrun's run id, which nobody types). The
+// newest run of exactly that name opens in its place; runs whose name or key holds it are listed; else the page
+// waits for a job that is still starting. Returns true when it moved to another run's page.
+async function showNotKnown(error) {
+  let matches = [];
+  try {
+    matches = (await api.runs({ name: key, limit: String(NAME_MATCHES_LISTED) })).items;
+  } catch {
+    // the listing is a convenience: the page still says the run is not known
+  }
+  const named = matches.filter((run) => run.name === key);
+  if (named.length) {
+    const newest = named.reduce((a, b) => (b.created_at > a.created_at ? b : a));
+    window.location.replace(`/runs/${encodeURIComponent(newest.key)}${window.location.search}${window.location.hash}`);
+    return true;
+  }
   document.querySelector("main").classList.add("missing");
   document.getElementById("run-title").textContent = key;
   document.getElementById("crumb").textContent = key;
   const note = document.getElementById("run-error");
   note.className = "muted";
+  const listed = matches.length
+    ? [` Runs whose name or key holds "${key}": `, ...matches.flatMap((run, i) => [
+      i ? ", " : "", el("a", { href: `/runs/${encodeURIComponent(run.key)}` }, run.key)]), ". "]
+    : [];
   note.replaceChildren(
-    `Run "${key}" is not known here (yet): ${error.message}. A job that is still starting shows up once its first `
-      + `rank registers; this page keeps checking every ${NOT_KNOWN_EVERY_MS / 1000} s. `,
+    `Run "${key}" is not known here (yet): ${error.message}.`,
+    ...listed,
+    ` A job that is still starting shows up once its first rank registers; this page keeps checking every `
+      + `${NOT_KNOWN_EVERY_MS / 1000} s. `,
     el("a", { href: "/" }, "The runs this service knows"),
   );
   note.hidden = false;
+  return false;
 }
 
 async function loadAlerts() {
@@ -148,8 +171,8 @@ async function round() {
     run = await api.run(key);
   } catch (error) {
     if (error.status === 404) {
-      showNotKnown(error);
-      return NOT_KNOWN_EVERY_MS;
+      const moved = await showNotKnown(error);
+      return moved ? null : NOT_KNOWN_EVERY_MS;
     }
     showRunError(`Could not load run ${key}: ${error.message}`);
     return EVERY_MS;

@@ -11,6 +11,7 @@ const EVERY_MS = 5000;
 const PAGE_SIZE = 50;
 const form = document.getElementById("run-filters");
 const view = { cursors: [null], next: null }; // cursors of the pages seen, the one shown last
+const picked = new Map(); // run key -> created_at, at most two: the runs to compare (kept across refreshes and pages)
 
 function filters() {
   const asked = new URLSearchParams(location.search);
@@ -31,13 +32,37 @@ function row(run, alerts) {
   name.append(el("a", { href: `/runs/${encodeURIComponent(run.key)}` }, run.name));
   const state = cell("", "text");
   state.append(stateBadge(run));
+  const pick = cell("", "text");
+  const box = el("input", { type: "checkbox", "aria-label": `pick ${run.key} to compare` });
+  box.checked = picked.has(run.key);
+  box.addEventListener("change", () => pickRun(run, box.checked));
+  pick.append(box);
   const tr = el("tr", { "data-run": run.key });
   tr.append(
-    name, state, alerts, cell(run.key, "text wrap"), cell(run.world_size), cell(c.schedule || "—", "text"),
+    pick, name, state, alerts, cell(run.key, "text wrap"), cell(run.world_size), cell(c.schedule || "—", "text"),
     cell(c.num_stages ? `${c.num_stages} × ${c.num_microbatches}` : "—"), cell(run.step_count),
     cell(new Date(run.updated_at).toLocaleString(), "text wrap"),
   );
   return tr;
+}
+
+// Keeps the two newest picks; the link compares the earlier-created run (before) with the later one (after).
+function pickRun(run, on) {
+  if (on) picked.set(run.key, run.created_at);
+  else picked.delete(run.key);
+  while (picked.size > 2) picked.delete(picked.keys().next().value);
+  for (const box of document.querySelectorAll("#runs tbody input[type=checkbox]")) {
+    box.checked = picked.has(box.closest("tr").dataset.run);
+  }
+  showCompareLink();
+}
+
+function showCompareLink() {
+  const link = document.getElementById("compare-link");
+  link.hidden = picked.size !== 2;
+  if (picked.size !== 2) return;
+  const [a, b] = [...picked.entries()].sort((x, y) => (x[1] < y[1] ? -1 : 1)).map(([key]) => key);
+  link.href = `/compare?${new URLSearchParams({ a, b })}`;
 }
 
 // The firing alerts by run key (newest first, as listed); null when they could not be loaded.

@@ -11,11 +11,11 @@ from pathlib import Path
 import plotly
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 import bubblescope.frontend as frontend_package
-from bubblescope.backend.errors import ApiError
+from bubblescope.backend.errors import ApiError, wants_page
 
 FRONTEND_DIR = Path(frontend_package.__file__).parent
 
@@ -41,6 +41,14 @@ router = APIRouter(include_in_schema=False)
 @router.get("/")
 def runs_page() -> FileResponse:
     return FileResponse(FRONTEND_DIR / "index.html")
+
+
+@router.get("/runs")
+def runs_alias(request: Request) -> Response:
+    """``/runs`` as people type it: a browser gets the run list; an API client the path it meant."""
+    if wants_page(request):
+        return RedirectResponse("/", status_code=307)
+    raise ApiError(404, ("path",), "no such path: /runs; the run list is GET /api/v1/runs", "not_found")
 
 
 @router.get("/runs/{run_key}")
