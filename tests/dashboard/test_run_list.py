@@ -65,7 +65,7 @@ def test_a_run_is_found_by_its_name_and_two_picked_runs_compare(
     note = page.locator("#run-error")
     page.wait_for_function("() => document.querySelectorAll('#run-error a').length >= 3", timeout=15_000)
     assert f'Runs whose name or key holds "{tag}"' in note.inner_text(), note.inner_text()
-    assert {a for a in note.locator("a").all_inner_texts()} >= set(keys)
+    assert set(note.locator("a").all_inner_texts()) >= set(keys)
     page.screenshot(path=str(output_dir / "run-by-part-of-its-name.png"), full_page=True)
 
     page.goto(f"{sqlite_server.url}/?name={tag}")
