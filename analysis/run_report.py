@@ -121,6 +121,11 @@ class StageBreakdown:
     bubble_fraction: float
 
 
+MIN_ADVICE_STEPS: Final = 3
+"""Steps a report needs before it prices a fix: on one or two (a crashed run's, a run just started) a single slow
+step would be the whole evidence."""
+
+
 @dataclass(frozen=True)
 class RunReport:
     """The whole analysis of a window of a run's steps (``backend`` answers it as ``AnalysisOut``)."""
@@ -142,6 +147,7 @@ class RunReport:
     params_per_stage: list[int] | None
     suggestions: list[Suggestion]
     step_split: StepSplit | None = None  # a job without a pipeline: where its step goes (no bubble)
+    advice_withheld: str | None = None  # why ``suggestions`` is empty though fixes were found: too few steps
     block_costs: list[BlockCost] = field(default_factory=list)  # per instrumented block (``blocks=``)
 
 
@@ -193,6 +199,11 @@ def analyse_run(
     )
     evidence = replace(evidence, layout_notes=trade_dp_for_pp(evidence, mesh_sizes(facts.places)))
     split = None if has_pipeline else split_steps(steps, facts.places)
+    withheld = (
+        f"{len(steps)} step{'s' if len(steps) != 1 else ''} analysed: a fix is priced on at least {MIN_ADVICE_STEPS}"
+        if len(steps) < MIN_ADVICE_STEPS
+        else None
+    )
     return RunReport(
         steps=[s.record.step for s in steps],
         steps_from_aggregates=window.from_aggregates,
@@ -209,8 +220,9 @@ def analyse_run(
         imbalance=imbalance,
         layers_source=layers_source if measured is not None and measured.layers_per_stage else None,
         params_per_stage=params_per_stage,
-        suggestions=suggest(evidence) if split is None else _job_fixes(split, evidence),
+        suggestions=[] if withheld else suggest(evidence) if split is None else _job_fixes(split, evidence),
         step_split=split,
+        advice_withheld=withheld,
         block_costs=block_costs([s.record.spans for s in steps if s.record.spans]),
     )
 

@@ -156,6 +156,7 @@ class Finding:
     steps: list[int]
     ratio: float | None
     message: str
+    compared_with: str = "the median of comparable ranks"  # what ``ratio`` divides by, in words
 
 
 @dataclass(frozen=True)
@@ -434,7 +435,7 @@ def _findings(groups: list[GroupFinding], scores: list[RankScore]) -> list[Findi
             f"{_steps_text(g.flagged_steps, g.steps_scored)} while the other ranks do not: "
             f"a {g.kind} ({g.verdict})"
         )
-        findings.append(Finding(g.kind, g.verdict, g.ranks, g.flagged_steps, g.median_ratio, message))
+        findings.append(Finding(g.kind, g.verdict, g.ranks, g.flagged_steps, g.median_ratio, message, than))
     grouped = {r for g in groups for r in g.ranks}
     for s in scores:
         if s.verdict not in VERDICT_WORDS or s.rank in grouped:
@@ -443,7 +444,11 @@ def _findings(groups: list[GroupFinding], scores: list[RankScore]) -> list[Findi
             f"{_rank_label(s)} computes {s.flagged_median_ratio or 0:.2f}× {BASIS_WORDS[s.basis]} "
             f"{_steps_text(s.flagged_steps, s.steps_scored)}: {VERDICT_WORDS[s.verdict]}"
         )
-        findings.append(Finding("slow rank", s.verdict, [s.rank], s.flagged_steps, s.flagged_median_ratio, message))
+        findings.append(
+            Finding(
+                "slow rank", s.verdict, [s.rank], s.flagged_steps, s.flagged_median_ratio, message, BASIS_WORDS[s.basis]
+            )
+        )
     return findings
 
 

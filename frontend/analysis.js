@@ -204,7 +204,8 @@ export function renderAnalysis(view) {
   const blind = split && !split.compute_instrumented; // nothing can be priced on a step whose compute reads as gaps
   const items = view.suggestions.length
     ? view.suggestions.map((s) => suggestionItem(s, view.attribution ? view.attribution.measured_bubble_ns : null))
-    : [el("li", { class: "muted" }, blind ? "Instrument the model's compute first (above): no fix is priced on a step whose training reads as host gaps."
+    : [el("li", { class: "muted" }, view.advice_withheld ? `Too few steps to advise: ${view.advice_withheld}.`
+      : blind ? "Instrument the model's compute first (above): no fix is priced on a step whose training reads as host gaps."
       : `Nothing to change: no fix is predicted to save 1% of the step${why ? `; ${why}` : ""}.`)];
   document.getElementById("suggestions").replaceChildren(...items);
   document.body.dataset.suggestions = String(view.suggestions.length);

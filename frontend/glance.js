@@ -26,12 +26,15 @@ const median = (values) => {
 export const isComplete = (run, step) => step.complete;
 export const isWarmup = (run, step) => step.warmup;
 
+// The baseline is the first baseline_steps complete steps past the warm-up; "now" the newest NOW_STEPS after
+// them, so a run too short to have both compares nothing (a crashed step is not its own baseline).
 function stepTimes(run) {
   const complete = run.steps.filter((s) => isComplete(run, s));
   const past = complete.filter((s) => !isWarmup(run, s));
-  const baseline = median(past.slice(0, run.baseline_steps).map((s) => s.wall_ns));
+  const known = past.length > run.baseline_steps;
+  const baseline = known ? median(past.slice(0, run.baseline_steps).map((s) => s.wall_ns)) : null;
   const now = median(past.slice(-NOW_STEPS).map((s) => s.wall_ns));
-  return { baseline, now, partial: run.steps.length - complete.length };
+  return { baseline, now, past: past.length, partial: run.steps.length - complete.length };
 }
 
 // The newest steps' wall times as an inline SVG line; warm-up steps and partial steps as hollow dots.
@@ -71,17 +74,20 @@ function item(id, label, value, note, tone = "") {
 const waiting = (id, label) => item(id, label, "…", "loading");
 
 function stepItem(run) {
-  const { baseline, now, partial } = stepTimes(run);
+  const { baseline, now, past, partial } = stepTimes(run);
   if (now === null) return item("glance-step", "Step time", "—", `no complete step past the warm-up (steps before ${run.warmup_until_step}) yet`);
   const change = baseline ? (now - baseline) / baseline : 0;
   const tone = change > 0.1 ? "bad" : "";
-  const versus = `${change >= 0 ? "+" : "−"}${Math.abs(100 * change).toFixed(1)}% vs baseline ${ms(baseline)} ms`;
+  const versus = baseline === null
+    ? `no baseline yet: ${past} complete step${past === 1 ? "" : "s"} past the warm-up, the baseline is the first ${run.baseline_steps}`
+    : `${change >= 0 ? "+" : "−"}${Math.abs(100 * change).toFixed(1)}% vs baseline ${ms(baseline)} ms${tone ? ": over 10% slower" : ""}`;
   const marks = partial ? `; ${partial} partial step${partial > 1 ? "s" : ""} left out` : "";
   return item("glance-step", "Step time now", `${ms(now)} ms`, [versus + marks, sparkline(run)], tone);
 }
 
 // Within this of its simulated floor, a bubble is at its floor: the replay's medians are no finer than that.
 const AT_FLOOR = 0.02;
+const RED_OVER_FLOOR = 0.05; // a bubble this far above its floor is drawn red, and the note says so
 
 // The analysis' bubble (the median over its steps) against the replay's floor, both over the run's step.
 // A measurement under the floor says the replay overstates this run, not that the run beat its schedule:
@@ -93,10 +99,13 @@ function bubbleItem(analysis) {
   const over = a.measured_bubble_fraction - a.simulated_floor_fraction;
   const floor = percent(a.simulated_floor_fraction);
   const steps = `median of ${analysis.steps.length} step${analysis.steps.length > 1 ? "s" : ""}`;
+  if (analysis.advice_withheld) { // one or two steps: a figure, no verdict
+    return item("glance-bubble", "Bubble", percent(a.measured_bubble_fraction), `${steps}: too few for a verdict; floor ${floor}, simulated`);
+  }
   const versus = Math.abs(over) <= AT_FLOOR ? `at its floor (${floor}, simulated)`
-    : over > 0 ? `${(100 * over).toFixed(1)} pts above its floor (${floor}, simulated)`
+    : over > 0 ? `${(100 * over).toFixed(1)} pts above its floor (${floor}, simulated)${over > RED_OVER_FLOOR ? ": more than 5 pts" : ""}`
       : `under the simulated floor (${floor}): the replay overstates this run by ${ms(a.replay_excess_ns)} ms a rank`;
-  return item("glance-bubble", "Bubble", percent(a.measured_bubble_fraction), `${steps}; ${versus}`, over > 0.05 ? "bad" : "");
+  return item("glance-bubble", "Bubble", percent(a.measured_bubble_fraction), `${steps}; ${versus}`, over > RED_OVER_FLOOR ? "bad" : "");
 }
 
 // A run without a pipeline: its compute share, and the rest of its step in one line; or that it recorded none.
@@ -129,6 +138,27 @@ function causeItem(analysis) {
     `${ms(top.ns)} ms per rank per step (${percent(top.fraction_of_step)} of the step)`);
 }
 
+const STOPPED = { BubblescopeRunHung: "hung", BubblescopeRunFailed: "failed" };
+
+// A hung or failed run's culprit as the banner's alert names it (rank, host, what to do), else as the run's state
+// says it: the one culprit every card of the page names. Null while the run is neither.
+function trouble() {
+  const alert = (known.firing || []).find((a) => STOPPED[a.labels.alertname] && a.labels.rank !== undefined);
+  if (alert) {
+    return { how: STOPPED[alert.labels.alertname], rank: alert.labels.rank, host: alert.labels.host, action: alert.annotations.action };
+  }
+  const run = known.run;
+  if (!run || !["hung", "failed"].includes(run.state)) return null;
+  const named = /rank (\d+)(?: \(host ([^)]+)\))?/.exec(run.state_detail || "");
+  return named ? { how: run.state, rank: named[1], host: named[2], action: null, detail: run.state_detail } : null;
+}
+
+function culpritItem(t) {
+  const where = t.host ? `host ${t.host}; ` : "";
+  const what = t.how === "hung" ? "the others wait for it: the run is hung" : "it failed first: the run failed";
+  return item("glance-slowest", "Culprit", `rank ${t.rank}`, `${where}${what} (see the alert above)`, "bad");
+}
+
 // The straggler view's worst rank; in a run without a pipeline, the rank the others wait for in the
 // collectives where the straggler view finds no persistent one (its lateness may be host work, not compute).
 function slowestItem(view, analysis) {
@@ -144,16 +174,22 @@ function slowestItem(view, analysis) {
   const score = view.rank_scores.find((s) => s.rank === finding.ranks[0]);
   const where = score ? [score.host && `host ${score.host}`, score.stage !== null && `stage ${score.stage}`].filter(Boolean).join(" · ") : "";
   const who = finding.kind === "slow rank" ? `rank ${finding.ranks[0]}` : `${finding.kind}: ${finding.ranks.length} ranks`;
-  const ratio = finding.ratio ? `${finding.ratio.toFixed(2)}× its peers, ` : "";
+  const ratio = finding.ratio ? `${finding.ratio.toFixed(2)}× ${finding.compared_with}, ` : "";
   return item("glance-slowest", "Slowest", who, `${where}${where ? "; " : ""}${ratio}${finding.verdict}`, "bad");
 }
 
 function suggestionItem(analysis) {
+  const stopped = trouble();
+  if (stopped) { // a stalled or crashed run: its runbook first, no tuning advice
+    const title = stopped.how === "hung" ? `Find why rank ${stopped.rank} is stuck` : `Read rank ${stopped.rank}'s log`;
+    return item("glance-do", "Do first", title, stopped.action || stopped.detail || "see the alert above", "long");
+  }
   const s = analysis.suggestions[0];
   const split = analysis.step_split;
   if (split && !split.compute_instrumented) {
     return item("glance-do", "Do first", "Instrument the model's compute", "collector.instrument_model(model) after building it (instrument_ddp does it for DDP); then the page can price fixes", "long");
   }
+  if (analysis.advice_withheld) return item("glance-do", "Do first", "too few steps to advise", analysis.advice_withheld);
   if (!s) {
     const uneven = unevenOutsideWork(analysis); // one stage's work outside the pipeline holds the others
     if (uneven) return item("glance-do", "Do first", "balance the work outside the pipeline", uneven, "long");
@@ -178,8 +214,8 @@ function render() {
     stepItem(known.run),
     known.analysis ? bubbleItem(known.analysis) : waiting("glance-bubble", known.run.config.schedule ? "Bubble" : "Compute"),
     known.analysis ? causeItem(known.analysis) : waiting("glance-cause", "Largest cause"),
-    known.stragglers ? slowestItem(known.stragglers, known.analysis) : waiting("glance-slowest", "Slowest"),
-    known.analysis ? suggestionItem(known.analysis) : waiting("glance-do", "Do first"),
+    trouble() ? culpritItem(trouble()) : known.stragglers ? slowestItem(known.stragglers, known.analysis) : waiting("glance-slowest", "Slowest"),
+    known.analysis || trouble() ? suggestionItem(known.analysis || { suggestions: [] }) : waiting("glance-do", "Do first"),
     known.firing ? alertsItem(known.firing) : waiting("glance-alerts", "Alerts"),
   );
   box.hidden = false;

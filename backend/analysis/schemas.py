@@ -225,6 +225,9 @@ class AnalysisOut(BaseModel):
         description="a run that registered no pipeline: where its step goes (pipeline, attribution and imbalance "
         "are then null)"
     )
+    advice_withheld: str | None = Field(
+        default=None, description="why suggestions is empty: too few steps analysed to price a fix (null otherwise)"
+    )
     block_costs: list[BlockCostOut] = Field(
         default_factory=list,
         description="each instrumented block's cost, in the order they run forward; empty when no block was",

@@ -49,6 +49,7 @@ def analysis_out(key: str, report: analysis.RunReport) -> AnalysisOut:
         suggestions=[SuggestionOut.model_validate(s) for s in report.suggestions],
         step_split=None if report.step_split is None else StepSplitOut.model_validate(report.step_split),
         block_costs=[BlockCostOut.model_validate(cost) for cost in report.block_costs],
+        advice_withheld=report.advice_withheld,
     )
 
 

@@ -104,7 +104,11 @@ def _hung(ranks: Sequence[RankEnd], world_size: int, now: datetime, alive_within
     if not reporting:
         return None
     lagging, _blocked = hung_lagging(ranks, world_size, now, alive_within_s)
-    elapsed = max(float(r.in_flight.get("elapsed_s", 0.0)) for r in reporting if r.in_flight)
+    elapsed = max(  # as of each report, plus the time since it arrived
+        float(r.in_flight.get("elapsed_s", 0.0)) + (now - as_utc(r.last_heard_at)).total_seconds()
+        for r in reporting
+        if r.in_flight and r.last_heard_at is not None
+    )
     step = max(int(r.in_flight.get("step", 0)) for r in reporting if r.in_flight)
     if len(lagging) == 1:
         who = f"rank {lagging[0].rank} (host {lagging[0].host})"

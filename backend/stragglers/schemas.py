@@ -74,6 +74,9 @@ class FindingOut(FromAnalysis):
     steps: list[int]
     ratio: float | None
     message: str
+    compared_with: str = Field(
+        description="what ratio divides by: the median of its stage peers, of the other ranks, or its own median step"
+    )
 
 
 class StragglerThresholdsOut(FromAnalysis):

@@ -64,7 +64,7 @@ def test_hung_while_a_watchdog_reports_a_long_step_and_running_again_when_it_sto
     ]
     state, detail = state_of(ends, quiet_s=2)
     assert state == "hung", detail
-    assert detail == "step 7 has run for 42 s: the others wait for rank 1 (host b)"
+    assert detail == "step 7 has run for 44 s: the others wait for rank 1 (host b)"  # 42 s reported 2 s ago
     moving = [RankEnd(r.rank, None, last_heard_at=heard, host=r.host) for r in ends]  # steps again: no reports
     assert state_of(moving, quiet_s=2)[0] == "running"
     stale = [RankEnd(r.rank, None, last_heard_at=NOW - timedelta(seconds=300), in_flight=blocked) for r in ends]
