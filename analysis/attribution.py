@@ -85,10 +85,11 @@ class BubbleAttribution:
     measured_bubble_fraction: float
     closed_form_fraction: float | None
     closed_form_formula: str | None
-    simulated_floor_fraction: float  # simulated_floor_ns over step_ns, comparable with the measured fraction
-    simulated_floor_ns: float
+    simulated_floor_fraction: float  # the replayed pipeline step's idle share: schedule and stage costs alone
+    simulated_floor_ns: float  # that idle, mean per rank per step: what the measured bubble compares with
     causes: tuple[Cause, ...]
     replay_excess_ns: float  # how much more the replay (with transfers) idles than was measured; 0 mostly
+    above_floor_fraction: float = 0.0  # (measured bubble - simulated floor) in ns, over the run's step
 
 
 @dataclass(frozen=True)
@@ -142,9 +143,12 @@ def attribute_bubble(
         measured_bubble_fraction=measured_bubble_ns / step_ns if step_ns else 0.0,
         closed_form_fraction=closed.fraction if closed else None,
         closed_form_formula=closed.formula if closed else None,
-        # over the run's step, as the measured bubble (the replayed step is the pipeline's alone: shorter)
-        simulated_floor_fraction=floor_idle / step_ns if step_ns else floor.bubble_fraction,
+        # one method: the share of the replayed pipeline step (measured stage costs; no transfers, overheads or
+        # jitter) its schedule leaves idle. It depends on the stage costs' ratios only, so identical jobs get the
+        # same floor whatever else their step holds; the comparison with the measured bubble is in ns.
+        simulated_floor_fraction=floor.bubble_fraction,
         simulated_floor_ns=floor_idle,
+        above_floor_fraction=(measured_bubble_ns - floor_idle) / step_ns if step_ns else 0.0,
         causes=tuple(Cause(name, ns, ns / step_ns if step_ns else 0.0, why) for name, ns, why in parts),
         replay_excess_ns=max(0.0, max(inherent, floor_idle, with_comm) - measured_bubble_ns),
     )

@@ -21,6 +21,7 @@ from bubblescope.analysis.attribution import BubbleAttribution, StageImbalance, 
 from bubblescope.analysis.block_costs import BlockCost, block_costs
 from bubblescope.analysis.breakdown import stage_wait_shares
 from bubblescope.analysis.errors import InputError
+from bubblescope.analysis.gain_noise import step_noise_ns, with_noise
 from bubblescope.analysis.layout_fixes import trade_dp_for_pp
 from bubblescope.analysis.memory_fixes import memory_suggestions, predicted_memory_per_pipeline_rank
 from bubblescope.analysis.memory_use import RankMemory, StageMemory, stage_memory
@@ -199,6 +200,8 @@ def analyse_run(
     )
     evidence = replace(evidence, layout_notes=trade_dp_for_pp(evidence, mesh_sizes(facts.places)))
     split = None if has_pipeline else split_steps(steps, facts.places)
+    fixes = suggest(evidence) if split is None else _job_fixes(split, evidence)
+    replay_error_ns = attribution.replay_excess_ns if attribution is not None else 0.0
     withheld = (
         f"{len(steps)} step{'s' if len(steps) != 1 else ''} analysed: a fix is priced on at least {MIN_ADVICE_STEPS}"
         if len(steps) < MIN_ADVICE_STEPS
@@ -220,7 +223,7 @@ def analyse_run(
         imbalance=imbalance,
         layers_source=layers_source if measured is not None and measured.layers_per_stage else None,
         params_per_stage=params_per_stage,
-        suggestions=[] if withheld else suggest(evidence) if split is None else _job_fixes(split, evidence),
+        suggestions=[] if withheld else with_noise(fixes, step_noise_ns(figures.walls) + replay_error_ns),
         step_split=split,
         advice_withheld=withheld,
         block_costs=block_costs([s.record.spans for s in steps if s.record.spans]),

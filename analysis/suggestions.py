@@ -81,6 +81,8 @@ class Suggestion:
     torch_pipelining: str | None
     torchtitan: dict[str, Any]
     megatron: list[str]
+    gain_half_width_ns: float = 0.0  # the 95% interval of the gain: +- this (``gain_noise``)
+    within_noise: bool = False  # the gain does not clear that interval: listed, not a call to act
 
 
 def suggest(evidence: RunEvidence) -> list[Suggestion]:

@@ -161,7 +161,13 @@ function suggestionItem(s, bubbleNs) {
   const predictedNs = s.predicted_bubble_fraction === null ? null : s.predicted_bubble_fraction * s.predicted_step_ns;
   const bubble = predictedNs === null ? ""
     : `, bubble ${bubbleNs === null ? "" : `${ms(bubbleNs)} → `}${ms(predictedNs)} ms a step (${percent(s.predicted_bubble_fraction)} of the new step)`;
-  li.append(el("div", { class: "title" }, s.title), el("div", { class: "muted" }, `predicted ${gain}${bubble}`));
+  const interval = s.gain_half_width_ns > 0 ? `, ±${ms(s.gain_half_width_ns)} ms (95%)` : "";
+  li.append(el("div", { class: "title" }, s.title), el("div", { class: "muted" }, `predicted ${gain}${interval}${bubble}`));
+  if (s.within_noise) {
+    li.classList.add("within-noise");
+    li.append(el("div", { class: "noise" }, `Within noise: the gain, ${ms(s.current_step_ns - s.predicted_step_ns)} ms, does not clear `
+      + `±${ms(s.gain_half_width_ns)} ms, the run's own step-to-step variation and the replay's error. Not a call to act.`));
+  }
   li.append(el("div", {}, `Evidence: ${s.evidence}`), el("div", {}, `Memory: ${s.memory_cost}`));
   const code = [];
   if (s.torch_pipelining) code.push(`torch: ${s.torch_pipelining}`);

@@ -96,7 +96,7 @@ function bubbleItem(analysis) {
   if (analysis.step_split) return computeItem(analysis.step_split);
   const a = analysis.attribution;
   if (!a) return item("glance-bubble", "Bubble", "—", analysis.pipeline_unavailable || "not measurable for this run");
-  const over = a.measured_bubble_fraction - a.simulated_floor_fraction;
+  const over = a.above_floor_fraction; // in ns over the run's step: the floor's own fraction is of the pipeline's step
   const floor = percent(a.simulated_floor_fraction);
   const steps = `median of ${analysis.steps.length} step${analysis.steps.length > 1 ? "s" : ""}`;
   if (analysis.advice_withheld) { // one or two steps: a figure, no verdict
@@ -184,12 +184,18 @@ function suggestionItem(analysis) {
     const title = stopped.how === "hung" ? `Find why rank ${stopped.rank} is stuck` : `Read rank ${stopped.rank}'s log`;
     return item("glance-do", "Do first", title, stopped.action || stopped.detail || "see the alert above", "long");
   }
-  const s = analysis.suggestions[0];
+  const s = analysis.suggestions.find((x) => !x.within_noise);
+  const noisy = analysis.suggestions.filter((x) => x.within_noise);
   const split = analysis.step_split;
   if (split && !split.compute_instrumented) {
     return item("glance-do", "Do first", "Instrument the model's compute", "collector.instrument_model(model) after building it (instrument_ddp does it for DDP); then the page can price fixes", "long");
   }
   if (analysis.advice_withheld) return item("glance-do", "Do first", "too few steps to advise", analysis.advice_withheld);
+  if (!s && noisy.length) {
+    const best = noisy[0];
+    return item("glance-do", "Do first", "nothing clears the noise",
+      `${noisy.length} fix${noisy.length > 1 ? "es" : ""} within noise; the best, ${best.title.toLowerCase()}, saves ${ms(best.current_step_ns - best.predicted_step_ns)} ms ± ${ms(best.gain_half_width_ns)} ms`);
+  }
   if (!s) {
     const uneven = unevenOutsideWork(analysis); // one stage's work outside the pipeline holds the others
     if (uneven) return item("glance-do", "Do first", "balance the work outside the pipeline", uneven, "long");

@@ -90,10 +90,14 @@ class BubbleAttributionOut(FromAnalysis):
     closed_form_fraction: float | None
     closed_form_formula: str | None
     simulated_floor_fraction: float = Field(
-        description="simulated_floor_ns over step_ns: what the schedule would idle with the measured stage costs, "
-        "over the run's step as the measured fraction is"
+        description="the idle share of the replayed pipeline step: the schedule with the measured stage costs, no "
+        "transfers, overheads or jitter (one method: identical jobs get the same floor, whatever else their step holds)"
     )
-    simulated_floor_ns: float
+    simulated_floor_ns: float = Field(description="that idle, mean per rank per step")
+    above_floor_fraction: float = Field(
+        description="(measured_bubble_ns - simulated_floor_ns) / step_ns: how far the bubble is above its floor, "
+        "over the run's step (negative: the replay overstates this run)"
+    )
     causes: list[CauseOut] = Field(description="add up to the measured bubble; none is negative")
     replay_excess_ns: float = Field(
         description="how much more the replay idles (measured median stage costs and transfer) than was measured "
@@ -133,6 +137,13 @@ class SuggestionOut(FromAnalysis):
     torch_pipelining: str | None
     torchtitan: dict[str, Any]
     megatron: list[str]
+    gain_half_width_ns: float = Field(
+        description="the predicted gain's 95% interval is +- this: one step's 95% range in this run (1.96 sigma "
+        "from the steps' MAD), plus the replay's measured error (docs/analysis.md)"
+    )
+    within_noise: bool = Field(
+        description="the gain does not clear that interval: listed after the others, not a call to act"
+    )
 
 
 class StepPartOut(FromAnalysis):

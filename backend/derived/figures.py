@@ -166,10 +166,10 @@ def _bubble(session: Session, run_id: int, newest_step: int, t: Thresholds) -> B
         return None
     if report.attribution is None:
         return None
-    action = report.suggestions[0].title if report.suggestions else None
+    action = next((s.title for s in report.suggestions if not s.within_noise), None)
     return BubbleFigures(
         report.attribution.measured_bubble_fraction,
-        report.attribution.simulated_floor_fraction,
+        report.attribution.simulated_floor_ns / report.attribution.step_ns if report.attribution.step_ns else 0.0,
         report.step_bubble_fractions,
         action,
     )
