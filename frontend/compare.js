@@ -65,7 +65,7 @@ function rows(runs, analyses) {
     out.push(line(`${label} waiting`, waiting(sa), waiting(sb)));
   }
   out.push(section("First suggestion"));
-  const first = (x) => (x.suggestions[0] ? x.suggestions[0].title : "nothing to change");
+  const first = (x) => { const call = x.suggestions.find((s) => !s.within_noise); return call ? call.title : x.suggestions.length ? "nothing clears the noise" : "nothing to change"; };
   out.push(line("", first(a), first(b), String, () => ""));
   return out;
 }

@@ -62,6 +62,7 @@ ROUTE_ACCESS: Final[dict[RouteKey, Access]] = {
     ("DELETE", f"{API}/session"): PUBLIC,
     # pages and assets (the data behind them is not public), the API's documentation
     ("GET", "/"): PUBLIC,
+    ("GET", "/runs"): PUBLIC,  # a browser: the run list; an API client: a 404 naming /api/v1/runs
     ("GET", "/runs/{run_key}"): PUBLIC,
     ("GET", "/compare"): PUBLIC,
     ("GET", "/signin"): PUBLIC,

@@ -65,6 +65,7 @@ def test_health_pages_and_assets_are_public_and_the_api_behind_them_is_not() -> 
             "/api/v1/session",
             "/docs",
             "/openapi.json",
+            "/runs",
             "/runs/{run_key}",
             "/signin",
             "/static/{path}",

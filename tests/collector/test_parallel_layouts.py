@@ -29,7 +29,7 @@ JOBS = {  # name -> (mode, processes, extra arguments)
 }
 # The layer-wise bubble check needs one step where rank 1 reached its recv before rank 0's send;
 # on a loaded 2-core machine rank 1 can arrive late in two steps running (seen in CI), so more steps.
-STEPS_OF = {"naive": 6, "naive-bf16": 6}
+STEPS_OF = {"naive": 6, "naive-bf16": 6, "hybrid2d": 5}  # hybrid2d: 4 steps past its first, for a fix to be priced
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,8 @@ def layouts(sqlite_server: LiveServer) -> dict[str, tuple[dict[str, Any], list[d
             detail = wait_for_steps(client, job.run_key, ranks=nproc, steps=count)
             steps = [client.get(f"/api/v1/runs/{job.run_key}/steps/{s}").json() for s in range(1, count)]
             results[name] = (detail, steps)
-            assert "bubblescope:" not in job.output, (name, job.output[-3000:])  # no collector warning
+            said = [line for line in job.output.splitlines() if "bubblescope:" in line and "streams to" not in line]
+            assert said == [], (name, job.output[-3000:])  # no collector warning (rank 0 names the run's page)
     return results
 
 
@@ -195,7 +196,9 @@ def test_a_dp_x_pp_job_s_exposed_gradient_reduction_is_named_with_its_cost(
     under: the analysis names dp's exposed communication per step (pipeline P2P is in the bubble, not
     here) and the suggestion to overlap it says that figure and predicts the step without it."""
     detail, _steps = layouts["hybrid2d"]
-    analysis = sqlite_server.client().get(f"/api/v1/runs/{detail['key']}/analysis").json()
+    # from step 1: past the 5-step warm-up none is left, and a fix is priced on 3 steps or more
+    analysis = sqlite_server.client().get(f"/api/v1/runs/{detail['key']}/analysis", params={"from_step": 1}).json()
+    assert analysis["advice_withheld"] is None, analysis["steps"]
     exposed = analysis["exposed_comm_ns_by_group"]
     assert exposed.get("dp", 0) > 0 and "pp" not in exposed, exposed
     dp = exposed["dp"]
