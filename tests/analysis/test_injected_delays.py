@@ -153,14 +153,14 @@ def test_a_pause_in_no_span_is_idle_on_its_rank_and_dependency_wait_downstream(j
     """On the paused steps rank 0 sleeps D before sending anything: its idle grows by D, and rank
     1's first recv waits D longer for rank 0's send (dependency wait; its other recvs wait for the
     slow stage as on every step). Compared with the steps without the pause, medians over steps:
-    at least 85% of D (the unpaused steps spread by about ±5 ms in trial runs; a loaded CI machine read
-    88.6 ms of a 100-ms pause), at most 20% more (oversleeping and scheduling delays of a loaded machine)."""
+    at least 70% of D (the unpaused steps spread by about ±5 ms in trial runs; loaded CI machines read
+    88.6 and 76.0 ms of a 100-ms pause; counted as compute or a wait it would read 0), at most 20% more (oversleeping and scheduling delays of a loaded machine)."""
 
     def delta(rank: int, field: str) -> float:
         value = lambda step: job["breakdowns"][step][rank][field]
         return median_over(PAUSED, value) - median_over(UNPAUSED, value)
 
-    low, high = 0.85 * PAUSE_MS * MS, 1.2 * PAUSE_MS * MS
+    low, high = 0.7 * PAUSE_MS * MS, 1.2 * PAUSE_MS * MS
     idle, waited = delta(PAUSE_RANK, "idle_ns"), delta(PAUSE_RANK + 1, "dependency_wait_ns")
     assert low <= idle <= high, idle / MS
     assert low <= waited <= high, waited / MS
@@ -178,7 +178,9 @@ def test_an_all_reduce_waiting_on_a_late_rank_is_wait_on_the_others_and_compute_
     """On the late steps the last rank computes D more before the closing all-reduce: its compute grows
     by D, and every other rank sits in the all-reduce until it arrives, which is dependency wait (bubble),
     not transfer. The late rank's compute, medians over the late steps against the unpaused ones, within
-    [0.9·D, 1.2·D] (a sleep never takes less). On each late step, each other rank's wait is at least the
+    [0.9·D, 1.2·D] (a sleep never takes less); its own dependency wait moves by under a fifth of D (a loaded
+    CI machine moved it by 10.6%; counted as its wait, its extra compute would move it by all of D). On each late
+    step, each other rank's wait is at least the
     time from its own arrival at the closing all-reduce to the late rank's (less 2 ms), read from the
     step's aligned spans; that gap is most of D (how much of D a rank waited anyway depends on when it
     arrives, which the machine's load moves); their transfer moves within a quarter of D (counted as
@@ -193,7 +195,7 @@ def test_an_all_reduce_waiting_on_a_late_rank_is_wait_on_the_others_and_compute_
 
     computed = delta(LATE_RANK, "compute_ns")
     assert 0.9 * LATE_MS * MS <= computed <= 1.2 * LATE_MS * MS, computed / MS
-    assert abs(delta(LATE_RANK, "dependency_wait_ns")) < 0.1 * LATE_MS * MS
+    assert abs(delta(LATE_RANK, "dependency_wait_ns")) < 0.2 * LATE_MS * MS
     for rank in range(P - 1):
         for step in LATE:
             gap = arrival(step, LATE_RANK) - arrival(step, rank)
