@@ -205,7 +205,7 @@ export function renderAnalysis(view) {
   renderExposed(split ? {} : view.exposed_comm_ns_by_group, view.step_ns);
   renderImbalance(view.imbalance, view.layers_source, unevenOutsideWork(view));
   renderMemory(view.memory);
-  renderBlocks(view.block_costs);
+  renderBlocks(view.block_costs || []); // an answer cached by an older service has none
   const why = unevenOutsideWork(view) || overheadsDominate(view); // one stage holds the others, or overheads outweigh the work
   const blind = split && !split.compute_instrumented; // nothing can be priced on a step whose compute reads as gaps
   const items = view.suggestions.length
