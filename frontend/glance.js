@@ -178,8 +178,7 @@ function slowestItem(view, analysis) {
   return item("glance-slowest", "Slowest", who, `${where}${where ? "; " : ""}${ratio}${finding.verdict}`, "bad");
 }
 
-function suggestionItem(analysis) {
-  const stopped = trouble();
+function suggestionItem(analysis, stopped) {
   if (stopped) { // a stalled or crashed run: its runbook first, no tuning advice
     const title = stopped.how === "hung" ? `Find why rank ${stopped.rank} is stuck` : `Read rank ${stopped.rank}'s log`;
     return item("glance-do", "Do first", title, stopped.action || stopped.detail || "see the alert above", "long");
@@ -216,12 +215,13 @@ function alertsItem(firing) {
 function render() {
   const box = document.getElementById("glance");
   if (!known.run) return;
+  const stopped = trouble(); // a hung or failed run's culprit, read once for both cards that name it
   box.replaceChildren(
     stepItem(known.run),
     known.analysis ? bubbleItem(known.analysis) : waiting("glance-bubble", known.run.config.schedule ? "Bubble" : "Compute"),
     known.analysis ? causeItem(known.analysis) : waiting("glance-cause", "Largest cause"),
-    trouble() ? culpritItem(trouble()) : known.stragglers ? slowestItem(known.stragglers, known.analysis) : waiting("glance-slowest", "Slowest"),
-    known.analysis || trouble() ? suggestionItem(known.analysis || { suggestions: [] }) : waiting("glance-do", "Do first"),
+    stopped ? culpritItem(stopped) : known.stragglers ? slowestItem(known.stragglers, known.analysis) : waiting("glance-slowest", "Slowest"),
+    known.analysis || stopped ? suggestionItem(known.analysis || { suggestions: [] }, stopped) : waiting("glance-do", "Do first"),
     known.firing ? alertsItem(known.firing) : waiting("glance-alerts", "Alerts"),
   );
   box.hidden = false;

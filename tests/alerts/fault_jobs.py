@@ -9,12 +9,13 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import psutil
 
-from tests.support import REPO
+from tests.support import REPO, LiveServer, migrated_database, start_server
 
 INJECTED = re.compile(r"bubblescope-demo: injected (\S+) at step (\d+) at ([0-9.]+)")
 
@@ -96,3 +97,16 @@ def injected_at(output: str) -> float | None:
     """The wall-clock time the job's fault was injected (the line ``demo_faults`` prints)."""
     found = INJECTED.search(output)
     return float(found.group(3)) if found else None
+
+
+FAULT_SERVE = ["--hung-after", "4", "--alert-interval", "1", "--silent-after", "60"]
+"""serve's options for jobs with injected faults: a run is hung after 4 s without a step, rules every second."""
+
+
+def fault_service(factory: Any) -> Iterator[LiveServer]:
+    """A service of its own (SQLite, ``FAULT_SERVE``) for a test module's fault jobs; ``factory``: pytest's
+    ``tmp_path_factory``."""
+    with migrated_database("sqlite", factory.mktemp("db")) as url:
+        live = start_server(url, factory.mktemp("server"), extra_args=FAULT_SERVE)
+        yield live
+        live.stop()

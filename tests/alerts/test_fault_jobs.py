@@ -19,20 +19,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.alerts.fault_jobs import STRAGGLER_JOB, alerts, finish, launch, wait_for
-from tests.support import LiveServer, migrated_database, register, start_server
+from tests.alerts.fault_jobs import STRAGGLER_JOB, alerts, fault_service, finish, launch, wait_for
+from tests.support import LiveServer, register
 
 pytestmark = pytest.mark.slow
 HOST = socket.gethostname()
-SERVE = ["--hung-after", "4", "--alert-interval", "1", "--silent-after", "60"]
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    with migrated_database("sqlite", tmp_path_factory.mktemp("db")) as url:
-        live = start_server(url, tmp_path_factory.mktemp("server"), extra_args=SERVE)
-        yield live
-        live.stop()
+    yield from fault_service(tmp_path_factory)
 
 
 def test_a_rank_that_raises_is_named(service: LiveServer) -> None:

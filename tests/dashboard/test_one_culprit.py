@@ -12,19 +12,15 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.alerts.fault_jobs import finish, launch, wait_for
-from tests.support import LiveServer, migrated_database, start_server
+from tests.alerts.fault_jobs import fault_service, finish, launch, wait_for
+from tests.support import LiveServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-SERVE = ["--hung-after", "4", "--alert-interval", "1", "--silent-after", "60"]
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    with migrated_database("sqlite", tmp_path_factory.mktemp("db")) as url:
-        live = start_server(url, tmp_path_factory.mktemp("server"), extra_args=SERVE)
-        yield live
-        live.stop()
+    yield from fault_service(tmp_path_factory)
 
 
 def glance(page: Any, part: str) -> str:
