@@ -99,6 +99,28 @@ def block_of(span_name: str | None) -> str | None:
     return span_name.split(BLOCK_SEPARATOR, 1)[1] or None
 
 
+STAGE_LAYERS_MODEL: Final = "pipeline"
+"""The model name of a pipeline stage's per-layer spans (the pipelining integration times each layer of a stage on
+detailed steps): ``pipeline/stage1:layers.12``, the block naming the stage and the layer, so that blocks of
+different stages never share a name."""
+
+
+def stage_layer_span_name(stage: int, layer: str) -> str:
+    """The name of the compute spans of layer ``layer`` (its name in the stage's module) of pipeline stage ``stage``."""
+    return block_span_name(STAGE_LAYERS_MODEL, f"stage{stage}:{layer}")
+
+
+def stage_layer_of(span_name: str | None) -> tuple[int, str] | None:
+    """(stage, layer) of a stage layer's span name; None for any other name."""
+    if not span_name or not span_name.startswith(STAGE_LAYERS_MODEL + BLOCK_SEPARATOR + "stage"):
+        return None
+    block = span_name[len(STAGE_LAYERS_MODEL) + len(BLOCK_SEPARATOR) + len("stage") :]
+    stage, separator, layer = block.partition(":")
+    if not separator or not stage.isdigit() or not layer:
+        return None
+    return int(stage), layer
+
+
 # Names of pipeline point-to-point transfers: activations go forward, gradients backward.
 P2P_FORWARD: Final = "fwd"
 P2P_BACKWARD: Final = "bwd"

@@ -176,7 +176,7 @@ def instrument(schedule: Any) -> Any:
         from bubblescope.collector import pipelining
 
         _session.recorder.pipeline_compute = True
-        pipelining.instrument_schedule(schedule, _session.recorder)
+        pipelining.instrument_schedule(schedule, _session.recorder, time_layers=_session.config.stage_layers)
         _session.align_clock()
         described = pipelining.describe(schedule)
         stage_indices = described.pop("stage_indices")

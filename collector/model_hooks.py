@@ -22,7 +22,9 @@ delay the input's gradient), or with the whole backward (a block fed by data). B
 never overlap. They add two module hooks, two tensor hooks and one engine callback per block call.
 
 A run whose compute a pipelining schedule already records (``Recorder.pipeline_compute``) records
-nothing here. Every hook is guarded: a failure drops the span, never the training step.
+nothing here, but for the layers of each pipeline stage (``instrument_stage_layers``), timed as blocks on
+detailed steps so that a rebalance moves measured time. Every hook is guarded: a failure drops the span, never
+the training step.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from torch.autograd import Variable
 from bubblescope import wire
 from bubblescope.collector.clock import local_ns
 from bubblescope.collector.recorder import Recorder
+from bubblescope.collector.stage_size import layer_groups
 
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
@@ -80,7 +83,7 @@ class ModelTimer:
     def before_forward(self, _module: Any, _args: Any) -> None:
         try:
             recorder = self.recorder
-            if recorder.paused_depth or recorder.pipeline_compute or _graph_task_id() != -1:
+            if self._skip() or _graph_task_id() != -1:
                 self._forward = None
                 return
             start = local_ns()
@@ -221,6 +224,28 @@ class _BlockBackward:
                 self.timer._record("backward", *opened)
         except Exception:  # noqa: BLE001
             pass
+
+
+class StageLayerTimer(BlockTimer):
+    """A pipeline stage's layer (``stage_size.layer_groups``): timed while the schedule records the stage's
+    actions, on detailed steps only (the per-layer costs are what rebalancing needs, not every step)."""
+
+    def _skip(self) -> bool:
+        recorder = self.recorder
+        return bool(recorder.paused_depth or not recorder.detailed)
+
+
+def instrument_stage_layers(module: Any, stage: int, recorder: Recorder) -> int:
+    """Time each layer of pipeline stage ``stage``'s ``module`` as spans named ``wire.stage_layer_span_name``: a
+    layer's forward from its first module's start to its last module's end, its backward as a block's. Returns
+    the number of layers timed."""
+    open_backward = _OpenBackward()
+    groups = layer_groups(module)
+    for name, modules in groups:
+        timer = StageLayerTimer(recorder, wire.stage_layer_span_name(stage, name), open_backward)
+        modules[0].register_forward_pre_hook(timer.before_forward, prepend=True)
+        modules[-1].register_forward_hook(timer.after_forward, prepend=True)
+    return len(groups)
 
 
 def _block_names(module: Any, blocks: Any) -> list[tuple[Any, str]]:

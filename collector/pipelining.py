@@ -26,6 +26,11 @@ stays false until waited), so its end is decided at its wait:
 
 The wrappers pass straight through when no recorder is active (none, or paused).
 
+Each stage's layers (``stage_size.layer_groups``) are timed too on detailed steps, as block spans named
+``wire.stage_layer_span_name`` nested in the stage's actions (``BUBBLESCOPE_STAGE_LAYERS``, on by default):
+what a layer costs, and by difference what the stage computes outside its layers (embedding, head, loss),
+which a rebalance leaves where it is.
+
 The wrappers that run per action (compute, P2P batch and wait, loss) are C callables from
 ``_hotpath`` when it was built (``native.active()``, chosen when the first schedule is
 instrumented); the Python ones below are their reference and the fallback, and record the same rows.
@@ -34,6 +39,7 @@ instrumented); the Python ones below are their reference and the fallback, and r
 from __future__ import annotations
 
 import functools
+import logging
 import weakref
 from types import ModuleType
 from typing import Any
@@ -44,6 +50,7 @@ from bubblescope.collector.native import active as active_hotpath
 from bubblescope.collector.recorder import GpuSpanTimer, Recorder
 from bubblescope.collector.stage_size import stage_sizes
 
+log = logging.getLogger("bubblescope.collector")
 _TAG = "_bubblescope_tag"
 _BLOCKED_NS = 30_000  # a wait on an already finished op returns in a few microseconds
 _ACTIVE: Any = object()  # ``native`` argument of the wrapper builders: the C module this process chose
@@ -286,8 +293,9 @@ def describe(schedule: Any) -> dict[str, Any]:
     }
 
 
-def instrument_schedule(schedule: Any, recorder: Recorder) -> None:
-    """Record every compute action and P2P wait of ``schedule`` into ``recorder``."""
+def instrument_schedule(schedule: Any, recorder: Recorder, time_layers: bool = False) -> None:
+    """Record every compute action and P2P wait of ``schedule`` into ``recorder``; with ``time_layers``, each
+    stage's layers too (``model_hooks.instrument_stage_layers``)."""
     _patch_p2p_once()
     _state["recorder"] = recorder
     stages = schedule_stages(schedule)
@@ -321,6 +329,8 @@ def instrument_schedule(schedule: Any, recorder: Recorder) -> None:
         )
         setattr(stage, _TAG, True)
         _state["stages"].add(stage)
+        if time_layers:
+            _time_layers(stage, index, recorder)
     if _state["listening"] is recorder:
         _use_tagging(recorder.detailed)
     else:
@@ -328,6 +338,19 @@ def instrument_schedule(schedule: Any, recorder: Recorder) -> None:
         recorder.add_detail_listener(_use_tagging)
     if any(getattr(stage, "is_last", False) for stage in stages):
         _extend_forward_by_loss(schedule, recorder)
+
+
+def _time_layers(stage: Any, index: int, recorder: Recorder) -> None:
+    """Per-layer spans of the stage's module; a module the hooks cannot take leaves the stage's spans as they are."""
+    module = getattr(stage, "submod", None)
+    if module is None:
+        return
+    try:
+        from bubblescope.collector.model_hooks import instrument_stage_layers
+
+        instrument_stage_layers(module, index, recorder)
+    except Exception as error:  # noqa: BLE001 - the stage's own spans do not depend on it
+        log.warning("bubblescope: stage %d's layers are not timed: %r", index, error)
 
 
 def _use_tagging(detailed: bool) -> None:

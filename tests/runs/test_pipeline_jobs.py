@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bubblescope import wire
 from tests.support import LiveServer, run_pipeline_job, wait_for_steps
 
 pytestmark = pytest.mark.slow
@@ -71,7 +72,7 @@ def test_every_rank_has_m_forwards_and_backwards_with_stage_and_microbatch(jobs:
         for rank in range(stages):
             spans = [s for s in detail["spans"] if s["rank"] == rank]
             for kind in ("forward", "backward"):
-                of_kind = [s for s in spans if s["kind"] == kind]
+                of_kind = [s for s in spans if s["kind"] == kind and not wire.stage_layer_of(s["name"])]
                 assert sorted(s["microbatch"] for s in of_kind) == list(range(m)), (rank, kind, detail["step"])
                 assert {s["stage"] for s in of_kind} == {rank}
             # Pipeline transfers; step 0 also has the stages' shape and warm-up exchanges.
@@ -182,5 +183,15 @@ def test_a_job_streams_into_each_database(server: LiveServer) -> None:
     with server.client() as client:
         details = step_details(client, job.run_key, stages=2, steps=2)
     for detail in details:
-        assert Counter(s["kind"] for s in detail["spans"])["forward"] == 2 * 4
+        assert Counter(s["kind"] for s in detail["spans"] if s["stage"] is not None)["forward"] == 2 * 4
         assert detail["bubble"]["theoretical_fraction"] == pytest.approx(1 / 5)
+    for detail in details[1:]:  # step 0 also runs the stages' shape inference through the layers
+        # each stage's 2 layers (Linear + GELU) timed one by one, inside the stage's actions
+        layers = Counter((s["kind"], s["name"]) for s in detail["spans"] if wire.stage_layer_of(s["name"]))
+        assert sorted(layers) == sorted(
+            (kind, wire.stage_layer_span_name(stage, child))
+            for kind in ("forward", "backward")
+            for stage in (0, 1)
+            for child in ("0", "2")
+        ), layers
+        assert set(layers.values()) == {4}, (detail["step"], layers)  # one call per micro-batch
