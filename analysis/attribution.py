@@ -111,6 +111,9 @@ class StageImbalance:
     excess_ns: float = 0.0
     """The slowest stage's cost per micro-batch above the mean: the work to move out of it, in time
     (what can be said without layer counts)."""
+    balanced_excess: float | None = None
+    """The slowest stage over the mean, less 1, that the balanced split is predicted to leave: the bound a
+    re-run with it should come within."""
 
 
 def attribute_bubble(
@@ -161,12 +164,16 @@ def stage_imbalance(measured: MeasuredPipeline) -> StageImbalance:
     layers = measured.layers_per_stage
     balanced: tuple[int, ...] | None = None
     balanced_step: float | None = None
+    balanced_excess: float | None = None
     moves: tuple[LayerMove, ...] = ()
     if measured.layer_costs is not None and layers is not None:
-        balanced = balanced_split(measured.layer_costs, len(costs))
+        own = measured.stage_layers.own_totals(len(costs)) if measured.stage_layers is not None else None
+        balanced = balanced_split(measured.layer_costs, len(costs), own)
         if balanced != layers:
             moves = layer_moves(layers, balanced)
-            balanced_step = predict(measured, Change(layers_per_stage=balanced)).step_ns
+            prediction = predict(measured, Change(layers_per_stage=balanced))
+            balanced_step = prediction.step_ns
+            balanced_excess = _excess([c.forward_ns + c.backward_ns for c in prediction.stage_costs])
     return StageImbalance(
         costs,
         slowest,
@@ -176,7 +183,14 @@ def stage_imbalance(measured: MeasuredPipeline) -> StageImbalance:
         moves,
         balanced_step,
         costs[slowest] - mean,
+        balanced_excess,
     )
+
+
+def _excess(costs: list[float]) -> float:
+    """The costliest over the mean, less 1."""
+    mean = sum(costs) / len(costs)
+    return max(costs) / mean - 1 if mean else 0.0
 
 
 def layer_moves(current: tuple[int, ...], target: tuple[int, ...]) -> tuple[LayerMove, ...]:

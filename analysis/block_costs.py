@@ -1,4 +1,5 @@
-"""What each block of a model costs a step: the per-block spans of ``instrument_model(model, blocks=...)``.
+"""What each block of a model costs a step: the per-block spans of ``instrument_model(model, blocks=...)``, and
+of each pipeline stage's layers (the pipelining integration's, ``wire.stage_layer_span_name``: ``stage`` set).
 
 A block's spans carry ``model/block`` as their name (``wire.block_of``). Per rank and step, a block's forward and
 backward are the sums of its spans (several calls a step: micro-batches, gradient accumulation); per rank, the
@@ -33,6 +34,7 @@ class BlockCost:
     share_of_model: float | None  # (forward + backward) / the model's own compute on the median rank
     slowest_rank: int
     slowest_ns: float  # forward + backward on the slowest rank
+    stage: int | None = None  # the pipeline stage holding it (a stage's layer, ``wire.stage_layer_of``)
 
     @property
     def total_ns(self) -> float:
@@ -46,6 +48,7 @@ def block_costs(steps: Sequence[Sequence[TimedSpan]]) -> list[BlockCost]:
     per_step: dict[tuple[str, int], list[list[int]]] = defaultdict(list)
     model_ns: dict[int, list[int]] = defaultdict(list)
     order: dict[str, int] = {}
+    stages: dict[str, int] = {}
     for spans in steps:
         sums: dict[tuple[str, int], list[int]] = {}
         own: dict[int, int] = defaultdict(int)
@@ -54,7 +57,11 @@ def block_costs(steps: Sequence[Sequence[TimedSpan]]) -> list[BlockCost]:
             if block is None:
                 own[span.rank] += span.end_ns - span.start_ns
                 continue
-            order.setdefault(block, len(order))
+            if block not in order:
+                order[block] = len(order)
+                layer = wire.stage_layer_of(span.name)
+                if layer is not None:
+                    stages[block] = layer[0]
             sums.setdefault((block, span.rank), [0, 0])[MODEL_PASSES[span.kind]] += span.end_ns - span.start_ns
         for key, step_passes in sums.items():
             per_step[key].append(step_passes)
@@ -83,6 +90,7 @@ def block_costs(steps: Sequence[Sequence[TimedSpan]]) -> list[BlockCost]:
                 share_of_model=(forward + backward) / model_median if model_median else None,
                 slowest_rank=slowest_rank,
                 slowest_ns=sum(ranks[slowest_rank]),
+                stage=stages.get(block),
             )
         )
     return costs

@@ -7,7 +7,8 @@ Algorithm (over the steps given; callers leave out step 0, which warms up):
    recv began, see ``breakdown.dependency_waits``), recv end - send start; the median over them.
    When stages hold different numbers of layers, each action's fixed part (the intercept of
    cost = fixed + layers × per-layer cost) is estimated too; moved layers and other micro-batch
-   sizes change only the rest.
+   sizes change only the rest. Where the stages' layers were timed one by one, each layer's own cost
+   and each stage's own work replace the even spread (``stage_layers``).
 3. Step overhead: per step, the step's wall time minus the pipeline's (first pipeline span to last,
    over all ranks): data loading, gradient all-reduce, optimizer. The median over steps. Part of
    it grows with the layers a rank holds (clipping and optimizer work on its parameters): per
@@ -33,6 +34,7 @@ from bubblescope.analysis.errors import InputError
 from bubblescope.analysis.model import TimedSpan
 from bubblescope.analysis.schedules import lookup
 from bubblescope.analysis.simulator import PipelineSetup, StageCost, simulate
+from bubblescope.analysis.stage_layers import LayerDurations, StageLayers, add_layer_spans, stage_layers
 
 PIPELINE_COMPUTE = {"forward": "F", "backward": "B", "backward_input": "I", "backward_weight": "W"}
 
@@ -58,6 +60,7 @@ class MeasuredPipeline:
     steps_used: int
     fixed_cost: StageCost = StageCost(0.0, 0.0)  # noqa: RUF009 (frozen: shared safely)  per action, whatever its layers and micro-batch size
     overhead_per_layer_ns: float = 0.0  # step overhead per layer of the rank holding the most
+    stage_layers: StageLayers | None = None  # each layer's measured cost and each stage's own work
 
     def rank_layers(self, layers_per_stage: Sequence[int], schedule: str | None = None) -> tuple[int, ...]:
         """Layers each rank holds when its stages hold ``layers_per_stage`` under ``schedule``."""
@@ -69,7 +72,10 @@ class MeasuredPipeline:
 
     @property
     def layer_costs(self) -> tuple[StageCost, ...] | None:
-        """Per-layer cost: each stage's cost less the fixed part, spread over its layers (None without layer counts)."""
+        """Per-layer cost: as timed layer by layer (``stage_layers``), else each stage's cost less the fixed part,
+        spread over its layers (None without layer counts)."""
+        if self.stage_layers is not None:
+            return self.stage_layers.flat
         if self.layers_per_stage is None:
             return None
         out: list[StageCost] = []
@@ -97,7 +103,9 @@ def measure_pipeline(steps: Sequence[StepSpans], config: Mapping[str, object]) -
     outside: list[int] = []
     walls: list[int] = []
     own_outside: dict[int, list[int]] = defaultdict(list)
+    layer_durations: LayerDurations = {}
     for step in steps:
+        add_layer_spans(step.spans, layer_durations)
         for rank, ns in _own_outside_ns(step).items():
             own_outside[rank].append(ns)
         for span in step.spans:
@@ -130,6 +138,7 @@ def measure_pipeline(steps: Sequence[StepSpans], config: Mapping[str, object]) -
         measured_step_ns=measured,
         steps_used=len(walls),
         fixed_cost=_fixed_cost(costs, layers),
+        stage_layers=stage_layers(layer_durations, costs, layers),
     )
     if layers is None or len(own_outside) < ranks:
         return profile

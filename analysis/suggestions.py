@@ -220,11 +220,26 @@ def _rebalance(evidence: RunEvidence, imbalance: StageImbalance) -> list[Suggest
                 f"stage {imbalance.slowest_stage} costs {imbalance.stage_cost_ns[imbalance.slowest_stage] / 1e6:.1f} ms per "
                 f"micro-batch, {imbalance.slowest_excess:.0%} ({imbalance.excess_ns / 1e6:.1f} ms) above the mean stage; "
                 f"layers now {list(imbalance.layers_per_stage or ())}"
+                + _balanced_bound(imbalance, measured.stage_layers is not None)
             ),
             memory="per-stage weights and activations follow the moved layers; the total is unchanged",
             apply={"layers_per_stage": list(imbalance.balanced_layers)},
         )
     ]
+
+
+def _balanced_bound(imbalance: StageImbalance, layers_timed: bool) -> str:
+    """What the moved layers should leave: the slowest stage's predicted excess over the mean."""
+    if imbalance.balanced_excess is None:
+        return ""
+    basis = (
+        "each layer at its timed cost and each stage keeping its own work (loss, head, embedding)"
+        if layers_timed
+        else "each stage's cost spread evenly over its layers"
+    )
+    return (
+        f"; after the move the slowest stage is predicted {imbalance.balanced_excess:.0%} above the mean, with {basis}"
+    )
 
 
 def _communication_fixes(evidence: RunEvidence) -> list[Suggestion]:

@@ -6,8 +6,9 @@ fitted per-action overhead, the step's non-pipeline time) and changes only what 
   duration less its fixed part (b'/b when the global batch stays and micro-batches shrink, 1 when
   they keep their size);
 - another schedule and stages per rank; layers are re-cut into p·v contiguous blocks of equal cost;
-- layers moved between stages (``layers_per_stage``): the fixed part plus the measured per-layer cost;
-  the step overhead's per-layer part follows the layers of the rank holding the most;
+- layers moved between stages (``layers_per_stage``): the fixed part plus the measured per-layer cost, or,
+  where the layers were timed one by one, each stage's own work plus its layers' (``stage_layers``); the
+  step overhead's per-layer part follows the layers of the rank holding the most;
 - the slowest rank made median (its stages take the median stage's cost);
 - communication fully overlapped (no transfer latency).
 """
@@ -15,6 +16,7 @@ fitted per-action overhead, the step's non-pipeline time) and changes only what 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from bubblescope.analysis.pipeline_profile import MeasuredPipeline, _minus, _scaled
@@ -43,6 +45,7 @@ class Prediction:
     bubble_fraction: float
     peak_activations: int
     result: SimulationResult
+    stage_costs: tuple[StageCost, ...] = ()  # per (virtual) stage, as replayed
 
 
 def predict(measured: MeasuredPipeline, change: Change) -> Prediction:
@@ -73,7 +76,7 @@ def predict(measured: MeasuredPipeline, change: Change) -> Prediction:
     )
     result = simulate(setup)
     return Prediction(
-        schedule, m, v, layers, result.step_ns, result.bubble_fraction, max(result.peak_activations), result
+        schedule, m, v, layers, result.step_ns, result.bubble_fraction, max(result.peak_activations), result, costs
     )
 
 
@@ -87,8 +90,11 @@ def _step_overhead(measured: MeasuredPipeline, schedule: str, layers: tuple[int,
     return max(0.0, overhead + measured.overhead_per_layer_ns * (after - before))
 
 
-def balanced_split(layer_costs: tuple[StageCost, ...], stages: int) -> tuple[int, ...]:
-    """Contiguous layer counts per stage minimising the costliest stage (forward + backward).
+def balanced_split(
+    layer_costs: tuple[StageCost, ...], stages: int, own: Sequence[float] | None = None
+) -> tuple[int, ...]:
+    """Contiguous layer counts per stage minimising the costliest stage (forward + backward), a stage costing
+    its ``own`` work (what it computes outside its layers, ns; 0 when not given) plus its layers'.
 
     The classic partition programme, best[k][i] = min over j of max(best[k-1][j], cost of layers
     j..i), with the inner minimum found by bisection in O(log n) instead of a scan: best[k-1][j]
@@ -106,10 +112,11 @@ def balanced_split(layer_costs: tuple[StageCost, ...], stages: int) -> tuple[int
     best = [[inf] * (n + 1) for _ in range(stages + 1)]
     cut = [[0] * (n + 1) for _ in range(stages + 1)]
     best[0][0] = 0.0
+    extra = list(own) if own is not None else [0.0] * stages
     for k in range(1, stages + 1):
         before = best[k - 1]
         for i in range(k, n - (stages - k) + 1):
-            best[k][i], cut[k][i] = _best_cut(before, prefix, i, k - 1, i - 1)
+            best[k][i], cut[k][i] = _best_cut(before, prefix, i, k - 1, i - 1, extra[k - 1])
     counts, i = [], n
     for k in range(stages, 0, -1):
         j = cut[k][i]
@@ -118,12 +125,14 @@ def balanced_split(layer_costs: tuple[StageCost, ...], stages: int) -> tuple[int
     return tuple(reversed(counts))
 
 
-def _best_cut(before: list[float], prefix: list[float], i: int, lo: int, hi: int) -> tuple[float, int]:
-    """min over j in [lo, hi] of max(before[j], prefix[i] - prefix[j]), and the smallest such j."""
+def _best_cut(
+    before: list[float], prefix: list[float], i: int, lo: int, hi: int, own: float = 0.0
+) -> tuple[float, int]:
+    """min over j in [lo, hi] of max(before[j], own + prefix[i] - prefix[j]), and the smallest such j."""
     low, high = lo, hi + 1  # the first j where before[j] >= the last stage's cost
     while low < high:
         mid = (low + high) // 2
-        if before[mid] >= prefix[i] - prefix[mid]:
+        if before[mid] >= own + prefix[i] - prefix[mid]:
             high = mid
         else:
             low = mid + 1
@@ -138,7 +147,7 @@ def _best_cut(before: list[float], prefix: list[float], i: int, lo: int, hi: int
                 high = mid
             else:
                 low = mid + 1
-        best, where = prefix[i] - prefix[low], low
+        best, where = own + prefix[i] - prefix[low], low
     if crossing <= hi and before[crossing] < best - 1e-9:
         best, where = before[crossing], crossing
     return best, where
@@ -157,15 +166,17 @@ def _stage_costs(
         per_layer = _even_pieces(base, stages)  # no layer counts: stages re-cut into equal pieces
         layers = (len(per_layer) // stages,) * stages
     elif layers is None:
-        layers = balanced_split(per_layer, stages)
+        own = measured.stage_layers.own_totals(stages) if measured.stage_layers is not None else None
+        layers = balanced_split(per_layer, stages, own)
     if sum(layers) != len(per_layer):
         raise ScheduleError(
             "layers_per_stage", f"the run has {len(per_layer)} layers, the split {layers} has {sum(layers)}"
         )
     costs, start = [], 0
     fixed = measured.fixed_cost if measured.layer_costs is not None else StageCost(0.0, 0.0)
-    for count in layers:
-        costs.append(_plus(fixed, _sum_costs(per_layer[start : start + count])))
+    for index, count in enumerate(layers):
+        own_work = fixed if measured.stage_layers is None else measured.stage_layers.own_work(index, len(layers))
+        costs.append(_plus(own_work, _sum_costs(per_layer[start : start + count])))
         start += count
     return tuple(costs), layers if measured.layer_costs is not None else None
 

@@ -67,6 +67,16 @@ class PipelineSetupOut(FromAnalysis):
     step_overhead_ns: float = Field(description="outside the pipeline: data loading, optimizer, gradient all-reduce")
 
 
+class StageLayersOut(FromAnalysis):
+    layers: list[list[StageCostOut]] = Field(
+        description="per stage, each layer's forward and backward per micro-batch, as timed layer by layer"
+    )
+    own: list[StageCostOut] = Field(
+        description="per stage, its action's cost less its layers': what it computes outside them (runtime, "
+        "embedding, head, loss), which stays on it when layers move"
+    )
+
+
 class MeasuredPipelineOut(FromAnalysis):
     setup: PipelineSetupOut
     layers_per_stage: list[int] | None
@@ -74,6 +84,9 @@ class MeasuredPipelineOut(FromAnalysis):
     steps_used: int
     fixed_cost: StageCostOut = Field(description="per action, whatever its layers and micro-batch size")
     overhead_per_layer_ns: float = Field(description="step overhead per layer of the rank holding the most")
+    stage_layers: StageLayersOut | None = Field(
+        default=None, description="the stages' layers timed one by one (None: not timed; costs spread evenly)"
+    )
 
 
 class CauseOut(FromAnalysis):
@@ -121,6 +134,11 @@ class StageImbalanceOut(FromAnalysis):
     balanced_step_ns: float | None
     excess_ns: float = Field(
         description="the slowest stage's cost per micro-batch above the mean: the work to move out"
+    )
+    balanced_excess: float | None = Field(
+        default=None,
+        description="slowest / mean - 1 that the balanced split is predicted to leave (each stage's own work, "
+        "such as the loss or the head, staying where it is): the bound a re-run with it should come within",
     )
 
 
@@ -188,9 +206,11 @@ class StepSplitOut(FromAnalysis):
 
 
 class BlockCostOut(FromAnalysis):
-    """One block of an instrumented model (``instrument_model(model, blocks=...)``), per step."""
+    """One block of an instrumented model (``instrument_model(model, blocks=...)``), or one layer of a pipeline
+    stage (timed by the pipelining integration), per step."""
 
-    block: str = Field(description="its name in the model (layers.0)")
+    block: str = Field(description="its name in the model (layers.0); a stage's layer: stage1:layers.12")
+    stage: int | None = Field(default=None, description="the pipeline stage holding it (a stage's layer), else None")
     forward_ns: float = Field(description="its forward per step: the median over ranks of each rank's median step")
     backward_ns: float = Field(description="its backward per step, the same way")
     share_of_model: float | None = Field(description="forward + backward over the model's own compute per step")

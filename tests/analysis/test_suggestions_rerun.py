@@ -83,12 +83,13 @@ def test_naive_model_parallelism_pipelined_as_suggested_overlaps_the_stages(sqli
 
 def test_imbalanced_pipeline_rebalanced_as_suggested_has_balanced_stages(sqlite_server: LiveServer) -> None:
     """Five layers against one: stage 0 is the slowest by far, and the suggestion moves 2 layers.
-    The re-run with the suggested split has stages of equal cost, as the replay assumed: the
-    slowest stage within 15% of the mean (trial runs: 0-4%; the base: 46-55%), and the
-    imbalance's share of the step at most half the base's (the replay of stages 15% apart still idles
-    some: one CI run read 12.4% before and 5.9% after). Stage costs are medians of
-    each stage's forward and backward spans within the run, so the machine's load, which
-    stretches both stages alike, does not decide them."""
+    The layers are timed one by one: the first layer of stage 0 costs about two thirds of the others (it
+    computes no input gradient: 4.6 against 6.7-8.0 ms here), the stages' own work (runtime, loss) stays
+    where it is, and the suggestion states the excess the move leaves (8% in a quiet trial). The re-run
+    with the suggested split comes within that bound plus 15 points (a quiet trial read 0.9%; the base
+    63%): stage costs are medians of each stage's forward and backward spans within the run, but a loaded
+    2-core machine does not stretch the two ranks alike (a CI run once read 17.8%, when the split counted
+    layers rather than time). The imbalance's share of the step falls to at most half the base's."""
     client = sqlite_server.client()
     # Large layers, so that the compute outweighs each action's fixed cost
     base = JobShape("1f1b", 4, (5, 1), microbatch_size=64, hidden=1280, steps=8)
@@ -100,6 +101,12 @@ def test_imbalanced_pipeline_rebalanced_as_suggested_has_balanced_stages(sqlite_
     assert before["imbalance"]["slowest_stage"] == 0 and before["imbalance"]["slowest_excess"] > 0.3
     assert before["imbalance"]["moves"] == [{"layers": 2, "from_stage": 0, "to_stage": 1}]
     assert causes(before)["stage_imbalance"] > 0.05
+    timed = before["pipeline"]["stage_layers"]
+    assert [len(stage) for stage in timed["layers"]] == [5, 1], timed  # each Linear + GELU timed as one layer
+    first, *others = [c["forward_ns"] + c["backward_ns"] for c in timed["layers"][0]]
+    assert first < min(others), timed  # no input gradient: the measured layers show it, an even spread would not
+    predicted = before["imbalance"]["balanced_excess"]
+    assert predicted is not None and f"predicted {predicted:.0%} above the mean" in rebalance["evidence"]
     # A schedule with 2 stages per rank (offered only when the measured bubble calls for it) comes
     # with its own split of the layers into 4 stages, so that it can be applied exactly as predicted
     for switch in (s for s in before["suggestions"] if s["kind"] == "better_schedule"):
@@ -107,6 +114,6 @@ def test_imbalanced_pipeline_rebalanced_as_suggested_has_balanced_stages(sqlite_
 
     _, after = run_and_analyse(sqlite_server.url, client, base.applied(rebalance["apply"]))
     assert after["imbalance"]["layers_per_stage"] == [3, 3]
-    assert after["imbalance"]["slowest_excess"] < 0.15, after["imbalance"]
+    assert after["imbalance"]["slowest_excess"] <= predicted + 0.15, (predicted, after["imbalance"])
     assert causes(after)["stage_imbalance"] <= causes(before)["stage_imbalance"] / 2, (causes(before), causes(after))
     assert not any(s["kind"] == "rebalance_stages" for s in after["suggestions"])

@@ -120,6 +120,12 @@ def test_torchtitan_pp_is_analysed_as_its_pipeline(
     assert {r["rank"]: r["stage_layers"] for r in run["ranks"]} == {0: [3], 1: [3]}
     assert analysis["step_split"] is None and analysis["attribution"] is not None, analysis
     assert analysis["attribution"]["measured_bubble_fraction"] > 0
+    # Each stage's 3 transformer blocks timed one by one; the last stage's own work (final norm, output head,
+    # loss) is more than the first's (token embedding): what a rebalance leaves on each stage
+    timed = analysis["pipeline"]["stage_layers"]
+    assert timed is not None and [len(stage) for stage in timed["layers"]] == [3, 3], timed
+    own = [c["forward_ns"] + c["backward_ns"] for c in timed["own"]]
+    assert own[1] > own[0], own
     assert analysis["suggestions"], analysis
     for suggestion in analysis["suggestions"]:
         assert_torchtitan_takes(suggestion["torchtitan"])

@@ -1,0 +1,80 @@
+"""A rebalance moves time: layers timed one by one, each stage's own work (loss, head, embedding) left where it
+is. Plain data, no job: stage 0 holds 5 layers, stage 1 one layer and a loss worth two layers."""
+
+from __future__ import annotations
+
+import pytest
+
+from bubblescope import wire
+from bubblescope.analysis.attribution import stage_imbalance
+from bubblescope.analysis.model import TimedSpan
+from bubblescope.analysis.pipeline_profile import MeasuredPipeline, StepSpans, measure_pipeline
+from bubblescope.analysis.simulator import StageCost
+
+MS = 1e6
+LAYER_F, LAYER_B = 1 * MS, 2 * MS
+LOSS_F, LOSS_B = 2 * MS, 4 * MS  # the last stage's own work: two layers' worth
+CONFIG = {"schedule": "gpipe", "num_stages": 2, "num_microbatches": 1, "layers_per_stage": [5, 1]}
+
+
+def stage_spans(stage: int, layers: int, start: float, own: tuple[float, float], timed: bool) -> list[TimedSpan]:
+    """One micro-batch's forward and backward on ``stage`` (its rank), with each layer's spans inside."""
+    forward = layers * LAYER_F + own[0]
+    backward = layers * LAYER_B + own[1]
+    out = [
+        TimedSpan(stage, "forward", int(start), int(start + forward), stage, 0),
+        TimedSpan(stage, "backward", int(start + forward), int(start + forward + backward), stage, 0),
+    ]
+    if timed:
+        for layer in range(layers):
+            name = wire.stage_layer_span_name(stage, f"layers.{stage * 5 + layer}")
+            f0 = start + layer * LAYER_F
+            b0 = start + forward + own[1] + (layers - 1 - layer) * LAYER_B
+            out += [
+                TimedSpan(stage, "forward", int(f0), int(f0 + LAYER_F), None, None, name=name),
+                TimedSpan(stage, "backward", int(b0), int(b0 + LAYER_B), None, None, name=name),
+            ]
+    return out
+
+
+def measured(timed: bool) -> MeasuredPipeline:
+    spans = stage_spans(0, 5, 0, (0.0, 0.0), timed) + stage_spans(1, 1, 50 * MS, (LOSS_F, LOSS_B), timed)
+    windows = {0: (0, int(100 * MS)), 1: (0, int(100 * MS))}
+    return measure_pipeline([StepSpans(1, spans, windows)], CONFIG)
+
+
+def test_timed_layers_give_each_layers_cost_and_the_loss_stays_the_last_stages_own_work() -> None:
+    run = measured(timed=True)
+    assert run.stage_layers is not None
+    assert run.layer_costs == (StageCost(LAYER_F, LAYER_B),) * 6
+    assert run.stage_layers.own == (StageCost(0.0, 0.0), StageCost(LOSS_F, LOSS_B))
+    imbalance = stage_imbalance(run)
+    assert imbalance.balanced_layers == (4, 2)  # 4 layers against 2 layers + the loss: 12 ms each
+    assert imbalance.balanced_excess == pytest.approx(0.0, abs=1e-9)
+
+
+def test_without_timed_layers_the_split_balances_layer_counts_and_says_what_it_leaves() -> None:
+    """The even spread (the fitted fixed part of each action) takes the loss for layer cost: 3,3, which really
+    leaves the last stage 9 + 6 ms against 9; the prediction, built on the same spread, cannot see it."""
+    run = measured(timed=False)
+    assert run.stage_layers is None
+    imbalance = stage_imbalance(run)
+    assert imbalance.balanced_layers == (3, 3)
+    assert imbalance.balanced_excess is not None and imbalance.balanced_excess < 0.05
+
+
+def test_layers_that_do_not_match_the_runs_counts_are_not_used() -> None:
+    """Timed layers must be the layers the run counts (here the config says 4,2 while 5,1 were timed): else the
+    even spread stands."""
+    spans = stage_spans(0, 5, 0, (0.0, 0.0), True) + stage_spans(1, 1, 50 * MS, (LOSS_F, LOSS_B), True)
+    windows = {0: (0, int(100 * MS)), 1: (0, int(100 * MS))}
+    run = measure_pipeline([StepSpans(1, spans, windows)], {**CONFIG, "layers_per_stage": [4, 2]})
+    assert run.stage_layers is None
+
+
+def test_stage_layer_span_names_round_trip_and_other_names_are_not_layers() -> None:
+    name = wire.stage_layer_span_name(12, "layers.40")
+    assert wire.stage_layer_of(name) == (12, "layers.40")
+    assert wire.block_of(name) == "stage12:layers.40"  # a block of its own on the per-block table
+    for other in (None, "Transformer/layers.0", "pipeline/stagex:0", "pipeline/stage3:", "pipeline/stage3"):
+        assert wire.stage_layer_of(other) is None, other
