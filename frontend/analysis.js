@@ -66,7 +66,8 @@ function renderStepSplit(split, stepNs) {
 }
 
 // Imbalance in time, and in layers where they are known (declared by the job, or counted by the collector).
-function renderImbalance(im, layersSource, outside) {
+// timed: the stages' layers timed one by one (pipeline.stage_layers), or null
+function renderImbalance(im, layersSource, outside, timed) {
   const note = document.getElementById("imbalance-note");
   if (!im) { note.textContent = outside || ""; return; }
   const costs = im.stage_cost_ns;
@@ -75,9 +76,21 @@ function renderImbalance(im, layersSource, outside) {
     ? costs.map((ns, i) => `stage ${i}: ${ms(ns)} ms`).join(" · ")
     : `${costs.length} stages, ${ms(sorted[0])}–${ms(sorted[sorted.length - 1])} ms (median ${ms(sorted[Math.floor(sorted.length / 2)])} ms)`;
   let text = `Per micro-batch (forward + backward) — ${stages}. Slowest: stage ${im.slowest_stage}, ${percent(im.slowest_excess)} above the mean.`;
-  const perLayer = (stage) => costs[stage] / im.layers_per_stage[stage];
+  const total = (c) => c.forward_ns + c.backward_ns;
+  // what the moved layers cost: as timed (a stage hands on its last layers downstream, its first upstream), else
+  // the stage's cost spread evenly over its layers
+  const moved = (m) => {
+    if (!timed) return m.layers * costs[m.from_stage] / im.layers_per_stage[m.from_stage];
+    const layers = timed.layers[m.from_stage];
+    const taken = m.to_stage > m.from_stage ? layers.slice(layers.length - m.layers) : layers.slice(0, m.layers);
+    return taken.reduce((sum, c) => sum + total(c), 0);
+  };
+  if (timed) {
+    const own = timed.own.length <= LISTED_STAGES ? timed.own.map((c, i) => `stage ${i}: ${ms(total(c))} ms`).join(" · ") : "";
+    if (own) text += ` Each stage's own work outside its layers (runtime, embedding, head, loss), which stays on it when layers move — ${own}.`;
+  }
   if (im.moves.length) {
-    const moves = im.moves.map((m) => `move ${m.layers} layer(s) from stage ${m.from_stage} to ${m.to_stage} (≈ ${ms(m.layers * perLayer(m.from_stage))} ms per micro-batch)`).join("; ");
+    const moves = im.moves.map((m) => `move ${m.layers} layer(s) from stage ${m.from_stage} to ${m.to_stage} (${timed ? "" : "≈ "}${ms(moved(m))} ms per micro-batch)`).join("; ");
     const counted = layersSource === "counted" ? " (layers as the collector counted them in each stage's module)" : "";
     text += ` Balanced split ${im.balanced_layers.join(",")}${counted}: ${moves} → ${ms(im.balanced_step_ns)} ms per step.`;
   } else if (!im.layers_per_stage && im.slowest_excess > 0.1) {
@@ -140,7 +153,10 @@ function renderBlocks(rows) {
   if (!rows.length) return;
   const total = (r) => r.forward_ns + r.backward_ns;
   const heaviest = rows.reduce((a, b) => (total(b) > total(a) ? b : a));
-  document.getElementById("blocks-source").textContent = "(instrument_model(model, blocks=…): per step, median over ranks)";
+  const layers = rows.some((r) => r.stage !== null && r.stage !== undefined);
+  document.getElementById("blocks-source").textContent = layers
+    ? "(each pipeline stage's layers, timed one by one: per step, median over ranks)"
+    : "(instrument_model(model, blocks=…): per step, median over ranks)";
   document.querySelector("#blocks-table tbody").replaceChildren(...rows.map((r) => {
     const tr = el("tr", r === heaviest ? { class: "nearest" } : {});
     const slowest = r.slowest_ns > 1.1 * total(r) ? `rank ${r.slowest_rank}: ${ms(r.slowest_ns)} ms (${(r.slowest_ns / total(r)).toFixed(2)}× the median rank)` : "—";
@@ -203,7 +219,7 @@ export function renderAnalysis(view) {
     say("analysis-error", view.attribution ? "" : `No pipeline replay: ${view.pipeline_unavailable}`);
   }
   renderExposed(split ? {} : view.exposed_comm_ns_by_group, view.step_ns);
-  renderImbalance(view.imbalance, view.layers_source, unevenOutsideWork(view));
+  renderImbalance(view.imbalance, view.layers_source, unevenOutsideWork(view), view.pipeline?.stage_layers || null);
   renderMemory(view.memory);
   renderBlocks(view.block_costs || []); // an answer cached by an older service has none
   const why = unevenOutsideWork(view) || overheadsDominate(view); // one stage holds the others, or overheads outweigh the work

@@ -21,5 +21,8 @@ function palette(served) {
     order: served.kinds.map((k) => k.kind), // the legend's order
     kind: (kind) => kinds.get(kind) || { kind, category: "other", color: "#777" },
     category: (name) => categories.get(name) || "#777",
+    // a block's span (a layer of a model or of a pipeline stage), nested in its model's or stage's
+    isBlock: (span) => Boolean(span.name) && span.name.includes(served.block_separator)
+      && kinds.get(span.kind)?.category === "compute",
   };
 }

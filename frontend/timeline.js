@@ -28,12 +28,15 @@ export function renderTimeline(detail, run, kinds) {
   const ranks = shown.map((r) => r.rank);
   const roleOf = (r) => (r.role === "every rank" || r.role === "asked" ? "" : ` · ${r.role}`);
   const labels = new Map(shown.map((r) => [r.rank, rankLabel(run, r.rank, r.stage) + roleOf(r)]));
+  // A block's span lies inside its model's or stage's (same kind, same colour) and would hide its micro-batch
+  // number: the run page's per-block table prices the blocks instead.
+  const drawn = detail.spans.filter((span) => !kinds.isBlock(span));
   const byKind = new Map();
-  for (const span of detail.spans) {
+  for (const span of drawn) {
     if (!byKind.has(span.kind)) byKind.set(span.kind, []);
     byKind.get(span.kind).push(span);
   }
-  const labelled = detail.spans.length <= LABELLED_BARS;
+  const labelled = drawn.length <= LABELLED_BARS;
   const order = (kind) => (kinds.order.includes(kind) ? kinds.order.indexOf(kind) : kinds.order.length);
   const traces = [...byKind.entries()].sort(([a], [b]) => order(a) - order(b)).map(([kind, spans]) => {
     const { category, color } = kinds.kind(kind);
@@ -56,10 +59,12 @@ export function renderTimeline(detail, run, kinds) {
     uniformtext: { mode: "hide", minsize: 10 }, // a micro-batch number too big for its bar is left out
     height: Math.max(240, rowHeight(ranks.length) * ranks.length + 110),
   };
-  const drawn = plot("timeline", traces, layout);
+  const plotted = plot("timeline", traces, layout);
   const folded = shown.find((r) => r.role.startsWith("median of"));
-  document.getElementById("timeline-note").textContent = folded
-    ? `${run.world_size.toLocaleString()} ranks: each stage's median and slowest rank (by compute) shown; ask for any ranks above`
-    : "";
-  return drawn;
+  const blocks = detail.spans.length - drawn.length;
+  document.getElementById("timeline-note").textContent = [
+    folded ? `${run.world_size.toLocaleString()} ranks: each stage's median and slowest rank (by compute) shown; ask for any ranks above` : "",
+    blocks ? `${blocks.toLocaleString()} layer spans inside these bars are priced in the per-block table` : "",
+  ].filter(Boolean).join(" · ");
+  return plotted;
 }

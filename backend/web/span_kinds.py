@@ -49,6 +49,10 @@ class CategoryOut(BaseModel):
 class SpanKindsOut(BaseModel):
     kinds: list[SpanKindOut]
     categories: list[CategoryOut]
+    block_separator: str = Field(
+        description="a compute span whose name holds it is a block's (a model's layer, a pipeline stage's layer), "
+        "nested in its model's or stage's span"
+    )
 
 
 def category_of(kind: str) -> Category:
@@ -67,4 +71,5 @@ def get_span_kinds() -> SpanKindsOut:
     return SpanKindsOut(
         kinds=[SpanKindOut(kind=kind, category=category_of(kind), color=color) for kind, color in KIND_COLORS.items()],
         categories=[CategoryOut(category=name, color=color) for name, color in CATEGORY_COLORS.items()],
+        block_separator=wire.BLOCK_SEPARATOR,
     )
