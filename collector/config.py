@@ -228,9 +228,9 @@ class CollectorConfig:
     `layers`), for the run page's per-block costs, at a few microseconds a block call."""
 
     stage_layers: bool = setting("BUBBLESCOPE_STAGE_LAYERS", FLAG, True, shown="on")
-    """A pipeline's stages are timed layer by layer on detailed steps, so that a suggested rebalance moves
-    measured time: each layer's own cost, and the work outside the layers (embedding, head, loss) staying on
-    its stage. About 10-20 µs a layer call on CPU."""
+    """A pipeline's stages are timed layer by layer (on 10 early steps, then on detailed steps at least 10
+    apart), so that a suggested rebalance moves measured time: each layer's own cost, and the work outside the
+    layers (embedding, head, loss) staying on its stage. About 20 µs a layer call on CPU, on those steps."""
 
     clock_skew_ns: int = setting("BUBBLESCOPE_CLOCK_SKEW_NS", integer(-MAX_SKEW_NS, MAX_SKEW_NS), 0)
     """Shifts this process's clock by this many nanoseconds, applied at `init`: a way to check on

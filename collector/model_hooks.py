@@ -19,7 +19,7 @@
 of its output and ends at the gradient of its input (the first one requiring grad), or where the next block's
 backward starts if that comes first (a framework's hooks between the two, FSDP2's unshard of the next block,
 delay the input's gradient), or with the whole backward (a block fed by data). Block backwards of one model
-never overlap. They add two module hooks, two tensor hooks and one engine callback per block call.
+never overlap. They add two module hooks and two tensor hooks per block call, and an engine callback for a block fed by data.
 
 A run whose compute a pipelining schedule already records (``Recorder.pipeline_compute``) records
 nothing here, but for the layers of each pipeline stage (``instrument_stage_layers``), timed as blocks on
@@ -29,7 +29,8 @@ the training step.
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from typing import Any, Final
 
 import torch  # this module is imported by instrument_model, when the job has torch loaded
 from torch.autograd import Variable
@@ -181,7 +182,7 @@ class BlockTimer(ModelTimer):
             tensor = _first_grad_tensor(output)
             if tensor is None:
                 return
-            backward = _BlockBackward(self)
+            backward = _BlockBackward(self, fed_by_data=given is None)
             _on_gradient(tensor, backward.started)
             if given is not None:
                 _on_gradient(given, backward.ended)
@@ -191,10 +192,12 @@ class BlockTimer(ModelTimer):
 
 class _BlockBackward:
     """One call's backward through a block: opened at its output's gradient, closed at its input's, at the next
-    block's opening, or (a block fed by data) at the end of the whole backward."""
+    block's opening, or (a block fed by data) at the end of the whole backward: only such a block queues a
+    callback on the engine (a Python call at the end of the backward, per block call, which the others spare)."""
 
-    def __init__(self, timer: BlockTimer) -> None:
+    def __init__(self, timer: BlockTimer, fed_by_data: bool) -> None:
         self.timer = timer
+        self.fed_by_data = fed_by_data
         self.opened: tuple[int, Any, int] | None = None
 
     def started(self, _grad: Any) -> None:
@@ -207,7 +210,8 @@ class _BlockBackward:
                 shared.block.ended(None)
             self.opened = (local_ns(), timer._mark(), len(timer.recorder.blocked))
             shared.block = self
-            _queue_callback(self.closed)
+            if self.fed_by_data:
+                _queue_callback(self.closed)
         except Exception:  # noqa: BLE001
             self.opened = None
 
@@ -226,13 +230,53 @@ class _BlockBackward:
             pass
 
 
+LAYER_STEPS_APART: Final = 10
+"""After its first ``LAYER_STEPS_FIRST`` timed steps, a process times its stages' layers on detailed steps at least
+this many steps apart. Every step cost a 2-stage CPU demo job of tiny layers 7% of its step (hooks at ~20 µs a
+layer call against ~0.5 ms layers), while a layer's cost is what a rebalance needs, not every step's."""
+LAYER_STEPS_FIRST: Final = 10
+"""Detailed steps timed one after another from the second step the layers run in (the first, step 0 or 1, runs
+the stages' shape inference through them), so that a short run has them past the steps its analysis leaves out
+as warm-up."""
+
+
+class LayerSteps:
+    """Which steps time their layers, decided once per step for every stage of a process."""
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.timed = False
+        self.steps_seen = 0
+        self.steps_timed = 0
+        self.last = 0
+
+    def timing(self, recorder: Recorder) -> bool:
+        step = recorder.step_index
+        if step != self.step:
+            self.step = step
+            self.steps_seen += 1
+            due = self.steps_timed < LAYER_STEPS_FIRST or step - self.last >= LAYER_STEPS_APART
+            self.timed = self.steps_seen > 1 and recorder.detailed and due
+            if self.timed:
+                self.steps_timed += 1
+                self.last = step
+        return self.timed
+
+
+_layer_steps: weakref.WeakKeyDictionary[Recorder, LayerSteps] = weakref.WeakKeyDictionary()
+
+
 class StageLayerTimer(BlockTimer):
     """A pipeline stage's layer (``stage_size.layer_groups``): timed while the schedule records the stage's
-    actions, on detailed steps only (the per-layer costs are what rebalancing needs, not every step)."""
+    actions, on the steps ``LayerSteps`` picks (a layer's cost is what rebalancing needs, not every step's)."""
+
+    def __init__(self, recorder: Recorder, name: str, open_backward: _OpenBackward, steps: LayerSteps) -> None:
+        super().__init__(recorder, name, open_backward)
+        self.steps = steps
 
     def _skip(self) -> bool:
         recorder = self.recorder
-        return bool(recorder.paused_depth or not recorder.detailed)
+        return bool(recorder.paused_depth or not self.steps.timing(recorder))
 
 
 def instrument_stage_layers(module: Any, stage: int, recorder: Recorder) -> int:
@@ -240,9 +284,10 @@ def instrument_stage_layers(module: Any, stage: int, recorder: Recorder) -> int:
     layer's forward from its first module's start to its last module's end, its backward as a block's. Returns
     the number of layers timed."""
     open_backward = _OpenBackward()
+    steps = _layer_steps.setdefault(recorder, LayerSteps())
     groups = layer_groups(module)
     for name, modules in groups:
-        timer = StageLayerTimer(recorder, wire.stage_layer_span_name(stage, name), open_backward)
+        timer = StageLayerTimer(recorder, wire.stage_layer_span_name(stage, name), open_backward, steps)
         modules[0].register_forward_pre_hook(timer.before_forward, prepend=True)
         modules[-1].register_forward_hook(timer.after_forward, prepend=True)
     return len(groups)

@@ -26,7 +26,7 @@ stays false until waited), so its end is decided at its wait:
 
 The wrappers pass straight through when no recorder is active (none, or paused).
 
-Each stage's layers (``stage_size.layer_groups``) are timed too on detailed steps, as block spans named
+Each stage's layers (``stage_size.layer_groups``) are timed too on some steps (``model_hooks.LayerSteps``), as block spans named
 ``wire.stage_layer_span_name`` nested in the stage's actions (``BUBBLESCOPE_STAGE_LAYERS``, on by default):
 what a layer costs, and by difference what the stage computes outside its layers (embedding, head, loss),
 which a rebalance leaves where it is.

@@ -108,3 +108,36 @@ def test_a_checkpointed_blocks_recompute_is_not_recorded_twice() -> None:
 def test_a_root_name_with_the_separator_is_kept_apart_from_block_names() -> None:
     spans = recorded(nn.Sequential(Block(1.0)), name="team/model")[-1].spans
     assert {r[-1] for r in spans} == {"team_model"} and wire.block_of("team_model") is None
+
+
+def test_a_pipeline_stages_layers_are_timed_with_their_activation_on_detailed_steps_apart() -> None:
+    """``instrument_stage_layers`` while a schedule records the stage (``pipeline_compute``): each layer (a Block
+    and the GELU after it) gets its forward and backward with its sleep, on the first steps after the one the
+    layers first ran in, then on detailed steps at least ``LAYER_STEPS_APART`` apart; nothing while paused."""
+    out: list[StepRecord] = []
+    recorder = Recorder(out.append, lambda _n: None, 10_000)
+    recorder.pipeline_compute = True
+    stage = nn.Sequential(Block(SLEEP_MS[0]), nn.GELU(), Block(SLEEP_MS[1]), nn.GELU())
+    assert model_hooks.instrument_stage_layers(stage, 3, recorder) == 2
+    apart, first = model_hooks.LAYER_STEPS_APART, model_hooks.LAYER_STEPS_FIRST
+    steps = first + 2 * apart + 1
+    for _ in range(steps):
+        recorder.begin_step()
+        stage(torch.randn(2, 8)).sum().backward()
+        recorder.end_step()
+    timed = [record.step for record in out if record.spans]
+    # from step 1 (step 0 ran the layers first), then apart
+    assert timed == [*range(1, 1 + first), first + apart, first + 2 * apart], timed
+    spans = {(row[1], row[-1]): row for row in out[1].spans}
+    assert len(spans) == len(out[1].spans) == 4
+    for child, sleep in (("0", SLEEP_MS[0]), ("2", SLEEP_MS[1])):
+        name = wire.stage_layer_span_name(3, child)
+        assert wire.stage_layer_of(name) == (3, child)
+        assert sleep <= ms(spans[("forward", name)]) < sleep + 50
+        assert 2 * sleep <= ms(spans[("backward", name)]) < 2 * sleep + 50
+    recorder.set_paused_depth(1)
+    for _ in range(apart):  # the next step to time its layers is among these
+        recorder.begin_step()
+        stage(torch.randn(2, 8)).sum().backward()
+        recorder.end_step()
+    assert len(out) == steps + apart and not any(record.spans for record in out[steps:])
