@@ -104,14 +104,17 @@ def measure_pipeline(steps: Sequence[StepSpans], config: Mapping[str, object]) -
     walls: list[int] = []
     own_outside: dict[int, list[int]] = defaultdict(list)
     layer_durations: LayerDurations = {}
+    timed_durations: dict[tuple[int, str], list[int]] = defaultdict(list)  # actions of the steps timing layers
     for step in steps:
-        add_layer_spans(step.spans, layer_durations)
+        timed = add_layer_spans(step.step, step.spans, layer_durations)
         for rank, ns in _own_outside_ns(step).items():
             own_outside[rank].append(ns)
         for span in step.spans:
             kind = PIPELINE_COMPUTE.get(span.kind)
             if kind and span.stage is not None:
                 durations[(span.stage, kind)].append(span.end_ns - span.start_ns)
+                if timed:
+                    timed_durations[(span.stage, kind)].append(span.end_ns - span.start_ns)
         latencies += _waiting_recv_latencies(matched_recvs(step.spans) if step.matched is None else step.matched)
         wall = max(hi for _, hi in step.windows.values()) - min(lo for lo, _ in step.windows.values())
         pipeline = [s for s in step.spans if s.stage is not None]
@@ -138,13 +141,30 @@ def measure_pipeline(steps: Sequence[StepSpans], config: Mapping[str, object]) -
         measured_step_ns=measured,
         steps_used=len(walls),
         fixed_cost=_fixed_cost(costs, layers),
-        stage_layers=stage_layers(layer_durations, costs, layers),
+        stage_layers=_stage_layers(layer_durations, timed_durations, num_stages, layers, microbatches),
     )
     if layers is None or len(own_outside) < ranks:
         return profile
     held = profile.rank_layers(layers)
     own = [statistics.median(own_outside[rank]) for rank in range(ranks)]
     return replace(profile, overhead_per_layer_ns=max(0.0, _slope(held, own)))
+
+
+def _stage_layers(
+    layer_durations: LayerDurations,
+    timed_durations: Mapping[tuple[int, str], list[int]],
+    num_stages: int,
+    layers: tuple[int, ...] | None,
+    microbatches: int,
+) -> StageLayers | None:
+    """``stage_layers`` over the steps that timed the layers (None where a stage has no action there)."""
+    if not layer_durations:
+        return None
+    try:
+        costs = tuple(_stage_cost(timed_durations, stage) for stage in range(num_stages))
+    except ProfileError:
+        return None
+    return stage_layers(layer_durations, costs, layers, microbatches)
 
 
 def _own_outside_ns(step: StepSpans) -> dict[int, int]:

@@ -16,7 +16,8 @@ ratio, as a share of the step: add it for the whole cost. The service's CPU is r
 runs on the same 2 cores as the job here, which a deployed service does not; ``--service
 answer-only`` replaces it by a stand-in that only acknowledges (``answer_only_service.py``), to
 take that work off the job's cores. Blocks of one step (the default) in ABBA order.
-``--python-wrappers-too`` adds the defaults without the C hot path (``BUBBLESCOPE_PURE_PYTHON=1``);
+``--python-wrappers-too`` adds the defaults without the C hot path (``BUBBLESCOPE_PURE_PYTHON=1``),
+``--layers-off-too`` full capture without timing each stage's layers (``BUBBLESCOPE_STAGE_LAYERS=0``);
 the modes take turns run by run, so drift in the machine hits all alike.
 
 **Across jobs** (the anchor): modes, each a real torchrun job (gloo, CPU): ``off`` (no collector), ``defaults`` (the
@@ -165,6 +166,8 @@ def within_job_modes(args: argparse.Namespace) -> list[WithinJobMode]:
     modes = [WithinJobMode("defaults", "defaults", {}, "<= 1.01"), WithinJobMode("full", "full", {}, "<= 1.03")]
     if args.python_wrappers_too:  # the collector without its C hot path, for comparison
         modes.append(WithinJobMode("defaults, Python wrappers", "defaults", {"BUBBLESCOPE_PURE_PYTHON": "1"}, "-"))
+    if args.layers_off_too:  # the collector without timing each stage's layers, for comparison
+        modes.append(WithinJobMode("full, layers not timed", "full", {"BUBBLESCOPE_STAGE_LAYERS": "0"}, "-"))
     return modes
 
 
@@ -255,6 +258,11 @@ def main() -> None:
         "--python-wrappers-too",
         action="store_true",
         help="within one job, also the defaults without the C hot path (BUBBLESCOPE_PURE_PYTHON=1)",
+    )
+    parser.add_argument(
+        "--layers-off-too",
+        action="store_true",
+        help="within one job, also full capture without timing each stage's layers (BUBBLESCOPE_STAGE_LAYERS=0)",
     )
     parser.add_argument(
         "--service",

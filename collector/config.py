@@ -228,9 +228,10 @@ class CollectorConfig:
     `layers`), for the run page's per-block costs, at a few microseconds a block call."""
 
     stage_layers: bool = setting("BUBBLESCOPE_STAGE_LAYERS", FLAG, True, shown="on")
-    """A pipeline's stages are timed layer by layer (on 10 early steps, then on detailed steps at least 10
-    apart), so that a suggested rebalance moves measured time: each layer's own cost, and the work outside the
-    layers (embedding, head, loss) staying on its stage. About 20 µs a layer call on CPU, on those steps."""
+    """A pipeline's stages are timed layer by layer on detailed steps (at least 10 apart after the first 10 timed;
+    with the default `full_spans_every`, every detailed step), so that a suggested rebalance moves measured time:
+    each layer's own cost, and the work outside the layers (embedding, head, loss) staying on its stage. About 20
+    µs a layer call on CPU, on those steps. Compiled layers are not timed."""
 
     clock_skew_ns: int = setting("BUBBLESCOPE_CLOCK_SKEW_NS", integer(-MAX_SKEW_NS, MAX_SKEW_NS), 0)
     """Shifts this process's clock by this many nanoseconds, applied at `init`: a way to check on

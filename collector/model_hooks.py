@@ -44,6 +44,8 @@ _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
 _graph_task_id = torch._C._current_graph_task_id  # -1 outside a backward
 _queue_callback = Variable._execution_engine.queue_callback
+MAX_LEAF_HOOKS: Final = 64
+"""Hooks one block keeps on leaf inputs whose backward has not come (micro-batches in flight); past it the oldest go."""
 
 
 def _first_grad_tensor(value: Any) -> Any:
@@ -59,14 +61,14 @@ def _first_grad_tensor(value: Any) -> Any:
     return None
 
 
-def _on_gradient(tensor: Any, hook: Any) -> None:
+def _on_gradient(tensor: Any, hook: Any) -> Any:
     """Call ``hook`` once ``tensor``'s gradient is computed: a pre-hook on the node that made the tensor (about
-    half the cost of ``Tensor.register_hook``'s Python; it runs at the same moment), a tensor hook on a leaf."""
+    half the cost of ``Tensor.register_hook``'s Python; it runs at the same moment, and goes with the graph), a
+    tensor hook on a leaf (which stays until removed: the handle is returned)."""
     grad_fn = tensor.grad_fn
     if grad_fn is None:
-        tensor.register_hook(hook)
-    else:
-        grad_fn.register_prehook(hook)
+        return tensor.register_hook(hook)
+    return grad_fn.register_prehook(hook)
 
 
 class ModelTimer:
@@ -148,10 +150,23 @@ class ModelTimer:
 
 class _OpenBackward:
     """The block backward of one model still open: the next block's backward closes it (hooks a framework
-    registered between the two, FSDP2's unshard of the next block, may delay the input's gradient)."""
+    registered between the two, FSDP2's unshard of the next block, may delay the input's gradient), else the end
+    of the backward it runs in (one engine callback per backward, queued by the first block that opens)."""
 
     def __init__(self) -> None:
         self.block: _BlockBackward | None = None
+        self.closing_task = -1  # the backward (graph task) whose end is to close the open block
+
+    def close_at_end(self) -> None:
+        task = _graph_task_id()
+        if task != self.closing_task:
+            self.closing_task = task
+            _queue_callback(self._close_open)
+
+    def _close_open(self) -> None:
+        self.closing_task = -1
+        if self.block is not None:
+            self.block.ended(None)
 
 
 class BlockTimer(ModelTimer):
@@ -162,6 +177,9 @@ class BlockTimer(ModelTimer):
         super().__init__(recorder, name)
         self._input: Any = None
         self.open_backward = open_backward
+        # hooks on a leaf input (a pipeline stage's receive buffer, reused all run long) stay until removed:
+        # removed here once their call's backward is over, as the hooks themselves cannot remove themselves
+        self._leaf_hooks: list[tuple[_BlockBackward, Any]] = []
 
     def before_forward(self, module: Any, args: Any) -> None:
         super().before_forward(module, args)
@@ -182,44 +200,54 @@ class BlockTimer(ModelTimer):
             tensor = _first_grad_tensor(output)
             if tensor is None:
                 return
-            backward = _BlockBackward(self, fed_by_data=given is None)
+            backward = _BlockBackward(self)
             _on_gradient(tensor, backward.started)
             if given is not None:
-                _on_gradient(given, backward.ended)
+                handle = _on_gradient(given, backward.ended)
+                if given.grad_fn is None:
+                    self._keep_leaf_hook(backward, handle)
         except Exception:  # noqa: BLE001
             pass
+
+    def _keep_leaf_hook(self, backward: _BlockBackward, handle: Any) -> None:
+        kept = []
+        for call, old in self._leaf_hooks:
+            if call.finished or len(self._leaf_hooks) > MAX_LEAF_HOOKS:
+                old.remove()
+            else:
+                kept.append((call, old))
+        kept.append((backward, handle))
+        self._leaf_hooks = kept
 
 
 class _BlockBackward:
     """One call's backward through a block: opened at its output's gradient, closed at its input's, at the next
-    block's opening, or (a block fed by data) at the end of the whole backward: only such a block queues a
-    callback on the engine (a Python call at the end of the backward, per block call, which the others spare)."""
+    block's opening, or at the end of the backward it runs in (a block fed by data). Opened once: a zero-bubble
+    schedule's weight-gradient pass, which starts again at the block's output, opens nothing."""
 
-    def __init__(self, timer: BlockTimer, fed_by_data: bool) -> None:
+    def __init__(self, timer: BlockTimer) -> None:
         self.timer = timer
-        self.fed_by_data = fed_by_data
         self.opened: tuple[int, Any, int] | None = None
+        self.finished = False
 
     def started(self, _grad: Any) -> None:
         try:
             timer = self.timer
-            if timer._skip():
-                return
             shared = timer.open_backward
-            if shared.block is not None:
+            if shared.block is not None and shared.block is not self:
                 shared.block.ended(None)
+            if self.finished or timer._skip():
+                self.finished = True
+                return
             self.opened = (local_ns(), timer._mark(), len(timer.recorder.blocked))
             shared.block = self
-            if self.fed_by_data:
-                _queue_callback(self.closed)
+            shared.close_at_end()
         except Exception:  # noqa: BLE001
             self.opened = None
 
-    def closed(self) -> None:
-        self.ended(None)
-
     def ended(self, _grad: Any) -> None:
         try:
+            self.finished = True
             opened, self.opened = self.opened, None
             shared = self.timer.open_backward
             if shared.block is self:
@@ -283,14 +311,21 @@ def instrument_stage_layers(module: Any, stage: int, recorder: Recorder) -> int:
     """Time each layer of pipeline stage ``stage``'s ``module`` as spans named ``wire.stage_layer_span_name``: a
     layer's forward from its first module's start to its last module's end, its backward as a block's. Returns
     the number of layers timed."""
+    groups = layer_groups(module)
+    if _compiled(module) or any(_compiled(part) for _, modules in groups for part in modules):
+        return 0  # hooks inside a compiled region would be traced (a full graph refuses them): not timed
     open_backward = _OpenBackward()
     steps = _layer_steps.setdefault(recorder, LayerSteps())
-    groups = layer_groups(module)
     for name, modules in groups:
         timer = StageLayerTimer(recorder, wire.stage_layer_span_name(stage, name), open_backward, steps)
         modules[0].register_forward_pre_hook(timer.before_forward, prepend=True)
         modules[-1].register_forward_hook(timer.after_forward, prepend=True)
     return len(groups)
+
+
+def _compiled(module: Any) -> bool:
+    """``module.compile()`` (torchtitan compiles each block so) or ``torch.compile(module)``'s wrapper."""
+    return getattr(module, "_compiled_call_impl", None) is not None or type(module).__name__ == "OptimizedModule"
 
 
 def _block_names(module: Any, blocks: Any) -> list[tuple[Any, str]]:

@@ -348,7 +348,8 @@ def _time_layers(stage: Any, index: int, recorder: Recorder) -> None:
     try:
         from bubblescope.collector.model_hooks import instrument_stage_layers
 
-        instrument_stage_layers(module, index, recorder)
+        if not instrument_stage_layers(module, index, recorder):
+            log.info("bubblescope: stage %d's layers are not timed one by one (none found, or compiled)", index)
     except Exception as error:  # noqa: BLE001 - the stage's own spans do not depend on it
         log.warning("bubblescope: stage %d's layers are not timed: %r", index, error)
 

@@ -77,13 +77,14 @@ function renderImbalance(im, layersSource, outside, timed) {
     : `${costs.length} stages, ${ms(sorted[0])}–${ms(sorted[sorted.length - 1])} ms (median ${ms(sorted[Math.floor(sorted.length / 2)])} ms)`;
   let text = `Per micro-batch (forward + backward) — ${stages}. Slowest: stage ${im.slowest_stage}, ${percent(im.slowest_excess)} above the mean.`;
   const total = (c) => c.forward_ns + c.backward_ns;
-  // what the moved layers cost: as timed (a stage hands on its last layers downstream, its first upstream), else
-  // the stage's cost spread evenly over its layers
+  // what the moved layers cost: as timed (the layers crossing the boundary between the two stages: between the
+  // layers before it now and after the move), else the stage's cost spread evenly over its layers
+  const before = (counts, boundary) => counts.slice(0, boundary + 1).reduce((sum, n) => sum + n, 0);
   const moved = (m) => {
     if (!timed) return m.layers * costs[m.from_stage] / im.layers_per_stage[m.from_stage];
-    const layers = timed.layers[m.from_stage];
-    const taken = m.to_stage > m.from_stage ? layers.slice(layers.length - m.layers) : layers.slice(0, m.layers);
-    return taken.reduce((sum, c) => sum + total(c), 0);
+    const boundary = Math.min(m.from_stage, m.to_stage);
+    const [now, then] = [before(im.layers_per_stage, boundary), before(im.balanced_layers, boundary)];
+    return timed.layers.flat().slice(Math.min(now, then), Math.max(now, then)).reduce((sum, c) => sum + total(c), 0);
   };
   if (timed) {
     const own = timed.own.length <= LISTED_STAGES ? timed.own.map((c, i) => `stage ${i}: ${ms(total(c))} ms`).join(" · ") : "";

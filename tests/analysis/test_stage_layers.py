@@ -78,3 +78,30 @@ def test_stage_layer_span_names_round_trip_and_other_names_are_not_layers() -> N
     assert wire.block_of(name) == "stage12:layers.40"  # a block of its own on the per-block table
     for other in (None, "Transformer/layers.0", "pipeline/stagex:0", "pipeline/stage3:", "pipeline/stage3"):
         assert wire.stage_layer_of(other) is None, other
+
+
+def test_named_layers_keep_their_forward_order_and_a_span_cut_by_a_wait_counts_whole() -> None:
+    """A stage of named children (``fc``, ``attn``, ``head`` run in that order, not alphabetically) over 2
+    micro-batches; the middle layer's backward cut in two by a blocking wait (two pieces of 1 ms for a 2 ms call)."""
+    names = ("fc", "attn", "head")
+    spans = [
+        TimedSpan(0, "forward", 0, int(10 * MS), 0, 0),
+        TimedSpan(0, "backward", int(10 * MS), int(30 * MS), 0, 0),
+        TimedSpan(0, "forward", int(30 * MS), int(40 * MS), 0, 1),
+        TimedSpan(0, "backward", int(40 * MS), int(60 * MS), 0, 1),
+    ]
+    for mb_start in (0, 30 * MS):
+        for index, layer in enumerate(names):  # forward 1, 2, 3 ms; backward 2 ms each
+            name = wire.stage_layer_span_name(0, layer)
+            f0 = mb_start + sum(range(1, index + 1)) * MS
+            spans.append(TimedSpan(0, "forward", int(f0), int(f0 + (index + 1) * MS), None, None, name=name))
+            b0 = mb_start + 10 * MS + (2 - index) * 2 * MS
+            pieces = [(b0, b0 + MS), (b0 + MS, b0 + 2 * MS)] if layer == "attn" else [(b0, b0 + 2 * MS)]
+            spans += [TimedSpan(0, "backward", int(a), int(b), None, None, name=name) for a, b in pieces]
+    config = {"schedule": "gpipe", "num_stages": 1, "num_microbatches": 2}
+    run = measure_pipeline([StepSpans(1, spans, {0: (0, int(60 * MS))})], config)
+    assert run.stage_layers is not None
+    assert run.stage_layers.layers == (
+        (StageCost(1 * MS, 2 * MS), StageCost(2 * MS, 2 * MS), StageCost(3 * MS, 2 * MS)),
+    )
+    assert run.stage_layers.own == (StageCost(4 * MS, 14 * MS),)  # 10 - 6 forward, 20 - 6 backward per micro-batch

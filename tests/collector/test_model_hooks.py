@@ -141,3 +141,41 @@ def test_a_pipeline_stages_layers_are_timed_with_their_activation_on_detailed_st
         stage(torch.randn(2, 8)).sum().backward()
         recorder.end_step()
     assert len(out) == steps + apart and not any(record.spans for record in out[steps:])
+
+
+def test_a_reused_leaf_input_keeps_no_hooks_and_a_second_pass_from_the_output_opens_nothing() -> None:
+    """A pipeline stage's receive buffer is one leaf reused all run long: the hooks closing each call's backward at
+    its gradient are removed once that backward is over, not piled up. A second gradient pass that starts again at
+    a layer's output (a zero-bubble schedule's weight pass) records no second backward."""
+    out: list[StepRecord] = []
+    recorder = Recorder(out.append, lambda _n: None, 10_000)
+    recorder.pipeline_compute = True
+    stage = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8))
+    model_hooks.instrument_stage_layers(stage, 1, recorder)
+    received = torch.zeros(2, 8).requires_grad_()
+    for _ in range(model_hooks.LAYER_STEPS_FIRST):  # steps 0-9; step 10, below, times its layers too
+        recorder.begin_step()
+        for _microbatch in range(4):
+            received.data.normal_()
+            stage(received).sum().backward()
+        recorder.end_step()
+    assert len(received._backward_hooks or {}) <= 1  # the newest call's, removed at the next one
+    recorder.begin_step()
+    output = stage(received)
+    torch.autograd.grad(output.sum(), [received], retain_graph=True)  # the input-gradient pass
+    torch.autograd.grad(output.sum(), list(stage.parameters()))  # the weight pass, from the output again
+    recorder.end_step()
+    backward = [row for row in out[-1].spans if row[1] == "backward"]
+    assert sorted(row[-1] for row in backward) == [wire.stage_layer_span_name(1, n) for n in ("0", "2")], backward
+
+
+def test_compiled_layers_are_not_timed() -> None:
+    """torchtitan compiles each block (``module.compile()``): hooks on it would run inside the compiled region, which
+    a full graph refuses. Such a stage keeps its actions' spans and gets no layer hooks (nothing is compiled here:
+    ``compile()`` only wraps the call)."""
+    recorder = Recorder(lambda _record: None, lambda _n: None, 10_000)
+    stage = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8))
+    stage[2].compile()
+    assert model_hooks.instrument_stage_layers(stage, 0, recorder) == 0
+    assert not stage[0]._forward_pre_hooks and not stage[2]._forward_hooks
+    assert model_hooks.instrument_stage_layers(nn.Sequential(nn.Linear(8, 8)), 0, recorder) == 1
