@@ -12,6 +12,8 @@ behind them. A source of steps (the service's database; an imported trace) hands
 3. ``straggler_report`` scores ranks over a step range from their per-step totals alone.
 4. The alert rules (``evaluate``, ``RULES``), the schedule registry (``lookup``), the planner
    (``plan_document``) and the warm-up rule (``usual_steps``, ``default_step``).
+5. A profiler trace's GPU activities (``GpuActivity``) → Holistic Trace Analysis' figures (``hta_figures``) and
+   our own split of the same span (``own_split``).
 """
 
 from __future__ import annotations
@@ -115,6 +117,13 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         StragglerReport as StragglerReport,
         straggler_report as straggler_report,
     )
+    from bubblescope.analysis.trace_figures import (
+        GpuActivity as GpuActivity,
+        HtaFigures as HtaFigures,
+        OwnSplit as OwnSplit,
+        hta_figures as hta_figures,
+        own_split as own_split,
+    )
     from bubblescope.analysis.warmup import (
         BASELINE_STEPS as BASELINE_STEPS,
         WARMUP_STEPS as WARMUP_STEPS,
@@ -204,6 +213,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "StragglerReport",
         "straggler_report",
     ),
+    "trace_figures": ("GpuActivity", "HtaFigures", "OwnSplit", "hta_figures", "own_split"),
     "warmup": (
         "BASELINE_STEPS",
         "WARMUP_STEPS",

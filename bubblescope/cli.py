@@ -1,4 +1,5 @@
-"""The ``bubblescope`` command: serve, demo, db upgrade|current, token create|list|revoke, upload-spool, plan."""
+"""The ``bubblescope`` command: serve, demo, db upgrade|current, token create|list|revoke, upload-spool, plan,
+trace-summary."""
 
 from __future__ import annotations
 
@@ -67,6 +68,26 @@ def _token(args: argparse.Namespace) -> int:
     from bubblescope.backend.auth.commands import token_command
 
     return token_command(args)
+
+
+def _trace_summary(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from bubblescope.kineto import TraceError
+    from bubblescope.trace_summary import format_table, summarize
+
+    missing = [path for path in args.traces if not Path(path).is_file()]
+    if missing:
+        print(f"bubblescope trace-summary: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        summaries = summarize([Path(path) for path in args.traces])
+    except TraceError as error:
+        print(f"bubblescope trace-summary: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps([s.as_json() for s in summaries], indent=1) if args.json else format_table(summaries))
+    return 0
 
 
 def _upload(args: argparse.Namespace) -> int:
@@ -287,6 +308,17 @@ def build_parser() -> argparse.ArgumentParser:
     upload.add_argument("--token", help="bearer token (default: BUBBLESCOPE_TOKEN)")
     upload.add_argument("--spool-dir", help="spool folder (default: BUBBLESCOPE_SPOOL_DIR, else the collector's)")
     upload.set_defaults(handler=_upload)
+
+    summary = commands.add_parser(
+        "trace-summary",
+        help="per rank: Holistic Trace Analysis' figures and ours, from torch.profiler traces",
+        description="Read torch.profiler (Kineto) traces, JSON plain or gzip, one file per rank (the rank from the "
+        "trace's distributedInfo, else from a file name like rank3.json.gz), and print per rank HTA's temporal "
+        "breakdown, idle time by cause and communication overlap, computed here, beside our own split.",
+    )
+    summary.add_argument("traces", nargs="+", metavar="TRACE", help="trace files, one per rank")
+    summary.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    summary.set_defaults(handler=_trace_summary)
 
     plan = commands.add_parser(
         "plan",

@@ -24,6 +24,8 @@ RULES = [
     ("bubblescope.integrations.torchtitan", [*SERVER_MODULES, "torch", "bubblescope.backend", "torchtitan"]),
     ("bubblescope.wire", [*SERVER_MODULES, "torch"]),
     ("bubblescope.cli", [*SERVER_MODULES, "torch", "bubblescope.backend"]),
+    # Reading profiler traces: the standard library and the pure analysis (no pandas: the point is to be light)
+    ("bubblescope.trace_summary", [*SERVER_MODULES, "torch", "bubblescope.backend", "bubblescope.collector", "numpy"]),
     # The analysis is pure: every module of it, the planner included, imports no server, database, torch or collector.
     *[
         (f"bubblescope.analysis.{name}", [*SERVER_MODULES, "torch", "bubblescope.collector", "bubblescope.backend"])

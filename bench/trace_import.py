@@ -1,0 +1,117 @@
+"""Reading real profiler traces: our streaming reader and figures against Holistic Trace Analysis 0.5.0's parse,
+side by side in one run, each in a fresh process (wall time and the process's peak resident memory).
+
+For each trace of ``../shared/data/kineto`` (or ``--traces``): ours reads the file and computes HTA's figures
+(``bubblescope.kineto.read_rank_trace`` + ``analysis.trace_figures.hta_figures``); HTA builds its ``TraceAnalysis``
+of the same file (a folder holding only it) and computes its temporal breakdown. Printed: events, seconds,
+events per second, peak RSS, and the ratios (HTA / ours). ``--scale K`` also writes the largest trace K times
+over (steps shifted in time) to a temporary gzip file and reads that with ours alone: a trace of about K times
+the size, for the memory bound.
+
+    python bench/trace_import.py [--traces FILE...] [--repeat 3] [--scale 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+KINETO = Path(os.environ.get("BUBBLESCOPE_SHARED_DATA", REPO.parent / "shared" / "data")) / "kineto"
+
+OURS = """
+import json, resource, sys, time
+from pathlib import Path
+from bubblescope.kineto import read_rank_trace
+from bubblescope.analysis.trace_figures import hta_figures
+start = time.perf_counter()
+trace = read_rank_trace(Path(sys.argv[1]))
+figures = hta_figures(trace.activities)
+print(json.dumps({"s": time.perf_counter() - start, "events": trace.events, "idle": figures.share(figures.idle_us),
+                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+HTA = """
+import json, logging, resource, shutil, sys, tempfile, time
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+folder = tempfile.mkdtemp()
+shutil.copy(sys.argv[1], folder)
+start = time.perf_counter()
+analysis = TraceAnalysis(trace_dir=folder)
+breakdown = analysis.get_temporal_breakdown(visualize=False)
+print(json.dumps({"s": time.perf_counter() - start, "idle": float(breakdown["idle_time_pctg"].iloc[0]) / 100,
+                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def run(code: str, path: Path) -> dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=3600, cwd=REPO
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{path}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def scaled_copy(path: Path, times: int, folder: Path) -> Path:
+    """The trace with its events written ``times`` times, each copy shifted past the previous one."""
+    document = json.loads(gzip.decompress(path.read_bytes()))
+    events = document.pop("traceEvents")
+    starts = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
+    width = max(starts) - min(starts) + 1_000
+    out = folder / f"scaled{times}_{path.name}"
+    with gzip.open(out, "wt", compresslevel=1) as handle:
+        handle.write(json.dumps(document)[:-1] + ', "traceEvents": [')
+        for copy in range(times):
+            for index, event in enumerate(events):
+                shifted = dict(event)
+                if isinstance(shifted.get("ts"), (int, float)):
+                    shifted["ts"] += copy * width
+                handle.write(("," if copy or index else "") + json.dumps(shifted))
+        handle.write("]}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--traces", nargs="*", type=Path, default=None)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per reader and file (the median is printed)")
+    parser.add_argument("--scale", type=int, default=0, help="also read the largest trace written this many times over")
+    args = parser.parse_args()
+    traces = args.traces or sorted(KINETO.rglob("*.json.gz"))
+    if not traces:
+        raise SystemExit(f"no traces: none in {KINETO} (set BUBBLESCOPE_SHARED_DATA or pass --traces)")
+    print(
+        f"{'trace':46} {'events':>8} | {'ours s':>7} {'HTA s':>7} {'rate x':>7} | {'ours MiB':>8} {'HTA MiB':>8} {'mem /':>6} | idle ours/HTA"
+    )
+    for path in traces:
+        ours = [run(OURS, path) for _ in range(args.repeat)]
+        hta = [run(HTA, path) for _ in range(args.repeat)]
+        ours_s, hta_s = statistics.median(r["s"] for r in ours), statistics.median(r["s"] for r in hta)
+        ours_mib, hta_mib = statistics.median(r["rss_mib"] for r in ours), statistics.median(r["rss_mib"] for r in hta)
+        print(
+            f"{path.name:46} {int(ours[0]['events']):>8} | {ours_s:>7.3f} {hta_s:>7.3f} {hta_s / ours_s:>6.1f}x | "
+            f"{ours_mib:>8.0f} {hta_mib:>8.0f} {ours_mib / hta_mib:>6.2f} | {100 * ours[0]['idle']:.2f}% / {100 * hta[0]['idle']:.2f}%",
+            flush=True,
+        )
+    if args.scale:
+        largest = max(traces, key=lambda p: p.stat().st_size)
+        with tempfile.TemporaryDirectory() as folder:
+            big = scaled_copy(largest, args.scale, Path(folder))
+            result = run(OURS, big)
+            print(
+                f"{largest.name} x{args.scale}: {big.stat().st_size / 2**20:.0f} MiB gzip, {int(result['events']):,} events: "
+                f"ours {result['s']:.1f} s ({result['events'] / result['s'] / 1e3:.0f} k events/s), peak RSS {result['rss_mib']:.0f} MiB"
+            )
+
+
+if __name__ == "__main__":
+    main()

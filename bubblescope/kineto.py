@@ -1,0 +1,254 @@
+"""Reading a torch.profiler (Kineto) trace as a stream: the file's top-level fields, then its events one by one.
+
+A Kineto trace is one JSON object: metadata fields (``distributedInfo`` with the rank, ``deviceProperties``,
+``baseTimeNanoseconds`` ...) and ``traceEvents``, a list that holds nearly all of the file. ``read_trace``
+decodes it in chunks, plain or gzip, and hands each event to the caller as it is decoded (the C scanner of
+``json``, one value at a time), so memory holds a chunk and what the caller keeps, never the whole list.
+Metadata fields before ``traceEvents`` (where Kineto writes ``distributedInfo``) are known before the first
+event; those after it once the events are done.
+
+Bad input is a ``TraceError`` naming the file and the problem: not JSON, a truncated gzip or document, no
+``traceEvents``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Final
+
+from bubblescope.analysis import GpuActivity
+
+CHUNK_CHARS: Final = 1 << 20
+_DECODER = json.JSONDecoder()
+_NOT_WHITESPACE = re.compile(r"[^ \t\n\r]")
+_SEPARATOR = re.compile(r"[ \t\n\r]*([,\]])[ \t\n\r]*")  # after an event: the comma or the list's end
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read; the message names the file and what is wrong."""
+
+
+def _open_text(path: Path) -> IO[str]:
+    raw = path.open("rb")
+    magic = raw.read(2)
+    raw.seek(0)
+    binary: IO[bytes] = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
+    return io.TextIOWrapper(binary, encoding="utf-8", errors="strict")
+
+
+class _Buffer:
+    """Decoded text with a read position, refilled from the file as values are taken."""
+
+    def __init__(self, stream: IO[str], where: str) -> None:
+        self.stream, self.where = stream, where
+        self.text, self.pos, self.done = "", 0, False
+
+    def _refill(self) -> bool:
+        if self.done:
+            return False
+        try:
+            chunk = self.stream.read(CHUNK_CHARS)
+        except (EOFError, OSError, UnicodeDecodeError) as error:  # a truncated or corrupt gzip, bad UTF-8
+            raise TraceError(f"{self.where}: cannot be read to its end ({error})") from None
+        if not chunk:
+            self.done = True
+            return False
+        self.text = self.text[self.pos :] + chunk
+        self.pos = 0
+        return True
+
+    def peek(self) -> str:
+        """The next character that is not whitespace ('' at the end of the file)."""
+        while True:
+            found = _NOT_WHITESPACE.search(self.text, self.pos)
+            if found is not None:
+                self.pos = found.start()
+                return self.text[self.pos]
+            self.pos = len(self.text)
+            if not self._refill():
+                return ""
+
+    def expect(self, char: str) -> None:
+        found = self.peek()
+        if found != char:
+            raise TraceError(f"{self.where}: expected {char!r} at offset {self.pos}, found {found or 'the end'!r}")
+        self.pos += 1
+
+    def value(self) -> Any:
+        """The next JSON value, refilling until it is whole."""
+        self.peek()
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self.text, self.pos)
+            except json.JSONDecodeError as error:
+                if self._refill():  # a value cut at the chunk's end: read on
+                    continue
+                raise TraceError(
+                    f"{self.where}: not a whole JSON trace ({error.msg}, near the file's end or a bad value)"
+                ) from None
+            if end == len(self.text) and not self.done and isinstance(value, (int, float)):
+                self._refill()  # a number at the chunk's end may go on in the next chunk
+                continue
+            self.pos = end
+            return value
+
+
+EventSink = Callable[[dict[str, Any]], None]
+
+
+def read_trace(
+    path: Path, on_event: EventSink, on_metadata: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Stream ``path``'s events into ``on_event`` in file order; ``on_metadata`` gets the top-level fields read so
+    far when the events start. Returns every top-level field but the events."""
+    metadata: dict[str, Any] = {}
+    saw_events = False
+    with _open_text(path) as stream:
+        buffer = _Buffer(stream, str(path))
+        buffer.expect("{")
+        while buffer.peek() != "}":
+            if buffer.peek() == "":
+                raise TraceError(f"{path}: the document ends before its closing brace")
+            key = buffer.value()
+            buffer.expect(":")
+            if key == "traceEvents":
+                saw_events = True
+                if on_metadata is not None:
+                    on_metadata(metadata)
+                _stream_events(buffer, on_event)
+            else:
+                metadata[str(key)] = buffer.value()
+            if buffer.peek() == ",":
+                buffer.pos += 1
+        buffer.expect("}")
+    if not saw_events:
+        raise TraceError(f"{path}: no traceEvents: not a torch.profiler trace")
+    return metadata
+
+
+def _stream_events(buffer: _Buffer, on_event: EventSink) -> None:
+    """The list's events into ``on_event``: one tight loop (the hot path: millions of events), falling back to the
+    buffer's refill where an event or the separator after it runs past the decoded text."""
+    buffer.expect("[")
+    if buffer.peek() == "]":
+        buffer.pos += 1
+        return
+    scan, separator = _DECODER.scan_once, _SEPARATOR  # type: ignore[attr-defined]
+    while True:
+        text, pos = buffer.text, buffer.pos
+        try:
+            event, pos = scan(text, pos)
+            found = separator.match(text, pos)
+        except (StopIteration, json.JSONDecodeError):
+            found = None
+        if found is None or found.end() == len(text):  # cut at the chunk's end, or a bad document: go slowly
+            event = buffer.value()
+            following = buffer.peek()
+            buffer.pos += 1
+        else:
+            following = found.group(1)
+            buffer.pos = found.end()
+        if isinstance(event, dict):
+            on_event(event)
+        if following == "]":
+            return
+        if following != ",":
+            raise TraceError(f"{buffer.where}: expected ',' or ']' between events, found {following or 'the end'!r}")
+
+
+@dataclass
+class RankTrace:
+    """What one rank's trace holds for the trace figures: its GPU activities, selected and rounded as Holistic
+    Trace Analysis 0.5.0 selects them (``select_activities``), and where it came from."""
+
+    path: Path
+    rank: int | None
+    world_size: int | None
+    activities: list[GpuActivity]
+    profiler_steps: list[str]
+    events: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Collected:
+    gpu: list[tuple[Any, Any, str, str, int, int, str | None]] = field(default_factory=list)
+    launches: dict[int, Any] = field(default_factory=dict)  # correlation id -> runtime call's start
+    steps: list[tuple[str, Any]] = field(default_factory=list)  # ProfilerStep#N and its start
+    events: int = 0
+    fractional: bool = False  # a start that is not an integer (or none): HTA then rounds every time
+
+    def add(self, event: dict[str, Any]) -> None:
+        self.events += 1
+        ts = event.get("ts")
+        if not isinstance(ts, int):
+            self.fractional = True
+        duration, category = event.get("dur"), event.get("cat")
+        if duration is None or category is None or category == "Trace" or not isinstance(ts, (int, float)):
+            return
+        args = event.get("args")
+        args = args if isinstance(args, dict) else {}
+        stream, correlation = _integer(args.get("stream")), _integer(args.get("correlation"))
+        name = str(event.get("name", ""))
+        if stream >= 0 and correlation >= 0:
+            collective = args.get("Collective name")
+            self.gpu.append((ts, duration, name, str(category), stream, correlation, collective and str(collective)))
+            return
+        if "ProfilerStep" in name:
+            self.steps.append((name, ts))
+        if correlation >= 0:
+            self.launches.setdefault(correlation, ts)
+
+
+def _integer(value: Any) -> int:
+    """HTA's reading of ``stream`` and ``correlation``: an integer, else -1."""
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else -1
+    except (TypeError, ValueError):
+        return -1
+
+
+def select_activities(collected: _Collected) -> tuple[list[GpuActivity], list[str]]:
+    """HTA's selection: with fractional times, starts rounded up and ends down (its answer to overlapping
+    events); with two or more profiler steps, only activities launched before the last step began (HTA leaves
+    the last, often cut, step out)."""
+    start_of = (lambda t: math.ceil(t)) if collected.fractional else (lambda t: int(t))
+    end_of = (lambda t: math.floor(t)) if collected.fractional else (lambda t: int(t))
+    names = sorted({name for name, _ in collected.steps})
+    launches = {c: start_of(ts) for c, ts in collected.launches.items()}
+    kept = launches
+    if len(names) >= 2:
+        last = max(start_of(ts) for _, ts in collected.steps)
+        kept = {c: ts for c, ts in launches.items() if ts < last}
+    activities = [
+        GpuActivity(start_of(ts), end_of(ts + duration), name, category, stream, kept[correlation], collective)
+        for ts, duration, name, category, stream, correlation, collective in collected.gpu
+        if correlation in kept
+    ]
+    return activities, names
+
+
+def read_rank_trace(path: Path) -> RankTrace:
+    """One rank's trace file: its rank (``distributedInfo``) and its selected GPU activities."""
+    collected = _Collected()
+    metadata = read_trace(path, collected.add)
+    info = metadata.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    rank, world = info.get("rank"), info.get("world_size")
+    activities, steps = select_activities(collected)
+    return RankTrace(
+        path=path,
+        rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
+        world_size=world if isinstance(world, int) and not isinstance(world, bool) else None,
+        activities=activities,
+        profiler_steps=steps,
+        events=collected.events,
+        metadata={k: v for k, v in metadata.items() if k != "deviceProperties"},
+    )

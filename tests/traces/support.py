@@ -1,0 +1,28 @@
+"""The real profiler traces of ``../shared/data/kineto`` (from HTA's test data), where this checkout has them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO
+
+KINETO = Path(os.environ.get("BUBBLESCOPE_SHARED_DATA", REPO.parent / "shared" / "data")) / "kineto"
+JOBS = {  # one job's ranks per entry
+    "hta_trace_filter_2rank": [
+        "hta_trace_filter_2rank/sampled_rank-0.json.gz",
+        "hta_trace_filter_2rank/sampled_rank-1.json.gz",
+    ],
+    "nccl_data_rank0_of2_a100": ["nccl_data_rank0_of2_a100.json.gz"],
+    "trace_diff_control_rank3_of8_a100": ["trace_diff_control_rank3_of8_a100.json.gz"],
+}
+
+
+def job_files(job: str) -> list[Path]:
+    """The job's trace files; the test skips, saying where it looked, when they are absent."""
+    files = [KINETO / name for name in JOBS[job]]
+    if not all(path.is_file() for path in files):
+        pytest.skip(f"the Kineto reference traces are not in {KINETO} (set BUBBLESCOPE_SHARED_DATA to their folder)")
+    return files

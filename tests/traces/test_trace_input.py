@@ -1,0 +1,130 @@
+"""``bubblescope trace-summary`` on traces written here, and on bad ones: each bad file gets one line that names the
+file and what is wrong, exit status 2, no traceback."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bubblescope.analysis.trace_figures import hta_figures
+from bubblescope.kineto import read_rank_trace
+from tests.traces.support import job_files
+
+
+def kernel(ts: float, dur: float, name: str, correlation: int, stream: int = 7) -> list[dict[str, Any]]:
+    """A runtime launch 5 us before the kernel, and the kernel."""
+    launch = {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "ts": ts - 5,
+        "dur": 3,
+        "args": {"correlation": correlation},
+    }
+    gpu = {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "ts": ts,
+        "dur": dur,
+        "args": {"stream": stream, "correlation": correlation},
+    }
+    return [launch, gpu]
+
+
+def trace(rank: int | None = 0, events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Two profiler steps of 100 us; step 1 runs a GEMM (10-40 us) and an NCCL all-reduce (30-70 us) beside it;
+    step 2 (the last, which HTA leaves out) one more kernel."""
+    steps = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": 100 * n, "dur": 100} for n in (1, 2)
+    ]
+    kernels = kernel(110, 30, "sm80_gemm", 1) + kernel(130, 40, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 2, stream=9)
+    kernels += kernel(210, 10, "elementwise_kernel", 3)
+    document: dict[str, Any] = {"schemaVersion": 1, "traceEvents": steps + kernels if events is None else events}
+    if rank is not None:
+        document = {"distributedInfo": {"rank": rank, "world_size": 2}, **document}
+    return document
+
+
+def write(path: Path, document: Any, compress: bool = False) -> Path:
+    data = (document if isinstance(document, str) else json.dumps(document)).encode()
+    path.write_bytes(gzip.compress(data) if compress else data)
+    return path
+
+
+def summary(*paths: Path, json_out: bool = False) -> subprocess.CompletedProcess[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "bubblescope.cli",
+        "trace-summary",
+        *map(str, paths),
+        *(["--json"] if json_out else []),
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_a_written_trace_is_read_as_hta_reads_it(tmp_path: Path) -> None:
+    """The last profiler step is left out; compute 30 of the 60 us span, the all-reduce's 40 us half overlapped."""
+    done = summary(write(tmp_path / "rank0.json", trace()), json_out=True)
+    assert done.returncode == 0, done.stderr
+    (rank,) = json.loads(done.stdout)
+    assert (
+        rank["rank"] == 0
+        and rank["kernel_span_us"] == 60
+        and rank["profiler_steps"] == ["ProfilerStep#1", "ProfilerStep#2"]
+    )
+    assert rank["hta"]["compute_pct"] == 50.0 and rank["hta"]["idle_pct"] == 0.0
+    assert rank["hta"]["comm_overlap_pct"] == 25.0  # 30-40 of 30-70
+    assert rank["ours"]["communication_pct"] == 200 / 3 and rank["ours"]["exposed_communication_pct"] == 50.0
+
+
+def test_fractional_times_are_rounded_inwards_as_hta_does(tmp_path: Path) -> None:
+    events = trace()["traceEvents"]
+    events[2]["ts"], events[3]["ts"], events[3]["dur"] = 104.6, 109.6, 30.8  # the GEMM: 109.6-140.4 -> 110-140
+    found = read_rank_trace(write(tmp_path / "rank0.json.gz", trace(events=events), compress=True))
+    gemm = next(a for a in found.activities if a.name == "sm80_gemm")
+    assert (gemm.start, gemm.end, gemm.launched_at) == (110, 140, 105)
+    assert hta_figures(found.activities).kernel_span_us == 60
+
+
+def test_a_real_trace_reads_the_same_plain_and_gzipped(tmp_path: Path) -> None:
+    (path,) = job_files("nccl_data_rank0_of2_a100")
+    plain = write(tmp_path / "rank0.json", gzip.decompress(path.read_bytes()).decode())
+    assert read_rank_trace(plain).activities == read_rank_trace(path).activities
+
+
+def test_the_rank_comes_from_the_trace_else_the_file_name_else_a_message_says_how_to_name_it(tmp_path: Path) -> None:
+    named = summary(write(tmp_path / "worker_rank-5.json", trace(rank=None)), json_out=True)
+    assert named.returncode == 0 and json.loads(named.stdout)[0]["rank"] == 5, named.stderr
+    anonymous = summary(write(tmp_path / "trace.json", trace(rank=None)))
+    assert anonymous.returncode == 2 and "no rank" in anonymous.stderr and "rank3.json.gz" in anonymous.stderr
+    assert "Traceback" not in anonymous.stderr
+
+
+def test_bad_traces_get_one_line_each(tmp_path: Path) -> None:
+    whole = gzip.compress(json.dumps(trace()).encode())
+    truncated = tmp_path / "cut_rank0.json.gz"
+    truncated.write_bytes(whole[: len(whole) // 2])
+    cases = {
+        "truncated gzip": (truncated, "cannot be read to its end"),
+        "not JSON": (write(tmp_path / "rank0.json", "<html>not a trace</html>"), "expected '{'"),
+        "cut JSON": (write(tmp_path / "half_rank0.json", json.dumps(trace())[:300]), "not a whole JSON trace"),
+        "no events": (write(tmp_path / "empty_rank0.json", {"distributedInfo": {"rank": 0}}), "no traceEvents"),
+        "no GPU": (write(tmp_path / "cpu_rank0.json", trace(events=trace()["traceEvents"][:2])), "no GPU kernels"),
+    }
+    for what, (path, said) in cases.items():
+        done = summary(path)
+        assert done.returncode == 2, (what, done.stdout)
+        assert said in done.stderr and str(path) in done.stderr and "Traceback" not in done.stderr, (what, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, (what, done.stderr)
+
+
+def test_two_files_of_one_rank_are_refused_naming_both(tmp_path: Path) -> None:
+    first, second = write(tmp_path / "a.json", trace(rank=1)), write(tmp_path / "b.json", trace(rank=1))
+    done = summary(first, second)
+    assert done.returncode == 2 and str(first) in done.stderr and str(second) in done.stderr and "rank 1" in done.stderr
