@@ -1,7 +1,8 @@
 """Reading real profiler traces: our streaming reader and figures against Holistic Trace Analysis 0.5.0's parse,
 side by side in one run, each in a fresh process (wall time and the process's peak resident memory).
 
-For each trace of ``../shared/data/kineto`` (or ``--traces``): ours reads the file and computes HTA's figures
+For each reference Kineto trace (``$BUBBLESCOPE_SHARED_DATA/kineto``, by default the workplace's shared data
+folder beside the checkout; or ``--traces``): ours reads the file and computes HTA's figures
 (``bubblescope.kineto.read_rank_trace`` + ``analysis.trace_figures.hta_figures``); HTA builds its ``TraceAnalysis``
 of the same file (a folder holding only it) and computes its temporal breakdown. Printed: events, seconds,
 events per second, peak RSS, and the ratios (HTA / ours). ``--scale K`` also writes the largest trace K times
