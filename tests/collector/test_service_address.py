@@ -4,6 +4,7 @@ and the command, and ``upload-spool`` with the right URL delivers it all. Rank 0
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import uuid
@@ -39,7 +40,7 @@ def test_a_url_with_no_api_behind_it_spools_everything_and_upload_spool_delivers
     lines = [line for line in log.splitlines() if "has no bubblescope API" in line]
     assert len(lines) == 1, log
     folder = tmp_path / "spool" / run_key
-    assert f"no such path: /bubblescope{'/api/v1/'}" in lines[0] and "b'" not in lines[0], lines[0]
+    assert f"no such path: /bubblescope{'/api/v1/'}" in lines[0] and not re.search(r"(?<!\w)b'", lines[0]), lines[0]
     assert f"such as {sqlite_server.url};" in lines[0], lines[0]  # the root, guessed from the URL given
     assert f"bubblescope upload-spool --url {sqlite_server.url} --spool-dir {folder}" in lines[0], lines[0]
     assert list(folder.rglob("*.msg")), "everything should be spooled"
