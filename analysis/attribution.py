@@ -177,7 +177,7 @@ def stage_imbalance(measured: MeasuredPipeline) -> StageImbalance:
     return StageImbalance(
         costs,
         slowest,
-        costs[slowest] / mean - 1 if mean else 0.0,
+        _excess(list(costs)),
         layers,
         balanced,
         moves,

@@ -7,9 +7,9 @@ The pipelining integration times each layer of a stage on detailed steps (spans 
    and the pieces a blocking wait cut a span into) over the micro-batches; the median over those steps; the
    same for its backward. A stage's layers in the order they first ran forward.
 2. A stage's own work: its action cost over the same steps (``pipeline_profile``'s median forward, backward of
-   the steps that timed the layers) less the sum of its layers' costs, each part at least 0. It is what the stage computes outside its layers: the runtime's
-   per-action cost, an embedding, a final norm and head, the loss (folded into the last stage's forward),
-   the first stage not computing its input's gradient.
+   the steps that timed the layers) less the sum of its layers' costs, each part at least 0. It is what the
+   stage computes outside its layers: the runtime's per-action cost, an embedding, a final norm and head, the
+   loss (folded into the last stage's forward), the first stage not computing its input's gradient.
 3. When layers move, a stage costs its own work plus its new layers'. The first stage keeps the first's own
    work (an embedding, no input gradient), the last the last's (head, loss), and every stage between the
    cheapest stage's own work (what every action pays; the middle stages' own work differs by noise only).
@@ -70,7 +70,8 @@ class StageLayers:
 
     def own_totals(self, stages: int) -> list[float]:
         """Forward + backward of each stage's own work when cut into ``stages`` stages."""
-        return [(lambda c: c.forward_ns + c.backward_ns)(self.own_work(s, stages)) for s in range(stages)]
+        works = [self.own_work(s, stages) for s in range(stages)]
+        return [work.forward_ns + work.backward_ns for work in works]
 
 
 def add_layer_spans(step: int, spans: Iterable[TimedSpan], into: LayerDurations) -> bool:

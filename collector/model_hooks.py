@@ -19,7 +19,8 @@
 of its output and ends at the gradient of its input (the first one requiring grad), or where the next block's
 backward starts if that comes first (a framework's hooks between the two, FSDP2's unshard of the next block,
 delay the input's gradient), or with the whole backward (a block fed by data). Block backwards of one model
-never overlap. They add two module hooks and two tensor hooks per block call, and an engine callback for a block fed by data.
+never overlap. They add two module hooks and two tensor hooks per block call, and one engine callback per
+backward (``_OpenBackward.close_at_end``).
 
 A run whose compute a pipelining schedule already records (``Recorder.pipeline_compute``) records
 nothing here, but for the layers of each pipeline stage (``instrument_stage_layers``), timed as blocks on
