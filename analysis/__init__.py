@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         failure_culprit as failure_culprit,
         first_failures as first_failures,
         hung_lagging as hung_lagging,
+        lagging_who as lagging_who,
         vanished_first as vanished_first,
     )
     from bubblescope.analysis.attribution import (
@@ -155,6 +156,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "failure_culprit",
         "first_failures",
         "hung_lagging",
+        "lagging_who",
         "vanished_first",
     ),
     "attribution": ("CAUSE_KINDS",),

@@ -303,7 +303,7 @@ def hung_rule(snapshot: RunSnapshot, t: Thresholds) -> list[FiringAlert]:
             lag_texts.append(f"{_where(rank)} is {heard}")
     wait_texts = [_blocked_text(r, _age(snapshot, r.last_heard_at)) for r in blocked if r.last_heard_at is not None]
     labels = _rank_labels(lagging[0]) if len(lagging) == 1 else {}
-    who = f"rank {lagging[0].rank} (host {lagging[0].host})" if len(lagging) == 1 else f"{len(lagging)} ranks"
+    who = lagging_who(lagging)
     description = (
         f"No rank finished a step for {_seconds(snapshot.progress_quiet_s)} (usual step {usual:.3g} s). "
         f"Lagging: {_listed(lag_texts)}."
@@ -322,6 +322,15 @@ def hung_rule(snapshot: RunSnapshot, t: Thresholds) -> list[FiringAlert]:
     ]
 
 
+def lagging_who(lagging: Sequence[RankStatus]) -> str:
+    """How the hung state, its alert and the page name the ranks the others wait for: "rank 1 (host h)", or
+    "3 ranks (1, 4, 7)" (the first eight listed)."""
+    if len(lagging) == 1:
+        return f"rank {lagging[0].rank} (host {lagging[0].host})"
+    listed = ", ".join(str(r.rank) for r in lagging[:8]) + (", ..." if len(lagging) > 8 else "")
+    return f"{len(lagging)} ranks ({listed})"
+
+
 def _hung_action(lagging: list[RankStatus]) -> str | None:
     """The runbook's first step with each lagging rank's host and PID filled in (None: none is known)."""
     known = [r for r in lagging if r.pid is not None][:4]
@@ -330,7 +339,7 @@ def _hung_action(lagging: list[RankStatus]) -> str | None:
     dumps = "; ".join(f"on host {r.host}: py-spy dump --pid {r.pid} (rank {r.rank})" for r in known)
     more = f", and the other {len(lagging) - len(known)} lagging ranks" if len(lagging) > len(known) else ""
     return (
-        f"Dump the lagging rank's Python stack ({dumps}{more}) and look for a deadlock, a stuck data loader or "
+        f"Dump the lagging {'rank' if len(lagging) == 1 else 'ranks'}' Python stack ({dumps}{more}) and look for a deadlock, a stuck data loader or "
         "I/O, or a collective it never entered; then restart from the last checkpoint."
     )
 

@@ -1,4 +1,4 @@
-"""Faults the demo job can inject into one rank, to see the alerts an on-call engineer would get.
+"""Faults the demo job can inject into a rank (or several), to see the alerts an on-call engineer would get.
 
 ``--inject raise`` (an uncaught exception), ``kill`` (SIGKILL, as the out-of-memory killer does),
 ``hang-pipeline`` (stuck before its pipeline step: its peers wait in a P2P recv),
@@ -23,7 +23,13 @@ FOREVER_S = 24 * 3600.0
 
 def add_fault_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inject", choices=INJECTIONS, default=None, help="a fault in one rank (docs/alerts.md)")
-    parser.add_argument("--inject-rank", type=int, default=None, help="the faulty rank (default: the last)")
+    parser.add_argument(
+        "--inject-rank",
+        type=_ranks,
+        default=None,
+        metavar="RANK[,RANK...]",
+        help="the faulty rank, or several comma-separated (default: the last)",
+    )
     parser.add_argument("--inject-step", type=int, default=5, help="the step it starts at (default: %(default)s)")
     parser.add_argument(
         "--inject-seconds",
@@ -31,6 +37,16 @@ def add_fault_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="a hang's length (default: a day) or a slow rank's extra seconds per step (default: 0.2)",
     )
+
+
+def _ranks(text: str) -> tuple[int, ...]:
+    try:
+        ranks = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rank or a comma-separated list of ranks") from None
+    if any(rank < 0 for rank in ranks):
+        raise argparse.ArgumentTypeError(f"{text!r}: ranks are 0 or more")
+    return ranks
 
 
 @dataclass(frozen=True)
@@ -42,8 +58,8 @@ class Fault:
     @classmethod
     def for_rank(cls, args: argparse.Namespace, rank: int, world: int) -> Fault | None:
         """This rank's fault, or None (none asked, another rank's, or a restarted attempt)."""
-        target = args.inject_rank if args.inject_rank is not None else world - 1
-        if args.inject is None or rank != target or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        targets = args.inject_rank if args.inject_rank is not None else (world - 1,)
+        if args.inject is None or rank not in targets or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
             return None
         default = 0.2 if args.inject == "slow" else FOREVER_S
         return cls(args.inject, args.inject_step, args.inject_seconds if args.inject_seconds is not None else default)

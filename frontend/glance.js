@@ -141,22 +141,28 @@ function causeItem(analysis) {
 const STOPPED = { BubblescopeRunHung: "hung", BubblescopeRunFailed: "failed" };
 
 // A hung or failed run's culprit as the banner's alert names it (rank, host, what to do), else as the run's state
-// says it: the one culprit every card of the page names. Null while the run is neither.
+// says it ("rank 1 (host h)", or "3 ranks (1, 4, 7)" when several lag): the one culprit every card of the page
+// names. Null while the run is neither.
 function trouble() {
-  const alert = (known.firing || []).find((a) => STOPPED[a.labels.alertname] && a.labels.rank !== undefined);
-  if (alert) {
-    return { how: STOPPED[alert.labels.alertname], rank: alert.labels.rank, host: alert.labels.host, action: alert.annotations.action };
+  const alert = (known.firing || []).find((a) => STOPPED[a.labels.alertname]);
+  if (alert && alert.labels.rank !== undefined) {
+    const rank = alert.labels.rank;
+    return { how: STOPPED[alert.labels.alertname], who: `rank ${rank}`, one: true, host: alert.labels.host, action: alert.annotations.action };
   }
   const run = known.run;
   if (!run || !["hung", "failed"].includes(run.state)) return null;
-  const named = /rank (\d+)(?: \(host ([^)]+)\))?/.exec(run.state_detail || "");
-  return named ? { how: run.state, rank: named[1], host: named[2], action: null, detail: run.state_detail } : null;
+  const detail = run.state_detail || "";
+  const action = alert ? alert.annotations.action : null;
+  const several = /(\d+) ranks \(([^)]*)\)/.exec(detail);
+  if (several) return { how: run.state, who: `ranks ${several[2]}`, one: false, count: several[1], host: null, action, detail };
+  const named = /rank (\d+)(?: \(host ([^)]+)\))?/.exec(detail);
+  return named ? { how: run.state, who: `rank ${named[1]}`, one: true, host: named[2], action, detail } : null;
 }
 
 function culpritItem(t) {
-  const where = t.host ? `host ${t.host}; ` : "";
-  const what = t.how === "hung" ? "the others wait for it: the run is hung" : "it failed first: the run failed";
-  return item("glance-slowest", "Culprit", `rank ${t.rank}`, `${where}${what} (see the alert above)`, "bad");
+  const where = t.host ? `host ${t.host}; ` : t.one ? "" : `${t.count} ranks; `;
+  const what = t.how === "hung" ? `the others wait for ${t.one ? "it" : "them"}: the run is hung` : "it failed first: the run failed";
+  return item("glance-slowest", "Culprit", t.who, `${where}${what} (see the alert above)`, "bad");
 }
 
 // The straggler view's worst rank; in a run without a pipeline, the rank the others wait for in the
@@ -180,7 +186,7 @@ function slowestItem(view, analysis) {
 
 function suggestionItem(analysis, stopped) {
   if (stopped) { // a stalled or crashed run: its runbook first, no tuning advice
-    const title = stopped.how === "hung" ? `Find why rank ${stopped.rank} is stuck` : `Read rank ${stopped.rank}'s log`;
+    const title = stopped.how === "hung" ? `Find why ${stopped.who} ${stopped.one ? "is" : "are"} stuck` : `Read ${stopped.who}'s log`;
     return item("glance-do", "Do first", title, stopped.action || stopped.detail || "see the alert above", "long");
   }
   const s = analysis.suggestions.find((x) => !x.within_noise);

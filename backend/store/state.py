@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from bubblescope.analysis import RankStatus, failure_culprit, first_failures, hung_lagging, vanished_first
+from bubblescope.analysis import RankStatus, failure_culprit, first_failures, hung_lagging, lagging_who, vanished_first
 from bubblescope.backend.db.timestamps import as_utc
 
 RunStateName = Literal["running", "hung", "finished", "failed", "silent"]
@@ -110,13 +110,7 @@ def _hung(ranks: Sequence[RankEnd], world_size: int, now: datetime, alive_within
         if r.in_flight and r.last_heard_at is not None
     )
     step = max(int(r.in_flight.get("step", 0)) for r in reporting if r.in_flight)
-    if len(lagging) == 1:
-        who = f"rank {lagging[0].rank} (host {lagging[0].host})"
-    else:
-        who = (
-            f"{len(lagging)} ranks ({', '.join(str(r.rank) for r in lagging[:8])}{', ...' if len(lagging) > 8 else ''})"
-        )
-    return f"step {step} has run for {_duration(elapsed)}: the others wait for {who}"
+    return f"step {step} has run for {_duration(elapsed)}: the others wait for {lagging_who(lagging)}"
 
 
 def _duration(seconds: float) -> str:

@@ -60,6 +60,30 @@ def test_a_hung_run_names_one_culprit_everywhere(browser: Any, service: LiveServ
         finish(job, timeout_s=120)
 
 
+def test_a_run_hung_on_two_ranks_names_both_everywhere(browser: Any, service: LiveServer, output_dir: Path) -> None:
+    run_key = f"hung2-{uuid.uuid4().hex[:8]}"
+    job = launch(
+        service.url, run_key, 4, "--steps=20", "--inject=hang-collective", "--inject-rank=1,3", "--inject-seconds=40"
+    )
+    try:
+        with service.client() as client:
+            wait_for(client, run_key, "BubblescopeRunHung", "firing", timeout_s=90)
+            run = client.get(f"/api/v1/runs/{run_key}").json()
+        assert run["state"] == "hung" and "2 ranks (1, 3)" in run["state_detail"], run
+        for width in (1440, 900):
+            page, errors = open_run(browser, f"{service.url}/runs/{run_key}", width)
+            expect(page.locator("#glance-slowest .value")).to_have_text("ranks 1, 3", timeout=20_000)
+            assert "the others wait for them: the run is hung" in glance(page, "slowest")
+            do_first = glance(page, "do")
+            assert "Find why ranks 1, 3 are stuck" in do_first and "py-spy dump --pid" in do_first, do_first
+            assert "2 ranks" in page.locator("#alert-banner").inner_text()
+            page.screenshot(path=str(output_dir / f"hung-two-ranks-{width}.png"), full_page=True)
+            assert errors == []
+            page.close()
+    finally:
+        finish(job, timeout_s=120)
+
+
 def test_a_crashed_run_names_one_culprit_and_gives_no_advice_on_one_step(
     browser: Any, service: LiveServer, output_dir: Path
 ) -> None:
