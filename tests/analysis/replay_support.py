@@ -21,6 +21,7 @@ class JobShape:
     hidden: int = 768
     steps: int = 16
     stages_per_rank: int = 1  # layers has ranks × stages_per_rank counts
+    device_ms: float = 0.0  # each layer's simulated device time (demo_job --device-ms): steady, as on a GPU
 
     @property
     def ranks(self) -> int:
@@ -29,7 +30,8 @@ class JobShape:
     @property
     def label(self) -> str:
         looped = f" v={self.stages_per_rank}" if self.stages_per_rank > 1 else ""
-        return f"{self.schedule}{looped} m={self.microbatches} b={self.microbatch_size} layers={','.join(map(str, self.layers))}"
+        device = f" device={self.device_ms:g}ms" if self.device_ms else ""
+        return f"{self.schedule}{looped} m={self.microbatches} b={self.microbatch_size} layers={','.join(map(str, self.layers))}{device}"
 
     def applied(self, change: dict[str, Any]) -> JobShape:
         """This shape after a suggestion's ``apply`` (the run-config keys it changes)."""
@@ -54,7 +56,11 @@ def run_and_analyse(url: str, client: httpx.Client, shape: JobShape) -> tuple[st
         steps=shape.steps,
         hidden=shape.hidden,
         microbatch_size=shape.microbatch_size,
-        extra_args=[f"--layers={','.join(map(str, shape.layers))}", f"--stages-per-rank={shape.stages_per_rank}"],
+        extra_args=[
+            f"--layers={','.join(map(str, shape.layers))}",
+            f"--stages-per-rank={shape.stages_per_rank}",
+            f"--device-ms={shape.device_ms}",
+        ],
         extra_env={"BUBBLESCOPE_FLUSH_INTERVAL_S": "1.0"},  # the service's ingest work stays off the job's cores
     )
     assert job.returncode == 0, job.output[-3000:]
