@@ -32,7 +32,7 @@ from bubblescope.analysis.step_record import BrokenDownStep, bubble_of_step
 from bubblescope.analysis.step_split import StepSplit, split_steps
 from bubblescope.analysis.stragglers import MIN_VERDICT_STEPS, StragglerReport
 from bubblescope.analysis.suggestions import RunEvidence, StragglerNote, Suggestion, suggest
-from bubblescope.analysis.warmup import StepSeen, is_complete, is_warmup, usual_steps
+from bubblescope.analysis.warmup import WARMUP_STEPS, StepSeen, is_complete, is_warmup, usual_steps
 from bubblescope.analysis.whatif import Change, Prediction, predict
 
 MAX_ANALYSED_STEPS: Final = 50
@@ -67,14 +67,18 @@ takes every complete step past the warm-up, from its aggregates where it has no 
 
 
 def choose_steps(
-    seen: Sequence[StepSeen], world_size: int, from_step: int | None = None, to_step: int | None = None
+    seen: Sequence[StepSeen],
+    world_size: int,
+    from_step: int | None = None,
+    to_step: int | None = None,
+    warmup_steps: int = WARMUP_STEPS,
 ) -> StepWindow:
     """The window of ``seen`` in [from_step, to_step] (module docstring); the warm-up is left out unless
     ``from_step`` is given. ``steps`` is empty when no step with spans is in the range."""
     in_range = [
         s for s in seen if (from_step is None or s.step >= from_step) and (to_step is None or s.step <= to_step)
     ]
-    usual = usual_steps(in_range, world_size, skip_warmup=from_step is None)
+    usual = usual_steps(in_range, world_size, skip_warmup=from_step is None, warmup_steps=warmup_steps)
     chosen = {s.step for s in usual}
     left_out = [s for s in in_range if s.has_spans and s.step not in chosen]
     partial = [s.step for s in left_out if not is_complete(s, world_size)]
@@ -86,7 +90,7 @@ def choose_steps(
             for s in in_range
             if not s.has_spans
             and is_complete(s, world_size)
-            and (from_step is not None or not is_warmup(s.step, first))
+            and (from_step is not None or not is_warmup(s.step, first, warmup_steps))
         }
     steps = sorted(chosen | aggregated)[-MAX_ANALYSED_STEPS:]
     return StepWindow(

@@ -90,6 +90,12 @@ def _trace_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import_trace(args: argparse.Namespace) -> int:
+    from bubblescope.import_trace_command import main
+
+    return main(args)
+
+
 def _upload(args: argparse.Namespace) -> int:
     from bubblescope.collector import upload_spool
 
@@ -319,6 +325,27 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("traces", nargs="+", metavar="TRACE", help="trace files, one per rank")
     summary.add_argument("--json", action="store_true", help="print JSON instead of a table")
     summary.set_defaults(handler=_trace_summary)
+
+    imported = commands.add_parser(
+        "import-trace",
+        help="store torch.profiler traces as a run, analysed like a collected one",
+        description="Read torch.profiler (Kineto) traces, JSON plain or gzip, one file per rank (the rank from the "
+        "trace's distributedInfo, else from a file name like rank3.json.gz), and store them as a run: steps from "
+        "ProfilerStep#N, GPU kernels as compute and communication (NCCL kernels of every generation), process groups "
+        "from the traces. Every file is read before anything is sent; importing the same files again stores nothing "
+        "twice. docs/traces.md.",
+    )
+    imported.add_argument("traces", nargs="+", metavar="TRACE", help="trace files, one per rank")
+    imported.add_argument("--run", metavar="NAME", help="the run's name, and its key (default: the first file's name)")
+    where = imported.add_mutually_exclusive_group()
+    where.add_argument("--url", help="the service to send it to (default: BUBBLESCOPE_URL)")
+    where.add_argument(
+        "--db",
+        metavar="URL",
+        help="store it straight into this database instead (sqlite:///… or postgresql+psycopg://…)",
+    )
+    imported.add_argument("--token", help="bearer token with the ingest scope (default: BUBBLESCOPE_TOKEN)")
+    imported.set_defaults(handler=_import_trace)
 
     plan = commands.add_parser(
         "plan",

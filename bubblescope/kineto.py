@@ -235,6 +235,22 @@ def select_activities(collected: _Collected) -> tuple[list[GpuActivity], list[st
     return activities, names
 
 
+RANK_IN_NAME: Final = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+def rank_of(path: Path, declared: Any) -> int:
+    """A file's rank: its ``distributedInfo``'s (``declared``), else the one its name names (``rank3.json.gz``)."""
+    if isinstance(declared, int) and not isinstance(declared, bool) and declared >= 0:
+        return declared
+    named = RANK_IN_NAME.search(path.name)
+    if named:
+        return int(named.group(1))
+    raise TraceError(
+        f"{path}: no rank: the trace has no distributedInfo (torch.profiler writes it when torch.distributed "
+        f"is initialised) and its file name names none; name it like rank3.json.gz or trace_rank-3.json"
+    )
+
+
 def read_rank_trace(path: Path) -> RankTrace:
     """One rank's trace file: its rank (``distributedInfo``) and its selected GPU activities."""
     collected = _Collected()

@@ -3,15 +3,12 @@ own split beside them (``analysis/trace_figures.py``; docs/traces.md says where 
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from bubblescope.analysis import HtaFigures, OwnSplit, hta_figures, own_split
-from bubblescope.kineto import RankTrace, TraceError, read_rank_trace
-
-RANK_IN_NAME: Final = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+from bubblescope.kineto import TraceError, rank_of, read_rank_trace
 
 
 @dataclass(frozen=True)
@@ -47,24 +44,12 @@ class RankSummary:
         }
 
 
-def _rank_of(trace: RankTrace) -> int:
-    if trace.rank is not None:
-        return trace.rank
-    named = RANK_IN_NAME.search(trace.path.name)
-    if named:
-        return int(named.group(1))
-    raise TraceError(
-        f"{trace.path}: no rank: the trace has no distributedInfo (torch.profiler writes it when torch.distributed "
-        f"is initialised) and its file name names none; name it like rank3.json.gz or trace_rank-3.json"
-    )
-
-
 def summarize(paths: list[Path]) -> list[RankSummary]:
     """Each file's rank and figures, in rank order; a ``TraceError`` for a file that cannot be summarised."""
     by_rank: dict[int, RankSummary] = {}
     for path in paths:
         trace = read_rank_trace(path)
-        rank = _rank_of(trace)
+        rank = rank_of(trace.path, trace.rank)
         if rank in by_rank:
             raise TraceError(f"{path} and {by_rank[rank].file} both hold rank {rank}: give one file per rank")
         if not trace.activities:

@@ -121,6 +121,11 @@ def stage_layer_of(span_name: str | None) -> tuple[int, str] | None:
     return int(stage), layer
 
 
+IMPORTED_FROM: Final = "imported_from"
+"""The run config key of a run imported from profiler traces (``bubblescope import-trace``): the format, each
+rank's file, the job's world size, the profiler and the steps. Such a run is finished once its imported ranks
+are, whatever the job's world size."""
+
 # Names of pipeline point-to-point transfers: activations go forward, gradients backward.
 P2P_FORWARD: Final = "fwd"
 P2P_BACKWARD: Final = "bwd"

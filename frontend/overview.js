@@ -12,15 +12,30 @@ export function renderRun(run) {
   const state = document.getElementById("run-state");
   state.replaceChildren(stateBadge(run), el("span", { class: run.state === "failed" ? "detail error" : "detail muted" }, run.state_detail));
   state.hidden = false;
+  renderSource(c.imported_from);
   const dropped = run.dropped_spans;
+  const imported = c.imported_from ? c.imported_from.ranks.length : null;
   document.getElementById("run-facts").replaceChildren(
-    fact("Ranks", String(run.world_size)),
+    fact("Ranks", imported === null ? String(run.world_size) : `${imported} of ${run.world_size} (traces)`),
     fact("Schedule", c.schedule || "—"),
     fact("Stages × micro-batches", c.num_stages ? `${c.num_stages} × ${c.num_microbatches}` : "—"),
     fact("Steps", String(run.step_count)),
     fact("Dropped spans", String(dropped)),
     fact("Run key", run.key, true),
   );
+}
+
+// A run imported from profiler traces (bubblescope import-trace): which file each rank came from, the profiler and
+// its steps, so nobody mistakes two sampled ranks for the whole job.
+function renderSource(source) {
+  const line = document.getElementById("run-source");
+  if (!source) { line.hidden = true; return; }
+  const files = Object.entries(source.files).map(([rank, file]) => `rank ${rank}: ${file}`);
+  const steps = source.steps.length ? `profiler steps ${source.steps[0]}–${source.steps[source.steps.length - 1]}` : "no steps";
+  line.replaceChildren(
+    el("strong", {}, `Imported from ${source.format}s`), ` — ${files.join(", ")} · ${source.profiler} · ${steps}`,
+  );
+  line.hidden = false;
 }
 
 let shownOptions = null; // the options' text, so an open picker is rebuilt only when the steps change

@@ -131,7 +131,7 @@ class AlertEvaluator:
         config = run.config or {}
         thresholds = thresholds_for(self.settings, config)
         statuses = [rank_queries.rank_end(r) for r in ranks]
-        state = run_state(run.world_size, statuses, run.updated_at, now, self.settings.silent_after_s)
+        state = run_state(run.world_size, statuses, run.updated_at, now, self.settings.silent_after_s, config)
         if state.state == "finished":  # no rule fires for a finished run: spare it the step queries
             return []
         recent = recent_steps(session, run)

@@ -48,7 +48,9 @@ def run_what_if(
 def read_window(session: Session, run: Run, from_step: int | None, to_step: int | None) -> StoredWindow:
     check_step_order(from_step, to_step)
     seen = step_queries.run_steps_seen(session, run.id)
-    window = analysis.choose_steps(seen, run.world_size, from_step, to_step)
+    config = run.config or {}
+    reporting, warmup_steps = analysis.reporting_ranks(run.world_size, config), analysis.warmup_steps_of(config)
+    window = analysis.choose_steps(seen, reporting, from_step, to_step, warmup_steps)
     if not window.steps:
         raise NotFound("from_step", f"run {run.key!r} has no step with spans in the range")
     facts = analysis.RunFacts(

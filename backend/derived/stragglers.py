@@ -36,7 +36,12 @@ def max_steps(ranks: int) -> int:
 
 
 def step_range(
-    newest: int | None, from_step: int | None, to_step: int | None, ranks: int = 1, first: int | None = None
+    newest: int | None,
+    from_step: int | None,
+    to_step: int | None,
+    ranks: int = 1,
+    first: int | None = None,
+    warmup_steps: int = analysis.WARMUP_STEPS,
 ) -> tuple[int, int] | None:
     """The inclusive range to score for a run of ``ranks`` ranks, or None when the run has no steps and
     none was asked for. Without ``from_step`` the range starts past the warm-up of a run whose first step
@@ -56,7 +61,7 @@ def step_range(
     if end is None:
         return None
     start = max(0, end - default_steps(ranks) + 1)
-    warm = analysis.warmup_until(first)
+    warm = analysis.warmup_until(first, warmup_steps)
     return (max(start, warm) if warm is not None and warm <= end else start), end
 
 
@@ -70,7 +75,7 @@ def straggler_report(
     the analysis' straggler notes and the alert rules all ask for it."""
     run = require_run(session, key)
     newest, first = step_queries.newest_step(session, run.id), step_queries.first_step(session, run.id)
-    chosen = step_range(newest, from_step, to_step, run.world_size, first)
+    chosen = step_range(newest, from_step, to_step, run.world_size, first, analysis.warmup_steps_of(run.config))
 
     def compute() -> analysis.StragglerReport:
         times = step_queries.aggregates_between(session, run.id, *chosen) if chosen else []

@@ -88,7 +88,9 @@ class RunMetrics(Collector):
                 key = [run.key]
                 config = run.config or {}
                 info.add_metric([run.key, run.name, str(config.get("schedule") or "")], 1)
-                current = run_state(run.world_size, ends[run.id], run.updated_at, now, self.settings.silent_after_s)
+                current = run_state(
+                    run.world_size, ends[run.id], run.updated_at, now, self.settings.silent_after_s, config
+                )
                 for name in STATES:
                     state.add_metric([run.key, name], 1 if current.state == name else 0)
                 heard.add_metric(key, max(0.0, (as_utc(now) - as_utc(run.updated_at)).total_seconds()))

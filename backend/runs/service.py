@@ -170,6 +170,8 @@ def run_detail(session: Session, key: str, silent_after_s: float, ranks_limit: i
     totals = step_queries.step_totals(session, run.id)
     first = totals[0].step if totals else None
     seen = step_queries.steps_seen(totals, step_queries.steps_with_spans(session, run.id))
+    reporting = analysis.reporting_ranks(run.world_size, run.config)
+    warmup_steps = analysis.warmup_steps_of(run.config)
     steps = [
         StepSummary(
             step=row.step,
@@ -179,8 +181,8 @@ def run_detail(session: Session, key: str, silent_after_s: float, ranks_limit: i
             mean_comm_ns=int(row.comm) // row.ranks,
             mean_idle_ns=int(row.idle) // row.ranks,
             has_spans=step.has_spans,
-            complete=analysis.is_complete(step, run.world_size),
-            warmup=analysis.is_warmup(row.step, first),
+            complete=analysis.is_complete(step, reporting),
+            warmup=analysis.is_warmup(row.step, first, warmup_steps),
         )
         for row, step in zip(totals, seen)
     ]
@@ -191,9 +193,9 @@ def run_detail(session: Session, key: str, silent_after_s: float, ranks_limit: i
         rank_count=len(ends),
         dropped_spans=rank_queries.dropped_spans(session, run.id),
         steps=steps,
-        warmup_until_step=analysis.warmup_until(first),
+        warmup_until_step=analysis.warmup_until(first, warmup_steps),
         baseline_steps=analysis.BASELINE_STEPS,
-        default_step=analysis.default_step(seen, run.world_size, running=summary.state in OPEN_STATES),
+        default_step=analysis.default_step(seen, reporting, summary.state in OPEN_STATES, warmup_steps),
     )
 
 
@@ -263,7 +265,7 @@ def _listed(breakdowns: list[analysis.RankBreakdown], limit: int | None) -> list
 
 
 def _summary(run: Run, step_count: int, ends: Sequence[RankEnd], now: datetime, silent_after_s: float) -> RunSummary:
-    state = run_state(run.world_size, ends, run.updated_at, now, silent_after_s)
+    state = run_state(run.world_size, ends, run.updated_at, now, silent_after_s, run.config)
     return RunSummary(
         key=run.key,
         name=run.name,

@@ -19,12 +19,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
-from bubblescope.analysis import RankStatus, failure_culprit, first_failures, hung_lagging, lagging_who, vanished_first
+from bubblescope.analysis import (
+    RankStatus,
+    failure_culprit,
+    first_failures,
+    hung_lagging,
+    imported_ranks,
+    lagging_who,
+    vanished_first,
+)
 from bubblescope.backend.db.timestamps import as_utc
 
 RunStateName = Literal["running", "hung", "finished", "failed", "silent"]
@@ -53,10 +61,25 @@ def rank_outcome(stored: str | None) -> RankOutcome | None:
 
 
 def run_state(
-    world_size: int, ranks: Sequence[RankEnd], last_contact: datetime, now: datetime, silent_after_s: float
+    world_size: int,
+    ranks: Sequence[RankEnd],
+    last_contact: datetime,
+    now: datetime,
+    silent_after_s: float,
+    config: Mapping[str, Any] | None = None,
 ) -> RunState:
     """The state by the rule above; a rank at or above ``world_size`` (registered before the run's
-    latest registration shrank it) is not part of the world and does not count."""
+    latest registration shrank it) is not part of the world and does not count. A run imported from traces
+    (``config``) is finished once the ranks it imported are: the job's other ranks were never meant to report."""
+    imported = imported_ranks(config)
+    if imported is not None:
+        done = {r.rank for r in ranks if r.outcome == "finished"}
+        if done >= set(imported):
+            listed = ", ".join(map(str, imported[:8])) + (", ..." if len(imported) > 8 else "")
+            return RunState(
+                "finished",
+                f"imported from profiler traces: rank{'s' if len(imported) > 1 else ''} {listed} of {world_size}",
+            )
     ranks = [r for r in ranks if r.rank < world_size]
     failed = first_failures(ranks, world_size)
     if failed:

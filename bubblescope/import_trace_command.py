@@ -1,0 +1,116 @@
+"""``bubblescope import-trace TRACE... [--run NAME] [--url URL | --db URL]``: profiler traces into a run.
+
+Every file is read and converted first (``trace_import.convert_all``); only then is anything sent, in the order a
+collector sends it (the run, each rank, its steps, its end), to a service (``--url``, through the collector's
+transport, with its token) or straight into a database (``--db``, through the service's own routes in this
+process, so the same validation applies). A re-import of the same files stores nothing twice (each step is one
+batch, numbered by the step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bubblescope.kineto import TraceError
+from bubblescope.trace_import import convert_all, requests_for, run_key_for
+
+Send = Callable[[str, str, dict[str, Any]], tuple[bool, str]]  # (method, path, document) -> (ok, what went wrong)
+
+
+def _over_http(url: str, token: str | None) -> Send:
+    from bubblescope.collector.transport import Message, Verdict, readable, send
+
+    def deliver(method: str, path: str, document: dict[str, Any]) -> tuple[bool, str]:
+        body = gzip.compress(json.dumps(document, separators=(",", ":")).encode(), compresslevel=1)
+        response = send(url, Message(method, path, body), token, timeout_s=120.0)
+        if response.verdict is Verdict.DELIVERED:
+            return True, ""
+        status = f"HTTP {response.status}" if response.status else response.error or "no answer"
+        return False, f"{method} {path}: {status}: {readable(response.body)}"
+
+    return deliver
+
+
+def _in_process(db_url: str) -> tuple[Send, Callable[[], None]]:
+    with warnings.catch_warnings():  # starlette's notice that a future httpx is preferred: nothing to act on here
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    from bubblescope.backend.app import create_app
+
+    client = TestClient(create_app(db_url), base_url="http://localhost")
+    client.__enter__()
+
+    def deliver(method: str, path: str, document: dict[str, Any]) -> tuple[bool, str]:
+        response = client.request(method, path, json=document)
+        if response.status_code < 300:
+            return True, ""
+        return False, f"{method} {path}: HTTP {response.status_code}: {response.text[:300]}"
+
+    return deliver, lambda: client.__exit__(None, None, None)
+
+
+def send_all(requests: Sequence[tuple[str, str, dict[str, Any]]], send: Send) -> None:
+    """Every request in order; ``RuntimeError`` naming the first the service refused."""
+    for method, path, document in requests:
+        ok, problem = send(method, path, document)
+        if not ok:
+            raise RuntimeError(problem)
+
+
+def _sender(args: argparse.Namespace) -> tuple[Send, Callable[[], None], str] | str:
+    """(send, close, where it goes), or what is wrong with the options."""
+    if args.db:
+        send, close = _in_process(args.db)
+        return send, close, args.db
+    from bubblescope.collector.config import URL, env_setting
+
+    url = args.url or env_setting("url")
+    if url is None:
+        return "no service: give --url URL (or BUBBLESCOPE_URL) or --db URL"
+    try:
+        url = URL.parse(url)
+    except ValueError:
+        return f"--url {url!r} is not {URL.accepts}"
+    return _over_http(url, args.token or env_setting("token")), lambda: None, url
+
+
+def main(args: argparse.Namespace) -> int:
+    paths = [Path(p) for p in args.traces]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        print(f"bubblescope import-trace: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    name = args.run or paths[0].name.split(".")[0]
+    key = run_key_for(name)
+    try:
+        imported = convert_all(paths, key)  # every file read before anything is sent
+    except TraceError as error:
+        print(f"bubblescope import-trace: {error}", file=sys.stderr)
+        return 2
+    sender = _sender(args)
+    if isinstance(sender, str):
+        print(f"bubblescope import-trace: {sender}", file=sys.stderr)
+        return 2
+    send, close, where = sender
+    try:
+        send_all(requests_for(imported, key, name), send)
+    except RuntimeError as error:
+        print(f"bubblescope import-trace: {error}", file=sys.stderr)
+        return 1
+    finally:
+        close()
+    ranks = [r.rank for r in imported]
+    steps = sum(len(r.batches) for r in imported)
+    print(
+        f"imported {len(ranks)} rank{'s' if len(ranks) != 1 else ''} ({', '.join(map(str, ranks))}), {steps} rank-steps"
+    )
+    print(f"run {key} in {where}" + ("" if args.db else f": open {where.rstrip('/')}/runs/{key}"))
+    return 0

@@ -1,0 +1,456 @@
+"""torch.profiler (Kineto) traces as a run: each rank's GPU timeline as the collector's wire batches.
+
+One file per rank (``kineto.rank_of``). Steps are the profiler's ``ProfilerStep#N``: a GPU activity belongs to the
+step whose annotation holds the runtime call that launched it (matched by ``correlation``), and a rank's step
+window runs from its first activity's start to the next step's first start (the last step's: to its last end).
+
+Each activity is classified (``classify``):
+
+- communication, the kind from the kernel's ``Collective name`` argument, else from the CPU op or annotation that
+  launched it (``record_param_comms`` with a ``Collective name``, ``nccl:all_to_all``, ``c10d::send``), else from
+  the kernel's name under each NCCL generation (``ncclKernel_AllReduce_*``, ``ncclDevKernel_ReduceScatter_*``,
+  ``ncclDevKernel_SendRecv``, ``ncclDevKernel_Generic``) and ROCm's RCCL; its process group from the kernel's or
+  the launching op's ``Process Group Name``/``Ranks`` (``world`` when the group holds every rank);
+- compute: optimizer when launched inside ``Optimizer.step``, backward when launched from a thread other than
+  the one that runs the profiler steps (autograd's engine), forward otherwise; memory copies and sets count as
+  compute of their phase, named ``memory:`` (the wire has no memory kind; the GPU is busy with them).
+
+Times are epoch ns: ``ts`` (µs, integer or fractional) plus the trace's ``baseTimeNanoseconds`` where it has one.
+Nothing is sent before every file has been read and converted (``TraceError`` otherwise), so a bad file stores
+nothing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from bubblescope import wire
+from bubblescope.kineto import TraceError, rank_of, read_trace
+from bubblescope.timesplit import split_window
+
+STEP_NAME: Final = re.compile(r"ProfilerStep#(\d+)$")
+COMM_KERNEL: Final = re.compile(r"^(?:void\s+)?(?:[\w:]*::)?[nr]ccl", re.IGNORECASE)
+OPTIMIZER_STEP: Final = re.compile(r"^Optimizer\.step")
+NAME_CHARS: Final = 64  # the wire's span name limit
+GROUP_CHARS: Final = 32
+COMM_OPS: Final = ("nccl:", "c10d::", "rccl:", "gloo:")  # CPU ops and annotations of a collective or P2P call
+BACKWARD_OP: Final = "autograd::engine::evaluate_function"  # autograd's engine running one backward node
+CPU_GAP_NS: Final = 200_000
+"""On a CPU-only trace, two top-level operators of one pass (forward, backward, optimizer) on one thread less than
+this apart, with no communication call between them, are one compute span: the gap is the interpreter running
+the model between its operators (a collector's span of the pass counts it; a GPU trace shows it as launch gaps)."""
+GPU_CATEGORIES: Final = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+# Words in a collective's name (lower case, without underscores), most specific first.
+COLLECTIVE_WORDS: Final = (
+    ("reducescatter", "reduce_scatter"),
+    ("allgather", "all_gather"),
+    ("alltoall", "all_to_all"),
+    ("allreduce", "all_reduce"),
+    ("broadcast", "broadcast"),
+    ("sendrecv", "recv"),  # a P2P kernel with no direction known: its time is mostly the wait for the peer
+    ("send", "send"),
+    ("recv", "recv"),
+    ("barrier", "all_reduce"),
+    ("reduce", "all_reduce"),
+    ("gather", "all_gather"),
+    ("scatter", "reduce_scatter"),
+)
+
+
+def collective_kind(name: str) -> str | None:
+    """The wire kind a collective's name says (``allreduce``, ``nccl:_all_gather_base``, ``c10d::send``,
+    ``ncclDevKernel_ReduceScatter_Sum_f32_RING_LL``); None when it names none (``ncclDevKernel_Generic``)."""
+    flat = name.lower().replace("_", "").replace("nccl:", "").replace("c10d::", "")
+    flat = re.sub(r"^(void)?(ncclkernel|nccldevkernel|rcclkernel|ncclkernelfunc)?", "", flat)
+    for word, kind in COLLECTIVE_WORDS:
+        if word in flat:
+            return kind
+    return None
+
+
+@dataclass(frozen=True)
+class CommInfo:
+    """What a communication annotation or kernel says of its collective."""
+
+    collective: str | None
+    group_name: str | None
+    group_ranks: str | None
+
+
+@dataclass
+class _Window:
+    """CPU intervals of one sort (profiler steps, optimizer steps, communication ops), searchable by time."""
+
+    starts: list[int] = field(default_factory=list)
+    items: list[tuple[int, int, int, Any]] = field(default_factory=list)  # (start, end, tid, payload)
+
+    def add(self, start: int, end: int, tid: int, payload: Any) -> None:
+        self.items.append((start, end, tid, payload))
+
+    def freeze(self) -> None:
+        self.items.sort(key=lambda item: item[0])
+        self.starts = [item[0] for item in self.items]
+
+    def holding(self, moment: int, tid: int | None = None) -> Any:
+        """The payload of the latest-starting interval that holds ``moment`` (on ``tid``, if given)."""
+        index = bisect.bisect_right(self.starts, moment) - 1
+        for start, end, item_tid, payload in reversed(self.items[max(0, index - 63) : index + 1]):
+            if start <= moment <= end and (tid is None or tid == item_tid):
+                return payload
+        return None
+
+
+@dataclass
+class _RankEvents:
+    """What the import keeps of one file's events."""
+
+    gpu: list[tuple[int, int, str, str, int, int, CommInfo | None]] = field(default_factory=list)
+    launches: dict[int, tuple[int, int]] = field(default_factory=dict)  # correlation -> (launch ns, tid)
+    steps: _Window = field(default_factory=_Window)
+    optimizer: _Window = field(default_factory=_Window)
+    comm_ops: _Window = field(default_factory=_Window)
+    step_tids: set[int] = field(default_factory=set)
+    cpu_ops: list[tuple[int, int, int, bool]] = field(default_factory=list)  # (start, end, tid, in backward)
+    pid: int | None = None
+    events: int = 0
+    base_ns: int = 0
+
+    def add(self, event: dict[str, Any]) -> None:
+        self.events += 1
+        ts, duration = event.get("ts"), event.get("dur")
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+            return
+        args = event.get("args")
+        args = args if isinstance(args, dict) else {}
+        category, name = str(event.get("cat", "")), str(event.get("name", ""))
+        start = round(ts * 1000)
+        end = start + round(duration * 1000) if isinstance(duration, (int, float)) else start
+        correlation = _integer(args.get("correlation"))
+        if category in GPU_CATEGORIES and correlation is not None:
+            info = _comm_info(args)
+            self.gpu.append((start, end, name, category, _integer(args.get("stream")) or 0, correlation, info))
+            return
+        tid = _integer(event.get("tid"))
+        tid = 0 if tid is None else tid
+        if correlation is not None and category in ("cuda_runtime", "cuda_driver", "runtime"):
+            self.launches.setdefault(correlation, (start, tid))
+            return
+        if category not in ("cpu_op", "user_annotation"):
+            return
+        if self.pid is None and category == "cpu_op":
+            self.pid = _integer(event.get("pid"))
+        step = STEP_NAME.match(name)
+        if step:
+            self.steps.add(start, end, tid, int(step.group(1)))
+            self.step_tids.add(tid)
+        elif OPTIMIZER_STEP.match(name):
+            self.optimizer.add(start, end, tid, True)
+        elif "Collective name" in args or name.startswith(COMM_OPS):
+            info = _comm_info(args) or CommInfo(None, None, None)
+            self.comm_ops.add(start, end, tid, CommInfo(info.collective or name, info.group_name, info.group_ranks))
+        elif category == "cpu_op":
+            self.cpu_ops.append((start, end, tid, name.startswith(BACKWARD_OP)))
+
+
+def _integer(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _comm_info(args: dict[str, Any]) -> CommInfo | None:
+    collective, group, ranks = (
+        args.get("Collective name"),
+        args.get("Process Group Name"),
+        args.get("Process Group Ranks"),
+    )
+    if collective is None and group is None:
+        return None
+    return CommInfo(
+        None if collective is None else str(collective),
+        None if group is None else str(group),
+        None if ranks is None else str(ranks),
+    )
+
+
+@dataclass(frozen=True)
+class ImportedRank:
+    """One rank's trace as wire batches (one per step) and what the run page says of where it came from."""
+
+    rank: int
+    file: str
+    pid: int
+    world_size: int | None
+    profiler: str
+    steps: list[int]
+    batches: list[dict[str, Any]]
+    pg_config: list[dict[str, Any]]
+
+
+def _group_label(info: CommInfo | None, world_size: int | None, groups: dict[str, list[int]]) -> str | None:
+    if info is None or info.group_name is None:
+        return None
+    ranks = groups.get(info.group_name)
+    if ranks is None and info.group_ranks:
+        ranks = [int(r) for r in re.findall(r"\d+", info.group_ranks)]
+    if ranks is not None and world_size is not None and len(ranks) >= world_size:
+        return wire.WORLD_GROUP
+    return f"pg{info.group_name}"[:GROUP_CHARS]
+
+
+def classify(
+    name: str,
+    category: str,
+    info: CommInfo | None,
+    launch: tuple[int, int],
+    events: _RankEvents,
+) -> tuple[str, CommInfo | None]:
+    """(wire kind, what it says of its collective) of one GPU activity launched at ``launch`` (ns, tid)."""
+    moment, tid = launch
+    if category == "kernel" and ((info is not None and info.collective) or COMM_KERNEL.match(name)):
+        op: CommInfo | None = events.comm_ops.holding(moment, tid)
+        said = [s for s in (info.collective if info else None, op.collective if op else None, name) if s]
+        kind = next((k for k in map(collective_kind, said) if k), "all_reduce")
+        sources = [source for source in (info, op) if source is not None]
+        group = next((source.group_name for source in sources if source.group_name), None)
+        ranks = next((source.group_ranks for source in sources if source.group_ranks), None)
+        return kind, CommInfo(said[0], group, ranks)
+    if events.optimizer.holding(moment, tid):
+        return "optimizer", None
+    main = tid in events.step_tids or not events.step_tids
+    return ("forward" if main else "backward"), None
+
+
+def _epoch_base(metadata: dict[str, Any]) -> int:
+    base = metadata.get("baseTimeNanoseconds")
+    return base if isinstance(base, int) and not isinstance(base, bool) and base > 0 else 0
+
+
+def convert(path: Path, run_key: str, seq_base: int = 0) -> ImportedRank:
+    """One rank's file as wire batches; a ``TraceError`` naming the file when it cannot be imported."""
+    events = _RankEvents()
+    metadata = read_trace(path, events.add)
+    info = metadata.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    rank = rank_of(path, info.get("rank"))
+    world = info.get("world_size") if isinstance(info.get("world_size"), int) else None
+    pg_config = (
+        [g for g in info.get("pg_config", []) if isinstance(g, dict)] if isinstance(info.get("pg_config"), list) else []
+    )
+    groups = {str(g.get("pg_name")): [int(r) for r in g.get("ranks", []) if isinstance(r, int)] for g in pg_config}
+    if not events.gpu and not events.cpu_ops:
+        raise TraceError(f"{path}: no GPU kernels and no CPU operators: nothing to import")
+    if not events.steps.items:
+        raise TraceError(
+            f"{path}: no ProfilerStep#N annotations: profile with torch.profiler.profile(schedule=...) and call "
+            "prof.step() once per training step, so that the steps can be told apart"
+        )
+    for window in (events.steps, events.optimizer, events.comm_ops):
+        window.freeze()
+    base = _epoch_base(metadata)
+    windows: dict[int, tuple[int, int]] = {}
+    if events.gpu:
+        by_step = _gpu_spans(events, base, world, groups)
+    else:  # a CPU-only profile (gloo): the CPU's operators are the timeline, each step its annotation's window
+        by_step = _cpu_spans(events, base, world, groups)
+        windows = {number: (base + start, base + end) for start, end, _tid, number in events.steps.items}
+    if not by_step:
+        raise TraceError(f"{path}: nothing was launched or run inside a ProfilerStep#N: nothing to import")
+    numbers = sorted(by_step)
+    batches = [
+        _batch(
+            run_key,
+            rank,
+            seq_base + index,
+            number,
+            by_step[number],
+            windows.get(number) or _gpu_window(by_step, numbers, index),
+        )
+        for index, number in enumerate(numbers)
+    ]
+    profiler = (
+        ", ".join(f"{key} {metadata[key]}" for key in ("schemaVersion", "trace_id") if key in metadata)
+        or "torch.profiler"
+    )
+    return ImportedRank(
+        rank=rank,
+        file=path.name,
+        pid=events.pid or 0,
+        world_size=world,
+        profiler=profiler,
+        steps=numbers,
+        batches=batches,
+        pg_config=pg_config,
+    )
+
+
+Span = tuple[str, int, int, str | None, str | None]  # kind, start, end (epoch ns), group, name
+
+
+def _gpu_spans(
+    events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]]
+) -> dict[int, list[Span]]:
+    """Each step's GPU activities (by the step that launched them), classified."""
+    by_step: dict[int, list[Span]] = defaultdict(list)
+    for start, end, name, category, _stream, correlation, comm in events.gpu:
+        launch = events.launches.get(correlation)
+        if launch is None:
+            continue
+        step = events.steps.holding(launch[0])
+        if step is None:
+            continue
+        kind, said = classify(name, category, comm, launch, events)
+        if kind in wire.COMMUNICATION_KINDS:
+            label = said.collective if said else name
+            group = _group_label(said, world, groups)
+        else:
+            label = f"memory: {name}" if category != "kernel" else None
+            group = None
+        by_step[step].append((kind, base + start, base + max(start, end), group, label and label[:NAME_CHARS]))
+    return by_step
+
+
+def _cpu_spans(
+    events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]]
+) -> dict[int, list[Span]]:
+    """Each step's CPU timeline: its top-level operators per thread as compute (backward when autograd's engine
+    runs them, optimizer inside ``Optimizer.step``), its collective and P2P calls (``gloo:recv``, which lasts until
+    the data arrived, ``c10d::send``) as communication."""
+    by_step: dict[int, list[Span]] = defaultdict(list)
+    comm_starts = sorted(start for start, _end, _tid, _said in events.comm_ops.items)
+    open_span: dict[int, list[Any]] = {}  # per thread: [step, kind, start, end] of the compute span being extended
+    for start, end, tid, backward in sorted(events.cpu_ops):
+        current = open_span.get(tid)
+        if current is not None and start < current[3]:
+            continue  # inside an operator already counted
+        step = events.steps.holding(start)
+        if step is None:
+            continue
+        kind = "optimizer" if events.optimizer.holding(start, tid) else "backward" if backward else "forward"
+        if (
+            current is not None
+            and current[0] == step
+            and current[1] == kind
+            and start - current[3] <= CPU_GAP_NS
+            and not _any_between(comm_starts, current[3], start)
+        ):
+            current[3] = max(current[3], end)  # the interpreter between two operators of one pass: still the pass
+            continue
+        if current is not None:
+            by_step[current[0]].append((current[1], base + current[2], base + current[3], None, None))
+        open_span[tid] = [step, kind, start, max(start, end)]
+    for current in open_span.values():
+        by_step[current[0]].append((current[1], base + current[2], base + current[3], None, None))
+    for start, end, _tid, said in events.comm_ops.items:
+        step = events.steps.holding(start)
+        if step is None:
+            continue
+        kind = collective_kind(said.collective or "") or "all_reduce"
+        label = (said.collective or "")[:NAME_CHARS] or None
+        by_step[step].append((kind, base + start, base + max(start, end), _group_label(said, world, groups), label))
+    return by_step
+
+
+def _any_between(sorted_starts: list[int], lo: int, hi: int) -> bool:
+    index = bisect.bisect_left(sorted_starts, lo)
+    return index < len(sorted_starts) and sorted_starts[index] < hi
+
+
+def _gpu_window(by_step: dict[int, list[Span]], numbers: list[int], index: int) -> tuple[int, int]:
+    """A step's window on the GPU: its first activity's start to the next step's (the last step: its last end)."""
+    spans = by_step[numbers[index]]
+    lo = min(span[1] for span in spans)
+    if index + 1 < len(numbers) and numbers[index + 1] == numbers[index] + 1:
+        hi = min(span[1] for span in by_step[numbers[index + 1]])
+    else:
+        hi = max(span[2] for span in spans)
+    return lo, max(lo + 1, hi)
+
+
+def _batch(run_key: str, rank: int, seq: int, step: int, spans: list[Span], window: tuple[int, int]) -> dict[str, Any]:
+    spans.sort(key=lambda span: span[1])
+    lo, hi = window
+    split = split_window([(kind, start, end) for kind, start, end, _, _ in spans], lo, hi)
+    aggregate = {
+        "step": step,
+        "start_ns": lo,
+        "end_ns": hi,
+        "compute_ns": split.compute_ns,
+        "comm_ns": split.comm_ns,
+        "exposed_comm_ns": split.exposed_comm_ns,
+        "idle_ns": split.idle_ns,
+        "span_count": len(spans),
+    }
+    columns = {
+        "step": [step] * len(spans),
+        "kind": [s[0] for s in spans],
+        "start_ns": [s[1] for s in spans],
+        "end_ns": [s[2] for s in spans],
+        "group": [s[3] for s in spans],
+        "name": [s[4] for s in spans],
+    }
+    return {"run_key": run_key, "rank": rank, "seq": seq, "steps": [aggregate], "spans": columns}
+
+
+def convert_all(paths: Sequence[Path], run_key: str) -> list[ImportedRank]:
+    """Every file converted (in rank order), or a ``TraceError`` before anything is sent."""
+    by_rank: dict[int, ImportedRank] = {}
+    for path in paths:
+        imported = convert(path, run_key)
+        if imported.rank in by_rank:
+            raise TraceError(
+                f"{path} and {by_rank[imported.rank].file} both hold rank {imported.rank}: give one file per rank"
+            )
+        by_rank[imported.rank] = imported
+    return [by_rank[rank] for rank in sorted(by_rank)]
+
+
+def run_config(imported: Sequence[ImportedRank]) -> dict[str, Any]:
+    """The run's config: where it came from (``wire.IMPORTED_FROM``), as the run page shows it."""
+    worlds = [r.world_size for r in imported if r.world_size]
+    return {
+        wire.IMPORTED_FROM: {
+            "format": "torch.profiler (Kineto) trace",
+            "files": {str(r.rank): r.file for r in imported},
+            "ranks": [r.rank for r in imported],
+            "world_size": max(worlds) if worlds else None,
+            "profiler": imported[0].profiler,
+            "steps": sorted({step for r in imported for step in r.steps}),
+        }
+    }
+
+
+KEY_CHARS: Final = re.compile(r"[^A-Za-z0-9._:-]+")
+
+
+def run_key_for(name: str) -> str:
+    """The run key an import of ``name`` gets: the name, with characters a key cannot hold as '-'."""
+    key = KEY_CHARS.sub("-", name).strip("-")[:128]
+    return key or "imported-trace"
+
+
+def requests_for(imported: Sequence[ImportedRank], run_key: str, name: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(method, path, document) in the order a collector sends them: the run, each rank, its steps, its end."""
+    prefix = f"{wire.API_PREFIX}/runs/{run_key}"
+    config = run_config(imported)
+    world = max(config[wire.IMPORTED_FROM]["world_size"] or 0, max(r.rank for r in imported) + 1)
+    out: list[tuple[str, str, dict[str, Any]]] = [
+        ("PUT", prefix, {"name": name, "world_size": world, "config": config})
+    ]
+    for rank in imported:
+        out.append(("PUT", f"{prefix}/ranks/{rank.rank}", {"host": f"trace {rank.file}"[:255], "pid": rank.pid}))
+        out += [("POST", f"{wire.API_PREFIX}/ingest", batch) for batch in rank.batches]
+        last_end = max(batch["steps"][0]["end_ns"] for batch in rank.batches)
+        out.append(
+            ("PUT", f"{prefix}/ranks/{rank.rank}/end", {"outcome": "finished", "end_ns": last_end, "pid": rank.pid})
+        )
+    return out

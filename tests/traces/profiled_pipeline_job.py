@@ -1,0 +1,55 @@
+"""A two-stage CPU pipeline (gloo, torch.distributed.pipelining's 1F1B) written from the README's snippet, both
+collected by bubblescope and profiled by torch.profiler, each step inside both: the round trip's job.
+
+    torchrun --nproc-per-node 2 tests/traces/profiled_pipeline_job.py --trace-dir DIR [--steps 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from bubblescope import collector
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trace-dir", required=True)
+    parser.add_argument("--steps", type=int, default=8)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(rank)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(512, 512), nn.GELU()) for _ in range(2)])
+    stage = PipelineStage(model, rank, world, torch.device("cpu"))
+    pipeline = Schedule1F1B(stage, n_microbatches=4, loss_fn=lambda y, t: ((y - t) ** 2).mean())
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    collector.init(run="profiled-pipeline")
+    collector.instrument(pipeline)
+    collector.instrument_optimizer(optimizer)
+    every = schedule(wait=1, warmup=1, active=args.steps - 2)
+    written = lambda prof: prof.export_chrome_trace(f"{args.trace_dir}/rank{rank}.json")
+    with profile(activities=[ProfilerActivity.CPU], schedule=every, on_trace_ready=written) as profiler:
+        for _ in range(args.steps):
+            with collector.step():
+                inputs, targets = torch.randn(64, 512), torch.randn(64, 512)
+                optimizer.zero_grad()
+                if rank == 0:
+                    pipeline.step(inputs)
+                elif rank == world - 1:
+                    pipeline.step(target=targets)
+                else:
+                    pipeline.step()
+                optimizer.step()
+            profiler.step()
+    collector.shutdown()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""``bubblescope import-trace``: the reference traces (real A100 jobs with NCCL kernels) and traces written here,
+imported into a real SQLite database through the service's own routes (``--db``) and, once, over HTTP to a real
+uvicorn server (``--url``); bad files refused with one line and nothing stored."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bubblescope.analysis.trace_figures import own_split
+from bubblescope.kineto import read_rank_trace
+from tests.support import migrated_database, run_rows, start_server
+from tests.traces.support import JOBS, job_files
+from tests.traces.written import kernel, trace, write
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> Iterator[str]:
+    with migrated_database("sqlite", tmp_path) as url:
+        yield url
+
+
+def import_trace(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "bubblescope.cli", "import-trace", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def profiler_steps(path: Path) -> list[int]:
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    return sorted({int(m.group(1)) for e in events if (m := re.match(r"ProfilerStep#(\d+)$", str(e.get("name"))))})
+
+
+def api(db_url: str, path: str) -> Any:
+    from fastapi.testclient import TestClient
+
+    from bubblescope.backend.app import create_app
+
+    with TestClient(create_app(db_url)) as client:
+        response = client.get(path)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_a_reference_trace_becomes_a_finished_run_of_its_profiler_steps(db_url: str, job: str) -> None:
+    files = job_files(job)
+    done = import_trace(*files, "--db", db_url, "--run", job)
+    assert done.returncode == 0, done.stderr
+    run = api(db_url, f"/api/v1/runs/{job}")
+    source = run["config"]["imported_from"]
+    assert run["state"] == "finished" and "imported from profiler traces" in run["state_detail"], run
+    assert sorted(source["files"].values()) == sorted(path.name for path in files)
+    assert [s["step"] for s in run["steps"]] == profiler_steps(files[0])
+    assert all(s["complete"] and not s["warmup"] for s in run["steps"]), run["steps"]  # sampled ranks, active steps
+    for path in files:
+        read = read_rank_trace(path)
+        rank = source["ranks"][sorted(source["files"].values()).index(path.name)]
+        last = max(profiler_steps(path))
+        (compute,) = run_rows(
+            db_url, job, f"SELECT sum(compute_ns) FROM steps WHERE run_id = {{run}} AND rank = {rank} AND step < {last}"
+        )[0]
+        ours = own_split(read.activities)  # HTA's selection: the steps before the last, compute and copies apart
+        span_ns = 1000 * (max(a.end for a in read.activities) - min(a.start for a in read.activities))
+        expected = 1000 * (ours.compute_us + ours.memory_us)
+        assert abs(compute - expected) <= 0.01 * span_ns, (rank, compute, expected, span_ns)
+    analysis = api(db_url, f"/api/v1/runs/{job}/analysis")
+    assert analysis["step_split"] is not None and analysis["pipeline"] is None
+
+
+def test_nccl_kernels_are_communication_of_their_collective_and_group(db_url: str) -> None:
+    """The A100 DDP trace names its collectives and process group on each kernel (``Collective name``,
+    ``Process Group Ranks``); the 8-rank trace's ``ncclKernel_SendRecv`` kernels run the all-to-all that the
+    ``nccl:all_to_all`` annotation around their launch names."""
+    (ddp,) = job_files("nccl_data_rank0_of2_a100")
+    (eight,) = job_files("trace_diff_control_rank3_of8_a100")
+    for path, run in ((ddp, "ddp"), (eight, "eight")):
+        assert import_trace(path, "--db", db_url, "--run", run).returncode == 0
+    kinds = dict(
+        run_rows(db_url, "ddp", "SELECT kind, count(*) FROM spans WHERE run_id = {run} GROUP BY kind").__iter__()
+    )
+    groups = {
+        g
+        for (g,) in run_rows(
+            db_url, "ddp", "SELECT DISTINCT \"group\" FROM spans WHERE run_id = {run} AND kind = 'all_reduce'"
+        )
+    }
+    assert kinds.get("all_reduce", 0) > 0 and kinds.get("broadcast", 0) > 0 and groups == {"world"}, (kinds, groups)
+    eight_kinds = dict(run_rows(db_url, "eight", "SELECT kind, count(*) FROM spans WHERE run_id = {run} GROUP BY kind"))
+    assert eight_kinds.get("all_to_all", 0) > 0 and "send" not in eight_kinds and "recv" not in eight_kinds, eight_kinds
+    assert (
+        eight_kinds.get("backward", 0) > 0 and eight_kinds.get("forward", 0) > 0 and eight_kinds.get("optimizer", 0) > 0
+    )
+
+
+def test_each_generation_of_nccl_kernel_is_read_as_communication(db_url: str, tmp_path: Path) -> None:
+    names = {
+        "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)": "all_reduce",
+        "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)": "reduce_scatter",
+        "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)": "all_gather",
+        "void rcclKernel_Broadcast_RING_LL(ncclWorkElem)": "broadcast",
+    }
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "ts": 0, "dur": 1000}]
+    for index, name in enumerate(names):
+        events += kernel(10 + 100 * index, 50, name, correlation=index + 1, stream=9)
+    events += kernel(500, 50, "ncclDevKernel_Generic", correlation=10, stream=9)
+    events[-1]["args"]["Collective name"] = "_reduce_scatter_base"  # a generic kernel: its collective says it
+    done = import_trace(write(tmp_path / "rank0.json", trace(events=events)), "--db", db_url, "--run", "gen")
+    assert done.returncode == 0, done.stderr
+    stored = run_rows(db_url, "gen", "SELECT kind FROM spans WHERE run_id = {run} ORDER BY start_ns")
+    assert [kind for (kind,) in stored] == [*names.values(), "reduce_scatter"]
+
+
+def test_importing_again_stores_nothing_twice(db_url: str) -> None:
+    (path,) = job_files("nccl_data_rank0_of2_a100")
+    counts = []
+    for _ in range(2):
+        assert import_trace(path, "--db", db_url, "--run", "again").returncode == 0
+        counts.append(run_rows(db_url, "again", "SELECT count(*) FROM spans WHERE run_id = {run}")[0][0])
+    assert counts[0] == counts[1] > 1000, counts
+
+
+def test_bad_files_are_refused_with_one_line_and_nothing_stored(db_url: str, tmp_path: Path) -> None:
+    whole = gzip.compress(json.dumps(trace()).encode())
+    truncated = tmp_path / "cut_rank1.json.gz"
+    truncated.write_bytes(whole[: len(whole) // 2])
+    good = write(tmp_path / "rank0.json", trace(rank=0))
+    no_steps = [e for e in trace()["traceEvents"] if "ProfilerStep" not in e["name"]]
+    cases = {
+        "truncated gzip": ([good, truncated], "cannot be read to its end"),
+        "nothing run": (
+            [good, write(tmp_path / "cpu_rank1.json", trace(1, trace()["traceEvents"][:2]))],
+            "no CPU operators",
+        ),
+        "no rank": ([good, write(tmp_path / "trace.json", trace(rank=None))], "no rank"),
+        "same rank": ([good, write(tmp_path / "again.json", trace(rank=0))], "both hold rank 0"),
+        "no steps": ([good, write(tmp_path / "rank1.json", trace(1, no_steps))], "no ProfilerStep#N"),
+    }
+    for what, (files, said) in cases.items():
+        done = import_trace(*files, "--db", db_url, "--run", "bad")
+        assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, (what, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, (what, done.stderr)
+        assert run_rows(db_url, "bad", "SELECT count(*) FROM runs WHERE key = :key")[0][0] == 0, what
+
+
+def test_fractional_nanosecond_times_keep_their_nanoseconds(db_url: str, tmp_path: Path) -> None:
+    events = trace()["traceEvents"]
+    events[3]["ts"], events[3]["dur"] = 110.123, 30.456  # the GEMM: 110.123 us for 30.456 us
+    done = import_trace(write(tmp_path / "rank0.json", trace(events=events)), "--db", db_url, "--run", "ns")
+    assert done.returncode == 0, done.stderr
+    rows = run_rows(
+        db_url, "ns", "SELECT start_ns, end_ns FROM spans WHERE run_id = {run} AND kind = 'forward' AND step = 1"
+    )
+    assert rows == [(110_123, 140_579)], rows
+
+
+def test_an_import_over_http_prints_the_runs_address(tmp_path: Path) -> None:
+    with migrated_database("sqlite", tmp_path) as url:
+        live = start_server(url, tmp_path)
+        try:
+            (path,) = job_files("nccl_data_rank0_of2_a100")
+            done = import_trace(path, "--url", live.url, "--run", "over http")
+            assert done.returncode == 0, done.stderr
+            assert f"{live.url}/runs/over-http" in done.stdout, done.stdout
+            with live.client() as client:
+                assert client.get("/api/v1/runs/over-http").json()["state"] == "finished"
+        finally:
+            live.stop()
