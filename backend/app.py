@@ -6,6 +6,7 @@ from fastapi import Depends, FastAPI
 from fastapi.middleware.gzip import GZipMiddleware
 
 from bubblescope import __version__
+from bubblescope.backend import trace_upload
 from bubblescope.backend.alerts.delivery import install_delivery
 from bubblescope.backend.alerts.router import install_alert_rules, router as alerts_router
 from bubblescope.backend.analysis.router import router as analysis_router
@@ -112,5 +113,6 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
         app.add_middleware(HostAllowlist, allowed=settings.allowed_hosts)
     for router in FEATURE_ROUTERS:
         app.include_router(router)
+    app.include_router(trace_upload.router)  # composes two features: the top layer's
     mount_frontend(app)
     return app

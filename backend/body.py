@@ -102,7 +102,7 @@ async def read_json(request: Request, limit: BodyLimit = SMALL_BODY) -> Any:
     wire = size = values = 0
     try:
         with anyio.fail_after(timeout_s):
-            async for chunk in _received(request):
+            async for chunk in received_chunks(request):
                 wire += len(chunk)
                 if wire > limit.wire_bytes:
                     raise _too_large(f"payload exceeds the limit of {limit.wire_bytes} bytes")
@@ -127,7 +127,7 @@ async def read_json(request: Request, limit: BodyLimit = SMALL_BODY) -> Any:
         budget.release(size)
 
 
-async def _received(request: Request) -> AsyncIterator[bytes]:
+async def received_chunks(request: Request) -> AsyncIterator[bytes]:
     try:
         async for chunk in request.stream():
             yield chunk

@@ -79,6 +79,11 @@ class ServiceSettings:
         "request bodies (once decompressed) held at once across all requests; more get 503 with Retry-After",
         metavar="BYTES",
     )
+    max_trace_bytes: int = _setting(
+        1024 * MiB,
+        "largest profiler trace one POST /runs/{key}/traces takes (streamed to a temporary file); 413 beyond",
+        metavar="BYTES",
+    )
     max_batch_spans: int = _setting(
         100_000, "most spans in one ingest batch (the collector sends up to 20,000); 413 beyond", metavar="N"
     )

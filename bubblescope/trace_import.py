@@ -429,6 +429,23 @@ def run_config(imported: Sequence[ImportedRank]) -> dict[str, Any]:
     }
 
 
+def merged_source(earlier: Any, added: dict[str, Any]) -> dict[str, Any]:
+    """``added`` (a ``run_config``'s source) joined to the source a run already holds (files of other ranks
+    uploaded before), so that ranks can be imported one request at a time."""
+    if not isinstance(earlier, dict) or not isinstance(earlier.get("files"), dict):
+        return added
+    files = {**earlier["files"], **added["files"]}
+    worlds = [w for w in (earlier.get("world_size"), added["world_size"]) if isinstance(w, int)]
+    steps = [s for s in earlier.get("steps", []) if isinstance(s, int)] + added["steps"]
+    return {
+        **added,
+        "files": dict(sorted(files.items(), key=lambda item: int(item[0]))),
+        "ranks": sorted(int(rank) for rank in files),
+        "world_size": max(worlds) if worlds else None,
+        "steps": sorted(set(steps)),
+    }
+
+
 KEY_CHARS: Final = re.compile(r"[^A-Za-z0-9._:-]+")
 
 

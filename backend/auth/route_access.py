@@ -5,7 +5,8 @@ every API route) looks the called route up here; a route missing from the table 
 ``tests/auth/test_route_table.py`` fails for it, and for a route the dependency cannot guard (a mount,
 a plain Starlette route) unless it is public. HEAD is looked up as GET.
 
-- ``ingest``: what a collector sends: a run's and a rank's registration, a rank's end, ingest batches.
+- ``ingest``: what a collector sends: a run's and a rank's registration, a rank's end, ingest batches; and a
+  profiler trace imported as a run's rank.
 - ``read``: the dashboard and every GET of the API, ``/metrics``, and the operator actions the dashboard
   offers (a capture request, what-if, the planner): they compute or ask for detail, they delete nothing.
 - ``admin``: tokens, run deletion, the settings in force (and everything else: ``scopes.grants``).
@@ -38,6 +39,7 @@ ROUTE_ACCESS: Final[dict[RouteKey, Access]] = {
     ("PUT", f"{API}/runs/{{run_key}}/ranks/{{rank}}"): Scope.INGEST,
     ("PUT", f"{API}/runs/{{run_key}}/ranks/{{rank}}/end"): Scope.INGEST,
     ("POST", f"{API}/ingest"): Scope.INGEST,
+    ("POST", f"{API}/runs/{{run_key}}/traces"): Scope.INGEST,  # a profiler trace, imported as a rank's steps
     # people, dashboards and scrapers
     ("GET", "/metrics"): Scope.READ,
     ("GET", f"{API}/runs"): Scope.READ,
