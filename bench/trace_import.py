@@ -63,11 +63,16 @@ def run(code: str, path: Path) -> dict[str, float]:
 
 
 def scaled_copy(path: Path, times: int, folder: Path) -> Path:
-    """The trace with its events written ``times`` times, each copy shifted past the previous one."""
+    """The trace with its events written ``times`` times, each copy shifted past the previous one: its profiler
+    steps numbered on, its correlation ids apart from the other copies' (a longer run of the same job)."""
     document = json.loads(gzip.decompress(path.read_bytes()))
     events = document.pop("traceEvents")
     starts = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
     width = max(starts) - min(starts) + 1_000
+    steps = sorted({int(e["name"].split("#")[1]) for e in events if str(e.get("name", "")).startswith("ProfilerStep#")})
+    correlations = 1 + max(
+        (int(e["args"].get("correlation", 0)) for e in events if isinstance(e.get("args"), dict)), default=0
+    )
     out = folder / f"scaled{times}_{path.name}"
     with gzip.open(out, "wt", compresslevel=1) as handle:
         handle.write(json.dumps(document)[:-1] + ', "traceEvents": [')
@@ -76,6 +81,13 @@ def scaled_copy(path: Path, times: int, folder: Path) -> Path:
                 shifted = dict(event)
                 if isinstance(shifted.get("ts"), (int, float)):
                     shifted["ts"] += copy * width
+                if copy and steps and str(shifted.get("name", "")).startswith("ProfilerStep#"):
+                    shifted["name"] = f"ProfilerStep#{int(shifted['name'].split('#')[1]) + copy * len(steps)}"
+                if copy and isinstance(shifted.get("args"), dict) and "correlation" in shifted["args"]:
+                    shifted["args"] = {
+                        **shifted["args"],
+                        "correlation": shifted["args"]["correlation"] + copy * correlations,
+                    }
                 handle.write(("," if copy or index else "") + json.dumps(shifted))
         handle.write("]}")
     return out

@@ -108,7 +108,7 @@ def main(args: argparse.Namespace) -> int:
     finally:
         close()
     ranks = [r.rank for r in imported]
-    steps = sum(len(r.batches) for r in imported)
+    steps = sum(len(r.steps) for r in imported)
     print(
         f"imported {len(ranks)} rank{'s' if len(ranks) != 1 else ''} ({', '.join(map(str, ranks))}), {steps} rank-steps"
     )

@@ -37,6 +37,7 @@ from bubblescope.timesplit import split_window
 STEP_NAME: Final = re.compile(r"ProfilerStep#(\d+)$")
 COMM_KERNEL: Final = re.compile(r"^(?:void\s+)?(?:[\w:]*::)?[nr]ccl", re.IGNORECASE)
 OPTIMIZER_STEP: Final = re.compile(r"^Optimizer\.step")
+SPANS_PER_BATCH: Final = 20_000  # as the collector sends at most
 NAME_CHARS: Final = 64  # the wire's span name limit
 GROUP_CHARS: Final = 32
 COMM_OPS: Final = ("nccl:", "c10d::", "rccl:", "gloo:")  # CPU ops and annotations of a collective or P2P call
@@ -266,17 +267,10 @@ def convert(path: Path, run_key: str, seq_base: int = 0) -> ImportedRank:
     if not by_step:
         raise TraceError(f"{path}: nothing was launched or run inside a ProfilerStep#N: nothing to import")
     numbers = sorted(by_step)
-    batches = [
-        _batch(
-            run_key,
-            rank,
-            seq_base + index,
-            number,
-            by_step[number],
-            windows.get(number) or _gpu_window(by_step, numbers, index),
-        )
-        for index, number in enumerate(numbers)
-    ]
+    batches: list[dict[str, Any]] = []
+    for index, number in enumerate(numbers):
+        step_window = windows.get(number) or _gpu_window(by_step, numbers, index)
+        batches += _batches(run_key, rank, seq_base + len(batches), number, by_step[number], step_window)
     profiler = (
         ", ".join(f"{key} {metadata[key]}" for key in ("schemaVersion", "trace_id") if key in metadata)
         or "torch.profiler"
@@ -376,7 +370,11 @@ def _gpu_window(by_step: dict[int, list[Span]], numbers: list[int], index: int) 
     return lo, max(lo + 1, hi)
 
 
-def _batch(run_key: str, rank: int, seq: int, step: int, spans: list[Span], window: tuple[int, int]) -> dict[str, Any]:
+def _batches(
+    run_key: str, rank: int, seq: int, step: int, spans: list[Span], window: tuple[int, int]
+) -> list[dict[str, Any]]:
+    """One step as batches: its aggregate and its spans, ``SPANS_PER_BATCH`` at most a batch (a large model's step
+    launches more kernels than the service takes in one), numbered on from ``seq``."""
     spans.sort(key=lambda span: span[1])
     lo, hi = window
     split = split_window([(kind, start, end) for kind, start, end, _, _ in spans], lo, hi)
@@ -390,15 +388,20 @@ def _batch(run_key: str, rank: int, seq: int, step: int, spans: list[Span], wind
         "idle_ns": split.idle_ns,
         "span_count": len(spans),
     }
-    columns = {
-        "step": [step] * len(spans),
-        "kind": [s[0] for s in spans],
-        "start_ns": [s[1] for s in spans],
-        "end_ns": [s[2] for s in spans],
-        "group": [s[3] for s in spans],
-        "name": [s[4] for s in spans],
-    }
-    return {"run_key": run_key, "rank": rank, "seq": seq, "steps": [aggregate], "spans": columns}
+    out = []
+    for part, first in enumerate(range(0, len(spans), SPANS_PER_BATCH)):
+        piece = spans[first : first + SPANS_PER_BATCH]
+        columns = {
+            "step": [step] * len(piece),
+            "kind": [s[0] for s in piece],
+            "start_ns": [s[1] for s in piece],
+            "end_ns": [s[2] for s in piece],
+            "group": [s[3] for s in piece],
+            "name": [s[4] for s in piece],
+        }
+        steps = [aggregate] if part == 0 else []
+        out.append({"run_key": run_key, "rank": rank, "seq": seq + part, "steps": steps, "spans": columns})
+    return out
 
 
 def convert_all(paths: Sequence[Path], run_key: str) -> list[ImportedRank]:
@@ -466,7 +469,7 @@ def requests_for(imported: Sequence[ImportedRank], run_key: str, name: str) -> l
     for rank in imported:
         out.append(("PUT", f"{prefix}/ranks/{rank.rank}", {"host": f"trace {rank.file}"[:255], "pid": rank.pid}))
         out += [("POST", f"{wire.API_PREFIX}/ingest", batch) for batch in rank.batches]
-        last_end = max(batch["steps"][0]["end_ns"] for batch in rank.batches)
+        last_end = max(step["end_ns"] for batch in rank.batches for step in batch["steps"])
         out.append(
             ("PUT", f"{prefix}/ranks/{rank.rank}/end", {"outcome": "finished", "end_ns": last_end, "pid": rank.pid})
         )

@@ -173,3 +173,16 @@ def test_an_import_over_http_prints_the_runs_address(tmp_path: Path) -> None:
                 assert client.get("/api/v1/runs/over-http").json()["state"] == "finished"
         finally:
             live.stop()
+
+
+def test_a_step_of_more_kernels_than_one_batch_holds_is_stored_whole(db_url: str, tmp_path: Path) -> None:
+    """A large model's step launches tens of thousands of kernels; the service takes 100,000 spans a batch (and the
+    collector sends 20,000): the import sends such a step in several batches, its aggregate once."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "ts": 0, "dur": 200_000}]
+    for index in range(45_000):
+        events += kernel(10 + 4 * index, 2, "sm90_gemm", correlation=index + 1)
+    done = import_trace(write(tmp_path / "rank0.json", trace(events=events)), "--db", db_url, "--run", "many")
+    assert done.returncode == 0, done.stderr
+    (spans,) = run_rows(db_url, "many", "SELECT count(*) FROM spans WHERE run_id = {run}")[0]
+    steps = run_rows(db_url, "many", "SELECT step, compute_ns FROM steps WHERE run_id = {run}")
+    assert spans == 45_000 and steps == [(3, 45_000 * 2_000)], (spans, steps)

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bubblescope.analysis.trace_figures import hta_figures
 from bubblescope.kineto import read_rank_trace
 from tests.traces.support import job_files
@@ -87,3 +89,22 @@ def test_two_files_of_one_rank_are_refused_naming_both(tmp_path: Path) -> None:
     first, second = write(tmp_path / "a.json", trace(rank=1)), write(tmp_path / "b.json", trace(rank=1))
     done = summary(first, second)
     assert done.returncode == 2 and str(first) in done.stderr and str(second) in done.stderr and "rank 1" in done.stderr
+
+
+def test_the_standard_librarys_decoder_reads_what_orjson_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """orjson is optional (the server's extras): without it the chunks of events are decoded by json, the same."""
+    from bubblescope import kineto
+
+    (path,) = job_files("trace_diff_control_rank3_of8_a100")
+    fast = read_rank_trace(path)
+    monkeypatch.setattr(kineto, "_decode_list", kineto._stdlib_decode)
+    slow = read_rank_trace(path)
+    assert slow.activities == fast.activities and slow.events == fast.events == 109_123
+
+
+def test_a_trace_written_without_indentation_or_ph_first_is_read_whole(tmp_path: Path) -> None:
+    """The fast path cuts after a ``}, {"ph"``; events written another way are read one by one, all of them."""
+    events = [{"name": f"op{i}", "ph": "X", "cat": "cpu_op", "ts": i, "dur": 1} for i in range(30_000)]
+    events += trace()["traceEvents"]
+    plain = write(tmp_path / "rank0.json", json.dumps({"traceEvents": events}, separators=(",", ":")))
+    assert read_rank_trace(plain).events == len(events)
