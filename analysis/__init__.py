@@ -12,6 +12,7 @@ behind them. A source of steps (the service's database; an imported trace) hands
 3. ``straggler_report`` scores ranks over a step range from their per-step totals alone.
 4. The alert rules (``evaluate``, ``RULES``), the schedule registry (``lookup``), the planner
    (``plan_document``) and the warm-up rule (``usual_steps``, ``default_step``).
+6. Steps as Chrome trace-event JSON for Perfetto (``chrome_trace``).
 5. A profiler trace's GPU activities (``GpuActivity``) → Holistic Trace Analysis' figures (``hta_figures``) and
    our own split of the same span (``own_split``).
 """
@@ -118,6 +119,10 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         StragglerReport as StragglerReport,
         straggler_report as straggler_report,
     )
+    from bubblescope.analysis.trace_events import (
+        ExportedStep as ExportedStep,
+        chrome_trace as chrome_trace,
+    )
     from bubblescope.analysis.trace_figures import (
         GpuActivity as GpuActivity,
         HtaFigures as HtaFigures,
@@ -163,6 +168,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "vanished_first",
     ),
     "attribution": ("CAUSE_KINDS",),
+    "trace_events": ("ExportedStep", "chrome_trace"),
     "errors": ("InputError",),
     "memory_use": ("RankMemory",),
     "model": (

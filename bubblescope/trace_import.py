@@ -270,7 +270,7 @@ def convert(path: Path, run_key: str, seq_base: int = 0) -> ImportedRank:
     batches: list[dict[str, Any]] = []
     for index, number in enumerate(numbers):
         step_window = windows.get(number) or _gpu_window(by_step, numbers, index)
-        batches += _batches(run_key, rank, seq_base + len(batches), number, by_step[number], step_window)
+        batches += batches_of(run_key, rank, seq_base + len(batches), number, by_step[number], step_window)
     profiler = (
         ", ".join(f"{key} {metadata[key]}" for key in ("schemaVersion", "trace_id") if key in metadata)
         or "torch.profiler"
@@ -287,7 +287,9 @@ def convert(path: Path, run_key: str, seq_base: int = 0) -> ImportedRank:
     )
 
 
-Span = tuple[str, int, int, str | None, str | None]  # kind, start, end (epoch ns), group, name
+Span = tuple[str, int, int, str | None, str | None, int | None, int | None, int | None]
+"""kind, start, end (epoch ns), group, name, stage, micro-batch, peer (the last three known only in an export of
+ours, ``export_import``)."""
 
 
 def _gpu_spans(
@@ -309,7 +311,9 @@ def _gpu_spans(
         else:
             label = f"memory: {name}" if category != "kernel" else None
             group = None
-        by_step[step].append((kind, base + start, base + max(start, end), group, label and label[:NAME_CHARS]))
+        by_step[step].append(
+            (kind, base + start, base + max(start, end), group, label and label[:NAME_CHARS], None, None, None)
+        )
     return by_step
 
 
@@ -340,17 +344,18 @@ def _cpu_spans(
             current[3] = max(current[3], end)  # the interpreter between two operators of one pass: still the pass
             continue
         if current is not None:
-            by_step[current[0]].append((current[1], base + current[2], base + current[3], None, None))
+            by_step[current[0]].append((current[1], base + current[2], base + current[3], None, None, None, None, None))
         open_span[tid] = [step, kind, start, max(start, end)]
     for current in open_span.values():
-        by_step[current[0]].append((current[1], base + current[2], base + current[3], None, None))
+        by_step[current[0]].append((current[1], base + current[2], base + current[3], None, None, None, None, None))
     for start, end, _tid, said in events.comm_ops.items:
         step = events.steps.holding(start)
         if step is None:
             continue
         kind = collective_kind(said.collective or "") or "all_reduce"
         label = (said.collective or "")[:NAME_CHARS] or None
-        by_step[step].append((kind, base + start, base + max(start, end), _group_label(said, world, groups), label))
+        group = _group_label(said, world, groups)
+        by_step[step].append((kind, base + start, base + max(start, end), group, label, None, None, None))
     return by_step
 
 
@@ -370,14 +375,14 @@ def _gpu_window(by_step: dict[int, list[Span]], numbers: list[int], index: int) 
     return lo, max(lo + 1, hi)
 
 
-def _batches(
+def batches_of(
     run_key: str, rank: int, seq: int, step: int, spans: list[Span], window: tuple[int, int]
 ) -> list[dict[str, Any]]:
     """One step as batches: its aggregate and its spans, ``SPANS_PER_BATCH`` at most a batch (a large model's step
     launches more kernels than the service takes in one), numbered on from ``seq``."""
     spans.sort(key=lambda span: span[1])
     lo, hi = window
-    split = split_window([(kind, start, end) for kind, start, end, _, _ in spans], lo, hi)
+    split = split_window([(span[0], span[1], span[2]) for span in spans], lo, hi)
     aggregate = {
         "step": step,
         "start_ns": lo,
@@ -389,7 +394,7 @@ def _batches(
         "span_count": len(spans),
     }
     out = []
-    for part, first in enumerate(range(0, len(spans), SPANS_PER_BATCH)):
+    for part, first in enumerate(range(0, max(1, len(spans)), SPANS_PER_BATCH)):  # a step without spans: one
         piece = spans[first : first + SPANS_PER_BATCH]
         columns = {
             "step": [step] * len(piece),
@@ -398,6 +403,9 @@ def _batches(
             "end_ns": [s[2] for s in piece],
             "group": [s[3] for s in piece],
             "name": [s[4] for s in piece],
+            "stage": [s[5] for s in piece],
+            "microbatch": [s[6] for s in piece],
+            "peer": [s[7] for s in piece],
         }
         steps = [aggregate] if part == 0 else []
         out.append({"run_key": run_key, "rank": rank, "seq": seq + part, "steps": steps, "spans": columns})
@@ -407,13 +415,15 @@ def _batches(
 def convert_all(paths: Sequence[Path], run_key: str) -> list[ImportedRank]:
     """Every file converted (in rank order), or a ``TraceError`` before anything is sent."""
     by_rank: dict[int, ImportedRank] = {}
+    from bubblescope.export_import import convert_export  # it builds on this module
+
     for path in paths:
-        imported = convert(path, run_key)
-        if imported.rank in by_rank:
-            raise TraceError(
-                f"{path} and {by_rank[imported.rank].file} both hold rank {imported.rank}: give one file per rank"
-            )
-        by_rank[imported.rank] = imported
+        for imported in convert_export(path, run_key) or [convert(path, run_key)]:
+            if imported.rank in by_rank:
+                raise TraceError(
+                    f"{path} and {by_rank[imported.rank].file} both hold rank {imported.rank}: give one file per rank"
+                )
+            by_rank[imported.rank] = imported
     return [by_rank[rank] for rank in sorted(by_rank)]
 
 

@@ -65,6 +65,15 @@ function chooseStep(steps, run) {
   return run.default_step;
 }
 
+// The step as a Perfetto trace (GET /runs/{key}/trace): of the ranks the timeline shows, or of those asked for.
+function showExportLink(step) {
+  const link = document.getElementById("export-trace");
+  const query = new URLSearchParams({ from_step: String(step), to_step: String(step) });
+  if (state.ranks) query.set("ranks", state.ranks);
+  link.href = `/api/v1/runs/${encodeURIComponent(key)}/trace?${query}`;
+  link.hidden = false;
+}
+
 async function showStep(step, version) {
   const request = ++state.requests;
   try {
@@ -74,6 +83,7 @@ async function showStep(step, version) {
     await Promise.all([renderTimeline(detail, state.run, kinds), renderBreakdown(detail, state.run, kinds)]);
     state.step = step;
     state.loaded.step = version;
+    showExportLink(step);
     const summary = state.run.steps.find((s) => s.step === step);
     state.stepFinal = Boolean(summary && isComplete(state.run, summary));
     document.body.dataset.renderedStep = String(step);

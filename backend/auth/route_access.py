@@ -45,6 +45,7 @@ ROUTE_ACCESS: Final[dict[RouteKey, Access]] = {
     ("GET", f"{API}/runs"): Scope.READ,
     ("GET", f"{API}/runs/{{run_key}}"): Scope.READ,
     ("GET", f"{API}/runs/{{run_key}}/steps/{{step}}"): Scope.READ,
+    ("GET", f"{API}/runs/{{run_key}}/trace"): Scope.READ,
     ("GET", f"{API}/runs/{{run_key}}/analysis"): Scope.READ,
     ("GET", f"{API}/runs/{{run_key}}/stragglers"): Scope.READ,
     ("GET", f"{API}/span-kinds"): Scope.READ,

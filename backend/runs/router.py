@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
@@ -24,6 +25,7 @@ from bubblescope.backend.runs.schemas import (
     RunSummary,
     StepDetail,
 )
+from bubblescope.backend.runs.trace_export import trace_export
 from bubblescope.backend.settings import MAX_SILENT_AFTER_S, settings_of
 from bubblescope.backend.store.state import RunStateName
 
@@ -192,6 +194,30 @@ def get_step(
     return cached_answer(
         request, session, run_key, lambda: service.step_detail(session, run_key, step, ranks, breakdown_limit)
     )
+
+
+@router.get(
+    "/{run_key}/trace",
+    response_class=JSONResponse,
+    summary="Steps as Chrome trace-event JSON for Perfetto or chrome://tracing (docs/traces.md)",
+    responses={200: {"description": "a trace-event document (a download): one process per rank, flows send to recv"}},
+)
+def get_trace(
+    run_key: RunKey,
+    session: DbSession,
+    from_step: Annotated[int | None, Query(ge=0, le=INT64_MAX, description="first step (default: the newest)")] = None,
+    to_step: Annotated[int | None, Query(ge=0, le=INT64_MAX, description="last step (default: from_step)")] = None,
+    ranks: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            description="whose spans, e.g. 0-7,341 (at most 64 ranks); default: every rank of a run of up to 64, "
+            "else each stage's median and slowest",
+        ),
+    ] = None,
+) -> JSONResponse:
+    document, file_name = trace_export(session, run_key, from_step, to_step, ranks)
+    return JSONResponse(document, headers={"Content-Disposition": f'attachment; filename="{file_name}"'})
 
 
 @router.delete(
