@@ -87,6 +87,13 @@ class TooLarge(DomainError):
     error_type = "too_large"
 
 
+class Conflict(DomainError):
+    """What the request asks contradicts what is stored (a trace imported into a collected run): 409."""
+
+    status = 409
+    error_type = "conflict"
+
+
 class TooMany(DomainError):
     """A per-run rate limit: 429, with when to try again."""
 

@@ -84,6 +84,12 @@ class ServiceSettings:
         "largest profiler trace one POST /runs/{key}/traces takes (streamed to a temporary file); 413 beyond",
         metavar="BYTES",
     )
+    trace_timeout_s: float = _setting(
+        600.0,
+        "seconds a client has to send a whole profiler trace (POST /runs/{key}/traces); 408 after",
+        metavar="SECONDS",
+        option="--trace-timeout",
+    )
     max_batch_spans: int = _setting(
         100_000, "most spans in one ingest batch (the collector sends up to 20,000); 413 beyond", metavar="N"
     )

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
@@ -30,7 +30,7 @@ from bubblescope.backend.runs.service import end_rank, register_rank, register_r
 from bubblescope.backend.settings import settings_of
 from bubblescope.backend.store.runs import find_run
 from bubblescope.kineto import TraceError
-from bubblescope.trace_import import convert, merged_source, requests_for
+from bubblescope.trace_import import convert, requests_for
 
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["runs"])
 
@@ -80,13 +80,16 @@ async def upload_trace(
     with tempfile.TemporaryDirectory(prefix="bubblescope-trace-") as folder:
         path = Path(folder) / file
         try:
-            with anyio.fail_after(settings.body_timeout_s):
+            with anyio.fail_after(settings.trace_timeout_s):
                 await _receive(request, path, settings.max_trace_bytes)
         except TimeoutError:
             raise ApiError(
-                408, ["body"], f"the trace did not arrive within {settings.body_timeout_s:g} s", "timeout"
+                408,
+                ["body"],
+                f"the trace did not arrive within {settings.trace_timeout_s:g} s (--trace-timeout)",
+                "timeout",
             ) from None
-        return await run_in_threadpool(_store, request, run_key, name or run_key, path)
+        return await run_in_threadpool(_store, request, run_key, name, path)
 
 
 async def _receive(request: Request, path: Path, limit: int) -> None:
@@ -101,7 +104,7 @@ async def _receive(request: Request, path: Path, limit: int) -> None:
         raise Invalid("body", "no trace: send one rank's torch.profiler trace file as the body")
 
 
-def _store(request: Request, run_key: str, name: str, path: Path) -> TraceImported:
+def _store(request: Request, run_key: str, name: str | None, path: Path) -> TraceImported:
     settings = settings_of(request)
     try:
         imported = convert(path, run_key)
@@ -109,20 +112,40 @@ def _store(request: Request, run_key: str, name: str, path: Path) -> TraceImport
         raise Invalid("body", str(error).replace(f"{path}: ", "", 1)) from None
     with transaction(request.app.state.session_factory) as session:
         existing = find_run(session, run_key)
-        earlier = (existing.config or {}).get(wire.IMPORTED_FROM) if existing is not None else None
-        for method, where, document in requests_for([imported], run_key, name):
-            if method == "PUT" and where.endswith(f"/runs/{run_key}"):
-                source = merged_source(earlier, document["config"][wire.IMPORTED_FROM])
-                world = max(document["world_size"], existing.world_size if existing is not None else 0)
-                registration = {**document, "world_size": world, "config": {wire.IMPORTED_FROM: source}}
-                register_run(session, run_key, RunRegistration.model_validate(registration), settings)
-            elif method == "PUT" and where.endswith("/end"):
-                end_rank(session, run_key, imported.rank, RankEndIn.model_validate(document))
-            elif method == "PUT":
-                register_rank(session, run_key, imported.rank, RankRegistration.model_validate(document))
-            else:
-                batch = IngestBatchIn.model_validate(document)
-                ingest(session, batch, settings.ingest_batches_per_s, request.app.state.run_toucher)
+        shown = name or (existing.name if existing is not None else run_key)  # a later rank keeps the run's name
+        try:
+            bodies = [
+                RUN_BODIES[_route(m, w, run_key)].model_validate(d)
+                for m, w, d in requests_for([imported], run_key, shown)
+            ]
+        except ValidationError as error:
+            raise Invalid("body", f"the trace cannot be stored: {error.errors()[0]['msg']}") from None
+        for body in bodies:
+            if isinstance(body, RunRegistration):
+                register_run(session, run_key, body, settings)
+            elif isinstance(body, RankRegistration):
+                register_rank(session, run_key, imported.rank, body)
+            elif isinstance(body, RankEndIn):
+                end_rank(session, run_key, imported.rank, body)
+            elif isinstance(body, IngestBatchIn):
+                ingest(session, body, settings.ingest_batches_per_s, request.app.state.run_toucher)
     request.app.state.background.news()
     spans = sum(len(batch["spans"]["step"]) for batch in imported.batches)
     return TraceImported(run_key=run_key, rank=imported.rank, steps=imported.steps, spans=spans)
+
+
+RUN_BODIES: dict[str, type[BaseModel]] = {
+    "run": RunRegistration,
+    "rank": RankRegistration,
+    "end": RankEndIn,
+    "batch": IngestBatchIn,
+}
+
+
+def _route(method: str, where: str, run_key: str) -> str:
+    """Which of the collector's calls ``requests_for`` made: the run's registration, the rank's, its end, a batch."""
+    if method == "POST":
+        return "batch"
+    if where.endswith("/end"):
+        return "end"
+    return "run" if where.endswith(f"/runs/{run_key}") else "rank"

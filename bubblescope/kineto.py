@@ -18,6 +18,7 @@ import io
 import json
 import math
 import re
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,14 +50,15 @@ class _Buffer:
     def __init__(self, stream: IO[str], where: str) -> None:
         self.stream, self.where = stream, where
         self.text, self.pos, self.done = "", 0, False
-        self.whole_events = True  # the fast path (``_decode_whole_events``) until it once fails on this file
+        self.whole_events = True  # the fast path (``_decode_whole_events``), until it fails on this file
+        self.cut_misses = 0  # chunks where it found no cut: past ``CUT_MISSES`` the file is read one by one
 
     def _refill(self) -> bool:
         if self.done:
             return False
         try:
             chunk = self.stream.read(CHUNK_CHARS)
-        except (EOFError, OSError, UnicodeDecodeError) as error:  # a truncated or corrupt gzip, bad UTF-8
+        except (EOFError, OSError, UnicodeDecodeError, zlib.error) as error:  # a truncated or corrupt gzip, bad UTF-8
             raise TraceError(f"{self.where}: cannot be read to its end ({error})") from None
         if not chunk:
             self.done = True
@@ -146,7 +148,9 @@ def _stream_events(buffer: _Buffer, on_event: EventSink) -> None:
     scan, separator = _DECODER.scan_once, _SEPARATOR  # type: ignore[attr-defined]
     while True:
         if buffer.whole_events and len(buffer.text) - buffer.pos > BATCH_MIN_CHARS:
-            buffer.whole_events = _decode_whole_events(buffer, on_event)
+            decoded = _decode_whole_events(buffer, on_event)
+            buffer.cut_misses += decoded is None
+            buffer.whole_events = decoded is not False and buffer.cut_misses < CUT_MISSES
         text, pos = buffer.text, buffer.pos
         try:
             event, pos = scan(text, pos)
@@ -170,6 +174,7 @@ def _stream_events(buffer: _Buffer, on_event: EventSink) -> None:
 
 BATCH_MIN_CHARS: Final = 1 << 16
 CUT_TRIES: Final = 16
+CUT_MISSES: Final = 64
 
 
 def _stdlib_decode(text: str) -> Any:
@@ -184,10 +189,11 @@ except ImportError:  # pragma: no cover - the standard library's decoder does th
 _BEFORE_EVENT = re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*\{[ \t\n\r]*$")
 
 
-def _decode_whole_events(buffer: _Buffer, on_event: EventSink) -> bool:
+def _decode_whole_events(buffer: _Buffer, on_event: EventSink) -> bool | None:
     """Every whole event from the buffer's position to the last event start in its text, decoded as one JSON list;
-    the position moves past them. False, with the buffer as it was, where no cut is found among the last few
-    ``"ph"`` keys or the piece does not decode: the file is then read one event at a time."""
+    the position moves past them (True). With the buffer as it was: None where no cut is found among the last few
+    ``"ph"`` keys (a block of events written otherwise), False where the piece does not decode (the file is then
+    read one event at a time)."""
     text, pos = buffer.text, buffer.pos
     start = text.rfind('"ph"', pos)
     for _ in range(CUT_TRIES):
@@ -207,7 +213,7 @@ def _decode_whole_events(buffer: _Buffer, on_event: EventSink) -> bool:
             buffer.pos = text.index(",", cut) + 1
             return True
         start = text.rfind('"ph"', pos, start)
-    return False
+    return None
 
 
 @dataclass

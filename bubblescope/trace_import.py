@@ -23,7 +23,9 @@ nothing.
 from __future__ import annotations
 
 import bisect
+import math
 import re
+import zlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -125,8 +127,10 @@ class _RankEvents:
     def add(self, event: dict[str, Any]) -> None:
         self.events += 1
         ts, duration = event.get("ts"), event.get("dur")
-        if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not math.isfinite(ts):
             return
+        if not isinstance(duration, (int, float)) or isinstance(duration, bool) or not math.isfinite(duration):
+            duration = None
         args = event.get("args")
         args = args if isinstance(args, dict) else {}
         category, name = str(event.get("cat", "")), str(event.get("name", ""))
@@ -164,7 +168,7 @@ def _integer(value: Any) -> int | None:
         return None
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
@@ -195,6 +199,7 @@ class ImportedRank:
     steps: list[int]
     batches: list[dict[str, Any]]
     pg_config: list[dict[str, Any]]
+    digest: str = ""
 
 
 def _group_label(info: CommInfo | None, world_size: int | None, groups: dict[str, list[int]]) -> str | None:
@@ -240,14 +245,19 @@ def convert(path: Path, run_key: str, seq_base: int = 0) -> ImportedRank:
     """One rank's file as wire batches; a ``TraceError`` naming the file when it cannot be imported."""
     events = _RankEvents()
     metadata = read_trace(path, events.add)
+    digest = file_digest(path)
+    seq_base = seq_base or int(digest, 16) << SEQ_SHIFT
     info = metadata.get("distributedInfo")
     info = info if isinstance(info, dict) else {}
     rank = rank_of(path, info.get("rank"))
     world = info.get("world_size") if isinstance(info.get("world_size"), int) else None
-    pg_config = (
-        [g for g in info.get("pg_config", []) if isinstance(g, dict)] if isinstance(info.get("pg_config"), list) else []
-    )
-    groups = {str(g.get("pg_name")): [int(r) for r in g.get("ranks", []) if isinstance(r, int)] for g in pg_config}
+    listed = info.get("pg_config")
+    pg_config = [g for g in listed if isinstance(g, dict)] if isinstance(listed, list) else []
+    groups = {
+        str(g.get("pg_name")): [r for r in g["ranks"] if isinstance(r, int)]
+        for g in pg_config
+        if isinstance(g.get("ranks"), list)
+    }
     if not events.gpu and not events.cpu_ops:
         raise TraceError(f"{path}: no GPU kernels and no CPU operators: nothing to import")
     if not events.steps.items:
@@ -284,7 +294,21 @@ def convert(path: Path, run_key: str, seq_base: int = 0) -> ImportedRank:
         steps=numbers,
         batches=batches,
         pg_config=pg_config,
+        digest=digest,
     )
+
+
+SEQ_SHIFT: Final = 20  # a file's batches are numbered from its digest: another file's never repeat them
+
+
+def file_digest(path: Path) -> str:
+    """The file's CRC-32, as hex: what tells two files of one rank apart (a re-import of the same file stores
+    nothing twice; another file for a rank already imported is refused)."""
+    crc = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return f"{crc:08x}"
 
 
 Span = tuple[str, int, int, str | None, str | None, int | None, int | None, int | None]
@@ -326,7 +350,7 @@ def _cpu_spans(
     by_step: dict[int, list[Span]] = defaultdict(list)
     comm_starts = sorted(start for start, _end, _tid, _said in events.comm_ops.items)
     open_span: dict[int, list[Any]] = {}  # per thread: [step, kind, start, end] of the compute span being extended
-    for start, end, tid, backward in sorted(events.cpu_ops):
+    for start, end, tid, backward in sorted(events.cpu_ops, key=lambda op: (op[0], -op[1])):  # parents first
         current = open_span.get(tid)
         if current is not None and start < current[3]:
             continue  # inside an operator already counted
@@ -365,13 +389,12 @@ def _any_between(sorted_starts: list[int], lo: int, hi: int) -> bool:
 
 
 def _gpu_window(by_step: dict[int, list[Span]], numbers: list[int], index: int) -> tuple[int, int]:
-    """A step's window on the GPU: its first activity's start to the next step's (the last step: its last end)."""
+    """A step's window on the GPU: its first activity's start to the next step's first start, or to its own last
+    end where that is later (a collective that runs on past the next step's first kernel counts whole)."""
     spans = by_step[numbers[index]]
-    lo = min(span[1] for span in spans)
+    lo, hi = min(span[1] for span in spans), max(span[2] for span in spans)
     if index + 1 < len(numbers) and numbers[index + 1] == numbers[index] + 1:
-        hi = min(span[1] for span in by_step[numbers[index + 1]])
-    else:
-        hi = max(span[2] for span in spans)
+        hi = max(hi, min(span[1] for span in by_step[numbers[index + 1]]))  # the gap to the next step is idle
     return lo, max(lo + 1, hi)
 
 
@@ -434,6 +457,7 @@ def run_config(imported: Sequence[ImportedRank]) -> dict[str, Any]:
         wire.IMPORTED_FROM: {
             "format": "torch.profiler (Kineto) trace",
             "files": {str(r.rank): r.file for r in imported},
+            "digests": {str(r.rank): r.digest for r in imported},
             "ranks": [r.rank for r in imported],
             "world_size": max(worlds) if worlds else None,
             "profiler": imported[0].profiler,
@@ -448,15 +472,22 @@ def merged_source(earlier: Any, added: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(earlier, dict) or not isinstance(earlier.get("files"), dict):
         return added
     files = {**earlier["files"], **added["files"]}
+    digests = {**(earlier.get("digests") or {}), **added.get("digests", {})}
     worlds = [w for w in (earlier.get("world_size"), added["world_size"]) if isinstance(w, int)]
     steps = [s for s in earlier.get("steps", []) if isinstance(s, int)] + added["steps"]
     return {
         **added,
-        "files": dict(sorted(files.items(), key=lambda item: int(item[0]))),
-        "ranks": sorted(int(rank) for rank in files),
+        "files": dict(sorted(files.items(), key=lambda item: _rank_order(item[0]))),
+        "digests": digests,
+        "ranks": sorted(int(rank) for rank in files if str(rank).isdigit()),
         "world_size": max(worlds) if worlds else None,
         "steps": sorted(set(steps)),
     }
+
+
+def _rank_order(rank: Any) -> tuple[bool, int, str]:
+    text = str(rank)
+    return (not text.isdigit(), int(text) if text.isdigit() else 0, text)
 
 
 KEY_CHARS: Final = re.compile(r"[^A-Za-z0-9._:-]+")

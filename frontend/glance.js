@@ -153,7 +153,7 @@ function trouble() {
   if (!run || !["hung", "failed"].includes(run.state)) return null;
   const detail = run.state_detail || "";
   const action = alert ? alert.annotations.action : null;
-  const several = /(\d+) ranks \(([^)]*)\)/.exec(detail);
+  const several = run.state === "hung" ? /wait for (\d+) ranks \(([^)]*)\)/.exec(detail) : null; // not an error's text
   if (several) return { how: run.state, who: `ranks ${several[2]}`, one: false, count: several[1], host: null, action, detail };
   const named = /rank (\d+)(?: \(host ([^)]+)\))?/.exec(detail);
   return named ? { how: run.state, who: `rank ${named[1]}`, one: true, host: named[2], action, detail } : null;

@@ -12,9 +12,10 @@ export function renderRun(run) {
   const state = document.getElementById("run-state");
   state.replaceChildren(stateBadge(run), el("span", { class: run.state === "failed" ? "detail error" : "detail muted" }, run.state_detail));
   state.hidden = false;
-  renderSource(c.imported_from);
+  const source = importedFrom(c.imported_from);
+  renderSource(source);
   const dropped = run.dropped_spans;
-  const imported = c.imported_from ? c.imported_from.ranks.length : null;
+  const imported = source ? source.ranks.length : null;
   document.getElementById("run-facts").replaceChildren(
     fact("Ranks", imported === null ? String(run.world_size) : `${imported} of ${run.world_size} (traces)`),
     fact("Schedule", c.schedule || "—"),
@@ -23,6 +24,13 @@ export function renderRun(run) {
     fact("Dropped spans", String(dropped)),
     fact("Run key", run.key, true),
   );
+}
+
+// The config's imported_from where it has the shape the importer writes (any client may set config keys), else null.
+function importedFrom(source) {
+  const ok = source && typeof source === "object" && Array.isArray(source.ranks) && source.files && typeof source.files === "object"
+    && Array.isArray(source.steps);
+  return ok ? source : null;
 }
 
 // A run imported from profiler traces (bubblescope import-trace): which file each rank came from, the profiler and

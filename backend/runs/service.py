@@ -9,11 +9,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from bubblescope import analysis
+from bubblescope import analysis, wire
 from bubblescope.backend.db.models import RankInfo, Run
 from bubblescope.backend.db.timestamps import as_utc
 from bubblescope.backend.derived.steps import read_step
-from bubblescope.backend.errors import Invalid, NotFound, TooLarge
+from bubblescope.backend.errors import Conflict, Invalid, NotFound, TooLarge
 from bubblescope.backend.runs.schemas import (
     RankBreakdownOut,
     RankEndIn,
@@ -34,6 +34,7 @@ from bubblescope.backend.store import ranks as rank_queries, runs as run_queries
 from bubblescope.backend.store.runs import require_run
 from bubblescope.backend.store.state import OPEN_STATES, RankEnd, rank_outcome, run_state
 from bubblescope.backend.store.step_read import spans_of_ranks
+from bubblescope.trace_import import merged_source
 
 MAX_CONFIG_DEPTH = 8
 
@@ -74,16 +75,34 @@ def _deeper_than(value: Any, limit: int) -> tuple[str | int, ...] | None:
 
 
 def register_run(session: Session, key: str, registration: RunRegistration, settings: ServiceSettings) -> RunSummary:
+    config = registration.config.model_dump(exclude_unset=True)
+    if wire.IMPORTED_FROM in config:
+        config[wire.IMPORTED_FROM] = _imported_source(session, key, config[wire.IMPORTED_FROM])
     run = run_queries.register_run(
-        session,
-        key,
-        registration.name,
-        registration.world_size,
-        registration.config.model_dump(exclude_unset=True),
-        config_check(settings),
+        session, key, registration.name, registration.world_size, config, config_check(settings)
     )
     now = run_queries.database_now(session)
     return _summary(run, 0, rank_queries.rank_ends(session, [run.id])[run.id], now, settings.silent_after_s)
+
+
+def _imported_source(session: Session, key: str, source: Any) -> Any:
+    """A trace import's ``imported_from`` joined to what the run holds (ranks imported one at a time); ``Conflict``
+    for a run that was collected, or a rank already imported from another file (its digest differs)."""
+    existing = run_queries.find_run(session, key, for_update=True)  # ranks uploaded at once: one merge at a time
+    if existing is None:
+        return source
+    earlier = (existing.config or {}).get(wire.IMPORTED_FROM)
+    if earlier is None:
+        raise Conflict("run_key", f"run {key!r} was collected, not imported: import the traces under another run name")
+    old, new = earlier.get("digests"), source.get("digests") if isinstance(source, dict) else None
+    if isinstance(old, dict) and isinstance(new, dict):
+        clashing = sorted(rank for rank, digest in new.items() if rank in old and old[rank] != digest)
+        if clashing:
+            raise Conflict(
+                "run_key",
+                f"rank {', '.join(clashing)} of run {key!r} was imported from another file: import into a new run",
+            )
+    return merged_source(earlier, source) if isinstance(source, dict) else source
 
 
 def register_rank(session: Session, key: str, rank: int, registration: RankRegistration) -> RankOut:

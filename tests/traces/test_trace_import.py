@@ -186,3 +186,29 @@ def test_a_step_of_more_kernels_than_one_batch_holds_is_stored_whole(db_url: str
     (spans,) = run_rows(db_url, "many", "SELECT count(*) FROM spans WHERE run_id = {run}")[0]
     steps = run_rows(db_url, "many", "SELECT step, compute_ns FROM steps WHERE run_id = {run}")
     assert spans == 45_000 and steps == [(3, 45_000 * 2_000)], (spans, steps)
+
+
+def test_a_collective_running_past_the_next_steps_first_kernel_counts_whole(db_url: str, tmp_path: Path) -> None:
+    """Step 1's all-reduce runs 130-250 us; step 2's first kernel starts at 210 us on another stream."""
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": 100 * n, "dur": 100} for n in (1, 2)
+    ]
+    events += kernel(110, 20, "sm80_gemm", 1) + kernel(130, 120, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 2, stream=9)
+    events += kernel(210, 10, "elementwise_kernel", 3)
+    done = import_trace(write(tmp_path / "rank0.json", trace(events=events)), "--db", db_url, "--run", "spill")
+    assert done.returncode == 0, done.stderr
+    rows = run_rows(
+        db_url, "spill", "SELECT step, start_ns, end_ns, comm_ns FROM steps WHERE run_id = {run} ORDER BY step"
+    )
+    assert rows[0] == (1, 110_000, 250_000, 120_000), rows
+
+
+def test_a_cpu_profile_counts_an_operator_that_starts_with_its_child_whole(db_url: str, tmp_path: Path) -> None:
+    step = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 10_000, "tid": 1}
+    parent = {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 1_000, "dur": 5_000, "tid": 1, "pid": 7}
+    child = {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 1_000, "dur": 1_000, "tid": 1, "pid": 7}
+    done = import_trace(
+        write(tmp_path / "rank0.json", trace(events=[step, child, parent])), "--db", db_url, "--run", "cpu"
+    )
+    assert done.returncode == 0, done.stderr
+    assert run_rows(db_url, "cpu", "SELECT compute_ns FROM steps WHERE run_id = {run}") == [(5_000_000,)]

@@ -7,7 +7,7 @@ import gzip
 import json
 from pathlib import Path
 
-from tests.support import LiveServer, migrated_database, start_server
+from tests.support import LiveServer, migrated_database, run_rows, start_server
 from tests.traces.support import job_files
 from tests.traces.written import trace
 
@@ -67,3 +67,45 @@ def test_a_file_name_that_is_not_a_plain_name_is_refused(sqlite_server: LiveServ
                 name,
                 answer.text,
             )
+
+
+def test_a_trace_cannot_take_over_a_collected_run_or_replace_an_imported_rank(sqlite_server: LiveServer) -> None:
+    first, second = job_files("hta_trace_filter_2rank")
+    other = job_files("nccl_data_rank0_of2_a100")[0]  # also rank 0, another file
+    with sqlite_server.client() as client:
+        client.put("/api/v1/runs/collected-here", json={"name": "live", "world_size": 2}).raise_for_status()
+        client.put("/api/v1/runs/collected-here/ranks/0", json={"host": "h", "pid": 1}).raise_for_status()
+        taken = client.post("/api/v1/runs/collected-here/traces", content=first.read_bytes())
+        assert taken.status_code == 409 and "was collected" in taken.text, taken.text
+        assert "imported_from" not in client.get("/api/v1/runs/collected-here").json()["config"]
+        assert client.post("/api/v1/runs/twice/traces", content=first.read_bytes()).status_code == 201
+        again = client.post("/api/v1/runs/twice/traces", content=first.read_bytes())  # the same file: nothing new
+        assert again.status_code == 201, again.text
+        replaced = client.post("/api/v1/runs/twice/traces", content=other.read_bytes())
+        assert replaced.status_code == 409 and "rank 0" in replaced.text, replaced.text
+        assert client.post("/api/v1/runs/twice/traces", content=second.read_bytes()).status_code == 201
+        run = client.get("/api/v1/runs/twice").json()
+    assert run["config"]["imported_from"]["ranks"] == [0, 1] and run["state"] == "finished", run
+    spans = run_rows(
+        sqlite_server.db_url, "twice", "SELECT rank, count(*) FROM spans WHERE run_id = {run} GROUP BY rank"
+    )
+    counts = dict(spans)
+    assert counts[0] == counts_of(first) and counts[1] == counts_of(second), counts
+
+
+def counts_of(path: Path) -> int:
+    from bubblescope.trace_import import convert
+
+    return sum(len(batch["spans"]["step"]) for batch in convert(path, "x").batches)
+
+
+def test_a_corrupt_gzip_is_a_422_not_a_500(sqlite_server: LiveServer) -> None:
+    whole = bytearray(gzip.compress(json.dumps(trace()).encode()))
+    with sqlite_server.client() as client:
+        for offset in range(12, len(whole) - 8, max(1, (len(whole) - 20) // 25)):
+            broken = bytearray(whole)
+            broken[offset] ^= 0xFF
+            answer = client.post("/api/v1/runs/flipped/traces", content=bytes(broken))
+            assert answer.status_code in (201, 422), (offset, answer.text)
+            if answer.status_code == 201:
+                client.delete("/api/v1/runs/flipped")
