@@ -99,6 +99,10 @@ export const api = {
   alerts: (options) => getJson(`/alerts${alertQuery(options)}`), // newest first
 };
 
+// Where a browser downloads steps as a Perfetto trace (GET /runs/{key}/trace): a link, not a fetch.
+export const traceUrl = (key, fromStep, toStep, ranks = null) => `${API_PREFIX}${runPath(key)}/trace?${new URLSearchParams(
+  [["from_step", String(fromStep)], ["to_step", String(toStep)], ...(ranks ? [["ranks", ranks]] : [])])}`;
+
 // Whether asking again can give another answer for the same data: not for a 4xx (the request or
 // the run is what it is), yes when the service was unreachable or failed.
 export const worthRetrying = (error) => !(error instanceof ApiError) || error.status === 0 || error.status >= 500;

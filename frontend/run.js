@@ -4,7 +4,7 @@
 // last loaded, or when another step is to be shown. ?view=hung puts the lagging and blocked ranks
 // first in the ranks table; a #ranks, #stragglers or #analysis is scrolled to once the page is drawn.
 import { renderRanks, renderRunAlerts } from "./alerts.js";
-import { api, worthRetrying } from "./api.js";
+import { api, traceUrl, worthRetrying } from "./api.js";
 import { el, plotly, say } from "./dom.js";
 import { spanKinds } from "./kinds.js";
 import { renderAnalysis, showAnalysisError } from "./analysis.js";
@@ -68,9 +68,7 @@ function chooseStep(steps, run) {
 // The step as a Perfetto trace (GET /runs/{key}/trace): of the ranks the timeline shows, or of those asked for.
 function showExportLink(step) {
   const link = document.getElementById("export-trace");
-  const query = new URLSearchParams({ from_step: String(step), to_step: String(step) });
-  if (state.ranks) query.set("ranks", state.ranks);
-  link.href = `/api/v1/runs/${encodeURIComponent(key)}/trace?${query}`;
+  link.href = traceUrl(key, step, step, state.ranks);
   link.hidden = false;
 }
 
