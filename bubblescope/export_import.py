@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from bubblescope import wire
+from bubblescope.analysis.trace_events import BUBBLESCOPE_TRACE_MARK
 from bubblescope.kineto import TraceError, read_trace
 from bubblescope.trace_import import NAME_CHARS, ImportedRank, Span, batches_of
-
-EXPORT_MARK = "bubblescope_spans"  # analysis.trace_events.BUBBLESCOPE_TRACE_MARK: the first key of an export
 
 
 class _NotAnExport(Exception):
@@ -30,7 +29,7 @@ def convert_export(path: Path, run_key: str) -> list[ImportedRank] | None:
     windows: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
 
     def check(metadata: dict[str, Any]) -> None:
-        if EXPORT_MARK not in metadata:
+        if BUBBLESCOPE_TRACE_MARK not in metadata:
             raise _NotAnExport
         other = metadata.get("otherData")
         if isinstance(other, dict) and _integer(other.get("origin_ns")) is not None:
