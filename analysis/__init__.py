@@ -120,6 +120,7 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         straggler_report as straggler_report,
     )
     from bubblescope.analysis.trace_events import (
+        BUBBLESCOPE_TRACE_MARK as BUBBLESCOPE_TRACE_MARK,
         ExportedStep as ExportedStep,
         chrome_trace as chrome_trace,
     )
@@ -168,7 +169,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "vanished_first",
     ),
     "attribution": ("CAUSE_KINDS",),
-    "trace_events": ("ExportedStep", "chrome_trace"),
+    "trace_events": ("BUBBLESCOPE_TRACE_MARK", "ExportedStep", "chrome_trace"),
     "errors": ("InputError",),
     "memory_use": ("RankMemory",),
     "model": (

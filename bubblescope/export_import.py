@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bubblescope import wire
-from bubblescope.analysis.trace_events import BUBBLESCOPE_TRACE_MARK
+from bubblescope.analysis import BUBBLESCOPE_TRACE_MARK
 from bubblescope.kineto import TraceError, read_trace
 from bubblescope.trace_import import NAME_CHARS, ImportedRank, Span, batches_of
 

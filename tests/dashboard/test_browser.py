@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import uuid
 from pathlib import Path
 from typing import Any
@@ -239,7 +241,9 @@ def test_run_page_explains_the_bubble_and_lists_suggestions(
     assert "stage 0" in page.locator("#imbalance-note").inner_text()
     shown = page.locator("#suggestions li .title").all_inner_texts()
     assert shown == [s["title"] for s in analysis["suggestions"]]
-    assert any("move 2 layers from stage 0 to stage 1" in title for title in shown)
+    # how many layers move depends on each layer's timed cost against each stage's own work (runtime, loss),
+    # which a CPU's load moves; the count itself is the analysis tests' (test_suggestions_rerun.py)
+    assert any(re.search(r"move \d+ layers? from stage 0 to stage 1", title) for title in shown), shown
     note = page.locator("#imbalance-note").inner_text()
     assert "layers as the collector counted them" in note and "ms per micro-batch" in note, note
     # memory per stage: one row a stage, the stage nearest its limit marked and named; CPU readings only,
