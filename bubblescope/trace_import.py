@@ -10,7 +10,8 @@ Each activity is classified (``classify``):
   launched it (``record_param_comms`` with a ``Collective name``, ``nccl:all_to_all``, ``c10d::send``), else from
   the kernel's name under each NCCL generation (``ncclKernel_AllReduce_*``, ``ncclDevKernel_ReduceScatter_*``,
   ``ncclDevKernel_SendRecv``, ``ncclDevKernel_Generic``) and ROCm's RCCL; its process group from the kernel's or
-  the launching op's ``Process Group Name``/``Ranks`` (``world`` when the group holds every rank);
+  the launching op's ``Process Group Name``/``Ranks`` (``world`` when the group holds every rank); a send's or
+  recv's peer where the trace names it, and a name that pairs it with its peer's (``numbered_p2p``);
 - compute: optimizer when launched inside ``Optimizer.step``, backward when launched from a thread other than
   the one that runs the profiler steps (autograd's engine), forward otherwise; memory copies and sets count as
   compute of their phase, named ``memory:`` (the wire has no memory kind; the GPU is busy with them).
@@ -28,7 +29,7 @@ import re
 import zlib
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -84,6 +85,10 @@ class CommInfo:
     collective: str | None
     group_name: str | None
     group_ranks: str | None
+    peer: int | None = None
+    """A send's destination or a recv's source: a global rank (NCCL's ``Dst Rank``/``Src Rank``), or, from a
+    ``c10d::send``/``c10d::recv_`` recorded with ``record_shapes``, the rank in its group (``group_peer``)."""
+    group_peer: bool = False
 
 
 @dataclass
@@ -157,8 +162,8 @@ class _RankEvents:
         elif OPTIMIZER_STEP.match(name):
             self.optimizer.add(start, end, tid, True)
         elif "Collective name" in args or name.startswith(COMM_OPS):
-            info = _comm_info(args) or CommInfo(None, None, None)
-            self.comm_ops.add(start, end, tid, CommInfo(info.collective or name, info.group_name, info.group_ranks))
+            info = _comm_info(args) or _c10d_p2p(name, args) or CommInfo(None, None, None)
+            self.comm_ops.add(start, end, tid, replace(info, collective=info.collective or name))
         elif category == "cpu_op":
             self.cpu_ops.append((start, end, tid, name.startswith(BACKWARD_OP)))
 
@@ -184,7 +189,21 @@ def _comm_info(args: dict[str, Any]) -> CommInfo | None:
         None if collective is None else str(collective),
         None if group is None else str(group),
         None if ranks is None else str(ranks),
+        _integer(args.get("Dst Rank", args.get("Src Rank"))),  # torch: groupRanks[peer], a global rank
     )
+
+
+C10D_P2P: Final = ("c10d::send", "c10d::recv_")  # (tensors, process group, peer, tag)
+
+
+def _c10d_p2p(name: str, args: dict[str, Any]) -> CommInfo | None:
+    """A ``c10d::send``/``c10d::recv_`` op's peer, from its ``Concrete Inputs`` (``record_shapes=True``): the
+    rank in the call's group, which the trace does not name."""
+    concrete = args.get("Concrete Inputs")
+    if name not in C10D_P2P or not isinstance(concrete, list) or len(concrete) < 3:
+        return None
+    peer = _integer(concrete[2])
+    return CommInfo(name, None, None, peer, group_peer=True) if peer is not None and peer >= 0 else None
 
 
 @dataclass(frozen=True)
@@ -229,7 +248,8 @@ def classify(
         sources = [source for source in (info, op) if source is not None]
         group = next((source.group_name for source in sources if source.group_name), None)
         ranks = next((source.group_ranks for source in sources if source.group_ranks), None)
-        return kind, CommInfo(said[0], group, ranks)
+        peer = next((source for source in sources if source.peer is not None), None)
+        return kind, CommInfo(said[0], group, ranks, peer and peer.peer, bool(peer and peer.group_peer))
     if events.optimizer.holding(moment, tid):
         return "optimizer", None
     main = tid in events.step_tids or not events.step_tids
@@ -280,7 +300,8 @@ def convert(path: Path, run_key: str, seq_base: int = 0) -> ImportedRank:
     batches: list[dict[str, Any]] = []
     for index, number in enumerate(numbers):
         step_window = windows.get(number) or _gpu_window(by_step, numbers, index)
-        batches += batches_of(run_key, rank, seq_base + len(batches), number, by_step[number], step_window)
+        spans = numbered_p2p(by_step[number])
+        batches += batches_of(run_key, rank, seq_base + len(batches), number, spans, step_window)
     profiler = (
         ", ".join(f"{key} {metadata[key]}" for key in ("schemaVersion", "trace_id") if key in metadata)
         or "torch.profiler"
@@ -335,10 +356,58 @@ def _gpu_spans(
         else:
             label = f"memory: {name}" if category != "kernel" else None
             group = None
+        peer = _global_peer(said, groups) if kind in P2P_KINDS else None
         by_step[step].append(
-            (kind, base + start, base + max(start, end), group, label and label[:NAME_CHARS], None, None, None)
+            (kind, base + start, base + max(start, end), group, label and label[:NAME_CHARS], None, None, peer)
         )
     return by_step
+
+
+P2P_KINDS: Final = frozenset({"send", "recv"})
+
+
+def _global_peer(info: CommInfo | None, groups: dict[str, list[int]]) -> int | None:
+    """A P2P call's peer as a global rank; None where the trace cannot say (a ``c10d`` op's rank in its group, in
+    a job of more than one process group: the op does not name its group)."""
+    if info is None or info.peer is None:
+        return None
+    return info.peer if not info.group_peer or len(groups) <= 1 else None
+
+
+def _p2p_calls(items: list[tuple[int, int, int, CommInfo]]) -> list[tuple[int, int, int, CommInfo]]:
+    """The CPU's communication calls (sorted by start), each P2P call once: gloo records a send or a recv twice,
+    as the ``c10d::send``/``c10d::recv_`` op that posts it (which names the peer) and as the ``gloo:send``/
+    ``gloo:recv`` annotation of its work, which starts inside the op and lasts until the data left or arrived."""
+    calls: list[tuple[int, int, int, CommInfo]] = []
+    posting: dict[tuple[int, str | None], int] = {}  # (thread, kind) -> the last op with a peer, by index
+    for start, end, tid, info in items:
+        kind = collective_kind(info.collective or "")
+        if kind in P2P_KINDS and info.peer is None and (tid, kind) in posting:
+            index = posting.pop((tid, kind))
+            op_start, op_end, _tid, op_info = calls[index]
+            if start <= op_end:
+                calls[index] = (op_start, max(op_end, end), tid, op_info)
+                continue
+        if kind in P2P_KINDS and info.peer is not None:
+            posting[(tid, kind)] = len(calls)
+        calls.append((start, end, tid, info))
+    return calls
+
+
+def numbered_p2p(spans: list[Span]) -> list[Span]:
+    """P2P spans with a peer named by their order between the two ranks in the step (``p2p #3``, the same on both
+    sides): NCCL and gloo deliver one pair's messages in the order they were posted, so the nth send from q to r
+    is the nth recv from q on r, and the analysis matches a recv with its send by ranks and name
+    (``analysis.breakdown``); the time a recv spent before its send started is then a wait, not a transfer."""
+    counts: dict[tuple[str, int, str | None], int] = defaultdict(int)
+    numbered: list[Span] = []
+    for span in sorted(spans, key=lambda s: s[1]):
+        kind, start, end, group, name, stage, microbatch, peer = span
+        if kind in P2P_KINDS and peer is not None:
+            counts[(kind, peer, group)] += 1
+            name = f"p2p {group or ''} #{counts[(kind, peer, group)]}".replace("  ", " ")[:NAME_CHARS]
+        numbered.append((kind, start, end, group, name, stage, microbatch, peer))
+    return numbered
 
 
 def _cpu_spans(
@@ -346,7 +415,7 @@ def _cpu_spans(
 ) -> dict[int, list[Span]]:
     """Each step's CPU timeline: its top-level operators per thread as compute (backward when autograd's engine
     runs them, optimizer inside ``Optimizer.step``), its collective and P2P calls (``gloo:recv``, which lasts until
-    the data arrived, ``c10d::send``) as communication."""
+    the data arrived, ``c10d::send``) as communication: each from when it was posted, as the profiler recorded it."""
     by_step: dict[int, list[Span]] = defaultdict(list)
     comm_starts = sorted(start for start, _end, _tid, _said in events.comm_ops.items)
     open_span: dict[int, list[Any]] = {}  # per thread: [step, kind, start, end] of the compute span being extended
@@ -372,14 +441,15 @@ def _cpu_spans(
         open_span[tid] = [step, kind, start, max(start, end)]
     for current in open_span.values():
         by_step[current[0]].append((current[1], base + current[2], base + current[3], None, None, None, None, None))
-    for start, end, _tid, said in events.comm_ops.items:
+    for start, end, _tid, said in _p2p_calls(events.comm_ops.items):
         step = events.steps.holding(start)
         if step is None:
             continue
         kind = collective_kind(said.collective or "") or "all_reduce"
         label = (said.collective or "")[:NAME_CHARS] or None
         group = _group_label(said, world, groups)
-        by_step[step].append((kind, base + start, base + max(start, end), group, label, None, None, None))
+        peer = _global_peer(said, groups) if kind in P2P_KINDS else None
+        by_step[step].append((kind, base + start, base + max(start, end), group, label, None, None, peer))
     return by_step
 
 

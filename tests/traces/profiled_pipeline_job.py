@@ -34,7 +34,9 @@ def main() -> None:
     collector.instrument_optimizer(optimizer)
     every = schedule(wait=1, warmup=1, active=args.steps - 2)
     written = lambda prof: prof.export_chrome_trace(f"{args.trace_dir}/rank{rank}.json")
-    with profile(activities=[ProfilerActivity.CPU], schedule=every, on_trace_ready=written) as profiler:
+    with profile(
+        activities=[ProfilerActivity.CPU], schedule=every, on_trace_ready=written, record_shapes=True
+    ) as profiler:
         for _ in range(args.steps):
             with collector.step():
                 inputs, targets = torch.randn(64, 512), torch.randn(64, 512)
