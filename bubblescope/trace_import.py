@@ -249,7 +249,9 @@ def classify(
         group = next((source.group_name for source in sources if source.group_name), None)
         ranks = next((source.group_ranks for source in sources if source.group_ranks), None)
         peer = next((source for source in sources if source.peer is not None), None)
-        return kind, CommInfo(said[0], group, ranks, peer and peer.peer, bool(peer and peer.group_peer))
+        if peer is None:
+            return kind, CommInfo(said[0], group, ranks)
+        return kind, CommInfo(said[0], group, ranks, peer.peer, peer.group_peer)
     if events.optimizer.holding(moment, tid):
         return "optimizer", None
     main = tid in events.step_tids or not events.step_tids
