@@ -7,6 +7,7 @@ import threading
 import time
 
 import uvicorn
+from fastapi import FastAPI
 from sqlalchemy.exc import DBAPIError
 
 from bubblescope.backend.app import create_app
@@ -16,17 +17,23 @@ from bubblescope.backend.errors import first_line
 from bubblescope.backend.settings import ServiceSettings
 
 
-def build_server(url: str, host: str, port: int, settings: ServiceSettings | None = None) -> uvicorn.Server:
-    """The service on ``host:port``; the Host allowlist defaults by ``host`` (``ServiceSettings.hosts_for``)."""
-    settings = settings or ServiceSettings()
+def ready_app(url: str, settings: ServiceSettings | None = None) -> FastAPI:
+    """The service's app on ``url``; ``DatabaseNotReady`` with a one-line reason when the database cannot be
+    reached or its schema is not current."""
     try:
-        external_url = settings.external_url or f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-        settings = dataclasses.replace(settings, allowed_hosts=settings.hosts_for(host), external_url=external_url)
-        app = create_app(url, settings)
+        return create_app(url, settings)
     except migrate.SchemaOutOfDate as error:
         raise DatabaseNotReady(str(error)) from None
     except DBAPIError as error:
         raise DatabaseNotReady(f"cannot reach the database {shown_url(url)}: {first_line(error)}") from None
+
+
+def build_server(url: str, host: str, port: int, settings: ServiceSettings | None = None) -> uvicorn.Server:
+    """The service on ``host:port``; the Host allowlist defaults by ``host`` (``ServiceSettings.hosts_for``)."""
+    settings = settings or ServiceSettings()
+    external_url = settings.external_url or f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    settings = dataclasses.replace(settings, allowed_hosts=settings.hosts_for(host), external_url=external_url)
+    app = ready_app(url, settings)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     return uvicorn.Server(config)
 

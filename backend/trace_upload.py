@@ -110,17 +110,15 @@ def _store(request: Request, run_key: str, name: str | None, path: Path) -> Trac
         imported = convert(path, run_key)
     except TraceError as error:
         raise Invalid("body", str(error).replace(f"{path}: ", "", 1)) from None
-    with transaction(request.app.state.session_factory) as session:
+    spans = 0
+    with transaction(request.app.state.session_factory) as session:  # a refusal part-way rolls back every write
         existing = find_run(session, run_key)
         shown = name or (existing.name if existing is not None else run_key)  # a later rank keeps the run's name
-        try:
-            bodies = [
-                RUN_BODIES[_route(m, w, run_key)].model_validate(d)
-                for m, w, d in requests_for([imported], run_key, shown)
-            ]
-        except ValidationError as error:
-            raise Invalid("body", f"the trace cannot be stored: {error.errors()[0]['msg']}") from None
-        for body in bodies:
+        for method, where, document in requests_for([imported], run_key, shown):  # one batch in memory at a time
+            try:
+                body = RUN_BODIES[_route(method, where, run_key)].model_validate(document)
+            except ValidationError as error:
+                raise Invalid("body", f"the trace cannot be stored: {error.errors()[0]['msg']}") from None
             if isinstance(body, RunRegistration):
                 register_run(session, run_key, body, settings)
             elif isinstance(body, RankRegistration):
@@ -129,8 +127,8 @@ def _store(request: Request, run_key: str, name: str | None, path: Path) -> Trac
                 end_rank(session, run_key, imported.rank, body)
             elif isinstance(body, IngestBatchIn):
                 ingest(session, body, settings.ingest_batches_per_s, request.app.state.run_toucher)
+                spans += len(body.spans.step)
     request.app.state.background.news()
-    spans = sum(len(batch["spans"]["step"]) for batch in imported.batches)
     return TraceImported(run_key=run_key, rank=imported.rank, steps=imported.steps, spans=spans)
 
 

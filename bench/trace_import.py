@@ -5,11 +5,12 @@ For each reference Kineto trace (``$BUBBLESCOPE_SHARED_DATA/kineto``, by default
 folder beside the checkout; or ``--traces``): ours reads the file and computes HTA's figures
 (``bubblescope.kineto.read_rank_trace`` + ``analysis.trace_figures.hta_figures``); HTA builds its ``TraceAnalysis``
 of the same file (a folder holding only it) and computes its temporal breakdown. Printed: events, seconds,
-events per second, peak RSS, and the ratios (HTA / ours). ``--scale K`` also writes the largest trace K times
-over (steps shifted in time) to a temporary gzip file and reads that with ours alone: a trace of about K times
-the size, for the memory bound.
+events per second, peak RSS (the process's own VmHWM), and the ratios (HTA / ours). ``--scale K...`` also writes
+the largest trace K times over (steps shifted in time) to a temporary gzip file and reads that with ours alone,
+both the summary (``trace-summary``'s figures, which hold every kernel) and the import (``import-trace``'s
+conversion, which holds one step): a trace of about K times the size, for the memory bound.
 
-    python bench/trace_import.py [--traces FILE...] [--repeat 3] [--scale 40]
+    python bench/trace_import.py [--traces FILE...] [--repeat 3] [--scale 1 10 80]
 """
 
 from __future__ import annotations
@@ -27,8 +28,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 KINETO = Path(os.environ.get("BUBBLESCOPE_SHARED_DATA", REPO.parent / "shared" / "data")) / "kineto"
 
+PEAK = """def peak_mib():  # this process's own peak RSS (VmHWM): ru_maxrss keeps the parent's across fork and exec
+    status = open("/proc/self/status").read()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024"""
+
 OURS = """
-import json, resource, sys, time
+import json, sys, time
+PEAK
 from pathlib import Path
 from bubblescope.kineto import read_rank_trace
 from bubblescope.analysis.trace_figures import hta_figures
@@ -36,11 +42,24 @@ start = time.perf_counter()
 trace = read_rank_trace(Path(sys.argv[1]))
 figures = hta_figures(trace.activities)
 print(json.dumps({"s": time.perf_counter() - start, "events": trace.events, "idle": figures.share(figures.idle_us),
-                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "rss_mib": peak_mib()}))
+"""
+
+IMPORT = """
+import json, sys, time
+PEAK
+from pathlib import Path
+from bubblescope.trace_import import convert, requests_for
+start = time.perf_counter()
+imported = convert(Path(sys.argv[1]), "bench")
+spans = sum(len(d["spans"]["step"]) for method, _, d in requests_for([imported], "bench", "bench") if method == "POST")
+print(json.dumps({"s": time.perf_counter() - start, "spans": spans, "steps": len(imported.steps),
+                  "rss_mib": peak_mib()}))
 """
 
 HTA = """
-import json, logging, resource, shutil, sys, tempfile, time
+import json, logging, shutil, sys, tempfile, time
+PEAK
 logging.disable(logging.WARNING)
 from hta.trace_analysis import TraceAnalysis
 folder = tempfile.mkdtemp()
@@ -49,8 +68,10 @@ start = time.perf_counter()
 analysis = TraceAnalysis(trace_dir=folder)
 breakdown = analysis.get_temporal_breakdown(visualize=False)
 print(json.dumps({"s": time.perf_counter() - start, "idle": float(breakdown["idle_time_pctg"].iloc[0]) / 100,
-                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "rss_mib": peak_mib()}))
 """
+
+OURS, IMPORT, HTA = (code.replace("PEAK\n", PEAK + "\n", 1) for code in (OURS, IMPORT, HTA))
 
 
 def run(code: str, path: Path) -> dict[str, float]:
@@ -97,7 +118,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--traces", nargs="*", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=3, help="runs per reader and file (the median is printed)")
-    parser.add_argument("--scale", type=int, default=0, help="also read the largest trace written this many times over")
+    parser.add_argument(
+        "--scale", type=int, nargs="*", default=[], help="also read the largest trace written K times over, each K"
+    )
     args = parser.parse_args()
     traces = args.traces or sorted(KINETO.rglob("*.json.gz"))
     if not traces:
@@ -117,13 +140,21 @@ def main() -> None:
         )
     if args.scale:
         largest = max(traces, key=lambda p: p.stat().st_size)
+        print(f"\n{largest.name} written K times over; ours alone: the summary (figures) and the import (a run)")
+        print(
+            f"{'K':>4} {'gzip MiB':>9} {'events':>11} | {'summary s':>9} {'peak MiB':>8} | {'import s':>8} {'peak MiB':>8}"
+        )
         with tempfile.TemporaryDirectory() as folder:
-            big = scaled_copy(largest, args.scale, Path(folder))
-            result = run(OURS, big)
-            print(
-                f"{largest.name} x{args.scale}: {big.stat().st_size / 2**20:.0f} MiB gzip, {int(result['events']):,} events: "
-                f"ours {result['s']:.1f} s ({result['events'] / result['s'] / 1e3:.0f} k events/s), peak RSS {result['rss_mib']:.0f} MiB"
-            )
+            for times in args.scale:
+                big = scaled_copy(largest, times, Path(folder)) if times > 1 else largest
+                summary, imported = run(OURS, big), run(IMPORT, big)
+                print(
+                    f"{times:>4} {big.stat().st_size / 2**20:>9.0f} {int(summary['events']):>11,} | "
+                    f"{summary['s']:>9.1f} {summary['rss_mib']:>8.0f} | {imported['s']:>8.1f} {imported['rss_mib']:>8.0f}",
+                    flush=True,
+                )
+                if times > 1:
+                    big.unlink()
 
 
 if __name__ == "__main__":

@@ -342,7 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--db",
         metavar="URL",
-        help="store it straight into this database instead (sqlite:///… or postgresql+psycopg://…)",
+        help="store it straight into this database instead (sqlite:///… or postgresql+psycopg://…), migrated first "
+        "as serve does",
     )
     imported.add_argument("--token", help="bearer token with the ingest scope (default: BUBBLESCOPE_TOKEN)")
     imported.set_defaults(handler=_import_trace)

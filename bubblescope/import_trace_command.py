@@ -43,9 +43,10 @@ def _in_process(db_url: str) -> tuple[Send, Callable[[], None]]:
         warnings.simplefilter("ignore")
         from fastapi.testclient import TestClient
 
-    from bubblescope.backend.app import create_app
+    from bubblescope.backend.db.prepare import prepare_database
+    from bubblescope.backend.server import ready_app
 
-    client = TestClient(create_app(db_url), base_url="http://localhost")
+    client = TestClient(ready_app(prepare_database(db_url)), base_url="http://localhost")  # migrated, as serve does
     client.__enter__()
 
     def deliver(method: str, path: str, document: dict[str, Any]) -> tuple[bool, str]:
@@ -68,7 +69,12 @@ def send_all(requests: Sequence[tuple[str, str, dict[str, Any]]], send: Send) ->
 def _sender(args: argparse.Namespace) -> tuple[Send, Callable[[], None], str] | str:
     """(send, close, where it goes), or what is wrong with the options."""
     if args.db:
-        send, close = _in_process(args.db)
+        from bubblescope.backend.db.prepare import DatabaseNotReady
+
+        try:
+            send, close = _in_process(args.db)
+        except DatabaseNotReady as error:
+            return str(error)
         return send, close, args.db
     from bubblescope.collector.config import URL, env_setting
 
@@ -90,16 +96,17 @@ def main(args: argparse.Namespace) -> int:
         return 2
     name = args.run or paths[0].name.split(".")[0]
     key = run_key_for(name)
-    try:
-        imported = convert_all(paths, key)  # every file read before anything is sent
-    except TraceError as error:
-        print(f"bubblescope import-trace: {error}", file=sys.stderr)
-        return 2
-    sender = _sender(args)
+    sender = _sender(args)  # before reading: a wrong address or database is said at once
     if isinstance(sender, str):
         print(f"bubblescope import-trace: {sender}", file=sys.stderr)
         return 2
     send, close, where = sender
+    try:
+        imported = convert_all(paths, key)  # every file read before anything is sent
+    except TraceError as error:
+        close()
+        print(f"bubblescope import-trace: {error}", file=sys.stderr)
+        return 2
     try:
         send_all(requests_for(imported, key, name), send)
     except RuntimeError as error:

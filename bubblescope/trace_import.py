@@ -28,7 +28,7 @@ import math
 import re
 import zlib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
@@ -36,6 +36,7 @@ from typing import Any, Final
 from bubblescope import wire
 from bubblescope.kineto import TraceError, rank_of, read_trace
 from bubblescope.timesplit import split_window
+from bubblescope.trace_spill import COMM_OP, OPTIMIZER, TraceStore
 
 STEP_NAME: Final = re.compile(r"ProfilerStep#(\d+)$")
 COMM_KERNEL: Final = re.compile(r"^(?:void\s+)?(?:[\w:]*::)?[nr]ccl", re.IGNORECASE)
@@ -116,18 +117,14 @@ class _Window:
 
 @dataclass
 class _RankEvents:
-    """What the import keeps of one file's events."""
+    """What the import reads of one file: its profiler steps and threads in memory (a few per step), every other
+    event it needs as rows of a ``TraceStore`` on disk."""
 
-    gpu: list[tuple[int, int, str, str, int, int, CommInfo | None]] = field(default_factory=list)
-    launches: dict[int, tuple[int, int]] = field(default_factory=dict)  # correlation -> (launch ns, tid)
+    store: TraceStore = field(default_factory=TraceStore)
     steps: _Window = field(default_factory=_Window)
-    optimizer: _Window = field(default_factory=_Window)
-    comm_ops: _Window = field(default_factory=_Window)
     step_tids: set[int] = field(default_factory=set)
-    cpu_ops: list[tuple[int, int, int, bool]] = field(default_factory=list)  # (start, end, tid, in backward)
     pid: int | None = None
     events: int = 0
-    base_ns: int = 0
 
     def add(self, event: dict[str, Any]) -> None:
         self.events += 1
@@ -143,13 +140,12 @@ class _RankEvents:
         end = start + round(duration * 1000) if isinstance(duration, (int, float)) else start
         correlation = _integer(args.get("correlation"))
         if category in GPU_CATEGORIES and correlation is not None:
-            info = _comm_info(args)
-            self.gpu.append((start, end, name, category, _integer(args.get("stream")) or 0, correlation, info))
+            self.store.add("gpu", (start, end, name, category, correlation, *_row_of(_comm_info(args))))
             return
         tid = _integer(event.get("tid"))
         tid = 0 if tid is None else tid
         if correlation is not None and category in ("cuda_runtime", "cuda_driver", "runtime"):
-            self.launches.setdefault(correlation, (start, tid))
+            self.store.add("launches", (correlation, start, tid))
             return
         if category not in ("cpu_op", "user_annotation"):
             return
@@ -160,12 +156,56 @@ class _RankEvents:
             self.steps.add(start, end, tid, int(step.group(1)))
             self.step_tids.add(tid)
         elif OPTIMIZER_STEP.match(name):
-            self.optimizer.add(start, end, tid, True)
+            self.store.add_interval(OPTIMIZER, start, end, tid, _row_of(None))
         elif "Collective name" in args or name.startswith(COMM_OPS):
             info = _comm_info(args) or _c10d_p2p(name, args) or CommInfo(None, None, None)
-            self.comm_ops.add(start, end, tid, replace(info, collective=info.collective or name))
+            self.store.add_interval(COMM_OP, start, end, tid, _row_of(replace(info, collective=info.collective or name)))
         elif category == "cpu_op":
-            self.cpu_ops.append((start, end, tid, name.startswith(BACKWARD_OP)))
+            self.store.add("cpu_ops", (start, end, tid, name.startswith(BACKWARD_OP)))
+
+
+def _row_of(info: CommInfo | None) -> tuple[Any, ...]:
+    if info is None:
+        return (None, None, None, None, 0)
+    return (info.collective, info.group_name, info.group_ranks, info.peer, int(info.group_peer))
+
+
+def _info_of(row: Sequence[Any]) -> CommInfo | None:
+    collective, group_name, group_ranks, peer, group_peer = row
+    if collective is None and group_name is None and peer is None:
+        return None
+    return CommInfo(collective, group_name, group_ranks, peer, bool(group_peer))
+
+
+@dataclass
+class _StepContext:
+    """A step's CPU intervals (from the store) and the threads that run the profiler's steps."""
+
+    comm_ops: _Window
+    optimizer: _Window
+    step_tids: set[int]
+
+
+def _context(events: _RankEvents, lo: int, hi: int) -> _StepContext:
+    windows = []
+    for sort in (COMM_OP, OPTIMIZER):
+        window = _Window()
+        for start, end, tid, *row in events.store.intervals(sort, lo, hi):
+            window.add(start, end, tid, _info_of(row) if sort == COMM_OP else True)
+        window.freeze()
+        windows.append(window)
+    return _StepContext(windows[0], windows[1], events.step_tids)
+
+
+def _step_ranges(steps: _Window) -> list[tuple[int, int, int, tuple[int, int]]]:
+    """(number, from, before, annotation's window) of each ``ProfilerStep#N``, by start: what starts inside it and
+    before the next one starts is its (the latest-starting step holds a moment)."""
+    items = steps.items
+    ranges = []
+    for index, (start, end, _tid, number) in enumerate(items):
+        before = end + 1 if index + 1 == len(items) else min(end + 1, items[index + 1][0])
+        ranges.append((number, start, max(start, before), (start, end)))
+    return ranges
 
 
 def _integer(value: Any) -> int | None:
@@ -216,9 +256,10 @@ class ImportedRank:
     world_size: int | None
     profiler: str
     steps: list[int]
-    batches: list[dict[str, Any]]
+    batches: Iterable[dict[str, Any]]  # read more than once: a list, or a converted file's batches on disk
     pg_config: list[dict[str, Any]]
     digest: str = ""
+    last_end_ns: int = 0  # 0: read from the batches
 
 
 def _group_label(info: CommInfo | None, world_size: int | None, groups: dict[str, list[int]]) -> str | None:
@@ -237,7 +278,7 @@ def classify(
     category: str,
     info: CommInfo | None,
     launch: tuple[int, int],
-    events: _RankEvents,
+    events: _StepContext,
 ) -> tuple[str, CommInfo | None]:
     """(wire kind, what it says of its collective) of one GPU activity launched at ``launch`` (ns, tid)."""
     moment, tid = launch
@@ -264,9 +305,11 @@ def _epoch_base(metadata: dict[str, Any]) -> int:
 
 
 def convert(path: Path, run_key: str, seq_base: int = 0) -> ImportedRank:
-    """One rank's file as wire batches; a ``TraceError`` naming the file when it cannot be imported."""
+    """One rank's file as wire batches; a ``TraceError`` naming the file when it cannot be imported. The events
+    wait on disk (``TraceStore``) and are converted a step at a time, so memory holds a step, not the file."""
     events = _RankEvents()
     metadata = read_trace(path, events.add)
+    events.store.finish()
     digest = file_digest(path)
     seq_base = seq_base or int(digest, 16) << SEQ_SHIFT
     info = metadata.get("distributedInfo")
@@ -280,30 +323,22 @@ def convert(path: Path, run_key: str, seq_base: int = 0) -> ImportedRank:
         for g in pg_config
         if isinstance(g.get("ranks"), list)
     }
-    if not events.gpu and not events.cpu_ops:
+    on_gpu = events.store.counts["gpu"] > 0
+    if not on_gpu and not events.store.counts["cpu_ops"]:
         raise TraceError(f"{path}: no GPU kernels and no CPU operators: nothing to import")
     if not events.steps.items:
         raise TraceError(
             f"{path}: no ProfilerStep#N annotations: profile with torch.profiler.profile(schedule=...) and call "
             "prof.step() once per training step, so that the steps can be told apart"
         )
-    for window in (events.steps, events.optimizer, events.comm_ops):
-        window.freeze()
+    events.steps.freeze()
     base = _epoch_base(metadata)
-    windows: dict[int, tuple[int, int]] = {}
-    if events.gpu:
-        by_step = _gpu_spans(events, base, world, groups)
-    else:  # a CPU-only profile (gloo): the CPU's operators are the timeline, each step its annotation's window
-        by_step = _cpu_spans(events, base, world, groups)
-        windows = {number: (base + start, base + end) for start, end, _tid, number in events.steps.items}
-    if not by_step:
+    # a CPU-only profile (gloo): the CPU's operators are the timeline, each step its annotation's window
+    steps = _gpu_steps(events, base, world, groups) if on_gpu else _cpu_steps(events, base, world, groups)
+    converted = _Converted(run_key, rank, seq_base)
+    batches = events.store.batches(converted.batches(steps))
+    if not converted.numbers:
         raise TraceError(f"{path}: nothing was launched or run inside a ProfilerStep#N: nothing to import")
-    numbers = sorted(by_step)
-    batches: list[dict[str, Any]] = []
-    for index, number in enumerate(numbers):
-        step_window = windows.get(number) or _gpu_window(by_step, numbers, index)
-        spans = numbered_p2p(by_step[number])
-        batches += batches_of(run_key, rank, seq_base + len(batches), number, spans, step_window)
     profiler = (
         ", ".join(f"{key} {metadata[key]}" for key in ("schemaVersion", "trace_id") if key in metadata)
         or "torch.profiler"
@@ -314,11 +349,49 @@ def convert(path: Path, run_key: str, seq_base: int = 0) -> ImportedRank:
         pid=events.pid or 0,
         world_size=world,
         profiler=profiler,
-        steps=numbers,
+        steps=converted.numbers,
         batches=batches,
         pg_config=pg_config,
         digest=digest,
+        last_end_ns=converted.last_end_ns,
     )
+
+
+StepSpans = tuple[int, list["Span"], tuple[int, int] | None]
+"""A step's number, spans and window (None: from its spans, ``_gpu_window``)."""
+
+
+@dataclass
+class _Converted:
+    """Steps become batches one at a time, each once the next step's first start is known (``_gpu_window``)."""
+
+    run_key: str
+    rank: int
+    seq: int
+    numbers: list[int] = field(default_factory=list)
+    last_end_ns: int = 0
+
+    def batches(self, steps: Iterator[StepSpans]) -> Iterator[dict[str, Any]]:
+        held: StepSpans | None = None
+        for step in steps:
+            if held is not None and held[0] == step[0]:  # one step annotated twice: one step
+                held = (step[0], held[1] + step[1], step[2])
+                continue
+            if held is not None:
+                yield from self._sent(held, step)
+            held = step
+        if held is not None:
+            yield from self._sent(held, None)
+
+    def _sent(self, step: StepSpans, following: StepSpans | None) -> Iterator[dict[str, Any]]:
+        number, spans, window = step
+        if window is None:
+            window = _gpu_window(spans, following if following and following[0] == number + 1 else None)
+        self.numbers.append(number)
+        self.last_end_ns = max(self.last_end_ns, window[1])
+        for batch in batches_of(self.run_key, self.rank, self.seq, number, numbered_p2p(spans), window):
+            self.seq += 1
+            yield batch
 
 
 SEQ_SHIFT: Final = 20  # a file's batches are numbered from its digest: another file's never repeat them
@@ -339,30 +412,28 @@ Span = tuple[str, int, int, str | None, str | None, int | None, int | None, int 
 ours, ``export_import``)."""
 
 
-def _gpu_spans(
+def _gpu_steps(
     events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]]
-) -> dict[int, list[Span]]:
-    """Each step's GPU activities (by the step that launched them), classified."""
-    by_step: dict[int, list[Span]] = defaultdict(list)
-    for start, end, name, category, _stream, correlation, comm in events.gpu:
-        launch = events.launches.get(correlation)
-        if launch is None:
-            continue
-        step = events.steps.holding(launch[0])
-        if step is None:
-            continue
-        kind, said = classify(name, category, comm, launch, events)
-        if kind in wire.COMMUNICATION_KINDS:
-            label = said.collective if said else name
-            group = _group_label(said, world, groups)
-        else:
-            label = f"memory: {name}" if category != "kernel" else None
-            group = None
-        peer = _global_peer(said, groups) if kind in P2P_KINDS else None
-        by_step[step].append(
-            (kind, base + start, base + max(start, end), group, label and label[:NAME_CHARS], None, None, peer)
-        )
-    return by_step
+) -> Iterator[StepSpans]:
+    """Each step's GPU activities (by the step that launched them), classified, read from the store a step at a
+    time."""
+    for number, lo, before, _annotated in _step_ranges(events.steps):
+        context = _context(events, lo, before)
+        spans: list[Span] = []
+        for start, end, name, category, *row, launched, tid in events.store.gpu_launched(lo, before):
+            kind, said = classify(name, category, _info_of(row), (launched, tid), context)
+            if kind in wire.COMMUNICATION_KINDS:
+                label = said.collective if said else name
+                group = _group_label(said, world, groups)
+            else:
+                label = f"memory: {name}" if category != "kernel" else None
+                group = None
+            peer = _global_peer(said, groups) if kind in P2P_KINDS else None
+            spans.append(
+                (kind, base + start, base + max(start, end), group, label and label[:NAME_CHARS], None, None, peer)
+            )
+        if spans:
+            yield number, spans, None
 
 
 P2P_KINDS: Final = frozenset({"send", "recv"})
@@ -412,47 +483,46 @@ def numbered_p2p(spans: list[Span]) -> list[Span]:
     return numbered
 
 
-def _cpu_spans(
+def _cpu_steps(
     events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]]
-) -> dict[int, list[Span]]:
+) -> Iterator[StepSpans]:
     """Each step's CPU timeline: its top-level operators per thread as compute (backward when autograd's engine
     runs them, optimizer inside ``Optimizer.step``), its collective and P2P calls (``gloo:recv``, which lasts until
-    the data arrived, ``c10d::send``) as communication: each from when it was posted, as the profiler recorded it."""
-    by_step: dict[int, list[Span]] = defaultdict(list)
-    comm_starts = sorted(start for start, _end, _tid, _said in events.comm_ops.items)
-    open_span: dict[int, list[Any]] = {}  # per thread: [step, kind, start, end] of the compute span being extended
-    for start, end, tid, backward in sorted(events.cpu_ops, key=lambda op: (op[0], -op[1])):  # parents first
-        current = open_span.get(tid)
-        if current is not None and start < current[3]:
-            continue  # inside an operator already counted
-        step = events.steps.holding(start)
-        if step is None:
-            continue
-        kind = "optimizer" if events.optimizer.holding(start, tid) else "backward" if backward else "forward"
-        if (
-            current is not None
-            and current[0] == step
-            and current[1] == kind
-            and start - current[3] <= CPU_GAP_NS
-            and not _any_between(comm_starts, current[3], start)
-        ):
-            current[3] = max(current[3], end)  # the interpreter between two operators of one pass: still the pass
-            continue
-        if current is not None:
-            by_step[current[0]].append((current[1], base + current[2], base + current[3], None, None, None, None, None))
-        open_span[tid] = [step, kind, start, max(start, end)]
-    for current in open_span.values():
-        by_step[current[0]].append((current[1], base + current[2], base + current[3], None, None, None, None, None))
-    for start, end, _tid, said in _p2p_calls(events.comm_ops.items):
-        step = events.steps.holding(start)
-        if step is None:
-            continue
-        kind = collective_kind(said.collective or "") or "all_reduce"
-        label = (said.collective or "")[:NAME_CHARS] or None
-        group = _group_label(said, world, groups)
-        peer = _global_peer(said, groups) if kind in P2P_KINDS else None
-        by_step[step].append((kind, base + start, base + max(start, end), group, label, None, None, peer))
-    return by_step
+    the data arrived, ``c10d::send``) as communication: each from when it was posted, as the profiler recorded it.
+    The step's window is its annotation's."""
+    for number, lo, before, (first, last) in _step_ranges(events.steps):
+        context = _context(events, lo, before)
+        comm_starts = [start for start, _end, _tid, _said in context.comm_ops.items]
+        spans: list[Span] = []
+        open_span: dict[int, list[Any]] = {}  # per thread: [kind, start, end] of the compute span being extended
+        for start, end, tid, backward in events.store.cpu_ops(lo, before):  # parents first
+            current = open_span.get(tid)
+            if current is not None and start < current[2]:
+                continue  # inside an operator already counted
+            kind = "optimizer" if context.optimizer.holding(start, tid) else "backward" if backward else "forward"
+            if (
+                current is not None
+                and current[0] == kind
+                and start - current[2] <= CPU_GAP_NS
+                and not _any_between(comm_starts, current[2], start)
+            ):
+                current[2] = max(current[2], end)  # the interpreter between two operators of one pass: still the pass
+                continue
+            if current is not None:
+                spans.append((current[0], base + current[1], base + current[2], None, None, None, None, None))
+            open_span[tid] = [kind, start, max(start, end)]
+        for current in open_span.values():
+            spans.append((current[0], base + current[1], base + current[2], None, None, None, None, None))
+        for start, end, _tid, said in _p2p_calls(context.comm_ops.items):
+            if not lo <= start < before:
+                continue  # another step's
+            kind = collective_kind(said.collective or "") or "all_reduce"
+            label = (said.collective or "")[:NAME_CHARS] or None
+            group = _group_label(said, world, groups)
+            peer = _global_peer(said, groups) if kind in P2P_KINDS else None
+            spans.append((kind, base + start, base + max(start, end), group, label, None, None, peer))
+        if spans:
+            yield number, spans, (base + first, base + last)
 
 
 def _any_between(sorted_starts: list[int], lo: int, hi: int) -> bool:
@@ -460,13 +530,12 @@ def _any_between(sorted_starts: list[int], lo: int, hi: int) -> bool:
     return index < len(sorted_starts) and sorted_starts[index] < hi
 
 
-def _gpu_window(by_step: dict[int, list[Span]], numbers: list[int], index: int) -> tuple[int, int]:
+def _gpu_window(spans: list[Span], following: StepSpans | None) -> tuple[int, int]:
     """A step's window on the GPU: its first activity's start to the next step's first start, or to its own last
     end where that is later (a collective that runs on past the next step's first kernel counts whole)."""
-    spans = by_step[numbers[index]]
     lo, hi = min(span[1] for span in spans), max(span[2] for span in spans)
-    if index + 1 < len(numbers) and numbers[index + 1] == numbers[index] + 1:
-        hi = max(hi, min(span[1] for span in by_step[numbers[index + 1]]))  # the gap to the next step is idle
+    if following is not None:
+        hi = max(hi, min(span[1] for span in following[1]))  # the gap to the next step is idle
     return lo, max(lo + 1, hi)
 
 
@@ -571,19 +640,19 @@ def run_key_for(name: str) -> str:
     return key or "imported-trace"
 
 
-def requests_for(imported: Sequence[ImportedRank], run_key: str, name: str) -> list[tuple[str, str, dict[str, Any]]]:
-    """(method, path, document) in the order a collector sends them: the run, each rank, its steps, its end."""
+def requests_for(
+    imported: Sequence[ImportedRank], run_key: str, name: str
+) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(method, path, document) in the order a collector sends them: the run, each rank, its steps, its end; made
+    one at a time (a file's batches are read from disk as they are sent)."""
     prefix = f"{wire.API_PREFIX}/runs/{run_key}"
     config = run_config(imported)
     world = max(config[wire.IMPORTED_FROM]["world_size"] or 0, max(r.rank for r in imported) + 1)
-    out: list[tuple[str, str, dict[str, Any]]] = [
-        ("PUT", prefix, {"name": name, "world_size": world, "config": config})
-    ]
+    yield ("PUT", prefix, {"name": name, "world_size": world, "config": config})
     for rank in imported:
-        out.append(("PUT", f"{prefix}/ranks/{rank.rank}", {"host": f"trace {rank.file}"[:255], "pid": rank.pid}))
-        out += [("POST", f"{wire.API_PREFIX}/ingest", batch) for batch in rank.batches]
-        last_end = max(step["end_ns"] for batch in rank.batches for step in batch["steps"])
-        out.append(
-            ("PUT", f"{prefix}/ranks/{rank.rank}/end", {"outcome": "finished", "end_ns": last_end, "pid": rank.pid})
-        )
-    return out
+        yield ("PUT", f"{prefix}/ranks/{rank.rank}", {"host": f"trace {rank.file}"[:255], "pid": rank.pid})
+        last_end = rank.last_end_ns
+        for batch in rank.batches:
+            last_end = max([last_end, *(step["end_ns"] for step in batch["steps"])])
+            yield ("POST", f"{wire.API_PREFIX}/ingest", batch)
+        yield ("PUT", f"{prefix}/ranks/{rank.rank}/end", {"outcome": "finished", "end_ns": last_end, "pid": rank.pid})

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bubblescope.analysis.trace_figures import own_split
-from bubblescope.kineto import read_rank_trace
+from bubblescope.kineto import TraceError, read_rank_trace
 from tests.support import migrated_database, run_rows, start_server
 from tests.traces.support import JOBS, job_files
 from tests.traces.written import kernel, trace, write
@@ -246,3 +246,44 @@ def test_a_recv_kernels_time_before_its_peers_send_started_is_a_wait(db_url: str
     assert breakdown[1]["dependency_wait_ns"] == 30_000 + 13_000, breakdown[1]
     assert breakdown[1]["transfer_ns"] == 20_000 + 10_000, breakdown[1]
     assert breakdown[0]["dependency_wait_ns"] == 0, breakdown[0]  # each send found its recv posted
+
+
+def test_a_files_events_wait_on_disk_and_are_removed_with_its_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The import holds a step at a time: the file's events and its converted batches wait in a temporary folder
+    (``trace_spill``), read back as they are sent, removed once nothing reads them, and after a refused file."""
+    import gc
+    import tempfile
+
+    from bubblescope.trace_import import convert, requests_for
+
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spill))
+    path = job_files("nccl_data_rank0_of2_a100")[0]
+    imported = convert(path, "disk")
+    assert [p.name[:18] for p in spill.iterdir()] == ["bubblescope-trace-"]
+    assert not isinstance(imported.batches, list)
+    sent = [d for method, _, d in requests_for([imported], "disk", "disk") if method == "POST"]
+    assert len(sent) == len(imported.batches) == len(imported.steps) > 0
+    assert [d["steps"][0]["step"] for d in sent] == imported.steps
+    assert sent == list(imported.batches)  # read again, the same
+    del imported, sent
+    gc.collect()
+    assert list(spill.iterdir()) == []
+    with pytest.raises(TraceError):
+        convert(write(tmp_path / "rank0.json", trace(events=kernel(10, 5, "sm80_gemm", 1))), "disk")
+    gc.collect()
+    assert list(spill.iterdir()) == []
+
+
+def test_an_import_into_a_new_database_file_migrates_it_first(tmp_path: Path) -> None:
+    fresh = f"sqlite:///{tmp_path / 'new.db'}"
+    done = import_trace(write(tmp_path / "rank0.json", trace()), "--db", fresh, "--run", "fresh")
+    assert done.returncode == 0, done.stderr
+    assert run_rows(fresh, "fresh", "SELECT step FROM steps WHERE run_id = {run}") == [(1,), (2,)]
+    unreachable = "postgresql+psycopg://nobody@127.0.0.1:1/none"
+    refused = import_trace(write(tmp_path / "rank0.json", trace()), "--db", unreachable)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.startswith("bubblescope import-trace: ") and len(refused.stderr.splitlines()) == 1
