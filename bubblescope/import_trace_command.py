@@ -14,7 +14,7 @@ import gzip
 import json
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ def _in_process(db_url: str) -> tuple[Send, Callable[[], None]]:
     return deliver, lambda: client.__exit__(None, None, None)
 
 
-def send_all(requests: Sequence[tuple[str, str, dict[str, Any]]], send: Send) -> None:
+def send_all(requests: Iterable[tuple[str, str, dict[str, Any]]], send: Send) -> None:
     """Every request in order; ``RuntimeError`` naming the first the service refused."""
     for method, path, document in requests:
         ok, problem = send(method, path, document)

@@ -159,7 +159,9 @@ class _RankEvents:
             self.store.add_interval(OPTIMIZER, start, end, tid, _row_of(None))
         elif "Collective name" in args or name.startswith(COMM_OPS):
             info = _comm_info(args) or _c10d_p2p(name, args) or CommInfo(None, None, None)
-            self.store.add_interval(COMM_OP, start, end, tid, _row_of(replace(info, collective=info.collective or name)))
+            self.store.add_interval(
+                COMM_OP, start, end, tid, _row_of(replace(info, collective=info.collective or name))
+            )
         elif category == "cpu_op":
             self.store.add("cpu_ops", (start, end, tid, name.startswith(BACKWARD_OP)))
 
@@ -412,9 +414,7 @@ Span = tuple[str, int, int, str | None, str | None, int | None, int | None, int 
 ours, ``export_import``)."""
 
 
-def _gpu_steps(
-    events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]]
-) -> Iterator[StepSpans]:
+def _gpu_steps(events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]]) -> Iterator[StepSpans]:
     """Each step's GPU activities (by the step that launched them), classified, read from the store a step at a
     time."""
     for number, lo, before, _annotated in _step_ranges(events.steps):
@@ -483,9 +483,7 @@ def numbered_p2p(spans: list[Span]) -> list[Span]:
     return numbered
 
 
-def _cpu_steps(
-    events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]]
-) -> Iterator[StepSpans]:
+def _cpu_steps(events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]]) -> Iterator[StepSpans]:
     """Each step's CPU timeline: its top-level operators per thread as compute (backward when autograd's engine
     runs them, optimizer inside ``Optimizer.step``), its collective and P2P calls (``gloo:recv``, which lasts until
     the data arrived, ``c10d::send``) as communication: each from when it was posted, as the profiler recorded it.
