@@ -4,7 +4,8 @@ One process per rank (named with its host and stage, sorted by rank), threads th
 (compute, communication, the step) and whose slices nest: a span that would overlap the one before it without
 nesting goes to the category's next lane, a thread of its own, because Perfetto moves slices that do not nest
 to overflow tracks. Each slice's ``args`` carry its step, stage, micro-batch, peer and group; a flow arrow runs
-from each send to the recv it fed (``s`` at the send's start, ``f`` with ``"bp": "e"`` inside the recv). Times
+from each send to the recv it fed (``s`` at the send's start, ``f`` with ``"bp": "e"`` inside the recv); each rank's
+memory peaks are counter tracks (``C`` events, one sample a step at its start: that step's own peak, in MiB). Times
 are the service's aligned clock (rank 0's), in µs from ``otherData.origin_ns`` (epoch ns): µs as doubles keep
 their nanoseconds only that close to their origin, and slices that do not keep them do not nest. ``BUBBLESCOPE_TRACE_MARK`` marks the document so that the
 trace importer reads it back as spans.
@@ -19,6 +20,7 @@ from typing import Any, Final
 
 from bubblescope import wire
 from bubblescope.analysis.breakdown import MatchedRecv
+from bubblescope.analysis.memory_use import RankMemory
 from bubblescope.analysis.model import RankPlace, TimedSpan
 
 BUBBLESCOPE_TRACE_MARK: Final = "bubblescope_spans"
@@ -35,6 +37,14 @@ class ExportedStep:
     spans: Sequence[TimedSpan]
     windows: Mapping[int, tuple[int, int]]
     matched: Sequence[MatchedRecv]
+    memory: Sequence[RankMemory] = ()  # each rank's peaks in this step (ranks that sent readings)
+
+
+MEMORY_COUNTERS: Final = {  # counter name -> the step's reading; Perfetto names its track "<name> MiB"
+    "peak RSS": "peak_rss_bytes",
+    "GPU peak allocated": "gpu_peak_allocated_bytes",
+    "GPU peak reserved": "gpu_peak_reserved_bytes",
+}
 
 
 def _category(kind: str) -> str:
@@ -85,6 +95,7 @@ def chrome_trace(
             events.append(
                 _slice(rank, CATEGORY_THREADS["step"], f"step {step.step}", "step", lo, hi, {"step": step.step})
             )
+        events += _memory_counters(step, origin)
         for span in sorted(step.spans, key=lambda s: (s.rank, s.start_ns, -s.end_ns)):
             category = _category(span.kind)
             lane = lanes.place(span.rank, category, span.start_ns, span.end_ns)
@@ -152,6 +163,23 @@ def chrome_trace(
         },
         "traceEvents": _metadata(ranks, threads, place_of) + events,
     }
+
+
+def _memory_counters(step: ExportedStep, origin: int) -> list[dict[str, Any]]:
+    """One ``C`` event per rank and reading at the step's start: the step's own peak, which Perfetto holds until
+    the next step's sample."""
+    events = []
+    for memory in step.memory:
+        window = step.windows.get(memory.rank)
+        if window is None:
+            continue
+        for name, field in MEMORY_COUNTERS.items():
+            value = getattr(memory, field)
+            if value is not None:
+                ts = _us(window[0] - origin)
+                args = {"MiB": round(value / 2**20, 3)}
+                events.append({"ph": "C", "pid": memory.rank, "name": name, "ts": ts, "args": args})
+    return events
 
 
 def _slice(pid: int, tid: int, name: str, kind: str, start: int, end: int, args: dict[str, Any]) -> dict[str, Any]:

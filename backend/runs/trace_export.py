@@ -46,6 +46,7 @@ def trace_export(
                 spans=[s for s in record.spans if s.rank in wanted],
                 windows={rank: window for rank, window in record.windows.items() if rank in wanted},
                 matched=[(recv, sent) for recv, sent in found.broken.matched if recv.rank in wanted],
+                memory=[m for m in step_queries.memory_peaks(session, run.id, [step]) if m.rank in wanted],
             )
         )
     if not exported:

@@ -45,6 +45,9 @@ def check_trace_events(document: dict[str, Any]) -> None:
     assert flows and all(set(ends) == {"s", "f"} and ends["f"].get("bp") == "e" for ends in flows.values()), flows
     named = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     assert named == {e["pid"] for e in events if e["ph"] == "X"}
+    for counter in (e for e in events if e["ph"] == "C"):  # a counter track: numbers, on a named process
+        assert counter["pid"] in named and counter["args"], counter
+        assert all(isinstance(v, (int, float)) for v in counter["args"].values()), counter
 
 
 def spans_of(db_url: str, key: str, steps: range) -> dict[int, Counter[tuple[Any, ...]]]:
@@ -93,6 +96,15 @@ def test_a_pipeline_jobs_steps_export_to_perfetto_and_import_back(sqlite_server:
         too_many = client.get(f"/api/v1/runs/{job.run_key}/trace", params={"from_step": 0, "to_step": 40})
         assert too_many.status_code == 422 and too_many.json()["detail"][0]["loc"] == ["query", "to_step"]
     check_trace_events(document)
+    # memory: each rank's own peak in each exported step, a counter sample at the step's start
+    peaks = run_rows(
+        sqlite_server.db_url,
+        job.run_key,
+        "SELECT rank, step, peak_rss_bytes FROM steps WHERE run_id = {run} AND step BETWEEN 2 AND 4",
+    )
+    expected = sorted((rank, round(peak / 2**20, 3)) for rank, _step, peak in peaks if peak is not None)
+    counted = sorted((e["pid"], e["args"]["MiB"]) for e in document["traceEvents"] if e["name"] == "peak RSS")
+    assert len(expected) == 6 and counted == expected, (counted, expected)
     names = {e["args"]["name"] for e in document["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
     assert any("stage 0" in name for name in names) and any("stage 1" in name for name in names), names
     exported = tmp_path / "export.json"
