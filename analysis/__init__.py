@@ -12,9 +12,11 @@ behind them. A source of steps (the service's database; an imported trace) hands
 3. ``straggler_report`` scores ranks over a step range from their per-step totals alone.
 4. The alert rules (``evaluate``, ``RULES``), the schedule registry (``lookup``), the planner
    (``plan_document``) and the warm-up rule (``usual_steps``, ``default_step``).
-6. Steps as Chrome trace-event JSON for Perfetto (``chrome_trace``).
 5. A profiler trace's GPU activities (``GpuActivity``) → Holistic Trace Analysis' figures (``hta_figures``) and
    our own split of the same span (``own_split``).
+6. Steps as Chrome trace-event JSON for Perfetto (``chrome_trace``).
+7. Flight Recorder dumps (``FrDump``, one per rank) → where each group's collectives stand, the first one not
+   every rank joined, and mismatches (``flight_recorder_report``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
     )
     from bubblescope.analysis.errors import (
         InputError as InputError,
+    )
+    from bubblescope.analysis.flight_recorder import (
+        FlightRecorderReport as FlightRecorderReport,
+        FrDump as FrDump,
+        flight_recorder_report as flight_recorder_report,
     )
     from bubblescope.analysis.memory_use import (
         RankMemory as RankMemory,
@@ -170,6 +177,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
     ),
     "attribution": ("CAUSE_KINDS",),
     "trace_events": ("BUBBLESCOPE_TRACE_MARK", "ExportedStep", "chrome_trace"),
+    "flight_recorder": ("FlightRecorderReport", "FrDump", "flight_recorder_report"),
     "errors": ("InputError",),
     "memory_use": ("RankMemory",),
     "model": (

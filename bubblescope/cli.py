@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from bubblescope.analysis import DEFAULT_SCHEDULE, NAMES, ScheduleError, lookup
+from bubblescope.input_files import missing_files
 from bubblescope.ports import can_listen, taken_message
 
 
@@ -77,9 +78,9 @@ def _trace_summary(args: argparse.Namespace) -> int:
     from bubblescope.kineto import TraceError
     from bubblescope.trace_summary import format_table, summarize
 
-    missing = [path for path in args.traces if not Path(path).is_file()]
-    if missing:
-        print(f"bubblescope trace-summary: no such file: {', '.join(missing)}", file=sys.stderr)
+    refusal = missing_files("trace-summary", args.traces)
+    if refusal:
+        print(refusal, file=sys.stderr)
         return 2
     try:
         summaries = summarize([Path(path) for path in args.traces])
@@ -92,6 +93,12 @@ def _trace_summary(args: argparse.Namespace) -> int:
 
 def _import_trace(args: argparse.Namespace) -> int:
     from bubblescope.import_trace_command import main
+
+    return main(args)
+
+
+def _import_fr(args: argparse.Namespace) -> int:
+    from bubblescope.fr_command import main
 
     return main(args)
 
@@ -347,6 +354,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     imported.add_argument("--token", help="bearer token with the ingest scope (default: BUBBLESCOPE_TOKEN)")
     imported.set_defaults(handler=_import_trace)
+
+    flight = commands.add_parser(
+        "import-fr",
+        help="read PyTorch Flight Recorder dumps: where each rank's collectives stand, who is missing",
+        description="Read PyTorch Flight Recorder dumps, one per rank (the pickle torch writes, or its JSON; the "
+        "rank from the file name, as torch names them: nccl_trace_rank_3), and print per process group each "
+        "rank's last enqueued, started and completed collective, the first collective not every rank joined and "
+        "the ranks missing from it, and collectives whose ranks disagree on op, sizes or dtypes. A pickle is read "
+        "with an unpickler that builds plain values only. docs/traces.md.",
+    )
+    flight.add_argument("dumps", nargs="+", metavar="DUMP", help="dump files, one per rank")
+    flight.add_argument("--json", action="store_true", help="print the report as JSON")
+    flight.set_defaults(handler=_import_fr)
 
     plan = commands.add_parser(
         "plan",

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from bubblescope.input_files import missing_files
 from bubblescope.kineto import TraceError
 from bubblescope.trace_import import convert_all, requests_for, run_key_for
 
@@ -89,11 +90,11 @@ def _sender(args: argparse.Namespace) -> tuple[Send, Callable[[], None], str] | 
 
 
 def main(args: argparse.Namespace) -> int:
-    paths = [Path(p) for p in args.traces]
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
-        print(f"bubblescope import-trace: no such file: {', '.join(missing)}", file=sys.stderr)
+    refusal = missing_files("import-trace", args.traces)
+    if refusal:
+        print(refusal, file=sys.stderr)
         return 2
+    paths = [Path(p) for p in args.traces]
     name = args.run or paths[0].name.split(".")[0]
     key = run_key_for(name)
     sender = _sender(args)  # before reading: a wrong address or database is said at once
