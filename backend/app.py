@@ -84,6 +84,7 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     app.state.schema_head = head_revision(db_url)
     app.state.database = DatabaseStatus()
     app.state.ingest_gate = IngestGate(settings.ingest_in_flight, settings.ingest_queue, settings.retry_after_s)
+    app.state.trace_gate = IngestGate(1, trace_upload.TRACE_QUEUE, settings.retry_after_s, "trace uploads")
     app.state.body_budget = BodyBudget(settings.max_bodies_bytes, settings.retry_after_s)
     app.state.session_factory = build_session_factory(engine)
     app.state.background = BackgroundTasks(Leadership(engine))  # periodic tasks, run by one process of a deployment

@@ -3,15 +3,20 @@ that rank of an imported run: ``bubblescope import-trace`` without the command l
 
 At the top of the service's layers because it composes two features: the runs feature registers the run and the
 rank, the ingest feature stores each step. The body is streamed to a temporary file (at most
-``--max-trace-bytes``), converted, then stored in one transaction, so a refused file stores nothing. Ranks may be
+``--max-trace-bytes``, written off the event loop), converted, then stored in one transaction, so a refused file
+stores nothing. One upload is worked on at a time and ``TRACE_QUEUE`` more wait (a conversion takes a core for
+seconds to minutes); past that the sender is told to retry (503 with ``Retry-After``). Ranks may be
 uploaded one request each: the run's ``imported_from`` gathers their files.
 """
 
 from __future__ import annotations
 
+import shutil
 import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Final
 
 import anyio
 from fastapi import APIRouter, Query, Request
@@ -23,6 +28,7 @@ from bubblescope.backend.body import received_chunks
 from bubblescope.backend.db.engine import transaction
 from bubblescope.backend.errors import ApiError, Invalid, TooLarge
 from bubblescope.backend.fields import RunKey
+from bubblescope.backend.ingest.gate import IngestGate
 from bubblescope.backend.ingest.schemas import IngestBatchIn
 from bubblescope.backend.ingest.service import ingest
 from bubblescope.backend.runs.schemas import RankEndIn, RankRegistration, RunRegistration
@@ -77,7 +83,8 @@ async def upload_trace(
     ] = "trace.json",
 ) -> TraceImported:
     settings = settings_of(request)
-    with tempfile.TemporaryDirectory(prefix="bubblescope-trace-") as folder:
+    gate: IngestGate = request.app.state.trace_gate
+    async with gate.admit(), _temporary_folder() as folder:
         path = Path(folder) / file
         try:
             with anyio.fail_after(settings.trace_timeout_s):
@@ -92,14 +99,32 @@ async def upload_trace(
         return await run_in_threadpool(_store, request, run_key, name, path)
 
 
+@asynccontextmanager
+async def _temporary_folder() -> AsyncIterator[str]:
+    folder = await anyio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix="bubblescope-trace-"))
+    try:
+        yield folder
+    finally:
+        await anyio.to_thread.run_sync(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+TRACE_QUEUE: Final = 4  # trace uploads waiting for the one in work, past which a sender retries
+WRITE_BYTES: Final = 4 << 20  # the body goes to disk in pieces this large, off the event loop
+
+
 async def _receive(request: Request, path: Path, limit: int) -> None:
     size = 0
-    with path.open("wb") as out:
+    pending: list[bytes] = []
+    with await anyio.to_thread.run_sync(path.open, "wb") as out:
         async for chunk in received_chunks(request):
             size += len(chunk)
             if size > limit:
                 raise TooLarge("body", f"the trace is over {limit} bytes (the service's --max-trace-bytes)")
-            out.write(chunk)
+            pending.append(chunk)
+            if sum(map(len, pending)) >= WRITE_BYTES:
+                await anyio.to_thread.run_sync(out.write, b"".join(pending))
+                pending.clear()
+        await anyio.to_thread.run_sync(out.write, b"".join(pending))
     if size == 0:
         raise Invalid("body", "no trace: send one rank's torch.profiler trace file as the body")
 

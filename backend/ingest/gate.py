@@ -21,7 +21,8 @@ from bubblescope.backend.errors import busy
 class IngestGate:
     """Counts ingest requests admitted; used on the event loop only, so the count needs no lock."""
 
-    def __init__(self, limit: int, queue: int, retry_after_s: int) -> None:
+    def __init__(self, limit: int, queue: int, retry_after_s: int, what: str = "ingest requests") -> None:
+        self.what = what  # what is admitted, as the 503 says it
         self.limit = limit
         self.queue = queue
         self.retry_after_s = retry_after_s
@@ -32,7 +33,7 @@ class IngestGate:
     async def admit(self) -> AsyncIterator[None]:
         if self.admitted >= self.limit + self.queue:
             raise busy(
-                f"{self.limit} ingest requests in work and {self.queue} waiting (the limits)", self.retry_after_s
+                f"{self.limit} {self.what} in work and {self.queue} waiting (the limits)", self.retry_after_s
             )
         if self._turns is None:
             self._turns = asyncio.Semaphore(self.limit)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support import LiveServer, migrated_database, run_rows, start_server
@@ -109,3 +111,45 @@ def test_a_corrupt_gzip_is_a_422_not_a_500(sqlite_server: LiveServer) -> None:
             assert answer.status_code in (201, 422), (offset, answer.text)
             if answer.status_code == 201:
                 client.delete("/api/v1/runs/flipped")
+
+
+def test_uploads_past_the_one_in_work_and_its_queue_are_told_to_retry(sqlite_server: LiveServer) -> None:
+    """A conversion takes a core: one upload is worked on and TRACE_QUEUE wait; the next gets 503 with
+    Retry-After at once, and the held ones complete once their bodies arrive."""
+    import threading
+
+    import httpx
+
+    from bubblescope.backend.trace_upload import TRACE_QUEUE
+
+    document = json.dumps(trace()).encode()
+    release = threading.Event()
+
+    def slow_body() -> Iterator[bytes]:
+        yield document[:1]
+        release.wait(30)
+        yield document[1:]
+
+    answers: dict[int, int] = {}
+
+    def upload(index: int) -> None:
+        with httpx.Client(base_url=sqlite_server.url, timeout=60) as client:
+            answer = client.post(
+                f"/api/v1/runs/held-{index}/traces", params={"file": "rank0.json"}, content=slow_body()
+            )
+            answers[index] = answer.status_code
+
+    held = [threading.Thread(target=upload, args=(index,)) for index in range(1 + TRACE_QUEUE)]
+    for thread in held:
+        thread.start()
+    try:
+        time.sleep(3)  # each held upload has sent its headers and its first byte: admitted, in work or waiting
+        with sqlite_server.client() as client:
+            refused = client.post("/api/v1/runs/one-more/traces", params={"file": "rank0.json"}, content=document)
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["Retry-After"] and "trace uploads" in refused.json()["detail"][0]["msg"]
+    finally:
+        release.set()
+        for thread in held:
+            thread.join(60)
+    assert answers == dict.fromkeys(range(1 + TRACE_QUEUE), 201), answers
