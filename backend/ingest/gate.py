@@ -32,9 +32,7 @@ class IngestGate:
     @asynccontextmanager
     async def admit(self) -> AsyncIterator[None]:
         if self.admitted >= self.limit + self.queue:
-            raise busy(
-                f"{self.limit} {self.what} in work and {self.queue} waiting (the limits)", self.retry_after_s
-            )
+            raise busy(f"{self.limit} {self.what} in work and {self.queue} waiting (the limits)", self.retry_after_s)
         if self._turns is None:
             self._turns = asyncio.Semaphore(self.limit)
         self.admitted += 1
