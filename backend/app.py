@@ -20,6 +20,7 @@ from bubblescope.backend.db.engine import build_engine, build_session_factory
 from bubblescope.backend.db.migrate import head_revision, require_current
 from bubblescope.backend.derived.answers import AnswerStore
 from bubblescope.backend.errors import install_error_handlers
+from bubblescope.backend.flight_recorder.router import router as flight_recorder_router
 from bubblescope.backend.health.router import DatabaseStatus, router as health_router
 from bubblescope.backend.hosts import HostAllowlist, JsonErrorCors
 from bubblescope.backend.ingest.gate import IngestGate
@@ -47,6 +48,7 @@ FEATURE_ROUTERS = (
     ingest_router,
     runs_router,
     capture_router,
+    flight_recorder_router,
     analysis_router,
     stragglers_router,
     plan_router,
@@ -84,7 +86,7 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     app.state.schema_head = head_revision(db_url)
     app.state.database = DatabaseStatus()
     app.state.ingest_gate = IngestGate(settings.ingest_in_flight, settings.ingest_queue, settings.retry_after_s)
-    app.state.trace_gate = IngestGate(1, trace_upload.TRACE_QUEUE, settings.retry_after_s, "trace uploads")
+    app.state.trace_gate = IngestGate(1, trace_upload.TRACE_QUEUE, settings.retry_after_s, "file uploads")
     app.state.body_budget = BodyBudget(settings.max_bodies_bytes, settings.retry_after_s)
     app.state.session_factory = build_session_factory(engine)
     app.state.background = BackgroundTasks(Leadership(engine))  # periodic tasks, run by one process of a deployment

@@ -366,6 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     flight.add_argument("dumps", nargs="+", metavar="DUMP", help="dump files, one per rank")
     flight.add_argument("--json", action="store_true", help="print the report as JSON")
+    flight.add_argument("--url", help="also upload them to this service, as the run's dumps (its page shows them)")
+    flight.add_argument("--run", metavar="KEY", help="the run they belong to (with --url)")
+    flight.add_argument("--token", help="bearer token with the ingest scope (default: BUBBLESCOPE_TOKEN)")
     flight.set_defaults(handler=_import_fr)
 
     plan = commands.add_parser(

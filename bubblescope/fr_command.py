@@ -9,11 +9,15 @@ import argparse
 import dataclasses
 import json
 import sys
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from bubblescope.analysis import FlightRecorderReport, flight_recorder_report
 from bubblescope.fr_dump import DumpError, read_dump
 from bubblescope.input_files import missing_files
+from bubblescope.wire import API_PREFIX
 
 # DumpError, read_dump
 
@@ -53,12 +57,38 @@ def format_report(report: FlightRecorderReport, version: str) -> str:
     return "\n".join(lines)
 
 
+def _upload(url: str, token: str | None, run: str, paths: list[Path]) -> str | None:
+    """Each dump to ``POST /runs/{run}/flight-recorder``; what went wrong with the first the service refused."""
+    for path in paths:
+        query = urllib.parse.urlencode({"file": path.name})
+        request = urllib.request.Request(
+            f"{url.rstrip('/')}{API_PREFIX}/runs/{urllib.parse.quote(run, safe='')}/flight-recorder?{query}",
+            data=path.read_bytes(),
+            method="POST",
+            headers={
+                "Content-Type": "application/octet-stream",
+                **({"Authorization": f"Bearer {token}"} if token else {}),
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=120):
+                pass
+        except urllib.error.HTTPError as error:
+            return f"{path.name}: HTTP {error.code}: {error.read(300).decode(errors='replace')}"
+        except (OSError, ValueError) as error:
+            return f"{path.name}: {url}: {error}"
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     refusal = missing_files("import-fr", args.dumps)
     if refusal:
         print(refusal, file=sys.stderr)
         return 2
     paths = [Path(p) for p in args.dumps]
+    if args.url and not args.run:
+        print("bubblescope import-fr: --url needs --run KEY: the run the dumps belong to", file=sys.stderr)
+        return 2
     try:
         dumps = [read_dump(path) for path in paths]
     except DumpError as error:
@@ -69,6 +99,14 @@ def main(args: argparse.Namespace) -> int:
     if twice:
         print(f"bubblescope import-fr: more than one dump for rank {twice[0]}: give one per rank", file=sys.stderr)
         return 2
+    if args.url:
+        from bubblescope.collector.config import env_setting
+
+        problem = _upload(args.url, args.token or env_setting("token"), args.run, paths)
+        if problem:
+            print(f"bubblescope import-fr: {problem}", file=sys.stderr)
+            return 1
+        print(f"uploaded {len(paths)} dumps to run {args.run}: open {args.url.rstrip('/')}/runs/{args.run}")
     report = flight_recorder_report(dumps)
     if args.json:
         print(json.dumps(dataclasses.asdict(report), indent=1))

@@ -30,7 +30,7 @@ UNREADABLE: Final = (  # what a malformed pickle's own opcodes, or malformed JSO
     RecursionError,
     MemoryError,  # a length field mutated to gigabytes
 )
-MAX_DUMP_BYTES: Final = 256 << 20  # a dump of torch's default 2,000 entries is well under a MiB
+MAX_DUMP_BYTES: Final = 64 << 20  # torch's default 2,000 entries with their stacks are well under a MiB
 
 
 class DumpError(ValueError):
@@ -57,28 +57,67 @@ def read_dump(path: Path) -> FrDump:
     size = path.stat().st_size
     if size > MAX_DUMP_BYTES:
         raise DumpError(f"{path}: {size} bytes, over {MAX_DUMP_BYTES}: not a Flight Recorder dump")
-    data = path.read_bytes()
     try:
-        document = json.loads(data) if data.lstrip()[:1] == b"{" else plain_loads(data)
+        return parse_dump(path.read_bytes(), path.name)
     except DumpError as error:
         raise DumpError(f"{path}: {error}") from None
+
+
+def parse_dump(data: bytes, name: str, rank: int | None = None) -> FrDump:
+    """One rank's dump from its bytes, its rank ``rank`` or else the one its file ``name`` names; a ``DumpError``
+    saying what is wrong otherwise."""
+    try:
+        document = json.loads(data) if data.lstrip()[:1] == b"{" else plain_loads(data)
+    except DumpError:
+        raise
     except UNREADABLE as error:
-        raise DumpError(
-            f"{path}: neither a Flight Recorder pickle nor its JSON ({type(error).__name__}: {error})"
-        ) from None
+        raise DumpError(f"neither a Flight Recorder pickle nor its JSON ({type(error).__name__}: {error})") from None
     if not isinstance(document, dict) or not isinstance(document.get("entries"), list):
-        raise DumpError(f"{path}: no 'entries' list: not a Flight Recorder dump (torch's _dump_fr_trace)")
-    named = RANK_IN_NAME.search(path.name)
-    if named is None:
-        raise DumpError(f"{path}: no rank in the file name: torch names a dump by its rank (nccl_trace_rank_3)")
+        raise DumpError("no 'entries' list: not a Flight Recorder dump (torch's _dump_fr_trace)")
+    if rank is None:
+        named = RANK_IN_NAME.search(name)
+        if named is None:
+            raise DumpError("no rank in the file name: torch names a dump by its rank (nccl_trace_rank_3)")
+        rank = int(named.group(1))
     return FrDump(
-        rank=int(named.group(1)),
-        file=path.name,
+        rank=rank,
+        file=name,
         version=str(document.get("version", "?")),
         pg_config=_mapping(document.get("pg_config")),
         pg_status=_mapping(document.get("pg_status")),
-        entries=[entry for entry in document["entries"] if isinstance(entry, dict)],
+        entries=[_kept(entry) for entry in document["entries"] if isinstance(entry, dict)],
     )
+
+
+KEPT: Final = frozenset(
+    {
+        "collective_seq_id",
+        "p2p_seq_id",
+        "is_p2p",
+        "pg_id",
+        "process_group",
+        "profiling_name",
+        "input_sizes",
+        "input_dtypes",
+        "state",
+        "retired",
+    }
+)
+"""What the report reads of an entry (its stack frames, thread and times are left out: a fraction of the size)."""
+
+
+def _kept(entry: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in entry.items() if key in KEPT}
+
+
+def as_document(dump: FrDump) -> dict[str, Any]:
+    """The dump as JSON-able plain values (what the service stores), read back by ``parse_dump`` of its JSON."""
+    return {
+        "version": dump.version,
+        "pg_config": dict(dump.pg_config),
+        "pg_status": dict(dump.pg_status),
+        "entries": [dict(entry) for entry in dump.entries],
+    }
 
 
 def _mapping(value: Any) -> dict[str, Any]:

@@ -93,6 +93,7 @@ export const api = {
   step: (key, step, ranks = null) => getJson(`${runPath(key)}/steps/${step}?${new URLSearchParams(
     [...(ranks ? [["ranks", ranks]] : []), ["breakdown_limit", String(BREAKDOWN_ROWS)]])}`),
   analysis: (key) => getJson(`${runPath(key)}/analysis`),
+  flightRecorder: (key) => getJson(`${runPath(key)}/flight-recorder`),
   stragglers: (key) => getJson(`${runPath(key)}/stragglers?phases=compute&compact=true`), // the heat-map's one phase, as drawn
   spanKinds: () => getJson("/span-kinds"),
   bubbleCauses: () => getJson("/bubble-causes"),

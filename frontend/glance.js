@@ -75,7 +75,10 @@ const waiting = (id, label) => item(id, label, "…", "loading");
 
 function stepItem(run) {
   const { baseline, now, past, partial } = stepTimes(run);
-  if (now === null) return item("glance-step", "Step time", "—", `no complete step past the warm-up (steps before ${run.warmup_until_step}) yet`);
+  if (now === null) {
+    const why = run.warmup_until_step === null ? "no step reported yet" : `no complete step past the warm-up (steps before ${run.warmup_until_step}) yet`;
+    return item("glance-step", "Step time", "—", why);
+  }
   const change = baseline ? (now - baseline) / baseline : 0;
   const tone = change > 0.1 ? "bad" : "";
   const versus = baseline === null

@@ -10,6 +10,7 @@ import { spanKinds } from "./kinds.js";
 import { renderAnalysis, showAnalysisError } from "./analysis.js";
 import { loadCauses } from "./causes.js";
 import { renderBreakdown } from "./breakdown.js";
+import { renderFlightRecorder } from "./flight_recorder.js";
 import { isComplete, isWarmup, renderGlance } from "./glance.js";
 import { renderBubble, renderRun, renderStepNote, renderStepOptions } from "./overview.js";
 import { poll } from "./poll.js";
@@ -199,7 +200,7 @@ async function round() {
   const steps = stepsWithSpans(run);
   const step = chooseStep(steps, run);
   renderStepOptions(steps, step, run);
-  const work = [alertsShown];
+  const work = [alertsShown, api.flightRecorder(key).then(renderFlightRecorder, () => {})]; // dumps change no revision
   if (step === null) renderStepNote("no step with spans yet");
   else if (step !== state.step || (state.loaded.step !== state.version && !state.stepFinal)) work.push(showStep(step, state.version));
   const due = (name) => {

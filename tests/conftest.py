@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -73,3 +76,21 @@ def browser() -> Iterator[Any]:
         )
         yield instance
         instance.close()
+
+
+@pytest.fixture(scope="session")
+def fr_dumps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real Flight Recorder dumps, pickle and JSON, of ``tests/traces/fr_job.py`` (gloo, 2 ranks; rank 1 leaves
+    the last all-reduce out and rank 0 is dumped blocked in it): nccl_trace_rank_N and trace_rank_N.json."""
+    out = tmp_path_factory.mktemp("fr")
+    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "100", "OMP_NUM_THREADS": "1"}
+    job = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+        + [str(REPO / "tests/traces/fr_job.py"), f"--out={out}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
+    return out

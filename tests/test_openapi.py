@@ -77,12 +77,14 @@ def test_every_ref_resolves(document: dict[str, Any]) -> None:
 def test_every_post_and_put_documents_its_json_body(document: dict[str, Any]) -> None:
     writes = [(method, path, op) for method, path, op in operations(document) if method in ("post", "put")]
     assert len(writes) >= 7  # ingest, run, rank, rank end, capture, what-if, plan
-    files = [(method, path, op) for method, path, op in writes if path.endswith("/traces")]
-    assert len(files) == 1  # a profiler trace's upload: a file, not a document of ours
+    files = [(method, path, op) for method, path, op in writes if path.endswith(("/traces", "/flight-recorder"))]
+    assert len(files) == 2  # a profiler trace's and a Flight Recorder dump's upload: files, not documents of ours
     for method, path, operation in files:
         body = operation.get("requestBody")
-        assert body and body.get("required") is True and "gzip" in body["description"], f"{method} {path}: {body}"
-        assert body["content"]["application/json"]["schema"] == {"type": "string", "format": "binary"}
+        assert body and body.get("required") is True, f"{method} {path}: {body}"
+        assert "gzip" in body["description"] or "pickle" in body["description"], f"{method} {path}: {body}"
+        [content] = body["content"].values()
+        assert content["schema"] == {"type": "string", "format": "binary"}
         for status in ("400", "413", "422"):
             assert operation["responses"][status]["content"]["application/json"]["schema"] == ERROR_RESPONSE
     for method, path, operation in [write for write in writes if write not in files]:

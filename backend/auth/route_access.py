@@ -40,12 +40,14 @@ ROUTE_ACCESS: Final[dict[RouteKey, Access]] = {
     ("PUT", f"{API}/runs/{{run_key}}/ranks/{{rank}}/end"): Scope.INGEST,
     ("POST", f"{API}/ingest"): Scope.INGEST,
     ("POST", f"{API}/runs/{{run_key}}/traces"): Scope.INGEST,  # a profiler trace, imported as a rank's steps
+    ("POST", f"{API}/runs/{{run_key}}/flight-recorder"): Scope.INGEST,  # a rank's Flight Recorder dump
     # people, dashboards and scrapers
     ("GET", "/metrics"): Scope.READ,
     ("GET", f"{API}/runs"): Scope.READ,
     ("GET", f"{API}/runs/{{run_key}}"): Scope.READ,
     ("GET", f"{API}/runs/{{run_key}}/steps/{{step}}"): Scope.READ,
     ("GET", f"{API}/runs/{{run_key}}/trace"): Scope.READ,
+    ("GET", f"{API}/runs/{{run_key}}/flight-recorder"): Scope.READ,
     ("GET", f"{API}/runs/{{run_key}}/analysis"): Scope.READ,
     ("GET", f"{API}/runs/{{run_key}}/stragglers"): Scope.READ,
     ("GET", f"{API}/span-kinds"): Scope.READ,

@@ -195,3 +195,17 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class FlightRecorderDump(Base):
+    """One rank's PyTorch Flight Recorder dump for a run, as the report reads it (``fr_dump.as_document``)."""
+
+    __tablename__ = "flight_recorder_dumps"
+
+    run_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    rank: Mapped[int] = mapped_column(primary_key=True)
+    file: Mapped[str] = mapped_column(String(255))
+    document: Mapped[dict[str, Any]]
+    uploaded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

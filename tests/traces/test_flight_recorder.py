@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 
-from tests.support import REPO
-
 pytestmark = pytest.mark.slow
 
 
@@ -23,30 +21,14 @@ def import_fr(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def dumps(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("fr")
-    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "100", "OMP_NUM_THREADS": "1"}
-    job = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-        + [str(REPO / "tests/traces/fr_job.py"), f"--out={out}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
-    return out
-
-
 def report(*paths: Path) -> dict[str, Any]:
     done = import_fr(*paths, "--json")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
-def test_a_hung_collective_is_found_with_the_rank_missing_from_it(dumps: Path) -> None:
-    pickles = [dumps / "nccl_trace_rank_0", dumps / "nccl_trace_rank_1"]
+def test_a_hung_collective_is_found_with_the_rank_missing_from_it(fr_dumps: Path) -> None:
+    pickles = [fr_dumps / "nccl_trace_rank_0", fr_dumps / "nccl_trace_rank_1"]
     found = report(*pickles)
     assert found["ranks"] == [0, 1] and len(found["groups"]) == 1
     group = found["groups"][0]
@@ -58,22 +40,22 @@ def test_a_hung_collective_is_found_with_the_rank_missing_from_it(dumps: Path) -
     assert progress[1]["blocked_in"] is None
     assert group["wavefront"] == {"seq": 5, "op": "gloo:all_reduce", "joined": [0], "missing": [1]}
     assert group["mismatches"] == []
-    assert report(dumps / "trace_rank_0.json", dumps / "trace_rank_1.json") == found  # the JSON says the same
+    assert report(fr_dumps / "trace_rank_0.json", fr_dumps / "trace_rank_1.json") == found  # the JSON says the same
     text = import_fr(*pickles)
     assert "first collective not every rank joined: #5 gloo:all_reduce, joined by 0; missing: 1" in text.stdout
 
 
-def test_ranks_that_disagree_on_a_collective_are_mismatches(dumps: Path, tmp_path: Path) -> None:
+def test_ranks_that_disagree_on_a_collective_are_mismatches(fr_dumps: Path, tmp_path: Path) -> None:
     """Rank 1's dump with its third all-reduce's dtype and its broadcast's op changed: what a job that called
     them differently would have recorded."""
-    document = pickle.loads((dumps / "nccl_trace_rank_1").read_bytes())
+    document = pickle.loads((fr_dumps / "nccl_trace_rank_1").read_bytes())
     for entry in document["entries"]:
         if entry["collective_seq_id"] == 3:
             entry["input_dtypes"] = ["Double"]
         if entry["collective_seq_id"] == 4:
             entry["profiling_name"] = "gloo:all_gather"
     (tmp_path / "nccl_trace_rank_1").write_bytes(pickle.dumps(document))
-    group = report(dumps / "nccl_trace_rank_0", tmp_path / "nccl_trace_rank_1")["groups"][0]
+    group = report(fr_dumps / "nccl_trace_rank_0", tmp_path / "nccl_trace_rank_1")["groups"][0]
     assert [(m["seq"], m["what"]) for m in group["mismatches"]] == [(3, "input dtypes"), (4, "op")]
     assert group["mismatches"][1]["values"] == {"0": "gloo:broadcast", "1": "gloo:all_gather"}
 
@@ -109,7 +91,7 @@ def test_files_that_are_not_dumps_are_refused_in_one_line(tmp_path: Path) -> Non
         assert len(done.stderr.strip().splitlines()) == 1 and name in done.stderr, (name, done.stderr)
 
 
-def test_a_mutated_dump_is_read_or_refused_never_crashes(dumps: Path, tmp_path: Path) -> None:
+def test_a_mutated_dump_is_read_or_refused_never_crashes(fr_dumps: Path, tmp_path: Path) -> None:
     """500 copies of a real dump with bytes changed or cut: each is read and reported, or refused with a
     ``DumpError``; nothing else escapes (a length field mutated to gigabytes included)."""
     import random
@@ -117,8 +99,8 @@ def test_a_mutated_dump_is_read_or_refused_never_crashes(dumps: Path, tmp_path: 
     from bubblescope.analysis import flight_recorder_report
     from bubblescope.fr_dump import DumpError, read_dump
 
-    raw = (dumps / "nccl_trace_rank_0").read_bytes()
-    other = read_dump(dumps / "nccl_trace_rank_1")
+    raw = (fr_dumps / "nccl_trace_rank_0").read_bytes()
+    other = read_dump(fr_dumps / "nccl_trace_rank_1")
     rng = random.Random(7)
     outcomes = {"read": 0, "refused": 0}
     mutated = tmp_path / "nccl_trace_rank_0"

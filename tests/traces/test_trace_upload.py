@@ -147,7 +147,7 @@ def test_uploads_past_the_one_in_work_and_its_queue_are_told_to_retry(sqlite_ser
         with sqlite_server.client() as client:
             refused = client.post("/api/v1/runs/one-more/traces", params={"file": "rank0.json"}, content=document)
         assert refused.status_code == 503, refused.text
-        assert refused.headers["Retry-After"] and "trace uploads" in refused.json()["detail"][0]["msg"]
+        assert refused.headers["Retry-After"] and "file uploads" in refused.json()["detail"][0]["msg"]
     finally:
         release.set()
         for thread in held:
