@@ -4,7 +4,7 @@
 A dump is read with ``PlainUnpickler``, which builds only what pickle's own opcodes build (dicts, lists, tuples,
 strings, numbers, booleans, None) and refuses every class or function a pickle names (``find_class``) and every
 persistent id: a hostile pickle is refused before anything in it runs, never ``pickle.load``-ed. The rank is the
-file name's trailing number, as torch names its dumps.
+one the file name gives (``rank3``), else the number it ends with, as torch appends the rank to its prefix.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import pickletools
+import re
 from pathlib import Path
 from typing import Any, Final
 
@@ -30,6 +32,9 @@ UNREADABLE: Final = (  # what a malformed pickle's own opcodes, or malformed JSO
     RecursionError,
     MemoryError,  # a length field mutated to gigabytes
 )
+TRAILING_NUMBER: Final = re.compile(r"(?<![0-9])([0-9]{1,9})(?:\.json|\.pkl|\.pickle)?$")
+"""A dump's rank where its name says no ``rank``: the number it ends with, as torch appends the rank to
+``TORCH_FR_DUMP_TEMP_FILE`` (``/tmp/job_fr_3``)."""
 MAX_DUMP_BYTES: Final = 64 << 20  # torch's default 2,000 entries with their stacks are well under a MiB
 
 
@@ -47,8 +52,33 @@ class PlainUnpickler(pickle.Unpickler):
         raise DumpError("the pickle refers to a persistent object: a Flight Recorder dump holds only plain values")
 
 
+REFUSED_OPCODES: Final = frozenset(
+    {"GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "EXT1", "EXT2", "EXT4"}
+    | {"PERSID", "BINPERSID"}
+)
+"""Opcodes that name, call or build an object: refused before ``load`` runs any opcode."""
+MEMO_PUTS: Final = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+
+
+def _checked(data: bytes) -> None:
+    """Every opcode read before any runs: one that names a class or calls a function is refused, naming what it
+    names; a memo index past the opcodes so far is refused (C pickle sizes its memo by the index: a 13-byte
+    pickle can ask for gigabytes)."""
+    strings: list[str] = []
+    for count, (opcode, argument, _position) in enumerate(pickletools.genops(data), start=1):
+        if opcode.name in REFUSED_OPCODES:
+            named = str(argument).replace(" ", ".") if opcode.name == "GLOBAL" else ".".join(strings[-2:])
+            what = f"names {named}" if named else f"builds an object ({opcode.name})"
+            raise DumpError(f"the pickle {what}: a Flight Recorder dump holds only plain values")
+        if opcode.name in MEMO_PUTS and isinstance(argument, int) and argument > count:
+            raise DumpError(f"the pickle's memo index {argument} is past its {count} opcodes: not a dump of torch's")
+        if isinstance(argument, str):
+            strings.append(argument)
+
+
 def plain_loads(data: bytes) -> Any:
-    """``data`` unpickled with ``PlainUnpickler``."""
+    """``data`` unpickled with ``PlainUnpickler``, once ``_checked``."""
+    _checked(data)
     return PlainUnpickler(io.BytesIO(data)).load()
 
 
@@ -75,7 +105,7 @@ def parse_dump(data: bytes, name: str, rank: int | None = None) -> FrDump:
     if not isinstance(document, dict) or not isinstance(document.get("entries"), list):
         raise DumpError("no 'entries' list: not a Flight Recorder dump (torch's _dump_fr_trace)")
     if rank is None:
-        named = RANK_IN_NAME.search(name)
+        named = RANK_IN_NAME.search(name) or TRAILING_NUMBER.search(name)
         if named is None:
             raise DumpError("no rank in the file name: torch names a dump by its rank (nccl_trace_rank_3)")
         rank = int(named.group(1))
@@ -98,6 +128,7 @@ KEPT: Final = frozenset(
         "process_group",
         "profiling_name",
         "input_sizes",
+        "output_sizes",
         "input_dtypes",
         "state",
         "retired",

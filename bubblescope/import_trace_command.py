@@ -70,12 +70,14 @@ def send_all(requests: Iterable[tuple[str, str, dict[str, Any]]], send: Send) ->
 def _sender(args: argparse.Namespace) -> tuple[Send, Callable[[], None], str] | str:
     """(send, close, where it goes), or what is wrong with the options."""
     if args.db:
+        from sqlalchemy.exc import ArgumentError
+
         from bubblescope.backend.db.prepare import DatabaseNotReady
 
         try:
             send, close = _in_process(args.db)
-        except DatabaseNotReady as error:
-            return str(error)
+        except (DatabaseNotReady, ArgumentError, ValueError) as error:  # ArgumentError: not a database URL
+            return f"--db {args.db!r}: {str(error).splitlines()[0]}"
         return send, close, args.db
     from bubblescope.collector.config import URL, env_setting
 

@@ -24,6 +24,7 @@ nothing.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import re
 import zlib
@@ -138,6 +139,8 @@ class _RankEvents:
         category, name = str(event.get("cat", "")), str(event.get("name", ""))
         start = round(ts * 1000)
         end = start + round(duration * 1000) if isinstance(duration, (int, float)) else start
+        if not (-INT64 <= start < INT64 and -INT64 <= end < INT64):
+            raise TraceError(f"an event at ts {ts} µs (dur {duration}): times past what a run can store")
         correlation = _integer(args.get("correlation"))
         if category in GPU_CATEGORIES and correlation is not None:
             self.store.add("gpu", (start, end, name, category, correlation, *_row_of(_comm_info(args))))
@@ -199,24 +202,60 @@ def _context(events: _RankEvents, lo: int, hi: int) -> _StepContext:
     return _StepContext(windows[0], windows[1], events.step_tids)
 
 
-def _step_ranges(steps: _Window) -> list[tuple[int, int, int, tuple[int, int]]]:
-    """(number, from, before, annotation's window) of each ``ProfilerStep#N``, by start: what starts inside it and
-    before the next one starts is its (the latest-starting step holds a moment)."""
-    items = steps.items
-    ranges = []
-    for index, (start, end, _tid, number) in enumerate(items):
-        before = end + 1 if index + 1 == len(items) else min(end + 1, items[index + 1][0])
-        ranges.append((number, start, max(start, before), (start, end)))
-    return ranges
+@dataclass(frozen=True)
+class _StepPlan:
+    """A profiler step: the time segments whose moments are its (``lo`` <= t < ``before``), its annotations'
+    extent (the CPU timeline's window)."""
+
+    number: int
+    segments: list[tuple[int, int]]
+    window: tuple[int, int]
+
+
+def _step_plans(steps: _Window) -> list[_StepPlan]:
+    """Each ``ProfilerStep#N``'s segments, by number: a moment belongs to the latest-starting annotation that holds
+    it (a step annotated inside another, or twice on two threads, keeps what is its own), and one number annotated
+    more than once is one step."""
+    items = steps.items  # by start
+    bounds = sorted({start for start, _e, _t, _n in items} | {end + 1 for _s, end, _t, _n in items})
+    segments: dict[int, list[list[int]]] = defaultdict(list)
+    active: list[int] = []  # indexes of the annotations holding the segment, by start
+    following = 0
+    for lo, before in itertools.pairwise(bounds):
+        while following < len(items) and items[following][0] <= lo:
+            active.append(following)
+            following += 1
+        active = [index for index in active if items[index][1] + 1 > lo]
+        if not active:
+            continue
+        number = items[active[-1]][3]
+        held = segments[number]
+        if held and held[-1][1] == lo:
+            held[-1][1] = before
+        else:
+            held.append([lo, before])
+    extent: dict[int, tuple[int, int]] = {}
+    for start, end, _tid, number in items:
+        first, last = extent.get(number, (start, end))
+        extent[number] = (min(first, start), max(last, end))
+    return [
+        _StepPlan(number, [(lo, before) for lo, before in segments[number]], extent[number])
+        for number in sorted(segments)
+    ]
+
+
+INT64: Final = 1 << 63  # what a stored integer holds
 
 
 def _integer(value: Any) -> int | None:
+    """An id or a rank as an integer; None where it is none, or past what can be stored (such an id pairs nothing)."""
     if isinstance(value, bool) or value is None:
         return None
     try:
-        return int(value)
+        number = int(value)
     except (TypeError, ValueError, OverflowError):
         return None
+    return number if -INT64 <= number < INT64 else None
 
 
 def _comm_info(args: dict[str, Any]) -> CommInfo | None:
@@ -231,7 +270,7 @@ def _comm_info(args: dict[str, Any]) -> CommInfo | None:
         None if collective is None else str(collective),
         None if group is None else str(group),
         None if ranks is None else str(ranks),
-        _integer(args.get("Dst Rank", args.get("Src Rank"))),  # torch: groupRanks[peer], a global rank
+        _integer(args.get("Src Rank" if "recv" in str(collective) else "Dst Rank")),  # torch: groupRanks[peer]
     )
 
 
@@ -310,6 +349,17 @@ def convert(path: Path, run_key: str, seq_base: int = 0) -> ImportedRank:
     """One rank's file as wire batches; a ``TraceError`` naming the file when it cannot be imported. The events
     wait on disk (``TraceStore``) and are converted a step at a time, so memory holds a step, not the file."""
     events = _RankEvents()
+    try:
+        return _converted(path, run_key, seq_base, events)
+    except TraceError as error:
+        events.store.discard()
+        raise TraceError(str(error) if str(error).startswith(str(path)) else f"{path}: {error}") from None
+    except BaseException:
+        events.store.discard()
+        raise
+
+
+def _converted(path: Path, run_key: str, seq_base: int, events: _RankEvents) -> ImportedRank:
     metadata = read_trace(path, events.add)
     events.store.finish()
     digest = file_digest(path)
@@ -417,23 +467,24 @@ ours, ``export_import``)."""
 def _gpu_steps(events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]]) -> Iterator[StepSpans]:
     """Each step's GPU activities (by the step that launched them), classified, read from the store a step at a
     time."""
-    for number, lo, before, _annotated in _step_ranges(events.steps):
-        context = _context(events, lo, before)
+    for plan in _step_plans(events.steps):
         spans: list[Span] = []
-        for start, end, name, category, *row, launched, tid in events.store.gpu_launched(lo, before):
-            kind, said = classify(name, category, _info_of(row), (launched, tid), context)
-            if kind in wire.COMMUNICATION_KINDS:
-                label = said.collective if said else name
-                group = _group_label(said, world, groups)
-            else:
-                label = f"memory: {name}" if category != "kernel" else None
-                group = None
-            peer = _global_peer(said, groups) if kind in P2P_KINDS else None
-            spans.append(
-                (kind, base + start, base + max(start, end), group, label and label[:NAME_CHARS], None, None, peer)
-            )
+        for lo, before in plan.segments:
+            context = _context(events, lo, before)
+            for start, end, name, category, *row, launched, tid in events.store.gpu_launched(lo, before):
+                kind, said = classify(name, category, _info_of(row), (launched, tid), context)
+                if kind in wire.COMMUNICATION_KINDS:
+                    label = said.collective if said else name
+                    group = _group_label(said, world, groups)
+                else:
+                    label = f"memory: {name}" if category != "kernel" else None
+                    group = None
+                peer = _global_peer(said, groups) if kind in P2P_KINDS else None
+                spans.append(
+                    (kind, base + start, base + max(start, end), group, label and label[:NAME_CHARS], None, None, peer)
+                )
         if spans:
-            yield number, spans, None
+            yield plan.number, spans, None
 
 
 P2P_KINDS: Final = frozenset({"send", "recv"})
@@ -441,10 +492,10 @@ P2P_KINDS: Final = frozenset({"send", "recv"})
 
 def _global_peer(info: CommInfo | None, groups: dict[str, list[int]]) -> int | None:
     """A P2P call's peer as a global rank; None where the trace cannot say (a ``c10d`` op's rank in its group, in
-    a job of more than one process group: the op does not name its group)."""
+    a job whose ``pg_config`` lists other than one group: the op does not name its group)."""
     if info is None or info.peer is None:
         return None
-    return info.peer if not info.group_peer or len(groups) <= 1 else None
+    return info.peer if not info.group_peer or len(groups) == 1 else None
 
 
 def _p2p_calls(items: list[tuple[int, int, int, CommInfo]]) -> list[tuple[int, int, int, CommInfo]]:
@@ -488,39 +539,48 @@ def _cpu_steps(events: _RankEvents, base: int, world: int | None, groups: dict[s
     runs them, optimizer inside ``Optimizer.step``), its collective and P2P calls (``gloo:recv``, which lasts until
     the data arrived, ``c10d::send``) as communication: each from when it was posted, as the profiler recorded it.
     The step's window is its annotation's."""
-    for number, lo, before, (first, last) in _step_ranges(events.steps):
-        context = _context(events, lo, before)
-        comm_starts = [start for start, _end, _tid, _said in context.comm_ops.items]
+    for plan in _step_plans(events.steps):
         spans: list[Span] = []
-        open_span: dict[int, list[Any]] = {}  # per thread: [kind, start, end] of the compute span being extended
-        for start, end, tid, backward in events.store.cpu_ops(lo, before):  # parents first
-            current = open_span.get(tid)
-            if current is not None and start < current[2]:
-                continue  # inside an operator already counted
-            kind = "optimizer" if context.optimizer.holding(start, tid) else "backward" if backward else "forward"
-            if (
-                current is not None
-                and current[0] == kind
-                and start - current[2] <= CPU_GAP_NS
-                and not _any_between(comm_starts, current[2], start)
-            ):
-                current[2] = max(current[2], end)  # the interpreter between two operators of one pass: still the pass
-                continue
-            if current is not None:
-                spans.append((current[0], base + current[1], base + current[2], None, None, None, None, None))
-            open_span[tid] = [kind, start, max(start, end)]
-        for current in open_span.values():
-            spans.append((current[0], base + current[1], base + current[2], None, None, None, None, None))
-        for start, end, _tid, said in _p2p_calls(context.comm_ops.items):
-            if not lo <= start < before:
-                continue  # another step's
-            kind = collective_kind(said.collective or "") or "all_reduce"
-            label = (said.collective or "")[:NAME_CHARS] or None
-            group = _group_label(said, world, groups)
-            peer = _global_peer(said, groups) if kind in P2P_KINDS else None
-            spans.append((kind, base + start, base + max(start, end), group, label, None, None, peer))
+        for lo, before in plan.segments:
+            spans += _cpu_segment(events, lo, before, base, world, groups)
         if spans:
-            yield number, spans, (base + first, base + last)
+            yield plan.number, spans, (base + plan.window[0], base + plan.window[1])
+
+
+def _cpu_segment(
+    events: _RankEvents, lo: int, before: int, base: int, world: int | None, groups: dict[str, list[int]]
+) -> list[Span]:
+    context = _context(events, lo, before)
+    comm_starts = [start for start, _end, _tid, _said in context.comm_ops.items]
+    spans: list[Span] = []
+    open_span: dict[int, list[Any]] = {}  # per thread: [kind, start, end] of the compute span being extended
+    for start, end, tid, backward in events.store.cpu_ops(lo, before):  # parents first
+        current = open_span.get(tid)
+        if current is not None and start < current[2]:
+            continue  # inside an operator already counted
+        kind = "optimizer" if context.optimizer.holding(start, tid) else "backward" if backward else "forward"
+        if (
+            current is not None
+            and current[0] == kind
+            and start - current[2] <= CPU_GAP_NS
+            and not _any_between(comm_starts, current[2], start)
+        ):
+            current[2] = max(current[2], end)  # the interpreter between two operators of one pass: still the pass
+            continue
+        if current is not None:
+            spans.append((current[0], base + current[1], base + current[2], None, None, None, None, None))
+        open_span[tid] = [kind, start, max(start, end)]
+    for current in open_span.values():
+        spans.append((current[0], base + current[1], base + current[2], None, None, None, None, None))
+    for start, end, _tid, said in _p2p_calls(context.comm_ops.items):
+        if not lo <= start < before:
+            continue  # another step's
+        kind = collective_kind(said.collective or "") or "all_reduce"
+        label = (said.collective or "")[:NAME_CHARS] or None
+        group = _group_label(said, world, groups)
+        peer = _global_peer(said, groups) if kind in P2P_KINDS else None
+        spans.append((kind, base + start, base + max(start, end), group, label, None, None, peer))
+    return spans
 
 
 def _any_between(sorted_starts: list[int], lo: int, hi: int) -> bool:

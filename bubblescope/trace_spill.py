@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 ROWS_PER_WRITE: Final = 20_000
+BUCKET_SHIFT: Final = 16  # intervals bucketed by length: under 65 µs, then each bucket twice as long
 CACHE_KIB: Final = 16_384  # SQLite's page cache per connection: the store's memory, whatever the file's size
 OPTIMIZER, COMM_OP = 1, 2  # sorts of CPU interval
 
@@ -26,21 +27,21 @@ _TABLES: Final = (
     "CREATE TABLE gpu (start INTEGER, end_ INTEGER, name TEXT, category TEXT, correlation INTEGER, "
     "collective TEXT, group_name TEXT, group_ranks TEXT, peer INTEGER, group_peer INTEGER)",
     "CREATE TABLE launches (correlation INTEGER PRIMARY KEY, start INTEGER, tid INTEGER)",
-    "CREATE TABLE intervals (sort INTEGER, start INTEGER, end_ INTEGER, tid INTEGER, collective TEXT, "
-    "group_name TEXT, group_ranks TEXT, peer INTEGER, group_peer INTEGER)",
+    "CREATE TABLE intervals (sort INTEGER, bucket INTEGER, start INTEGER, end_ INTEGER, tid INTEGER, "
+    "collective TEXT, group_name TEXT, group_ranks TEXT, peer INTEGER, group_peer INTEGER)",
     "CREATE TABLE cpu_ops (start INTEGER, end_ INTEGER, tid INTEGER, backward INTEGER)",
     "CREATE TABLE batches (seq INTEGER PRIMARY KEY, document TEXT)",
 )
 _INSERTS: Final = {
     "gpu": "INSERT INTO gpu VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     "launches": "INSERT OR IGNORE INTO launches VALUES (?, ?, ?)",  # a correlation's first runtime call
-    "intervals": "INSERT INTO intervals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "intervals": "INSERT INTO intervals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     "cpu_ops": "INSERT INTO cpu_ops VALUES (?, ?, ?, ?)",
 }
 _INDEXES: Final = (
     "CREATE INDEX gpu_by_correlation ON gpu (correlation)",
     "CREATE INDEX launches_by_start ON launches (start)",
-    "CREATE INDEX intervals_by_start ON intervals (sort, start)",
+    "CREATE INDEX intervals_by_start ON intervals (sort, bucket, start)",
     "CREATE INDEX cpu_ops_by_start ON cpu_ops (start)",
 )
 
@@ -58,12 +59,12 @@ class TraceStore:
 
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="bubblescope-trace-"))
-        weakref.finalize(self, shutil.rmtree, self.folder, True)
+        self._removal = weakref.finalize(self, shutil.rmtree, self.folder, True)
         self.db = _connect(self.folder / "events.sqlite")
         for table in _TABLES:
             self.db.execute(table)
         self._pending: dict[str, list[tuple[Any, ...]]] = {table: [] for table in _INSERTS}
-        self._longest = {OPTIMIZER: 0, COMM_OP: 0}  # the longest interval of each sort, ns: how far back to look
+        self._buckets: dict[int, set[int]] = {OPTIMIZER: set(), COMM_OP: set()}  # of each sort, the buckets used
         self.counts = dict.fromkeys(_INSERTS, 0)
 
     def add(self, table: str, row: tuple[Any, ...]) -> None:
@@ -74,12 +75,18 @@ class TraceStore:
             self._write(table)
 
     def add_interval(self, sort: int, start: int, end: int, tid: int, info: tuple[Any, ...]) -> None:
-        self._longest[sort] = max(self._longest[sort], end - start)
-        self.add("intervals", (sort, start, end, tid, *info))
+        bucket = max(0, (end - start).bit_length() - BUCKET_SHIFT)  # intervals under 2**(bucket + shift) ns long
+        self._buckets[sort].add(bucket)
+        self.add("intervals", (sort, bucket, start, end, tid, *info))
 
     def _write(self, table: str) -> None:
         self.db.executemany(_INSERTS[table], self._pending[table])
         self._pending[table].clear()
+
+    def discard(self) -> None:
+        """The folder removed now (a refused or failed import), not when the last reader goes."""
+        self.db.close()
+        self._removal()
 
     def finish(self) -> None:
         for table in _INSERTS:
@@ -102,12 +109,17 @@ class TraceStore:
 
     def intervals(self, sort: int, lo: int, hi: int) -> list[tuple[Any, ...]]:
         """(start, end, tid, collective, group name, group ranks, peer, group peer) of each interval of ``sort``
-        that overlaps ``lo``..``hi``, by start."""
-        return self.db.execute(
-            "SELECT start, end_, tid, collective, group_name, group_ranks, peer, group_peer FROM intervals "
-            "WHERE sort = ? AND start >= ? AND start <= ? AND end_ >= ? ORDER BY start",
-            (sort, lo - self._longest[sort], hi, lo),
-        ).fetchall()
+        that overlaps ``lo``..``hi``, by start (then the longer first). Each length bucket is looked up as far back
+        as its intervals last: one long interval does not make every step scan the file's earlier ones."""
+        found: list[tuple[Any, ...]] = []
+        for bucket in sorted(self._buckets[sort]):
+            reach = 1 << (bucket + BUCKET_SHIFT)
+            found += self.db.execute(
+                "SELECT start, end_, tid, collective, group_name, group_ranks, peer, group_peer FROM intervals "
+                "WHERE sort = ? AND bucket = ? AND start >= ? AND start <= ? AND end_ >= ?",
+                (sort, bucket, lo - reach, hi, lo),
+            ).fetchall()
+        return sorted(found, key=lambda row: (row[0], -row[1]))
 
     def cpu_ops(self, lo: int, hi: int) -> Iterator[tuple[int, int, int, int]]:
         """(start, end, tid, in backward) of each CPU operator starting at ``lo`` <= t < ``hi``, parents first."""

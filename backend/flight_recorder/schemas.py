@@ -20,7 +20,9 @@ class RankProgressOut(FromAnalysis):
     last_enqueued: int | None = Field(description="its last enqueued collective's sequence id (null: none)")
     last_started: int | None
     last_completed: int | None
-    blocked_in: str | None = Field(description='"#N op" where its last enqueued collective is not completed')
+    blocked_in: str | None = Field(
+        description='"#N op": it joined the first collective not every rank joined and has not completed it'
+    )
 
 
 class WavefrontOut(FromAnalysis):
@@ -32,7 +34,7 @@ class WavefrontOut(FromAnalysis):
 
 class MismatchOut(FromAnalysis):
     seq: int
-    what: str = Field(description="op, input sizes or input dtypes")
+    what: str = Field(description="op, input sizes, output sizes or input dtypes")
     values: dict[int, str] = Field(description="each rank's value")
 
 

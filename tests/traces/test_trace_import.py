@@ -287,3 +287,62 @@ def test_an_import_into_a_new_database_file_migrates_it_first(tmp_path: Path) ->
     refused = import_trace(write(tmp_path / "rank0.json", trace()), "--db", unreachable)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
     assert refused.stderr.startswith("bubblescope import-trace: ") and len(refused.stderr.splitlines()) == 1
+
+
+def annotation(name: str, ts: float, dur: float, tid: int = 1, **args: Any) -> dict[str, Any]:
+    return {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur, "tid": tid, "args": args}
+
+
+def test_a_collective_op_that_began_before_the_step_still_names_its_kernel(db_url: str, tmp_path: Path) -> None:
+    """The all-gather's record_param_comms starts 5 us before ProfilerStep#1 and launches a generic NCCL kernel
+    inside it: the kernel is the all-gather the op names, read from an interval that starts before the step."""
+    events = [annotation("ProfilerStep#1", 100, 100)]
+    op = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 95, "dur": 40, "tid": 0}  # as the launch
+    op["args"] = {"Collective name": "all_gather", "Process Group Name": "0"}
+    events += [op, *kernel(120, 30, "ncclDevKernel_Generic", 1, stream=9)]
+    done = import_trace(write(tmp_path / "rank0.json", trace(events=events)), "--db", db_url, "--run", "before")
+    assert done.returncode == 0, done.stderr
+    assert run_rows(db_url, "before", "SELECT kind FROM spans WHERE run_id = {run}") == [("all_gather",)]
+
+
+def test_steps_annotated_twice_or_inside_another_keep_what_is_theirs(db_url: str, tmp_path: Path) -> None:
+    """ProfilerStep#1 and #2 annotated on two threads, interleaved; #3 nested inside #4; #5 annotated again later:
+    a kernel belongs to the latest-starting annotation holding its launch, and one number is one step."""
+    events = [
+        annotation("ProfilerStep#1", 0, 100, tid=1),
+        annotation("ProfilerStep#1", 5, 90, tid=2),
+        annotation("ProfilerStep#2", 100, 100, tid=1),
+        annotation("ProfilerStep#2", 105, 90, tid=2),
+        annotation("ProfilerStep#4", 300, 100, tid=1),
+        annotation("ProfilerStep#3", 310, 20, tid=2),
+        annotation("ProfilerStep#5", 500, 50, tid=1),
+        annotation("ProfilerStep#5", 700, 50, tid=1),
+    ]
+    launches = {1: 50, 2: 97, 3: 150, 4: 315, 5: 350, 6: 510, 7: 710}  # correlation -> launch (us)
+    for correlation, at in launches.items():
+        events += kernel(at + 5, 1, "sm80_gemm", correlation)
+    done = import_trace(write(tmp_path / "rank0.json", trace(events=events)), "--db", db_url, "--run", "twice")
+    assert done.returncode == 0, done.stderr
+    rows = run_rows(db_url, "twice", "SELECT step, start_ns FROM spans WHERE run_id = {run} ORDER BY start_ns")
+    assert [(step, start // 1000) for step, start in rows] == [
+        (1, 55),
+        (1, 102),
+        (2, 155),
+        (3, 320),
+        (4, 355),
+        (5, 515),
+        (5, 715),
+    ]
+
+
+def test_ids_past_what_can_be_stored_pair_nothing_and_times_past_it_are_refused(db_url: str, tmp_path: Path) -> None:
+    big = 10**20
+    events = [annotation("ProfilerStep#1", 0, 100), *kernel(10, 1, "sm80_gemm", big), *kernel(20, 1, "sm80_gemm", 1)]
+    events[1]["tid"] = 2**70
+    done = import_trace(write(tmp_path / "rank0.json", trace(events=events)), "--db", db_url, "--run", "big")
+    assert done.returncode == 0, done.stderr
+    assert run_rows(db_url, "big", "SELECT start_ns FROM spans WHERE run_id = {run}") == [(20_000,)]
+    far = [annotation("ProfilerStep#1", 0, 100), *kernel(10, 1, "sm80_gemm", 1), annotation("x", 1e300, 1)]
+    refused = import_trace(write(tmp_path / "rank1.json", trace(rank=1, events=far)), "--db", db_url)
+    assert refused.returncode == 2 and "times past what a run can store" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
