@@ -4,6 +4,7 @@ batches, a capture request, alerts and their deliveries."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 
 import httpx
@@ -72,6 +73,10 @@ def full_run(client: httpx.Client, db_url: str, batches: int = 4) -> str:
     client.get(f"/api/v1/runs/{key}/analysis")
     captured = client.post(f"/api/v1/runs/{key}/capture", json={"steps": 2})
     assert captured.status_code == 201, captured.text
+    entry = {"collective_seq_id": 1, "profiling_name": "gloo:all_reduce", "process_group": ["0", "default_pg"]}
+    dump = json.dumps({"version": "2.10", "entries": [entry]}).encode()
+    dumped = client.post(f"/api/v1/runs/{key}/flight-recorder", params={"file": "rank0.json"}, content=dump)
+    assert dumped.status_code == 201, dumped.text
     engine = create_engine(db_url)
     now = datetime.now(timezone.utc)
     try:
