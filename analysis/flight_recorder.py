@@ -129,9 +129,9 @@ def _configured(dump: FrDump, name: str, description: str, names_seen: int) -> t
     config = configs.get(name)
     if isinstance(config, Mapping) and _ranks(config.get("ranks")):
         return _ranks(config.get("ranks"))
-    for config in configs.values():
-        if isinstance(config, Mapping) and description and config.get("desc") == description:
-            return _ranks(config.get("ranks"))
+    described = [c for c in configs.values() if isinstance(c, Mapping) and description and c.get("desc") == description]
+    if len(described) == 1:  # a description only one group has (torch describes many groups "undefined")
+        return _ranks(described[0].get("ranks"))
     if names_seen == 1 and len(configs) == 1:  # one group seen, one configured: the same one (gloo names it "")
         only = next(iter(configs.values()))
         if isinstance(only, Mapping):

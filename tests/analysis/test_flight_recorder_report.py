@@ -99,3 +99,11 @@ def test_malformed_numbers_and_names_are_read_as_unknown_not_raised() -> None:
     status = {"0": {"last_enqueued_collective": "--5", "last_completed_collective": "9" * 40}}
     report = flight_recorder_report([dump(0, odd, status), dump(1, [entry(1)], {"0": "not a mapping"})])
     assert report.ranks == [0, 1] and report.groups
+
+
+def test_groups_described_alike_are_not_given_one_anothers_ranks() -> None:
+    """Torch describes groups it was not told about "undefined": such a description names no group."""
+    config = {"a": {"desc": "undefined", "ranks": "[0, 1]"}, "b": {"desc": "undefined", "ranks": "[2, 3]"}}
+    entries = [{**entry(s, group="9"), "process_group": ("9", "undefined")} for s in (1, 2)]
+    [group] = flight_recorder_report([dump(2, entries, config=config), dump(3, entries, config=config)]).groups
+    assert group.ranks == [2, 3] and group.without_dump == []
