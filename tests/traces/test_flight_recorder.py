@@ -93,20 +93,20 @@ def test_files_that_are_not_dumps_are_refused_in_one_line(tmp_path: Path) -> Non
 
 
 def test_a_mutated_dump_is_read_or_refused_never_crashes(fr_dumps: Path, tmp_path: Path) -> None:
-    """500 copies of a real dump with bytes changed or cut: each is read and reported, or refused with a
-    ``DumpError``; nothing else escapes (a length field mutated to gigabytes included)."""
+    """500 copies of a real dump, pickle and JSON, with bytes changed or cut: each is read and reported, or refused
+    with a ``DumpError``; nothing else escapes (a length field mutated to gigabytes included)."""
     import random
 
     from bubblescope.analysis import flight_recorder_report
     from bubblescope.fr_dump import DumpError, read_dump
 
-    raw = (fr_dumps / "nccl_trace_rank_0").read_bytes()
+    sources = [(fr_dumps / name).read_bytes() for name in ("nccl_trace_rank_0", "trace_rank_0.json")]
     other = read_dump(fr_dumps / "nccl_trace_rank_1")
     rng = random.Random(7)
     outcomes = {"read": 0, "refused": 0}
     mutated = tmp_path / "nccl_trace_rank_0"
-    for _ in range(500):
-        data = bytearray(raw)
+    for index in range(500):
+        data = bytearray(sources[index % 2])  # the pickle and the JSON in turn
         for _ in range(rng.randint(1, 8)):
             data[rng.randrange(len(data))] = rng.randrange(256)
         mutated.write_bytes(bytes(data[: rng.randrange(len(data))] if rng.random() < 0.3 else data))
