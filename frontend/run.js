@@ -41,9 +41,9 @@ const state = {
   ranks: linkedRanks || null, // whose spans the timeline shows ("0-7,341", also ?ranks=); null: the service's choice
   requests: 0, // showStep calls so far: only the latest one may render
   step: null, // the step shown
-  loaded: { step: null, analysis: null, stragglers: null }, // the run version each part was loaded at
-  askedAt: { analysis: 0, stragglers: 0 }, // when each was last asked for (Date.now())
-  tookMs: { analysis: 0, stragglers: 0 }, // how long its last answer took
+  loaded: { step: null, analysis: null, stragglers: null, flightRecorder: null }, // the run version each was loaded at
+  askedAt: { analysis: 0, stragglers: 0, flightRecorder: 0 }, // when each was last asked for (Date.now())
+  tookMs: { analysis: 0, stragglers: 0, flightRecorder: 0 }, // how long its last answer took
   stepFinal: false, // the step shown had every rank's report when loaded: it will not change
   alerts: { firing: [], resolved: [] }, // as last loaded
   // The element the URL's hash names, to scroll to once the page is drawn, unless the reader
@@ -200,7 +200,7 @@ async function round() {
   const steps = stepsWithSpans(run);
   const step = chooseStep(steps, run);
   renderStepOptions(steps, step, run);
-  const work = [alertsShown, api.flightRecorder(key).then(renderFlightRecorder, () => {})]; // dumps change no revision
+  const work = [alertsShown];
   if (step === null) renderStepNote("no step with spans yet");
   else if (step !== state.step || (state.loaded.step !== state.version && !state.stepFinal)) work.push(showStep(step, state.version));
   const due = (name) => {
@@ -214,6 +214,9 @@ async function round() {
     const show = (analysis) => { const drawn = renderAnalysis(analysis); renderGlance({ analysis }); return drawn; };
     const load = (runKey) => Promise.all([api.analysis(runKey), loadCauses()]).then(([analysis]) => analysis);
     work.push(refresh("analysis", load, show, showAnalysisError, state.version));
+  }
+  if (due("flightRecorder")) { // an uploaded dump bumps the run's revision: news like a batch
+    work.push(refresh("flightRecorder", api.flightRecorder, renderFlightRecorder, () => {}, state.version));
   }
   if (due("stragglers")) {
     const show = (stragglers) => { const drawn = renderStragglers(stragglers); renderGlance({ stragglers }); return drawn; };

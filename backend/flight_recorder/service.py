@@ -10,7 +10,7 @@ from bubblescope import analysis
 from bubblescope.backend.db.models import FlightRecorderDump
 from bubblescope.backend.errors import Invalid
 from bubblescope.backend.flight_recorder.schemas import DumpOut, FlightRecorderOut, GroupOut
-from bubblescope.backend.store.runs import require_run
+from bubblescope.backend.store.runs import require_run, touch_run
 from bubblescope.fr_dump import DumpError, as_document, parse_dump
 
 
@@ -28,6 +28,7 @@ def store_dump(session: Session, run_key: str, data: bytes, file: str, rank: int
     )
     row = FlightRecorderDump(run_id=run.id, rank=dump.rank, file=file, document=as_document(dump))
     session.add(row)
+    touch_run(session, run.id)  # news: the run's page and cached answers move on
     session.flush()
     session.refresh(row)
     return DumpOut(rank=row.rank, file=row.file, uploaded_at=row.uploaded_at)

@@ -160,6 +160,7 @@ def assert_one_loop_that_waits_and_asks_only_for_news(browser: Any, run_url: str
     others = sorted(path for path, _ in asked if path != polled and path.startswith("/api/v1/runs/"))
     assert others == [
         f"{detail}/analysis",
+        f"{detail}/flight-recorder",
         f"{detail}/steps/{shown}?breakdown_limit=1024",
         f"{detail}/stragglers?phases=compute&compact=true",
     ], asked
