@@ -1,7 +1,7 @@
 """A two-stage CPU pipeline (gloo, torch.distributed.pipelining's 1F1B) written from the README's snippet, both
 collected by bubblescope and profiled by torch.profiler, each step inside both: the round trip's job.
 
-    torchrun --nproc-per-node 2 tests/traces/profiled_pipeline_job.py --trace-dir DIR [--steps 8]
+    torchrun --nproc-per-node 2 tests/traces/profiled_pipeline_job.py --trace-dir DIR [--steps 8] [--record-shapes]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trace-dir", required=True)
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--record-shapes", action="store_true", help="as the profiler's record_shapes: P2P peers")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -35,7 +36,7 @@ def main() -> None:
     every = schedule(wait=1, warmup=1, active=args.steps - 2)
     written = lambda prof: prof.export_chrome_trace(f"{args.trace_dir}/rank{rank}.json")
     with profile(
-        activities=[ProfilerActivity.CPU], schedule=every, on_trace_ready=written, record_shapes=True
+        activities=[ProfilerActivity.CPU], schedule=every, on_trace_ready=written, record_shapes=args.record_shapes
     ) as profiler:
         for _ in range(args.steps):
             with collector.step():

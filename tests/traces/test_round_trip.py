@@ -51,39 +51,56 @@ def waits_by_rank(server: LiveServer, run_key: str, steps: set[int]) -> dict[int
     return {rank: [value / sums[0] for value in sums[1:]] for rank, sums in totals.items()}
 
 
-def test_a_profiled_pipeline_job_imports_as_the_collector_measured_it(
-    sqlite_server: LiveServer, tmp_path: Path
-) -> None:
+def collected_and_imported(server: LiveServer, folder: Path, key: str, *job_args: str, **env: str) -> None:
+    """The job run (collected as ``key``-collected, profiled into ``folder``), its traces imported (``key``-imported)."""
     job = run_torchrun(
-        sqlite_server.url,
+        server.url,
         "tests/traces/profiled_pipeline_job.py",
         2,
-        f"--trace-dir={tmp_path}",
+        f"--trace-dir={folder}",
         f"--steps={STEPS}",
-        run_key="round-trip-collected",
-        extra_env={"BUBBLESCOPE_FULL_SPANS_EVERY": "1"},  # every step's spans, as the profiler records them
+        *job_args,
+        run_key=f"{key}-collected",
+        extra_env=env,
     )
     assert job.returncode == 0, job.output[-3000:]
-    traces = sorted(tmp_path.glob("rank*.json"))
+    traces = sorted(folder.glob("rank*.json"))
     assert [t.name for t in traces] == ["rank0.json", "rank1.json"]
     done = subprocess.run(
-        [sys.executable, "-m", "bubblescope.cli", "import-trace", *map(str, traces), "--url", sqlite_server.url]
-        + ["--run", "round-trip-imported"],
+        [sys.executable, "-m", "bubblescope.cli", "import-trace", *map(str, traces), "--url", server.url]
+        + ["--run", f"{key}-imported"],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    profiled = set(range(2, STEPS))
-    collected = shares_by_rank(sqlite_server.db_url, "round-trip-collected", profiled)
-    imported = shares_by_rank(sqlite_server.db_url, "round-trip-imported", profiled)
+
+
+PROFILED = set(range(2, STEPS))
+
+
+def test_a_profiled_pipeline_job_imports_as_the_collector_measured_it(
+    sqlite_server: LiveServer, tmp_path: Path
+) -> None:
+    collected_and_imported(sqlite_server, tmp_path, "round-trip")
+    collected = shares_by_rank(sqlite_server.db_url, "round-trip-collected", PROFILED)
+    imported = shares_by_rank(sqlite_server.db_url, "round-trip-imported", PROFILED)
     assert sorted(imported) == sorted(collected) == [0, 1], (collected, imported)
     print({"collected": collected, "imported": imported})
     for rank in (0, 1):
         for what, ours, theirs in zip(SHARES, imported[rank], collected[rank]):
             assert abs(ours - theirs) <= 0.05, (rank, what, f"imported {ours:.1%}, collected {theirs:.1%}")
-    collected = waits_by_rank(sqlite_server, "round-trip-collected", profiled)
-    imported = waits_by_rank(sqlite_server, "round-trip-imported", profiled)
+
+
+def test_an_imported_job_finds_every_wait_for_a_peer_the_collector_measured(
+    sqlite_server: LiveServer, tmp_path: Path
+) -> None:
+    """The same job profiled with record_shapes (which names each gloo send's peer) and collected in full every
+    step (the analysis pairs spans), without timing its stages' layers (their hooks run between operators)."""
+    env = {"BUBBLESCOPE_FULL_SPANS_EVERY": "1", "BUBBLESCOPE_STAGE_LAYERS": "0"}
+    collected_and_imported(sqlite_server, tmp_path, "round-trip-waits", "--record-shapes", **env)
+    collected = waits_by_rank(sqlite_server, "round-trip-waits-collected", PROFILED)
+    imported = waits_by_rank(sqlite_server, "round-trip-waits-imported", PROFILED)
     print({"collected": collected, "imported": imported})
     # Every recv found its send (by peer and order) and every wait the collector saw is found again. The import
     # may see more: the collector counts the time a rank is blocked on a posted send+recv pair as the send's
