@@ -425,10 +425,7 @@ class _Converted:
 
     def batches(self, steps: Iterator[StepSpans]) -> Iterator[dict[str, Any]]:
         held: StepSpans | None = None
-        for step in steps:
-            if held is not None and held[0] == step[0]:  # one step annotated twice: one step
-                held = (step[0], held[1] + step[1], step[2])
-                continue
+        for step in steps:  # one each number (``_step_plans``), in order
             if held is not None:
                 yield from self._sent(held, step)
             held = step
