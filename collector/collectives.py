@@ -388,6 +388,8 @@ def install(recorder: Recorder) -> None:
     from torch.distributed import _functional_collectives as funcol, distributed_c10d as c10d
 
     for name, (kind, group_at) in _DIST_OPS.items():
+        if not hasattr(c10d, name):  # newer than this torch (all_gather_single: after 2.11)
+            continue
         wrapped = _wrap_dist(name, kind, group_at, getattr(c10d, name))
         setattr(c10d, name, wrapped)
         setattr(dist, name, wrapped)
@@ -397,7 +399,8 @@ def install(recorder: Recorder) -> None:
     work: Any = dist.Work  # a C++ class: its method is replaced, which mypy does not allow on a typed one
     work.wait = _wrap_work_wait(work.wait)
     for name, (kind, group_at) in _FUNCTIONAL_OPS.items():
-        setattr(funcol, name, _wrap_functional(name, kind, group_at, getattr(funcol, name)))
+        if hasattr(funcol, name):
+            setattr(funcol, name, _wrap_functional(name, kind, group_at, getattr(funcol, name)))
     funcol._maybe_wrap_tensor = _wrap_maybe_wrap_tensor(funcol._maybe_wrap_tensor)
     funcol.wait_tensor = _wrap_wait_tensor(funcol.wait_tensor)
     _State.is_compiling = staticmethod(torch.compiler.is_compiling)
