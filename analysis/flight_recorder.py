@@ -150,11 +150,16 @@ def _progress(
     """From ``pg_status`` where it counts collectives only (a P2P op's number goes there too, so a group with P2P
     entries is read from its entries), else from the entries."""
     status = dump.pg_status.get(pg_id) if pg_id is not None else None
-    seqs = [s for e in entries if (s := _seq(e.get("collective_seq_id"))) is not None]
+    done = [e for e in entries if e.get("state") == "completed" or e.get("retired") is True]
+    completed = max((s for e in done if (s := _seq(e.get("collective_seq_id"))) is not None), default=None)
     if isinstance(status, Mapping) and not has_p2p:
-        enqueued, started, completed = (_seq(status.get(key)) for key in STATUS_KEYS)
+        enqueued, started, reported = (_seq(status.get(key)) for key in STATUS_KEYS)
+        # NCCL's status lags its entries (an H100 dump: four all-reduces "completed", status -1) and tracks
+        # starts only with TORCH_NCCL_ENABLE_TIMING: a completed collective has also started.
+        completed = max((s for s in (reported, completed) if s is not None), default=None)
+        started = max((s for s in (started, completed) if s is not None), default=None)
     else:
-        enqueued = max(seqs, default=None)
+        enqueued = max((s for e in entries if (s := _seq(e.get("collective_seq_id"))) is not None), default=None)
         started = max(
             (
                 s
@@ -163,8 +168,6 @@ def _progress(
             ),
             default=None,
         )
-        done = [e for e in entries if e.get("state") == "completed" or e.get("retired") is True]
-        completed = max((s for e in done if (s := _seq(e.get("collective_seq_id"))) is not None), default=None)
     blocked = None
     if at is not None and enqueued is not None and enqueued >= at and (completed is None or completed < at):
         op = next((e.get("profiling_name") for e in entries if _seq(e.get("collective_seq_id")) == at), None)
