@@ -14,7 +14,9 @@ Each activity is classified (``classify``):
   recv's peer where the trace names it, and a name that pairs it with its peer's (``numbered_p2p``);
 - compute: optimizer when launched inside ``Optimizer.step``, backward when launched from a thread other than
   the one that runs the profiler steps (autograd's engine), forward otherwise; memory copies and sets count as
-  compute of their phase, named ``memory:`` (the wire has no memory kind; the GPU is busy with them).
+  compute of their phase, named ``memory:`` (the wire has no memory kind; the GPU is busy with them);
+- data loading: the host's wait for the next batch (torch's ``enumerate(DataLoader)#...__next__`` op on a thread
+  that runs the profiler steps), as the collector's ``timed_batches`` records it.
 
 Times are epoch ns: ``ts`` (µs, integer or fractional) plus the trace's ``baseTimeNanoseconds`` where it has one.
 Nothing is sent before every file has been read and converted (``TraceError`` otherwise), so a bad file stores
@@ -37,11 +39,12 @@ from typing import Any, Final
 from bubblescope import wire
 from bubblescope.kineto import TraceError, rank_of, read_trace
 from bubblescope.timesplit import split_window
-from bubblescope.trace_spill import COMM_OP, OPTIMIZER, TraceStore
+from bubblescope.trace_spill import COMM_OP, DATA_LOADING, OPTIMIZER, TraceStore
 
 STEP_NAME: Final = re.compile(r"ProfilerStep#(\d+)$")
 COMM_KERNEL: Final = re.compile(r"^(?:void\s+)?(?:[\w:]*::)?[nr]ccl", re.IGNORECASE)
 OPTIMIZER_STEP: Final = re.compile(r"^Optimizer\.step")
+DATA_LOADER_NEXT: Final = re.compile(r"^enumerate\(DataLoader\)#")  # torch's op around a DataLoader iterator's next()
 SPANS_PER_BATCH: Final = 20_000  # as the collector sends at most
 NAME_CHARS: Final = 64  # the wire's span name limit
 GROUP_CHARS: Final = 32
@@ -160,6 +163,8 @@ class _RankEvents:
             self.step_tids.add(tid)
         elif OPTIMIZER_STEP.match(name):
             self.store.add_interval(OPTIMIZER, start, end, tid, _row_of(None))
+        elif DATA_LOADER_NEXT.match(name):
+            self.store.add_interval(DATA_LOADING, start, end, tid, _row_of(None))
         elif "Collective name" in args or name.startswith(COMM_OPS):
             info = _comm_info(args) or _c10d_p2p(name, args) or CommInfo(None, None, None)
             self.store.add_interval(
@@ -188,18 +193,28 @@ class _StepContext:
 
     comm_ops: _Window
     optimizer: _Window
+    data_loading: _Window
     step_tids: set[int]
+
+    def loading_spans(self, lo: int, before: int, base: int) -> list[Span]:
+        """The waits for the next batch (a DataLoader's ``next()``) that start in ``lo``..``before`` on a thread
+        that runs the profiler's steps: ``data_loading`` spans, as the collector's ``timed_batches`` records."""
+        return [
+            ("data_loading", base + start, base + max(start, end), None, None, None, None, None)
+            for start, end, tid, _payload in self.data_loading.items
+            if lo <= start < before and tid in self.step_tids
+        ]
 
 
 def _context(events: _RankEvents, lo: int, hi: int) -> _StepContext:
     windows = []
-    for sort in (COMM_OP, OPTIMIZER):
+    for sort in (COMM_OP, OPTIMIZER, DATA_LOADING):
         window = _Window()
         for start, end, tid, *row in events.store.intervals(sort, lo, hi):
             window.add(start, end, tid, _info_of(row) if sort == COMM_OP else True)
         window.freeze()
         windows.append(window)
-    return _StepContext(windows[0], windows[1], events.step_tids)
+    return _StepContext(windows[0], windows[1], windows[2], events.step_tids)
 
 
 @dataclass(frozen=True)
@@ -480,6 +495,7 @@ def _gpu_steps(events: _RankEvents, base: int, world: int | None, groups: dict[s
                 spans.append(
                     (kind, base + start, base + max(start, end), group, label and label[:NAME_CHARS], None, None, peer)
                 )
+            spans += context.loading_spans(lo, before, base)
         if spans:
             yield plan.number, spans, None
 
@@ -555,6 +571,8 @@ def _cpu_segment(
         current = open_span.get(tid)
         if current is not None and start < current[2]:
             continue  # inside an operator already counted
+        if context.data_loading.holding(start, tid) is not None:
+            continue  # the batch's collation (aten::stack): data loading, not the model
         kind = "optimizer" if context.optimizer.holding(start, tid) else "backward" if backward else "forward"
         if (
             current is not None
@@ -569,6 +587,7 @@ def _cpu_segment(
         open_span[tid] = [kind, start, max(start, end)]
     for current in open_span.values():
         spans.append((current[0], base + current[1], base + current[2], None, None, None, None, None))
+    spans += context.loading_spans(lo, before, base)
     for start, end, _tid, said in _p2p_calls(context.comm_ops.items):
         if not lo <= start < before:
             continue  # another step's

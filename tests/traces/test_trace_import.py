@@ -346,3 +346,38 @@ def test_ids_past_what_can_be_stored_pair_nothing_and_times_past_it_are_refused(
     refused = import_trace(write(tmp_path / "rank1.json", trace(rank=1, events=far)), "--db", db_url)
     assert refused.returncode == 2 and "times past what a run can store" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_the_wait_for_the_next_batch_is_data_loading_not_the_models_compute(db_url: str, tmp_path: Path) -> None:
+    """torch records a DataLoader's ``next()`` as ``enumerate(DataLoader)#...__next__`` (its collation, aten::stack,
+    inside it): on a GPU trace it is a data_loading span at the step's start; on a CPU trace too, and the operators
+    inside it are not the forward pass."""
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    steps = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": 100 * n, "dur": 100} for n in (1, 2)
+    ]
+    loading = [{"ph": "X", "cat": "cpu_op", "name": loader, "ts": 100 * n + 1, "dur": 20} for n in (1, 2)]
+    gpu = steps + loading + kernel(130, 30, "sm80_gemm", 1) + kernel(230, 10, "elementwise_kernel", 2)
+    done = import_trace(write(tmp_path / "rank0.json", trace(events=gpu)), "--db", db_url, "--run", "gpu-loader")
+    assert done.returncode == 0, done.stderr
+    query = (
+        "SELECT step, kind, start_ns, end_ns FROM spans WHERE run_id = {run} AND kind = 'data_loading' ORDER BY step"
+    )
+    assert run_rows(db_url, "gpu-loader", query) == [
+        (1, "data_loading", 101_000, 121_000),
+        (2, "data_loading", 201_000, 221_000),
+    ]
+    window = "SELECT start_ns, end_ns FROM steps WHERE run_id = {run} ORDER BY step"
+    assert run_rows(db_url, "gpu-loader", window)[0] == (101_000, 201_000)  # the step begins with its wait for data
+
+    cpu_step = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 10_000, "tid": 1}
+    cpu_loader = {"ph": "X", "cat": "cpu_op", "name": loader, "ts": 100, "dur": 2_000, "tid": 1, "pid": 7}
+    collation = {"ph": "X", "cat": "cpu_op", "name": "aten::stack", "ts": 200, "dur": 1_500, "tid": 1, "pid": 7}
+    linear = {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 3_000, "dur": 5_000, "tid": 1, "pid": 7}
+    cpu = trace(events=[cpu_step, cpu_loader, collation, linear])
+    done = import_trace(write(tmp_path / "cpu-rank0.json", cpu), "--db", db_url, "--run", "cpu-loader")
+    assert done.returncode == 0, done.stderr
+    spans = run_rows(
+        db_url, "cpu-loader", "SELECT kind, start_ns, end_ns FROM spans WHERE run_id = {run} ORDER BY start_ns"
+    )
+    assert spans == [("data_loading", 100_000, 2_100_000), ("forward", 3_000_000, 8_000_000)], spans
