@@ -17,14 +17,21 @@ and the ratio of total step times. The shipper thread's CPU per collected step i
 share of the step (it flushes on its own clock, so its work lands on both kinds of step).
 
     python bench/collector_overhead_one_device.py [--device auto|cpu|cuda] [--steps 600] [--block 10]
-        [--width 2048] [--layers 8] [--batch 64] [--bucket-mb 8] [--full]
+        [--width 2048] [--layers 8] [--batch 64] [--bucket-mb 8] [--full] [--phases] [--profile]
+
+``--phases`` prints each phase's median host time (forward, backward, optimizer, the wait for the device, the
+step's end) for both kinds of step; ``--profile`` runs cProfile on the training thread, one profile for the
+collected steps and one for the baseline, and prints the functions whose time per step differs most.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
+import itertools
 import os
+import pstats
 import statistics
 import sys
 import tempfile
@@ -57,6 +64,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--bucket-mb", type=float, default=8.0, help="DDP bucket_cap_mb")
     parser.add_argument("--full", action="store_true", help="full spans every step (else the defaults)")
+    parser.add_argument("--phases", action="store_true", help="each phase's median host time, both kinds of step")
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile of both kinds of step, the largest differences"
+    )
     args = parser.parse_args()
     if args.steps < 4 * args.block or args.block < 1:
         parser.error("--steps: need at least two ABBA rounds (4 × --block)")
@@ -77,7 +88,54 @@ def collected_step(index: int, block: int) -> bool:
     return (index // block) % 2 == (index // (2 * block)) % 2
 
 
-def run(args: argparse.Namespace, device: torch.device) -> tuple[list[tuple[bool, float]], float]:
+PHASES = ("forward", "backward", "optimizer", "device wait", "step end")
+
+
+class Diagnostics:
+    """``--phases`` and ``--profile``: each phase's host time and a cProfile per kind of step."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.phases: dict[bool, list[list[float]]] = {True: [], False: []}
+        self.profiles = {kind: cProfile.Profile() for kind in (True, False)} if args.profile else None
+        self.steps = {True: 0, False: 0}
+
+    def start(self, collected: bool) -> None:
+        if self.profiles is not None:
+            self.profiles[collected].enable()
+
+    def stop(self, collected: bool, marks: list[float]) -> None:
+        if self.profiles is not None:
+            self.profiles[collected].disable()
+        self.steps[collected] += 1
+        self.phases[collected].append([later - earlier for earlier, later in itertools.pairwise(marks)])
+
+    def print(self) -> None:
+        if self.phases[True]:
+            print("phase (median host ms)   collected  baseline")
+            for index, phase in enumerate(PHASES):
+                collected, baseline = (
+                    statistics.median(p[index] for p in self.phases[kind]) * 1e3 for kind in (True, False)
+                )
+                print(f"  {phase:<22} {collected:9.3f} {baseline:9.3f}")
+        if self.profiles is None:
+            return
+        per_step: dict[bool, dict[str, float]] = {}
+        for kind, profile in self.profiles.items():
+            stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+            per_step[kind] = {
+                f"{Path(file).name}:{line}({name})": total / max(1, self.steps[kind])
+                for (file, line, name), (_cc, _nc, total, _cum, _callers) in stats.items()
+            }
+        names = set(per_step[True]) | set(per_step[False])
+        differences = sorted(names, key=lambda n: per_step[True].get(n, 0) - per_step[False].get(n, 0), reverse=True)
+        print("cProfile, own time per step (µs), largest excess of collected over baseline:")
+        for name in differences[:30]:
+            print(f"  {per_step[True].get(name, 0) * 1e6:9.1f} {per_step[False].get(name, 0) * 1e6:9.1f}  {name}")
+
+
+def run(
+    args: argparse.Namespace, device: torch.device, diagnostics: Diagnostics
+) -> tuple[list[tuple[bool, float]], float]:
     """Step wall times (collected?, seconds) after the warm-up, and the shipper thread's CPU seconds."""
     torch.manual_seed(0)
     layers = [module for _ in range(args.layers) for module in (nn.Linear(args.width, args.width), nn.GELU())]
@@ -89,17 +147,27 @@ def run(args: argparse.Namespace, device: torch.device) -> tuple[list[tuple[bool
     targets = torch.randn(args.batch, args.width, device=device)
     timings: list[tuple[bool, float]] = []
     shipper_before = named_thread_cpu_s("bubblescope-shipper") or 0.0
+    clock = time.perf_counter
     for index in range(-WARMUP_STEPS, args.steps):
         collected = index < 0 or collected_step(index, args.block)
-        started = time.perf_counter()
+        if index >= 0:
+            diagnostics.start(collected)
+        started = clock()
+        marks = [started]
         with contextlib.nullcontext() if collected else collector.paused(), collector.step():
             optimizer.zero_grad(set_to_none=True)
             loss = nn.functional.mse_loss(model(inputs), targets)
+            marks.append(clock())
             loss.backward()
+            marks.append(clock())
             optimizer.step()
+            marks.append(clock())
             loss.item()  # waits for the device, as logging the loss does
+            marks.append(clock())
+        marks.append(clock())
         if index >= 0:
-            timings.append((collected, time.perf_counter() - started))
+            timings.append((collected, marks[-1] - started))
+            diagnostics.stop(collected, marks)
     shipper_s = (named_thread_cpu_s("bubblescope-shipper") or 0.0) - shipper_before
     return timings, shipper_s
 
@@ -152,9 +220,11 @@ def main() -> None:
         )
         if not collector.is_enabled():
             raise SystemExit("the collector did not start (BUBBLESCOPE_DISABLED set?)")
-        timings, shipper_s = run(args, device)
+        diagnostics = Diagnostics(args)
+        timings, shipper_s = run(args, device, diagnostics)
         collector.shutdown()
         report(args, device, timings, shipper_s)
+        diagnostics.print()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
