@@ -1,4 +1,6 @@
-"""The real profiler traces of ``../shared/data/kineto`` (from HTA's test data), where this checkout has them."""
+"""The real profiler traces of ``../shared/data/kineto`` (from HTA's test data), where this checkout has them, and
+two of our own, kept in the repository: the docs' DDP loop and its FSDP2 form profiled on an H100 (torch 2.11, NCCL
+in a world of one; ``bench/gpu_checks.sh``)."""
 
 from __future__ import annotations
 
@@ -17,12 +19,15 @@ JOBS = {  # one job's ranks per entry
     ],
     "nccl_data_rank0_of2_a100": ["nccl_data_rank0_of2_a100.json.gz"],
     "trace_diff_control_rank3_of8_a100": ["trace_diff_control_rank3_of8_a100.json.gz"],
+    "h100_ddp_from_docs": ["h100/ddp_from_docs_rank0.json.gz"],
+    "h100_fsdp2_from_docs": ["h100/fsdp2_from_docs_rank0.json.gz"],
 }
+OWN = Path(__file__).parent / "data"  # the jobs whose files are here, not in KINETO
 
 
 def job_files(job: str) -> list[Path]:
     """The job's trace files; the test skips, saying where it looked, when they are absent."""
-    files = [KINETO / name for name in JOBS[job]]
+    files = [(OWN if (OWN / name).is_file() else KINETO) / name for name in JOBS[job]]
     if not all(path.is_file() for path in files):
         pytest.skip(f"the Kineto reference traces are not in {KINETO} (set BUBBLESCOPE_SHARED_DATA to their folder)")
     return files

@@ -4,6 +4,7 @@ and communication overlap, per rank, within 0.5 percentage points of its own fig
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 from pathlib import Path
 
@@ -45,6 +46,9 @@ def test_temporal_breakdown_and_overlap_match_htas(job: tuple[list[Path], object
         ):
             assert abs(100 * ours.share(getattr(ours, part)) - theirs[column]) < POINTS, (path, part)
         their_overlap = overlap[overlap["rank"] == trace.rank].iloc[0]["comp_comm_overlap_pctg"]
+        if math.isnan(their_overlap):  # no communication kernel at all (NCCL in a world of one): no overlap to say
+            assert ours.comm_overlap is None, path
+            continue
         assert ours.comm_overlap is not None and abs(100 * ours.comm_overlap - their_overlap) < POINTS, path
 
 
