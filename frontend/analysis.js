@@ -219,6 +219,9 @@ export function renderAnalysis(view) {
     drawn = view.attribution ? renderAttribution(view.attribution, view.step_ns) : undefined;
     say("analysis-error", view.attribution ? "" : `No pipeline replay: ${view.pipeline_unavailable}`);
   }
+  const nothing = !split && !view.attribution; // no chart and no causes: no empty plot area, no table of headers
+  document.getElementById("attribution-chart").hidden = nothing;
+  document.getElementById("causes").closest(".scroll").hidden = nothing;
   renderExposed(split ? {} : view.exposed_comm_ns_by_group, view.step_ns);
   renderImbalance(view.imbalance, view.layers_source, unevenOutsideWork(view), view.pipeline?.stage_layers || null);
   renderMemory(view.memory);
