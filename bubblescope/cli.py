@@ -353,6 +353,12 @@ def build_parser() -> argparse.ArgumentParser:
         "as serve does",
     )
     imported.add_argument("--token", help="bearer token with the ingest scope (default: BUBBLESCOPE_TOKEN)")
+    imported.add_argument(
+        "--schedule",
+        metavar="NAME",
+        help="the pipeline schedule the job ran (1f1b, gpipe, interleaved1f1b, ...; torch's class names too): no trace "
+        "names it; with it, the stages and micro-batches torch annotates get the bubble's replay and causes",
+    )
     imported.set_defaults(handler=_import_trace)
 
     flight = commands.add_parser(

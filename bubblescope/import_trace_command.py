@@ -20,7 +20,7 @@ from typing import Any
 
 from bubblescope.input_files import missing_files
 from bubblescope.kineto import TraceError
-from bubblescope.trace_import import convert_all, requests_for, run_key_for
+from bubblescope.trace_import import convert_all, pipeline_config, requests_for, run_key_for
 
 Send = Callable[[str, str, dict[str, Any]], tuple[bool, str]]  # (method, path, document) -> (ok, what went wrong)
 
@@ -99,6 +99,10 @@ def main(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in args.traces]
     name = args.run or paths[0].name.split(".")[0]
     key = run_key_for(name)
+    schedule = _schedule(args.schedule)
+    if schedule is not None and schedule.startswith("--schedule"):
+        print(f"bubblescope import-trace: {schedule}", file=sys.stderr)
+        return 2
     sender = _sender(args)  # before reading: a wrong address or database is said at once
     if isinstance(sender, str):
         print(f"bubblescope import-trace: {sender}", file=sys.stderr)
@@ -111,7 +115,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"bubblescope import-trace: {error}", file=sys.stderr)
         return 2
     try:
-        send_all(requests_for(imported, key, name), send)
+        send_all(requests_for(imported, key, name, schedule), send)
     except RuntimeError as error:
         print(f"bubblescope import-trace: {error}", file=sys.stderr)
         return 1
@@ -122,5 +126,24 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"imported {len(ranks)} rank{'s' if len(ranks) != 1 else ''} ({', '.join(map(str, ranks))}), {steps} rank-steps"
     )
+    pipeline = pipeline_config(imported, schedule)
+    if pipeline:
+        stages, microbatches = pipeline["num_stages"], pipeline["num_microbatches"]
+        print(
+            f"pipeline actions: {stages} stages, {microbatches} micro-batches"
+            + ("" if schedule else "; give --schedule NAME (no trace names it) for the bubble's replay and causes")
+        )
     print(f"run {key} in {where}" + ("" if args.db else f": open {where.rstrip('/')}/runs/{key}"))
     return 0
+
+
+def _schedule(name: str | None) -> str | None:
+    """The schedule's canonical name, or a message starting "--schedule" saying what is known."""
+    if name is None:
+        return None
+    from bubblescope.analysis import ScheduleError, lookup
+
+    try:
+        return lookup(name).name
+    except ScheduleError as error:
+        return f"--schedule: {error.message}"

@@ -39,12 +39,24 @@ from typing import Any, Final
 from bubblescope import wire
 from bubblescope.kineto import TraceError, rank_of, read_trace
 from bubblescope.timesplit import split_window
-from bubblescope.trace_spill import COMM_OP, DATA_LOADING, OPTIMIZER, TraceStore
+from bubblescope.trace_spill import COMM_OP, DATA_LOADING, OPTIMIZER, PIPELINE_ACTION, TraceStore
 
 STEP_NAME: Final = re.compile(r"ProfilerStep#(\d+)$")
 COMM_KERNEL: Final = re.compile(r"^(?:void\s+)?(?:[\w:]*::)?[nr]ccl", re.IGNORECASE)
 OPTIMIZER_STEP: Final = re.compile(r"^Optimizer\.step")
 DATA_LOADER_NEXT: Final = re.compile(r"^enumerate\(DataLoader\)#")  # torch's op around a DataLoader iterator's next()
+# torch.distributed.pipelining's annotations of a compute action: ``PP:{stage}{F|B|I|W}{micro-batch}`` (the schedules
+# run by ``_PipelineScheduleRuntime``: interleaved 1F1B, zero-bubble, ZB-V, DualPipeV, looped BFS), ``Forward i`` and
+# ``Backward i`` (GPipe: the stage is the rank's own). Schedule1F1B annotates nothing.
+PIPELINE_ACTION_NAME: Final = re.compile(r"^PP:(\d{1,6})([FBIW])(\d{1,9})$|^(Forward|Backward) (\d{1,9})$")
+ACTION_KINDS: Final = {
+    "F": "forward",
+    "B": "backward",
+    "I": "backward_input",
+    "W": "backward_weight",
+    "Forward": "forward",
+    "Backward": "backward",
+}
 SPANS_PER_BATCH: Final = 20_000  # as the collector sends at most
 NAME_CHARS: Final = 64  # the wire's span name limit
 GROUP_CHARS: Final = 32
@@ -165,6 +177,10 @@ class _RankEvents:
             self.store.add_interval(OPTIMIZER, start, end, tid, _row_of(None))
         elif DATA_LOADER_NEXT.match(name):
             self.store.add_interval(DATA_LOADING, start, end, tid, _row_of(None))
+        elif category == "user_annotation" and (action := PIPELINE_ACTION_NAME.match(name)):
+            stage, code, microbatch, single, index = action.groups()
+            said = f"{stage or ''}:{ACTION_KINDS[code or single]}:{microbatch or index}"
+            self.store.add_interval(PIPELINE_ACTION, start, end, tid, (said, None, None, None, 0))
         elif "Collective name" in args or name.startswith(COMM_OPS):
             info = _comm_info(args) or _c10d_p2p(name, args) or CommInfo(None, None, None)
             self.store.add_interval(
@@ -194,6 +210,7 @@ class _StepContext:
     comm_ops: _Window
     optimizer: _Window
     data_loading: _Window
+    actions: _Window  # pipeline actions: (stage or None, kind, micro-batch)
     step_tids: set[int]
 
     def loading_spans(self, lo: int, before: int, base: int) -> list[Span]:
@@ -208,13 +225,32 @@ class _StepContext:
 
 def _context(events: _RankEvents, lo: int, hi: int) -> _StepContext:
     windows = []
-    for sort in (COMM_OP, OPTIMIZER, DATA_LOADING):
+    for sort in (COMM_OP, OPTIMIZER, DATA_LOADING, PIPELINE_ACTION):
         window = _Window()
         for start, end, tid, *row in events.store.intervals(sort, lo, hi):
-            window.add(start, end, tid, _info_of(row) if sort == COMM_OP else True)
+            payload = _info_of(row) if sort == COMM_OP else _action_of(row[0]) if sort == PIPELINE_ACTION else True
+            window.add(start, end, tid, payload)
         window.freeze()
         windows.append(window)
-    return _StepContext(windows[0], windows[1], windows[2], events.step_tids)
+    return _StepContext(windows[0], windows[1], windows[2], windows[3], events.step_tids)
+
+
+Action = tuple[int | None, str, int]
+"""A pipeline action: its stage (None: the rank's own, GPipe's), span kind and micro-batch."""
+
+
+def _action_of(said: str) -> Action:
+    stage, kind, microbatch = said.split(":")
+    return (int(stage) if stage else None, kind, int(microbatch))
+
+
+def _in_action(kind: str, action: Action | None, rank: int) -> tuple[str, int | None, int | None]:
+    """A compute span's kind, stage and micro-batch: the pipeline action's where one holds it (the optimizer and
+    communication are no stage's work), else its own kind and none."""
+    if action is None or kind not in ("forward", "backward"):
+        return kind, None, None
+    stage, action_kind, microbatch = action
+    return action_kind, rank if stage is None else stage, microbatch
 
 
 @dataclass(frozen=True)
@@ -316,6 +352,8 @@ class ImportedRank:
     pg_config: list[dict[str, Any]]
     digest: str = ""
     last_end_ns: int = 0  # 0: read from the batches
+    stages: tuple[int, ...] = ()  # the pipeline stages its actions ran (annotated by torch's schedules), if any
+    microbatches: int = 0  # and their micro-batches
 
 
 def _group_label(info: CommInfo | None, world_size: int | None, groups: dict[str, list[int]]) -> str | None:
@@ -401,7 +439,7 @@ def _converted(path: Path, run_key: str, seq_base: int, events: _RankEvents) -> 
     events.steps.freeze()
     base = _epoch_base(metadata)
     # a CPU-only profile (gloo): the CPU's operators are the timeline, each step its annotation's window
-    steps = _gpu_steps(events, base, world, groups) if on_gpu else _cpu_steps(events, base, world, groups)
+    steps = _gpu_steps(events, base, world, groups, rank) if on_gpu else _cpu_steps(events, base, world, groups, rank)
     converted = _Converted(run_key, rank, seq_base)
     batches = events.store.batches(converted.batches(steps))
     if not converted.numbers:
@@ -421,6 +459,8 @@ def _converted(path: Path, run_key: str, seq_base: int, events: _RankEvents) -> 
         pg_config=pg_config,
         digest=digest,
         last_end_ns=converted.last_end_ns,
+        stages=tuple(sorted(converted.stages)),
+        microbatches=converted.microbatches,
     )
 
 
@@ -437,6 +477,8 @@ class _Converted:
     seq: int
     numbers: list[int] = field(default_factory=list)
     last_end_ns: int = 0
+    stages: set[int] = field(default_factory=set)
+    microbatches: int = 0
 
     def batches(self, steps: Iterator[StepSpans]) -> Iterator[dict[str, Any]]:
         held: StepSpans | None = None
@@ -453,6 +495,10 @@ class _Converted:
             window = _gpu_window(spans, following if following and following[0] == number + 1 else None)
         self.numbers.append(number)
         self.last_end_ns = max(self.last_end_ns, window[1])
+        for span in spans:
+            if span[5] is not None and span[6] is not None:
+                self.stages.add(span[5])
+                self.microbatches = max(self.microbatches, span[6] + 1)
         for batch in batches_of(self.run_key, self.rank, self.seq, number, numbered_p2p(spans), window):
             self.seq += 1
             yield batch
@@ -476,7 +522,9 @@ Span = tuple[str, int, int, str | None, str | None, int | None, int | None, int 
 ours, ``export_import``)."""
 
 
-def _gpu_steps(events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]]) -> Iterator[StepSpans]:
+def _gpu_steps(
+    events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]], rank: int
+) -> Iterator[StepSpans]:
     """Each step's GPU activities (by the step that launched them), classified, read from the store a step at a
     time."""
     for plan in _step_plans(events.steps):
@@ -491,10 +539,10 @@ def _gpu_steps(events: _RankEvents, base: int, world: int | None, groups: dict[s
                 else:
                     label = f"memory: {name}" if category != "kernel" else None
                     group = None
+                kind, stage, microbatch = _in_action(kind, context.actions.holding(launched), rank)
                 peer = _global_peer(said, groups) if kind in P2P_KINDS else None
-                spans.append(
-                    (kind, base + start, base + max(start, end), group, label and label[:NAME_CHARS], None, None, peer)
-                )
+                label = label and label[:NAME_CHARS]
+                spans.append((kind, base + start, base + max(start, end), group, label, stage, microbatch, peer))
             spans += context.loading_spans(lo, before, base)
         if spans:
             yield plan.number, spans, None
@@ -547,7 +595,9 @@ def numbered_p2p(spans: list[Span]) -> list[Span]:
     return numbered
 
 
-def _cpu_steps(events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]]) -> Iterator[StepSpans]:
+def _cpu_steps(
+    events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]], rank: int
+) -> Iterator[StepSpans]:
     """Each step's CPU timeline: its top-level operators per thread as compute (backward when autograd's engine
     runs them, optimizer inside ``Optimizer.step``), its collective and P2P calls (``gloo:recv``, which lasts until
     the data arrived, ``c10d::send``) as communication: each from when it was posted, as the profiler recorded it.
@@ -555,18 +605,18 @@ def _cpu_steps(events: _RankEvents, base: int, world: int | None, groups: dict[s
     for plan in _step_plans(events.steps):
         spans: list[Span] = []
         for lo, before in plan.segments:
-            spans += _cpu_segment(events, lo, before, base, world, groups)
+            spans += _cpu_segment(events, lo, before, base, world, groups, rank)
         if spans:
             yield plan.number, spans, (base + plan.window[0], base + plan.window[1])
 
 
 def _cpu_segment(
-    events: _RankEvents, lo: int, before: int, base: int, world: int | None, groups: dict[str, list[int]]
+    events: _RankEvents, lo: int, before: int, base: int, world: int | None, groups: dict[str, list[int]], rank: int
 ) -> list[Span]:
     context = _context(events, lo, before)
     comm_starts = [start for start, _end, _tid, _said in context.comm_ops.items]
     spans: list[Span] = []
-    open_span: dict[int, list[Any]] = {}  # per thread: [kind, start, end] of the compute span being extended
+    open_span: dict[int, list[Any]] = {}  # per thread: [kind, start, end, stage, micro-batch] of the span extended
     for start, end, tid, backward in events.store.cpu_ops(lo, before):  # parents first
         current = open_span.get(tid)
         if current is not None and start < current[2]:
@@ -574,19 +624,20 @@ def _cpu_segment(
         if context.data_loading.holding(start, tid) is not None:
             continue  # the batch's collation (aten::stack): data loading, not the model
         kind = "optimizer" if context.optimizer.holding(start, tid) else "backward" if backward else "forward"
+        kind, stage, microbatch = _in_action(kind, context.actions.holding(start), rank)
         if (
             current is not None
-            and current[0] == kind
+            and (current[0], current[3], current[4]) == (kind, stage, microbatch)
             and start - current[2] <= CPU_GAP_NS
             and not _any_between(comm_starts, current[2], start)
         ):
             current[2] = max(current[2], end)  # the interpreter between two operators of one pass: still the pass
             continue
         if current is not None:
-            spans.append((current[0], base + current[1], base + current[2], None, None, None, None, None))
-        open_span[tid] = [kind, start, max(start, end)]
+            spans.append((current[0], base + current[1], base + current[2], None, None, current[3], current[4], None))
+        open_span[tid] = [kind, start, max(start, end), stage, microbatch]
     for current in open_span.values():
-        spans.append((current[0], base + current[1], base + current[2], None, None, None, None, None))
+        spans.append((current[0], base + current[1], base + current[2], None, None, current[3], current[4], None))
     spans += context.loading_spans(lo, before, base)
     for start, end, _tid, said in _p2p_calls(context.comm_ops.items):
         if not lo <= start < before:
@@ -665,10 +716,31 @@ def convert_all(paths: Sequence[Path], run_key: str) -> list[ImportedRank]:
     return [by_rank[rank] for rank in sorted(by_rank)]
 
 
-def run_config(imported: Sequence[ImportedRank]) -> dict[str, Any]:
-    """The run's config: where it came from (``wire.IMPORTED_FROM``), as the run page shows it."""
+def pipeline_config(imported: Sequence[ImportedRank], schedule: str | None) -> dict[str, Any]:
+    """The pipeline the files' actions describe, as a collected run's config says it (``num_stages``,
+    ``num_microbatches``, ``virtual_stages``), and the schedule the user named (no trace names it); {} without one."""
+    stages = {stage for rank in imported for stage in rank.stages}
+    if not stages:
+        return {}
+    config: dict[str, Any] = {
+        "num_stages": max(stages) + 1,
+        "num_microbatches": max(rank.microbatches for rank in imported),
+    }
+    per_rank = max(len(rank.stages) for rank in imported)
+    if per_rank > 1:
+        config["virtual_stages"] = per_rank
+    if schedule:
+        config["schedule"] = schedule
+    return config
+
+
+def run_config(imported: Sequence[ImportedRank], schedule: str | None = None) -> dict[str, Any]:
+    """The run's config: where it came from (``wire.IMPORTED_FROM``), as the run page shows it, and, where the user
+    named the schedule, the pipeline its actions describe (``pipeline_config``: every rank's file is needed for the
+    stage count, so an upload of one rank says none)."""
     worlds = [r.world_size for r in imported if r.world_size]
     return {
+        **(pipeline_config(imported, schedule) if schedule else {}),
         wire.IMPORTED_FROM: {
             "format": "torch.profiler (Kineto) trace",
             "files": {str(r.rank): r.file for r in imported},
@@ -677,7 +749,7 @@ def run_config(imported: Sequence[ImportedRank]) -> dict[str, Any]:
             "world_size": max(worlds) if worlds else None,
             "profiler": imported[0].profiler,
             "steps": sorted({step for r in imported for step in r.steps}),
-        }
+        },
     }
 
 
@@ -715,12 +787,12 @@ def run_key_for(name: str) -> str:
 
 
 def requests_for(
-    imported: Sequence[ImportedRank], run_key: str, name: str
+    imported: Sequence[ImportedRank], run_key: str, name: str, schedule: str | None = None
 ) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(method, path, document) in the order a collector sends them: the run, each rank, its steps, its end; made
     one at a time (a file's batches are read from disk as they are sent)."""
     prefix = f"{wire.API_PREFIX}/runs/{run_key}"
-    config = run_config(imported)
+    config = run_config(imported, schedule)
     world = max(config[wire.IMPORTED_FROM]["world_size"] or 0, max(r.rank for r in imported) + 1)
     yield ("PUT", prefix, {"name": name, "world_size": world, "config": config})
     for rank in imported:

@@ -21,7 +21,7 @@ from typing import Any, Final
 ROWS_PER_WRITE: Final = 20_000
 BUCKET_SHIFT: Final = 16  # intervals bucketed by length: under 65 µs, then each bucket twice as long
 CACHE_KIB: Final = 16_384  # SQLite's page cache per connection: the store's memory, whatever the file's size
-OPTIMIZER, COMM_OP, DATA_LOADING = 1, 2, 3  # sorts of CPU interval
+OPTIMIZER, COMM_OP, DATA_LOADING, PIPELINE_ACTION = 1, 2, 3, 4  # sorts of CPU interval
 
 _TABLES: Final = (
     "CREATE TABLE gpu (start INTEGER, end_ INTEGER, name TEXT, category TEXT, correlation INTEGER, "
@@ -65,9 +65,7 @@ class TraceStore:
             self.db.execute(table)
         self._pending: dict[str, list[tuple[Any, ...]]] = {table: [] for table in _INSERTS}
         self._buckets: dict[int, set[int]] = {
-            OPTIMIZER: set(),
-            COMM_OP: set(),
-            DATA_LOADING: set(),
+            sort: set() for sort in (OPTIMIZER, COMM_OP, DATA_LOADING, PIPELINE_ACTION)
         }  # of each sort, the buckets used
         self.counts = dict.fromkeys(_INSERTS, 0)
 

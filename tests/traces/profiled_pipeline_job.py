@@ -2,6 +2,10 @@
 collected by bubblescope and profiled by torch.profiler, each step inside both: the round trip's job.
 
     torchrun --nproc-per-node 2 tests/traces/profiled_pipeline_job.py --trace-dir DIR [--steps 8] [--record-shapes]
+        [--schedule 1f1b|gpipe|interleaved]
+
+``--schedule gpipe`` runs GPipe (torch annotates ``Forward i``/``Backward i``); ``interleaved``, interleaved 1F1B
+with two stages a rank, one layer each (torch annotates each action ``PP:{stage}{F|B}{micro-batch}``).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import argparse
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from bubblescope import collector
@@ -22,13 +26,19 @@ def main() -> None:
     parser.add_argument("--trace-dir", required=True)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--record-shapes", action="store_true", help="as the profiler's record_shapes: P2P peers")
+    parser.add_argument("--schedule", choices=["1f1b", "gpipe", "interleaved"], default="1f1b")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(rank)
     model = nn.Sequential(*[nn.Sequential(nn.Linear(512, 512), nn.GELU()) for _ in range(2)])
-    stage = PipelineStage(model, rank, world, torch.device("cpu"))
-    pipeline = Schedule1F1B(stage, n_microbatches=4, loss_fn=lambda y, t: ((y - t) ** 2).mean())
+    loss = lambda y, t: ((y - t) ** 2).mean()
+    if args.schedule == "interleaved":  # stage s on rank s % world: layer 0 of the model on rank 0, then rank 1, ...
+        stages = [PipelineStage(model[v], rank + v * world, 2 * world, torch.device("cpu")) for v in range(2)]
+        pipeline = ScheduleInterleaved1F1B(stages, n_microbatches=4, loss_fn=loss)
+    else:
+        stage = PipelineStage(model, rank, world, torch.device("cpu"))
+        pipeline = (ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B)(stage, n_microbatches=4, loss_fn=loss)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     collector.init(run="profiled-pipeline")
     collector.instrument(pipeline)

@@ -386,3 +386,35 @@ def test_the_wait_for_the_next_batch_is_data_loading_not_the_models_compute(db_u
         db_url, "cpu-loader", "SELECT kind, start_ns, end_ns FROM spans WHERE run_id = {run} ORDER BY start_ns"
     )
     assert spans == [("data_loading", 100_000, 2_100_000), ("forward", 3_000_000, 8_000_000)], spans
+
+
+def test_pipeline_actions_torch_annotates_give_spans_their_stage_and_micro_batch(db_url: str, tmp_path: Path) -> None:
+    """A GPU trace of interleaved 1F1B's actions (``PP:{stage}{F|B|I|W}{mb}``): a kernel launched inside one is that
+    action's work; with ``--schedule`` the run describes its pipeline; a schedule no one knows is refused."""
+    steps = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": 100 * n, "dur": 100} for n in (1, 2)
+    ]
+    actions = [
+        {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": 20}
+        for name, ts in (("PP:3F1", 100), ("PP:3I1", 130), ("PP:3W1", 160), ("PP:3SEND_B1", 185))
+    ]
+    kernels = kernel(110, 5, "sm90_gemm", 1) + kernel(140, 5, "sm90_gemm", 2) + kernel(170, 5, "sm90_gemm", 3)
+    kernels += kernel(188, 4, "elementwise_kernel", 4) + kernel(230, 10, "elementwise_kernel", 5)
+    path = write(tmp_path / "rank1.json", trace(rank=1, events=steps + actions + kernels))
+    refused = import_trace(path, "--db", db_url, "--run", "pp", "--schedule", "2f2b")
+    assert refused.returncode == 2 and "--schedule: unknown schedule '2f2b'" in refused.stderr, refused.stderr
+    done = import_trace(path, "--db", db_url, "--run", "pp", "--schedule", "ScheduleInterleavedZeroBubble")
+    assert done.returncode == 0, done.stderr
+    assert "pipeline actions: 4 stages, 2 micro-batches" in done.stdout, done.stdout
+    spans = run_rows(
+        db_url, "pp", "SELECT step, kind, stage, microbatch FROM spans WHERE run_id = {run} ORDER BY start_ns"
+    )
+    assert spans == [
+        (1, "forward", 3, 1),
+        (1, "backward_input", 3, 1),
+        (1, "backward_weight", 3, 1),
+        (1, "forward", None, None),  # launched outside any compute action (the send's): no stage's work
+        (2, "forward", None, None),
+    ], spans
+    config = api(db_url, "/api/v1/runs/pp")["config"]
+    assert (config["schedule"], config["num_stages"], config["num_microbatches"]) == ("interleavedzb", 4, 2), config
