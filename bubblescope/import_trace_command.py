@@ -22,6 +22,7 @@ from bubblescope.input_files import missing_files
 from bubblescope.kineto import TraceError
 from bubblescope.trace_import import convert_all, pipeline_config, requests_for, run_key_for
 
+SINGLE_STAGE_SCHEDULES = ("1f1b", "gpipe")  # analysis.lookup's names of the schedules of one stage a rank
 Send = Callable[[str, str, dict[str, Any]], tuple[bool, str]]  # (method, path, document) -> (ok, what went wrong)
 
 
@@ -109,7 +110,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     send, close, where = sender
     try:
-        imported = convert_all(paths, key)  # every file read before anything is sent
+        single_stage = schedule in SINGLE_STAGE_SCHEDULES
+        imported = convert_all(paths, key, single_stage)  # every file read before anything is sent
     except TraceError as error:
         close()
         print(f"bubblescope import-trace: {error}", file=sys.stderr)

@@ -398,12 +398,14 @@ def _epoch_base(metadata: dict[str, Any]) -> int:
     return base if isinstance(base, int) and not isinstance(base, bool) and base > 0 else 0
 
 
-def convert(path: Path, run_key: str, seq_base: int = 0) -> ImportedRank:
+def convert(path: Path, run_key: str, seq_base: int = 0, single_stage: bool = False) -> ImportedRank:
     """One rank's file as wire batches; a ``TraceError`` naming the file when it cannot be imported. The events
-    wait on disk (``TraceStore``) and are converted a step at a time, so memory holds a step, not the file."""
+    wait on disk (``TraceStore``) and are converted a step at a time, so memory holds a step, not the file.
+    ``single_stage``: the job ran a schedule of one stage a rank (GPipe, 1F1B), so a step without annotated actions
+    is cut into its micro-batches (``single_stage_chunks``)."""
     events = _RankEvents()
     try:
-        return _converted(path, run_key, seq_base, events)
+        return _converted(path, run_key, seq_base, events, single_stage)
     except TraceError as error:
         events.store.discard()
         raise TraceError(str(error) if str(error).startswith(str(path)) else f"{path}: {error}") from None
@@ -412,7 +414,7 @@ def convert(path: Path, run_key: str, seq_base: int = 0) -> ImportedRank:
         raise
 
 
-def _converted(path: Path, run_key: str, seq_base: int, events: _RankEvents) -> ImportedRank:
+def _converted(path: Path, run_key: str, seq_base: int, events: _RankEvents, single_stage: bool) -> ImportedRank:
     metadata = read_trace(path, events.add)
     events.store.finish()
     digest = file_digest(path)
@@ -440,7 +442,7 @@ def _converted(path: Path, run_key: str, seq_base: int, events: _RankEvents) -> 
     base = _epoch_base(metadata)
     # a CPU-only profile (gloo): the CPU's operators are the timeline, each step its annotation's window
     steps = _gpu_steps(events, base, world, groups, rank) if on_gpu else _cpu_steps(events, base, world, groups, rank)
-    converted = _Converted(run_key, rank, seq_base)
+    converted = _Converted(run_key, rank, seq_base, single_stage)
     batches = events.store.batches(converted.batches(steps))
     if not converted.numbers:
         raise TraceError(f"{path}: nothing was launched or run inside a ProfilerStep#N: nothing to import")
@@ -475,6 +477,7 @@ class _Converted:
     run_key: str
     rank: int
     seq: int
+    single_stage: bool = False
     numbers: list[int] = field(default_factory=list)
     last_end_ns: int = 0
     stages: set[int] = field(default_factory=set)
@@ -495,6 +498,8 @@ class _Converted:
             window = _gpu_window(spans, following if following and following[0] == number + 1 else None)
         self.numbers.append(number)
         self.last_end_ns = max(self.last_end_ns, window[1])
+        if self.single_stage and all(span[5] is None for span in spans):
+            spans = single_stage_chunks(spans, self.rank)
         for span in spans:
             if span[5] is not None and span[6] is not None:
                 self.stages.add(span[5])
@@ -650,6 +655,52 @@ def _cpu_segment(
     return spans
 
 
+def single_stage_chunks(spans: list[Span], stage: int) -> list[Span]:
+    """A step of a schedule with one stage a rank whose actions torch did not annotate (``Schedule1F1B``), cut into
+    its micro-batches. Each rank runs its micro-batches' forwards in order, and their backwards in order, each
+    between two of its P2P calls (the activation's recv and send), so a run of forward (or backward) spans with no
+    P2P call starting between them is one micro-batch's, numbered by its order. Not a micro-batch's: forward work
+    before the step's first P2P call where that call is a recv (splitting the batch), after the last backward
+    (``PipelineStage.scale_grads``), or shorter than a tenth of the median backward run (the send's preparation).
+    The stage is the rank's (a pure pipeline). Unchanged where the counts of forwards and backwards then differ:
+    the cut would be a guess."""
+    order = sorted((i for i, span in enumerate(spans) if span[0] in ("forward", "backward")), key=lambda i: spans[i][1])
+    p2p = sorted((span[1], span[0]) for span in spans if span[0] in P2P_KINDS)
+    p2p_starts = [start for start, _kind in p2p]
+    runs: list[list[int]] = []  # indexes of one run's spans
+    for index in order:
+        kind, start = spans[index][0], spans[index][1]
+        last = runs[-1][-1] if runs else None
+        if last is None or spans[last][0] != kind or _any_between(p2p_starts, spans[last][2], start):
+            runs.append([])
+        runs[-1].append(index)
+    length = {id(run): sum(spans[i][2] - spans[i][1] for i in run) for run in runs}
+    backward = [run for run in runs if spans[run[0]][0] == "backward"]
+    if not backward:
+        return spans
+    last_backward = max(spans[i][2] for run in backward for i in run)
+    shortest = sorted(length[id(run)] for run in backward)[len(backward) // 2] / 10
+    splitting = p2p[0][0] if p2p and p2p[0][1] == "recv" else None  # the step's first call, a recv
+
+    def microbatch_work(run: list[int]) -> bool:
+        first = spans[run[0]]
+        if first[0] == "backward":
+            return True
+        before_first_recv = splitting is not None and first[2] <= splitting
+        return not before_first_recv and first[1] < last_backward and length[id(run)] >= shortest
+
+    counted = [run for run in runs if microbatch_work(run)]
+    forward = [run for run in counted if spans[run[0]][0] == "forward"]
+    if len(forward) != len(backward):
+        return spans
+    chunked = list(spans)
+    for runs_of_kind in (forward, backward):
+        for microbatch, run in enumerate(runs_of_kind):
+            for i in run:
+                chunked[i] = (*spans[i][:5], stage, microbatch, spans[i][7])
+    return chunked
+
+
 def _any_between(sorted_starts: list[int], lo: int, hi: int) -> bool:
     index = bisect.bisect_left(sorted_starts, lo)
     return index < len(sorted_starts) and sorted_starts[index] < hi
@@ -701,13 +752,13 @@ def batches_of(
     return out
 
 
-def convert_all(paths: Sequence[Path], run_key: str) -> list[ImportedRank]:
+def convert_all(paths: Sequence[Path], run_key: str, single_stage: bool = False) -> list[ImportedRank]:
     """Every file converted (in rank order), or a ``TraceError`` before anything is sent."""
     by_rank: dict[int, ImportedRank] = {}
     from bubblescope.export_import import convert_export  # it builds on this module
 
     for path in paths:
-        for imported in convert_export(path, run_key) or [convert(path, run_key)]:
+        for imported in convert_export(path, run_key) or [convert(path, run_key, single_stage=single_stage)]:
             if imported.rank in by_rank:
                 raise TraceError(
                     f"{path} and {by_rank[imported.rank].file} both hold rank {imported.rank}: give one file per rank"

@@ -418,3 +418,28 @@ def test_pipeline_actions_torch_annotates_give_spans_their_stage_and_micro_batch
     ], spans
     config = api(db_url, "/api/v1/runs/pp")["config"]
     assert (config["schedule"], config["num_stages"], config["num_microbatches"]) == ("interleavedzb", 4, 2), config
+
+
+def test_a_single_stage_step_without_annotations_is_cut_at_its_p2p_calls() -> None:
+    """The last stage of 1F1B as its CPU trace reads (ms): splitting the batch before the first recv, each
+    micro-batch's forward and backward after a recv, the send's preparation after each backward, the gradients'
+    scaling after the last; and a step whose forwards and backwards do not pair, left alone."""
+    from bubblescope.trace_import import single_stage_chunks
+
+    def at(kind: str, start: float, length: float) -> tuple[Any, ...]:
+        return (kind, int(start * 1e6), int((start + length) * 1e6), None, None, None, None, None)
+
+    step = [at("forward", 0, 0.4), at("recv", 0.4, 1.5)]
+    for microbatch in range(3):
+        t = 2 + 5 * microbatch
+        step += [at("forward", t, 0.4), at("forward", t + 0.45, 0.3), at("backward", t + 0.8, 1.2)]
+        step += [at("forward", t + 2.05, 0.01), at("send", t + 2.1, 0.2), at("recv", t + 2.3, 2)]
+    step += [at("forward", 17.5, 0.2), at("optimizer", 17.8, 0.1)]
+    tagged = [(s[0], s[1] // 1000, s[5], s[6]) for s in single_stage_chunks(step, 1) if s[5] is not None]
+    assert tagged == [
+        (kind, int((2 + 5 * mb + offset) * 1000), 1, mb)
+        for mb in range(3)
+        for kind, offset in (("forward", 0), ("forward", 0.45), ("backward", 0.8))
+    ], tagged
+    unpaired = [s for s in step if not (s[0] == "backward" and s[1] < 5e6)]  # the first micro-batch's backward lost
+    assert single_stage_chunks(unpaired, 1) == unpaired
