@@ -13,7 +13,7 @@ behind them. A source of steps (the service's database; an imported trace) hands
 4. The alert rules (``evaluate``, ``RULES``), the schedule registry (``lookup``), the planner
    (``plan_document``) and the warm-up rule (``usual_steps``, ``default_step``).
 5. A profiler trace's GPU activities (``GpuActivity``) → Holistic Trace Analysis' figures (``hta_figures``) and
-   our own split of the same span (``own_split``).
+   our own split of the same span (``own_split``); both from activities streamed in order (``figures``).
 6. Steps as Chrome trace-event JSON for Perfetto (``chrome_trace``).
 7. Flight Recorder dumps (``FrDump``, one per rank) → where each group's collectives stand, the first one not
    every rank joined, and mismatches (``flight_recorder_report``).
@@ -135,6 +135,7 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         GpuActivity as GpuActivity,
         HtaFigures as HtaFigures,
         OwnSplit as OwnSplit,
+        figures as figures,
         hta_figures as hta_figures,
         own_split as own_split,
     )
@@ -233,7 +234,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "StragglerReport",
         "straggler_report",
     ),
-    "trace_figures": ("GpuActivity", "HtaFigures", "OwnSplit", "hta_figures", "own_split"),
+    "trace_figures": ("GpuActivity", "HtaFigures", "OwnSplit", "figures", "hta_figures", "own_split"),
     "warmup": (
         "BASELINE_STEPS",
         "WARMUP_STEPS",

@@ -22,13 +22,10 @@ collective for it (its ``Collective name`` argument) or its name is NCCL's or RC
 
 from __future__ import annotations
 
-import itertools
 import re
-from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
-
-from bubblescope import intervals
 
 # HTA 0.5.0's patterns (hta/utils/utils.py), matched at the start of the name as it does
 HTA_COMM: Final = re.compile(r"^nccl.*Kernel")
@@ -104,43 +101,96 @@ def kernel_class(activity: GpuActivity) -> str:
     return "compute"
 
 
-def _union(activities: list[GpuActivity]) -> list[intervals.Interval]:
-    return intervals.merge([(a.start, a.end) for a in activities])
+class _Union:
+    """The length of the union of intervals given in order of start, kept as it grows: no list of them."""
+
+    __slots__ = ("_closed", "_end", "_start")
+
+    def __init__(self) -> None:
+        self._closed = 0
+        self._start: int | None = None
+        self._end = 0
+
+    def add(self, start: int, end: int) -> None:
+        if end <= start:
+            return
+        if self._start is None or start > self._end:
+            if self._start is not None:
+                self._closed += self._end - self._start
+            self._start, self._end = start, end
+        elif end > self._end:
+            self._end = end
+
+    @property
+    def length(self) -> int:
+        return self._closed + (self._end - self._start if self._start is not None else 0)
+
+
+def figures(
+    by_start: Iterable[GpuActivity],
+    by_stream: Iterable[GpuActivity],
+    consecutive_kernel_delay: int = CONSECUTIVE_KERNEL_DELAY,
+) -> tuple[HtaFigures, OwnSplit]:
+    """HTA's figures and our split of one rank, read in one pass over its activities in order of start
+    (``by_start``) and one in order of stream then start (``by_stream``: the idle gaps), holding a few numbers, not
+    the activities: a trace of millions of kernels is summarised in the memory of one. Each overlap is a length of
+    unions: |A ∩ B| = |A| + |B| − |A ∪ B|."""
+    unions = {name: _Union() for name in ("busy", "hta compute", "hta comm", "hta both", "compute", "comm", "both")}
+    first: int | None = None
+    last_end = 0
+    for activity in by_start:
+        first = activity.start if first is None else first
+        last_end = max(last_end, activity.end)
+        interval = (activity.start, activity.end)
+        unions["busy"].add(*interval)
+        kind = hta_kernel_type(activity.name)
+        for hta_type, union in (("COMPUTATION", "hta compute"), ("COMMUNICATION", "hta comm")):
+            if kind == hta_type:
+                unions[union].add(*interval)
+                unions["hta both"].add(*interval)
+        ours = kernel_class(activity)
+        if ours in ("compute", "communication"):
+            unions["compute" if ours == "compute" else "comm"].add(*interval)
+            unions["both"].add(*interval)
+    causes = _idle_by_cause(by_stream, consecutive_kernel_delay)
+    if first is None:
+        return HtaFigures(0, 0, 0, 0, causes, None), OwnSplit(0, 0, 0, 0, 0)
+    length = {name: union.length for name, union in unions.items()}
+    span, busy = last_end - first, length["busy"]
+    hta_comm, hta_compute = length["hta comm"], length["hta compute"]
+    overlap = (hta_comm + hta_compute - length["hta both"]) / hta_comm if hta_comm else None
+    hta = HtaFigures(span, span - busy, hta_compute, span - hta_compute - (span - busy), causes, overlap)
+    own = OwnSplit(
+        compute_us=length["compute"],
+        communication_us=length["comm"],
+        exposed_communication_us=length["both"] - length["compute"],
+        memory_us=busy - length["both"],  # copies while neither computing nor communicating
+        idle_us=span - busy,
+    )
+    return hta, own
+
+
+def _by_start(activities: list[GpuActivity]) -> list[GpuActivity]:
+    return sorted(activities, key=lambda a: a.start)
+
+
+def _by_stream(activities: list[GpuActivity]) -> list[GpuActivity]:
+    return sorted(activities, key=lambda a: (a.stream, a.start))  # stable: ties keep the trace's order, as HTA's
 
 
 def hta_figures(activities: list[GpuActivity], consecutive_kernel_delay: int = CONSECUTIVE_KERNEL_DELAY) -> HtaFigures:
     """HTA's temporal breakdown, idle time by cause and communication overlap of one rank (module docstring)."""
-    if not activities:
-        return HtaFigures(0, 0, 0, 0, {"host_wait": 0.0, "kernel_wait": 0.0, "other": 0.0}, None)
-    busy = _union(activities)
-    span = busy[-1][1] - busy[0][0]
-    idle = span - intervals.total_length(busy)
-    by_type: dict[str, list[GpuActivity]] = defaultdict(list)
-    for activity in activities:
-        by_type[hta_kernel_type(activity.name)].append(activity)
-    compute = _union(by_type["COMPUTATION"])
-    comm = _union(by_type["COMMUNICATION"])
-    compute_us = intervals.total_length(compute)
-    overlap = intervals.intersect_length(comm, compute) / intervals.total_length(comm) if comm else None
-    return HtaFigures(
-        kernel_span_us=span,
-        idle_us=idle,
-        compute_us=compute_us,
-        non_compute_us=span - compute_us - idle,
-        idle_by_cause_us=_idle_by_cause(activities, consecutive_kernel_delay),
-        comm_overlap=overlap,
-    )
+    return figures(_by_start(activities), _by_stream(activities), consecutive_kernel_delay)[0]
 
 
-def _idle_by_cause(activities: list[GpuActivity], delay: int) -> dict[str, float]:
+def _idle_by_cause(by_stream: Iterable[GpuActivity], delay: int) -> dict[str, float]:
+    """Each stream's gaps by cause, its activities given in order of stream then start."""
     causes = {"host_wait": 0.0, "kernel_wait": 0.0, "other": 0.0}
-    by_stream: dict[int, list[GpuActivity]] = defaultdict(list)
-    for activity in activities:
-        if activity.category in KERNEL_CATEGORIES:
-            by_stream[activity.stream].append(activity)
-    for stream_activities in by_stream.values():
-        ordered = sorted(stream_activities, key=lambda a: a.start)
-        for previous, activity in itertools.pairwise(ordered):
+    previous: GpuActivity | None = None
+    for activity in by_stream:
+        if activity.category not in KERNEL_CATEGORIES:
+            continue
+        if previous is not None and previous.stream == activity.stream:
             gap = activity.start - previous.end
             if activity.launched_at is not None and activity.launched_at > previous.end:
                 causes["host_wait"] += gap
@@ -148,28 +198,10 @@ def _idle_by_cause(activities: list[GpuActivity], delay: int) -> dict[str, float
                 causes["kernel_wait"] += gap
             else:
                 causes["other"] += gap
+        previous = activity
     return causes
 
 
 def own_split(activities: list[GpuActivity]) -> OwnSplit:
     """Our classes over the same span; where classes overlap, compute wins over communication over memory."""
-    if not activities:
-        return OwnSplit(0, 0, 0, 0, 0)
-    busy = _union(activities)
-    span = busy[-1][1] - busy[0][0]
-    by_class: dict[str, list[GpuActivity]] = defaultdict(list)
-    for activity in activities:
-        by_class[kernel_class(activity)].append(activity)
-    compute = _union(by_class["compute"])
-    comm = _union(by_class["communication"])
-    memory = _union(by_class["memory"])
-    comm_us = intervals.total_length(comm)
-    exposed = comm_us - intervals.intersect_length(comm, compute)
-    memory_only = intervals.total_length(memory) - intervals.intersect_length(memory, intervals.merge(compute + comm))
-    return OwnSplit(
-        compute_us=intervals.total_length(compute),
-        communication_us=comm_us,
-        exposed_communication_us=exposed,
-        memory_us=memory_only,
-        idle_us=span - intervals.total_length(busy),
-    )
+    return figures(_by_start(activities), [])[1]

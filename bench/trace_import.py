@@ -2,12 +2,12 @@
 side by side in one run, each in a fresh process (wall time and the process's peak resident memory).
 
 For each reference Kineto trace (``$BUBBLESCOPE_SHARED_DATA/kineto``, by default the workplace's shared data
-folder beside the checkout; or ``--traces``): ours reads the file and computes HTA's figures
-(``bubblescope.kineto.read_rank_trace`` + ``analysis.trace_figures.hta_figures``); HTA builds its ``TraceAnalysis``
+folder beside the checkout; or ``--traces``): ours reads the file and computes HTA's figures as
+``trace-summary`` does (``bubblescope.trace_summary.summarize``: the activities on disk, read back in order); HTA builds its ``TraceAnalysis``
 of the same file (a folder holding only it) and computes its temporal breakdown. Printed: events, seconds,
 events per second, peak RSS (the process's own VmHWM), and the ratios (HTA / ours). ``--scale K...`` also writes
 the largest trace K times over (steps shifted in time) to a temporary gzip file and reads that with ours alone,
-both the summary (``trace-summary``'s figures, which hold every kernel) and the import (``import-trace``'s
+both the summary (``trace-summary``'s figures) and the import (``import-trace``'s
 conversion, which holds one step): a trace of about K times the size, for the memory bound.
 
     python bench/trace_import.py [--traces FILE...] [--repeat 3] [--scale 1 10 80]
@@ -36,12 +36,11 @@ OURS = """
 import json, sys, time
 PEAK
 from pathlib import Path
-from bubblescope.kineto import read_rank_trace
-from bubblescope.analysis.trace_figures import hta_figures
+from bubblescope.trace_summary import summarize
 start = time.perf_counter()
-trace = read_rank_trace(Path(sys.argv[1]))
-figures = hta_figures(trace.activities)
-print(json.dumps({"s": time.perf_counter() - start, "events": trace.events, "idle": figures.share(figures.idle_us),
+(summary,) = summarize([Path(sys.argv[1])])
+figures = summary.hta
+print(json.dumps({"s": time.perf_counter() - start, "events": summary.events, "idle": figures.share(figures.idle_us),
                   "rss_mib": peak_mib()}))
 """
 

@@ -4,6 +4,7 @@ trace-summary."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -71,6 +72,16 @@ def _token(args: argparse.Namespace) -> int:
     return token_command(args)
 
 
+def _ended_by_sigterm() -> None:
+    """SIGTERM (a scheduler's, a container's stop) as an exit: the temporary files a trace is read into are removed
+    on the way out, as after an error, not left in TMPDIR."""
+
+    def stop(_signal: int, _frame: object) -> None:
+        raise SystemExit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def _trace_summary(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
@@ -78,6 +89,7 @@ def _trace_summary(args: argparse.Namespace) -> int:
     from bubblescope.kineto import TraceError
     from bubblescope.trace_summary import format_table, summarize
 
+    _ended_by_sigterm()
     refusal = missing_files("trace-summary", args.traces)
     if refusal:
         print(refusal, file=sys.stderr)
@@ -94,6 +106,7 @@ def _trace_summary(args: argparse.Namespace) -> int:
 def _import_trace(args: argparse.Namespace) -> int:
     from bubblescope.import_trace_command import main
 
+    _ended_by_sigterm()
     return main(args)
 
 

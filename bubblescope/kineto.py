@@ -18,8 +18,12 @@ import io
 import json
 import math
 import re
+import shutil
+import sqlite3
+import tempfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
@@ -230,9 +234,15 @@ class RankTrace:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+GpuRow = tuple[Any, Any, str, str, int, int, "str | None"]  # ts, dur, name, category, stream, correlation, collective
+
+
 @dataclass
 class _Collected:
-    gpu: list[tuple[Any, Any, str, str, int, int, str | None]] = field(default_factory=list)
+    """What the figures need of a trace: its GPU activities, the runtime calls' starts, its profiler steps. Held in
+    lists here; ``_SpilledCollected`` keeps the first two on disk."""
+
+    gpu: list[GpuRow] = field(default_factory=list)
     launches: dict[int, Any] = field(default_factory=dict)  # correlation id -> runtime call's start
     steps: list[tuple[str, Any]] = field(default_factory=list)  # ProfilerStep#N and its start
     events: int = 0
@@ -252,12 +262,18 @@ class _Collected:
         name = str(event.get("name", ""))
         if stream >= 0 and correlation >= 0:
             collective = args.get("Collective name")
-            self.gpu.append((ts, duration, name, str(category), stream, correlation, collective and str(collective)))
+            self._add_gpu((ts, duration, name, str(category), stream, correlation, collective and str(collective)))
             return
         if "ProfilerStep" in name:
             self.steps.append((name, ts))
         if correlation >= 0:
-            self.launches.setdefault(correlation, ts)
+            self._add_launch(correlation, ts)
+
+    def _add_gpu(self, row: GpuRow) -> None:
+        self.gpu.append(row)
+
+    def _add_launch(self, correlation: int, ts: Any) -> None:
+        self.launches.setdefault(correlation, ts)
 
 
 def _integer(value: Any) -> int:
@@ -268,24 +284,124 @@ def _integer(value: Any) -> int:
         return -1
 
 
-def select_activities(collected: _Collected) -> tuple[list[GpuActivity], list[str]]:
-    """HTA's selection: with fractional times, starts rounded up and ends down (its answer to overlapping
-    events); with two or more profiler steps, only activities launched before the last step began (HTA leaves
-    the last, often cut, step out)."""
-    start_of = (lambda t: math.ceil(t)) if collected.fractional else (lambda t: int(t))
-    end_of = (lambda t: math.floor(t)) if collected.fractional else (lambda t: int(t))
+@dataclass(frozen=True)
+class _Selection:
+    """HTA's selection: with fractional times, starts rounded up and ends down (its answer to overlapping events);
+    with two or more profiler steps, only activities launched before the last step began (HTA leaves the last,
+    often cut, step out)."""
+
+    fractional: bool
+    last_step: int | None
+
+    def start_of(self, ts: Any) -> int:
+        return math.ceil(ts) if self.fractional else int(ts)
+
+    def end_of(self, ts: Any) -> int:
+        return math.floor(ts) if self.fractional else int(ts)
+
+    def activity(self, row: GpuRow, launched: Any) -> GpuActivity | None:
+        """The row as HTA keeps it, launched at ``launched`` (its runtime call's start); None where left out."""
+        at = self.start_of(launched)
+        if self.last_step is not None and at >= self.last_step:
+            return None
+        ts, duration, name, category, stream, _correlation, collective = row
+        return GpuActivity(self.start_of(ts), self.end_of(ts + duration), name, category, stream, at, collective)
+
+
+def _selection(collected: _Collected) -> tuple[_Selection, list[str]]:
     names = sorted({name for name, _ in collected.steps})
-    launches = {c: start_of(ts) for c, ts in collected.launches.items()}
-    kept = launches
+    selection = _Selection(collected.fractional, None)
     if len(names) >= 2:
-        last = max(start_of(ts) for _, ts in collected.steps)
-        kept = {c: ts for c, ts in launches.items() if ts < last}
+        selection = _Selection(collected.fractional, max(selection.start_of(ts) for _, ts in collected.steps))
+    return selection, names
+
+
+def select_activities(collected: _Collected) -> tuple[list[GpuActivity], list[str]]:
+    """HTA's selection (``_Selection``) of the activities whose runtime call is in the trace."""
+    selection, names = _selection(collected)
     activities = [
-        GpuActivity(start_of(ts), end_of(ts + duration), name, category, stream, kept[correlation], collective)
-        for ts, duration, name, category, stream, correlation, collective in collected.gpu
-        if correlation in kept
+        activity
+        for row in collected.gpu
+        if row[5] in collected.launches and (activity := selection.activity(row, collected.launches[row[5]]))
     ]
     return activities, names
+
+
+class _SpilledCollected(_Collected):
+    """The same, held in memory up to ``IN_MEMORY_ROWS`` GPU activities and past that in a temporary SQLite file: read
+    back in order of start and of stream, for ``analysis.figures``. Memory is bounded whatever the trace's size (the
+    rows held, or SQLite's page cache), and a small trace pays nothing for the file."""
+
+    IN_MEMORY_ROWS: Final = 100_000
+    ROWS_PER_WRITE: Final = 20_000
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder: Path | None = None
+        self.db: sqlite3.Connection | None = None
+        self._launches: list[tuple[int, Any]] = []
+
+    def _add_gpu(self, row: GpuRow) -> None:
+        self.gpu.append(row)
+        if self.db is None and len(self.gpu) >= self.IN_MEMORY_ROWS:
+            self._spill()
+        elif self.db is not None and len(self.gpu) >= self.ROWS_PER_WRITE:
+            self._flush()
+
+    def _add_launch(self, correlation: int, ts: Any) -> None:
+        if self.db is None:
+            super()._add_launch(correlation, ts)
+            return
+        self._launches.append((correlation, ts))
+        if len(self._launches) >= self.ROWS_PER_WRITE:
+            self._flush()
+
+    def _spill(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="bubblescope-summary-"))
+        self.db = sqlite3.connect(self.folder / "events.sqlite")
+        self.db.executescript(
+            "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -16384;"
+            "CREATE TABLE gpu (ts, dur, name TEXT, category TEXT, stream INTEGER, correlation INTEGER, collective);"
+            "CREATE TABLE launches (correlation INTEGER PRIMARY KEY, ts);"
+        )
+        self._launches = list(self.launches.items())
+        self.launches.clear()
+        self._flush()
+
+    def _flush(self) -> None:
+        if self.db is None:
+            return
+        self.db.executemany("INSERT INTO gpu VALUES (?, ?, ?, ?, ?, ?, ?)", self.gpu)
+        self.db.executemany("INSERT OR IGNORE INTO launches VALUES (?, ?)", self._launches)  # the first one counts
+        self.gpu.clear()
+        self._launches.clear()
+
+    def activities(self, order: str) -> Iterator[GpuActivity]:
+        """The selected activities by ``start`` or by ``stream`` (then start; ties in the trace's order)."""
+        selection, _names = _selection(self)
+        if self.db is None:
+            key = (
+                (lambda i: (self.gpu[i][0], i)) if order == "start" else (lambda i: (self.gpu[i][4], self.gpu[i][0], i))
+            )
+            rows = ((self.gpu[i], self.launches.get(self.gpu[i][5])) for i in sorted(range(len(self.gpu)), key=key))
+        else:
+            self._flush()
+            by = "g.ts, g.rowid" if order == "start" else "g.stream, g.ts, g.rowid"
+            query = (
+                "SELECT g.ts, g.dur, g.name, g.category, g.stream, g.correlation, g.collective, l.ts "
+                f"FROM gpu AS g JOIN launches AS l ON l.correlation = g.correlation ORDER BY {by}"
+            )
+            rows = ((tuple(row[:7]), row[7]) for row in self.db.execute(query))
+        for row, launched in rows:
+            activity = None if launched is None else selection.activity(row, launched)
+            if activity is not None:
+                yield activity
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 RANK_IN_NAME: Final = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -321,3 +437,38 @@ def read_rank_trace(path: Path) -> RankTrace:
         events=collected.events,
         metadata={k: v for k, v in metadata.items() if k != "deviceProperties"},
     )
+
+
+@dataclass(frozen=True)
+class RankActivities:
+    """One rank's trace read onto disk (``rank_activities``): what ``RankTrace`` says of it, and its selected
+    activities streamed in order of start and of stream, never all in memory."""
+
+    rank: int | None
+    profiler_steps: list[str]
+    events: int
+    collected: _SpilledCollected
+
+    def by_start(self) -> Iterator[GpuActivity]:
+        return self.collected.activities("start")
+
+    def by_stream(self) -> Iterator[GpuActivity]:
+        return self.collected.activities("stream")
+
+
+@contextmanager
+def rank_activities(path: Path) -> Iterator[RankActivities]:
+    """``path`` read once into a temporary SQLite file, removed on the way out."""
+    collected = _SpilledCollected()
+    try:
+        metadata = read_trace(path, collected.add)
+        info = metadata.get("distributedInfo")
+        rank = info.get("rank") if isinstance(info, dict) else None
+        yield RankActivities(
+            rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
+            profiler_steps=_selection(collected)[1],
+            events=collected.events,
+            collected=collected,
+        )
+    finally:
+        collected.close()

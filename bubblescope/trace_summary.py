@@ -3,12 +3,13 @@ own split beside them (``analysis/trace_figures.py``; docs/traces.md says where 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bubblescope.analysis import HtaFigures, OwnSplit, hta_figures, own_split
-from bubblescope.kineto import TraceError, rank_of, read_rank_trace
+from bubblescope.analysis import HtaFigures, OwnSplit, figures
+from bubblescope.kineto import TraceError, rank_activities, rank_of
 
 
 @dataclass(frozen=True)
@@ -45,27 +46,26 @@ class RankSummary:
 
 
 def summarize(paths: list[Path]) -> list[RankSummary]:
-    """Each file's rank and figures, in rank order; a ``TraceError`` for a file that cannot be summarised."""
+    """Each file's rank and figures, in rank order; a ``TraceError`` for a file that cannot be summarised. A file's
+    activities wait on disk and are read in order (``kineto.rank_activities``): memory holds a few numbers a rank."""
     by_rank: dict[int, RankSummary] = {}
     for path in paths:
-        trace = read_rank_trace(path)
-        rank = rank_of(trace.path, trace.rank)
-        if rank in by_rank:
-            raise TraceError(f"{path} and {by_rank[rank].file} both hold rank {rank}: give one file per rank")
-        if not trace.activities:
-            raise TraceError(
-                f"{path}: no GPU kernels (a CPU-only profile, or torch.profiler without ProfilerActivity.CUDA): "
-                "nothing to break down"
-            )
-        by_rank[rank] = RankSummary(
-            rank,
-            str(path),
-            trace.events,
-            trace.profiler_steps,
-            hta_figures(trace.activities),
-            own_split(trace.activities),
-        )
+        with rank_activities(path) as trace:
+            rank = rank_of(path, trace.rank)
+            if rank in by_rank:
+                raise TraceError(f"{path} and {by_rank[rank].file} both hold rank {rank}: give one file per rank")
+            hta, ours = figures(trace.by_start(), trace.by_stream())
+            if hta.kernel_span_us == 0 and not _any(trace.by_start()):
+                raise TraceError(
+                    f"{path}: no GPU kernels (a CPU-only profile, or torch.profiler without ProfilerActivity.CUDA): "
+                    "nothing to break down"
+                )
+            by_rank[rank] = RankSummary(rank, str(path), trace.events, trace.profiler_steps, hta, ours)
     return [by_rank[rank] for rank in sorted(by_rank)]
+
+
+def _any(activities: Iterator[Any]) -> bool:
+    return next(activities, None) is not None
 
 
 def _percent_of(figures: HtaFigures) -> Any:

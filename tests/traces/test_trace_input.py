@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from bubblescope.analysis.trace_figures import hta_figures
 from bubblescope.kineto import read_rank_trace
 from tests.traces.support import job_files
-from tests.traces.written import trace, write
+from tests.traces.written import kernel, trace, write
 
 
 def summary(*paths: Path, json_out: bool = False) -> subprocess.CompletedProcess[str]:
@@ -108,3 +109,56 @@ def test_a_trace_written_without_indentation_or_ph_first_is_read_whole(tmp_path:
     events += trace()["traceEvents"]
     plain = write(tmp_path / "rank0.json", json.dumps({"traceEvents": events}, separators=(",", ":")))
     assert read_rank_trace(plain).events == len(events)
+
+
+@pytest.mark.parametrize(
+    ("command", "prefix"), [("import-trace", "bubblescope-trace-"), ("trace-summary", "bubblescope-summary-")]
+)
+def test_a_command_stopped_by_sigterm_leaves_no_temporary_files(tmp_path: Path, command: str, prefix: str) -> None:
+    """A trace of 120,000 kernels, read into its temporary folder; SIGTERM once the folder is there: the command
+    exits 143 and the folder is gone."""
+    import signal
+    import time
+
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": n * 10_000, "dur": 10_000}
+        for n in range(12)
+    ]
+    for index in range(120_000):
+        events += kernel(100 + index, 0.5, "sm80_gemm", index + 1)
+    path = write(tmp_path / "rank0.json", trace(events=events))
+    spill = tmp_path / "tmp"
+    spill.mkdir()
+    extra = ["--db", f"sqlite:///{tmp_path / 'runs.db'}"] if command == "import-trace" else []
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bubblescope.cli", command, str(path), *extra],
+        env={**os.environ, "TMPDIR": str(spill)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not any(p.name.startswith(prefix) for p in spill.iterdir()):
+        assert process.poll() is None and time.monotonic() < deadline, "the command ended before its folder was seen"
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143, process.stderr.read() if process.stderr else ""
+    assert [p.name for p in spill.iterdir()] == [], "temporary files left behind"
+
+
+@pytest.mark.parametrize("job", ["nccl_data_rank0_of2_a100", "trace_diff_control_rank3_of8_a100", "h100_ddp_from_docs"])
+def test_a_summary_read_back_from_disk_has_the_figures_of_one_held_in_memory(
+    job: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``trace-summary`` keeps a large trace's activities in SQLite past ``IN_MEMORY_ROWS`` (here 50) and reads
+    them back in order: the same figures, to the microsecond, as the activities held in a list."""
+    from bubblescope import kineto
+    from bubblescope.analysis.trace_figures import own_split
+    from bubblescope.trace_summary import summarize
+
+    (path,) = job_files(job)
+    trace = read_rank_trace(path)
+    monkeypatch.setattr(kineto._SpilledCollected, "IN_MEMORY_ROWS", 50)
+    (summary,) = summarize([path])
+    assert len(trace.activities) > 50
+    assert summary.hta == hta_figures(trace.activities) and summary.ours == own_split(trace.activities)
