@@ -847,7 +847,10 @@ def requests_for(
     world = max(config[wire.IMPORTED_FROM]["world_size"] or 0, max(r.rank for r in imported) + 1)
     yield ("PUT", prefix, {"name": name, "world_size": world, "config": config})
     for rank in imported:
-        yield ("PUT", f"{prefix}/ranks/{rank.rank}", {"host": f"trace {rank.file}"[:255], "pid": rank.pid})
+        registration: dict[str, Any] = {"host": f"trace {rank.file}"[:255], "pid": rank.pid}
+        if schedule and rank.stages:  # the stages its actions ran, as a pipelined collector registers them
+            registration |= {"stage": rank.stages[0], "stages": list(rank.stages)}
+        yield ("PUT", f"{prefix}/ranks/{rank.rank}", registration)
         last_end = rank.last_end_ns
         for batch in rank.batches:
             last_end = max([last_end, *(step["end_ns"] for step in batch["steps"])])

@@ -140,6 +140,8 @@ def test_an_imported_pipeline_gets_its_stages_micro_batches_and_bubble(
         "SELECT DISTINCT rank, stage, microbatch FROM spans WHERE run_id = {run} AND stage IS NOT NULL",
     )
     assert {(stage % 2, stage, mb) for stage in range(stages) for mb in range(4)} == set(spans), spans
+    registered = {r["rank"]: r["stages"] for r in runs["imported"]["ranks"]}
+    assert registered == {rank: list(range(rank, stages, 2)) for rank in (0, 1)}, registered
     bubbles = {kind: analyses[kind]["attribution"] for kind in analyses}
     assert all(b is not None for b in bubbles.values()), {k: a["pipeline_unavailable"] for k, a in analyses.items()}
     measured = {kind: b["measured_bubble_fraction"] for kind, b in bubbles.items()}
