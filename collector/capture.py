@@ -5,8 +5,10 @@ The service answers every ingest batch with its pending capture requests::
     {"stored_spans": ..., "captures": [{"id": 3, "from_step": 120, "steps": 20}, ...]}
 
 The shipper learns them from there and ships full spans for steps in
-``[from_step, from_step + steps)`` on top of the every-N sampling. Anything malformed in the
-answer is ignored: a bad reply can cost a capture, never the job.
+``[from_step, from_step + steps)`` on top of the every-N sampling. A request of ``"kind": "profile"``
+(``POST /runs/{key}/profile``) asks instead for torch.profiler over those steps (``profile_ranges``, which
+``profiling.OnDemandProfiler`` reads). Anything malformed in the answer is ignored: a bad reply can cost a
+capture, never the job.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ class CaptureWindows:
 
     def __init__(self) -> None:
         self._windows: dict[int, tuple[int, int]] = {}  # request id -> [first, end)
+        self._profiles: dict[int, tuple[int, int]] = {}  # the same, of profile requests
         self._shipped_through = -1
         self.ranges: tuple[tuple[int, int], ...] = ()
+        self.profile_ranges: tuple[tuple[int, int], ...] = ()
 
     def learn(self, document: dict[str, Any]) -> None:
         """Take the capture requests from an ingest acknowledgement; ignore whatever is malformed."""
@@ -48,11 +52,15 @@ class CaptureWindows:
                 and _is_count(steps, 1, _MAX_STEP)
             ):
                 continue
-            if first + steps - 1 > self._shipped_through:  # a rank already past it captures nothing
-                self._windows[request_id] = (first, first + steps)
-        while len(self._windows) > MAX_WINDOWS:
-            del self._windows[min(self._windows, key=lambda key: self._windows[key][1])]
+            if first + steps - 1 <= self._shipped_through:  # a rank already past it captures nothing
+                continue
+            windows = self._profiles if item.get("kind") == "profile" else self._windows
+            windows[request_id] = (first, first + steps)
+        for windows in (self._windows, self._profiles):
+            while len(windows) > MAX_WINDOWS:
+                del windows[min(windows, key=lambda key: windows[key][1])]
         self.ranges = tuple(self._windows.values())
+        self.profile_ranges = tuple(self._profiles.values())
 
     def covers(self, step: int) -> bool:
         for first, end in self.ranges:  # noqa: SIM110 (a step-start check: a loop costs less than any())
@@ -63,9 +71,11 @@ class CaptureWindows:
     def shipped_through(self, step: int) -> None:
         """Every step up to ``step`` has been shipped: forget the windows that lie behind it."""
         self._shipped_through = max(self._shipped_through, step)
-        for request_id in [key for key, (_, end) in self._windows.items() if end <= step + 1]:
-            del self._windows[request_id]
+        for windows in (self._windows, self._profiles):
+            for request_id in [key for key, (_, end) in windows.items() if end <= step + 1]:
+                del windows[request_id]
         self.ranges = tuple(self._windows.values())
+        self.profile_ranges = tuple(self._profiles.values())
 
     def __len__(self) -> int:
         return len(self._windows)

@@ -237,6 +237,7 @@ class Recorder:
         self.paused_depth = 0  # > 0 while the job asked for nothing to be recorded (collector.paused)
         self.clock: tuple[int, int] | None = None  # set by the session after each clock round
         self.after_step: Callable[[int], None] | None = None  # runs between steps (clock rounds)
+        self.profile_hook: Callable[[int], None] | None = None  # runs between steps (profiles asked for)
         self.gpu: Any = None  # a gpu_timing.CudaStepClock when the job computes on CUDA
         self.memory: Callable[[], MemoryReading | None] | None = None  # read and reset at each step's end
         self._gpu_events: GpuEvents = []
@@ -407,3 +408,5 @@ class Recorder:
         self._step_start = None
         if self.after_step is not None:
             self.after_step(self.step_index)
+        if self.profile_hook is not None:
+            self.profile_hook(self.step_index)

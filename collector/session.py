@@ -19,6 +19,7 @@ from bubblescope.collector.clock import ClockOffset
 from bubblescope.collector.clock_sync import ClockSync
 from bubblescope.collector.config import CollectorConfig
 from bubblescope.collector.memory import CudaPeak, MemoryProbe, memory_limit_bytes
+from bubblescope.collector.profiling import OnDemandProfiler
 from bubblescope.collector.recorder import Recorder
 from bubblescope.collector.shipper import Shipper
 from bubblescope.collector.spool import Spool
@@ -82,6 +83,9 @@ class CollectorSession:
             self.shipper.submit, self.shipper.count_dropped, MAX_BUFFERED_SPANS, self.shipper.ships_spans_of
         )
         self.shipper.watch(self.recorder)
+        profiles = config.spool_dir.parent / "profiles" / self.run_key  # beside the spool: the job's own disk
+        self.profiler = OnDemandProfiler(self.shipper.captures, profiles, self.rank)
+        self.recorder.profile_hook = self.profiler.between_steps
         self.memory = MemoryProbe() if config.memory else None
         self.recorder.memory = self.memory
         self.shipper.start()
@@ -243,6 +247,7 @@ class CollectorSession:
         self.shipper.submit_message(Message("PUT", path, wire.encode_batch(body)), past_a_full_inbox)
 
     def close(self, timeout_s: float | None = None) -> None:
+        self.profiler.join(self.config.shutdown_timeout_s if timeout_s is None else timeout_s)
         self.shipper.stop(
             self.config.shutdown_timeout_s if timeout_s is None else min(timeout_s, self.config.shutdown_timeout_s)
         )

@@ -54,6 +54,7 @@ ROUTE_ACCESS: Final[dict[RouteKey, Access]] = {
     ("GET", f"{API}/bubble-causes"): Scope.READ,
     ("GET", f"{API}/alerts"): Scope.READ,
     ("POST", f"{API}/runs/{{run_key}}/capture"): Scope.READ,
+    ("POST", f"{API}/runs/{{run_key}}/profile"): Scope.READ,
     ("POST", f"{API}/runs/{{run_key}}/whatif"): Scope.READ,
     ("POST", f"{API}/plan"): Scope.READ,
     # administration

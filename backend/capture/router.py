@@ -1,4 +1,5 @@
-"""POST /api/v1/runs/{key}/capture: full spans of the same K upcoming steps on every rank."""
+"""POST /api/v1/runs/{key}/capture: full spans of the same K upcoming steps on every rank; POST .../profile:
+torch.profiler over them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from bubblescope import wire
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.capture import service
-from bubblescope.backend.capture.schemas import CaptureRequestIn
+from bubblescope.backend.capture.schemas import CaptureRequestIn, ProfileRequestIn
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.fields import RunKey
 from bubblescope.backend.settings import settings_of
@@ -38,3 +39,31 @@ async def post_capture(run_key: RunKey, request: Request, response: Response, se
     if not created:
         response.status_code = 200
     return capture
+
+
+@router.post(
+    "/{run_key}/profile",
+    response_model=CaptureOut,
+    status_code=201,
+    openapi_extra=json_body_doc(ProfileRequestIn),
+    summary="Run torch.profiler over the next K steps on every rank (the same steps)",
+    responses={
+        200: {"description": "a profile request that no rank has begun yet was already waiting: that one"},
+        429: {
+            "description": "past serve --captures-per-hour requests (captures and profiles) for this run in the last hour"
+        },
+    },
+    description="Each rank learns of it from its next ingest answer, as of a capture (the same `from_step` rule and "
+    "limits), profiles steps [from_step, from_step + steps) with torch.profiler (CPU, and CUDA where the job uses "
+    "it) and writes one Kineto trace per rank on its own disk, beside its spool: "
+    "`<spool_dir>/../profiles/<run key>/rank<R>-steps<A>-<B>.json.gz`, ready for `bubblescope import-trace`. "
+    "The training thread never waits for the trace to be written.",
+)
+async def post_profile(run_key: RunKey, request: Request, response: Response, session: DbSession) -> CaptureOut:
+    body = parse_document(ProfileRequestIn, await read_json(request))
+    profile, created = await run_in_threadpool(
+        service.request_capture, session, run_key, body, settings_of(request), "profile"
+    )
+    if not created:
+        response.status_code = 200
+    return profile

@@ -32,7 +32,7 @@ from datetime import timedelta
 from sqlalchemy.orm import Session
 
 from bubblescope.backend.capture import queries
-from bubblescope.backend.capture.schemas import CaptureRequestIn
+from bubblescope.backend.capture.schemas import CaptureRequestIn, ProfileRequestIn
 from bubblescope.backend.db.models import CaptureRequest
 from bubblescope.backend.db.timestamps import as_utc
 from bubblescope.backend.errors import NotFound, TooMany
@@ -50,20 +50,29 @@ def choose_from_step(last_step: int | None, steps_per_batch: int) -> int:
 
 
 def request_capture(
-    session: Session, key: str, body: CaptureRequestIn, settings: ServiceSettings
+    session: Session,
+    key: str,
+    body: CaptureRequestIn | ProfileRequestIn,
+    settings: ServiceSettings,
+    kind: str = "spans",
 ) -> tuple[CaptureOut, bool]:
     """Store a capture request for run ``key`` (404 when unknown) with ``from_step`` by the rule;
     ``(request, True)`` when it is new.
 
-    Bounded per run, since each one makes every rank of a running job ship full detail: a request
-    made while another has not begun on any rank is that one (``(request, False)``, nothing
-    stored); beyond ``settings.captures_per_hour`` in the last hour, 429 with ``Retry-After``."""
+    Bounded per run, since each one makes every rank of a running job ship full detail (or profile): a request
+    made while another of its ``kind`` has not begun on any rank is that one (``(request, False)``, nothing
+    stored); beyond ``settings.captures_per_hour`` requests of either kind in the last hour, 429 with
+    ``Retry-After``."""
     run = run_queries.lock_run(session, key)  # one request at a time per run
     if run is None:
         raise NotFound("run_key", f"no run with key {key!r}")
     newest = step_queries.newest_step(session, run.id)
     shipped = -1 if newest is None else newest
-    waiting = [request for request in pending_captures(session, run.id, shipped) if request.from_step > shipped]
+    waiting = [
+        request
+        for request in pending_captures(session, run.id, shipped)
+        if request.from_step > shipped and request.kind == kind
+    ]
     if waiting:
         return waiting[-1], False
     now = run_queries.database_now(session)
@@ -77,7 +86,7 @@ def request_capture(
             wait_s,
         )
     first = choose_from_step(newest, queries.steps_per_batch(session, run.id))
-    request = CaptureRequest(run_id=run.id, from_step=first, steps=body.steps)
+    request = CaptureRequest(run_id=run.id, from_step=first, steps=body.steps, kind=kind)
     session.add(request)
     session.flush()
-    return CaptureOut(request.id, request.steps, request.from_step), True
+    return CaptureOut(request.id, request.steps, request.from_step, kind), True

@@ -137,7 +137,8 @@ class IngestedBatch(Base):
 
 
 class CaptureRequest(Base):
-    """A request that every rank ship the full spans of steps [from_step, from_step + steps)."""
+    """A request that every rank ship the full spans of steps [from_step, from_step + steps) (``kind`` "spans"), or
+    run torch.profiler over them ("profile")."""
 
     __tablename__ = "capture_requests"
 
@@ -145,6 +146,7 @@ class CaptureRequest(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     from_step: Mapped[int]
     steps: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16), server_default="spans")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

@@ -17,23 +17,28 @@ MAX_PENDING_IN_ANSWER = 16
 
 @dataclass(frozen=True)
 class CaptureOut:
-    """A capture request: every rank ships full spans of steps [from_step, from_step + steps)."""
+    """A capture request: every rank ships full spans of steps [from_step, from_step + steps) (``kind`` "spans"),
+    or runs torch.profiler over them ("profile")."""
 
     id: int
     steps: int
     from_step: int
+    kind: str = "spans"
 
 
 def pending_captures(session: Session, run_id: int, shipped_through: int) -> list[CaptureOut]:
     """Requests a rank that has shipped steps up to ``shipped_through`` has not finished, oldest first."""
     return [
-        CaptureOut(row.id, row.steps, row.from_step) for row in unfinished_requests(session, run_id, shipped_through)
+        CaptureOut(row.id, row.steps, row.from_step, row.kind)
+        for row in unfinished_requests(session, run_id, shipped_through)
     ]
 
 
-def unfinished_requests(session: Session, run_id: int, shipped_through: int) -> Sequence[Row[tuple[int, int, int]]]:
+def unfinished_requests(
+    session: Session, run_id: int, shipped_through: int
+) -> Sequence[Row[tuple[int, int, int, str]]]:
     """The newest ``MAX_PENDING_IN_ANSWER`` requests that end past ``shipped_through``, oldest first:
-    rows of (id, from_step, steps)."""
+    rows of (id, from_step, steps, kind)."""
     return list(
         reversed(session.connection().execute(_UNFINISHED, {"run_id": run_id, "shipped": shipped_through}).all())
     )
@@ -41,7 +46,7 @@ def unfinished_requests(session: Session, run_id: int, shipped_through: int) -> 
 
 _REQUESTS = CaptureRequest.__table__.c
 _UNFINISHED = (  # asked on every ingest batch: built once, and rows rather than ORM objects
-    select(_REQUESTS.id, _REQUESTS.from_step, _REQUESTS.steps)
+    select(_REQUESTS.id, _REQUESTS.from_step, _REQUESTS.steps, _REQUESTS.kind)
     .where(
         _REQUESTS.run_id == bindparam("run_id"),
         _REQUESTS.from_step + _REQUESTS.steps - 1 > bindparam("shipped"),

@@ -84,13 +84,13 @@ def test_from_step_leads_the_newest_step_by_three_batches_and_ingest_answers_car
     with server.client() as client:
         key = register(client, world_size=2)
         first = capture(client, key, 7)
-        assert first == {"id": first["id"], "steps": 7, "from_step": 0}  # nothing ingested yet
+        assert first == {"id": first["id"], "steps": 7, "from_step": 0, "kind": "spans"}  # nothing ingested yet
 
         ingest(client, key, rank=0, seq=0, steps=range(10))
         ingest(client, key, rank=1, seq=0, steps=range(5))
         second = capture(client, key, 5)
         assert second["from_step"] == 9 + 1 + 3 * 10 and second["id"] > first["id"]
-        pending = [{"id": second["id"], "from_step": 40, "steps": 5}]
+        pending = [{"id": second["id"], "from_step": 40, "steps": 5, "kind": "spans"}]
 
         # Rank 0 has shipped through step 19: the first request is over, the second is not.
         assert ingest(client, key, rank=0, seq=1, steps=range(10, 20))["captures"] == pending
@@ -106,3 +106,30 @@ def test_from_step_leads_the_newest_step_by_three_batches_and_ingest_answers_car
         third = capture(client, key, 100)
         assert third["from_step"] == 44 + 1 + 3 * 15
     assert count_rows(server.db_url, "capture_requests", key) == 3
+
+
+def test_a_profile_request_is_a_capture_of_its_own_kind(server: LiveServer) -> None:
+    """``POST /runs/{key}/profile``: the same from_step rule, one waiting request per kind (a waiting capture
+    does not stand for a profile), at most 20 steps, and the ingest answers carry it with its kind."""
+    with server.client() as client:
+        key = register(client, world_size=1)
+        ingest(client, key, rank=0, seq=0, steps=range(10))
+        spans = capture(client, key, 5)
+        asked = client.post(f"/api/v1/runs/{key}/profile", json={"steps": 3})
+        assert asked.status_code == 201, asked.text
+        profile = asked.json()
+        assert profile == {"id": profile["id"], "steps": 3, "from_step": 9 + 1 + 3 * 10, "kind": "profile"}
+        again = client.post(f"/api/v1/runs/{key}/profile", json={"steps": 4})
+        assert again.status_code == 200 and again.json() == profile  # the one waiting, not a second
+        answer = ingest(client, key, rank=0, seq=1, steps=range(10, 12))["captures"]
+        assert answer == [spans, profile], answer
+        assert_names(
+            client.post(f"/api/v1/runs/{key}/profile", json={"steps": 21}),
+            422,
+            ["body", "steps"],
+            "less than or equal to 20",
+        )
+        assert_names(
+            client.post("/api/v1/runs/no-such-run/profile", json={"steps": 2}), 404, ["path", "run_key"], "no run"
+        )
+    assert count_rows(server.db_url, "capture_requests", key) == 2
