@@ -153,7 +153,9 @@ def _progress(
     done = [e for e in entries if e.get("state") == "completed" or e.get("retired") is True]
     completed = max((s for e in done if (s := _seq(e.get("collective_seq_id"))) is not None), default=None)
     if isinstance(status, Mapping) and not has_p2p:
-        enqueued, started, reported = (_seq(status.get(key)) for key in STATUS_KEYS)
+        listed, started, reported = (_seq(status.get(key)) for key in STATUS_KEYS)
+        entered = max((s for e in entries if (s := _seq(e.get("collective_seq_id"))) is not None), default=None)
+        enqueued = max((s for s in (listed, entered) if s is not None), default=None)
         # NCCL's status lags its entries (an H100 dump: four all-reduces "completed", status -1) and tracks
         # starts only with TORCH_NCCL_ENABLE_TIMING: a completed collective has also started.
         completed = max((s for s in (reported, completed) if s is not None), default=None)

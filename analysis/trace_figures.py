@@ -139,6 +139,8 @@ def figures(
     first: int | None = None
     last_end = 0
     for activity in by_start:
+        if activity.end <= activity.start:
+            continue  # nothing of the span (HTA's rounding inwards makes some, and it leaves them out)
         first = activity.start if first is None else first
         last_end = max(last_end, activity.end)
         interval = (activity.start, activity.end)

@@ -20,7 +20,7 @@ from typing import Any
 
 from bubblescope.input_files import missing_files
 from bubblescope.kineto import TraceError
-from bubblescope.trace_import import convert_all, pipeline_config, requests_for, run_key_for
+from bubblescope.trace_import import ImportedRank, convert_all, pipeline_config, requests_for, run_key_for
 
 SINGLE_STAGE_SCHEDULES = ("1f1b", "gpipe")  # analysis.lookup's names of the schedules of one stage a rank
 Send = Callable[[str, str, dict[str, Any]], tuple[bool, str]]  # (method, path, document) -> (ok, what went wrong)
@@ -128,15 +128,33 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"imported {len(ranks)} rank{'s' if len(ranks) != 1 else ''} ({', '.join(map(str, ranks))}), {steps} rank-steps"
     )
-    pipeline = pipeline_config(imported, schedule)
-    if pipeline:
-        stages, microbatches = pipeline["num_stages"], pipeline["num_microbatches"]
-        print(
-            f"pipeline actions: {stages} stages, {microbatches} micro-batches"
-            + ("" if schedule else "; give --schedule NAME (no trace names it) for the bubble's replay and causes")
-        )
+    found = _pipeline_found(imported, schedule)
+    if found:
+        print(found)
     print(f"run {key} in {where}" + ("" if args.db else f": open {where.rstrip('/')}/runs/{key}"))
     return 0
+
+
+def _pipeline_found(imported: list[ImportedRank], schedule: str | None) -> str | None:
+    """What the files said of a pipeline, and what the run makes of it (None: nothing to say)."""
+    found = sorted({stage for rank in imported for stage in rank.stages})
+    if not found:
+        return (
+            None
+            if not schedule
+            else (
+                f"no pipeline actions found: --schedule {schedule} not used (torch annotates interleaved, zero-bubble "
+                "and GPipe schedules; 1F1B's steps are cut at their P2P calls, in a pure pipeline only)"
+            )
+        )
+    pipeline = pipeline_config(imported, schedule)
+    if not pipeline:
+        return (
+            f"pipeline actions of stages {', '.join(map(str, found))}: not every stage from 0 (a part of the job's "
+            "files, or a layout other than a pure pipeline): no replay"
+        )
+    said = f"pipeline actions: {pipeline['num_stages']} stages, {pipeline['num_microbatches']} micro-batches"
+    return said + ("" if schedule else "; give --schedule NAME (no trace names it) for the bubble's replay and causes")
 
 
 def _schedule(name: str | None) -> str | None:

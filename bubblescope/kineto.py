@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, TypeGuard
 
 from bubblescope.analysis import GpuActivity
 
@@ -129,7 +129,12 @@ def read_trace(
                 saw_events = True
                 if on_metadata is not None:
                     on_metadata(metadata)
-                _stream_events(buffer, on_event)
+                try:
+                    _stream_events(buffer, on_event)
+                except TraceError as error:  # the sink's refusal of an event: named with the file
+                    if str(error).startswith(str(path)):
+                        raise
+                    raise TraceError(f"{path}: {error}") from None
             else:
                 metadata[str(key)] = buffer.value()
             if buffer.peek() == ",":
@@ -254,15 +259,19 @@ class _Collected:
         if not isinstance(ts, int):
             self.fractional = True
         duration, category = event.get("dur"), event.get("cat")
-        if duration is None or category is None or category == "Trace" or not isinstance(ts, (int, float)):
+        if category is None or category == "Trace" or not (_number(ts) and _number(duration)):
             return
+        if not (_storable(ts) and _storable(duration)):
+            raise TraceError(f"an event at ts {ts!r} (dur {duration!r}): a time past what can be stored")
         args = event.get("args")
         args = args if isinstance(args, dict) else {}
         stream, correlation = _integer(args.get("stream")), _integer(args.get("correlation"))
         name = str(event.get("name", ""))
         if stream >= 0 and correlation >= 0:
             collective = args.get("Collective name")
-            self._add_gpu((ts, duration, name, str(category), stream, correlation, collective and str(collective)))
+            self._add_gpu(
+                (ts, duration, name, str(category), stream, correlation, str(collective) if collective else None)
+            )
             return
         if "ProfilerStep" in name:
             self.steps.append((name, ts))
@@ -276,12 +285,26 @@ class _Collected:
         self.launches.setdefault(correlation, ts)
 
 
+INT64: Final = 1 << 63
+
+
 def _integer(value: Any) -> int:
-    """HTA's reading of ``stream`` and ``correlation``: an integer, else -1."""
+    """HTA's reading of ``stream`` and ``correlation``: an integer, else -1 (and -1 past what can be stored)."""
     try:
-        return int(value) if value is not None and not isinstance(value, bool) else -1
-    except (TypeError, ValueError):
+        number = int(value) if value is not None and not isinstance(value, bool) else -1
+    except (TypeError, ValueError, OverflowError):
         return -1
+    return number if -INT64 <= number < INT64 else -1
+
+
+def _number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _storable(value: int | float) -> bool:
+    """A time SQLite can hold (a trace past 100,000 activities is read back from it): an integer within 64 bits, or
+    a finite float."""
+    return -INT64 <= value < INT64 if isinstance(value, int) else math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -327,6 +350,9 @@ def select_activities(collected: _Collected) -> tuple[list[GpuActivity], list[st
     return activities, names
 
 
+_CEILING: Final = "(CAST(g.ts AS INTEGER) + (g.ts > CAST(g.ts AS INTEGER)))"  # ceil(ts) in SQLite, for ts >= 0
+
+
 class _SpilledCollected(_Collected):
     """The same, held in memory up to ``IN_MEMORY_ROWS`` GPU activities and past that in a temporary SQLite file: read
     back in order of start and of stream, for ``analysis.figures``. Memory is bounded whatever the trace's size (the
@@ -351,6 +377,8 @@ class _SpilledCollected(_Collected):
     def _add_launch(self, correlation: int, ts: Any) -> None:
         if self.db is None:
             super()._add_launch(correlation, ts)
+            if len(self.launches) >= self.IN_MEMORY_ROWS:  # runtime calls whose kernels the trace lost count too
+                self._spill()
             return
         self._launches.append((correlation, ts))
         if len(self._launches) >= self.ROWS_PER_WRITE:
@@ -380,13 +408,16 @@ class _SpilledCollected(_Collected):
         """The selected activities by ``start`` or by ``stream`` (then start; ties in the trace's order)."""
         selection, _names = _selection(self)
         if self.db is None:
-            key = (
-                (lambda i: (self.gpu[i][0], i)) if order == "start" else (lambda i: (self.gpu[i][4], self.gpu[i][0], i))
-            )
-            rows = ((self.gpu[i], self.launches.get(self.gpu[i][5])) for i in sorted(range(len(self.gpu)), key=key))
+            gpu, start_of = self.gpu, selection.start_of
+            if order == "start":
+                ordered = sorted(range(len(gpu)), key=lambda i: (gpu[i][0], i))
+            else:  # by stream, then the rounded start (as HTA sorts), ties in the trace's order
+                ordered = sorted(range(len(gpu)), key=lambda i: (gpu[i][4], start_of(gpu[i][0]), i))
+            rows = ((gpu[i], self.launches.get(gpu[i][5])) for i in ordered)
         else:
             self._flush()
-            by = "g.ts, g.rowid" if order == "start" else "g.stream, g.ts, g.rowid"
+            rounded = _CEILING if selection.fractional else "g.ts"
+            by = "g.ts, g.rowid" if order == "start" else f"g.stream, {rounded}, g.rowid"
             query = (
                 "SELECT g.ts, g.dur, g.name, g.category, g.stream, g.correlation, g.collective, l.ts "
                 f"FROM gpu AS g JOIN launches AS l ON l.correlation = g.correlation ORDER BY {by}"

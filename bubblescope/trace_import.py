@@ -114,6 +114,8 @@ class _Window:
 
     starts: list[int] = field(default_factory=list)
     items: list[tuple[int, int, int, Any]] = field(default_factory=list)  # (start, end, tid, payload)
+    closed: bool = True  # an interval holds its end (a CPU op's moment at its parent's end is still inside); False:
+    # it does not (a pipeline action or a batch's loading: the next operator may start the microsecond it ends)
 
     def add(self, start: int, end: int, tid: int, payload: Any) -> None:
         self.items.append((start, end, tid, payload))
@@ -126,7 +128,11 @@ class _Window:
         """The payload of the latest-starting interval that holds ``moment`` (on ``tid``, if given)."""
         index = bisect.bisect_right(self.starts, moment) - 1
         for start, end, item_tid, payload in reversed(self.items[max(0, index - 63) : index + 1]):
-            if start <= moment <= end and (tid is None or tid == item_tid):
+            if (
+                start <= moment
+                and (moment <= end if self.closed else moment < end)
+                and (tid is None or tid == item_tid)
+            ):
                 return payload
         return None
 
@@ -226,7 +232,7 @@ class _StepContext:
 def _context(events: _RankEvents, lo: int, hi: int) -> _StepContext:
     windows = []
     for sort in (COMM_OP, OPTIMIZER, DATA_LOADING, PIPELINE_ACTION):
-        window = _Window()
+        window = _Window(closed=sort in (COMM_OP, OPTIMIZER))
         for start, end, tid, *row in events.store.intervals(sort, lo, hi):
             payload = _info_of(row) if sort == COMM_OP else _action_of(row[0]) if sort == PIPELINE_ACTION else True
             window.add(start, end, tid, payload)
@@ -244,13 +250,15 @@ def _action_of(said: str) -> Action:
     return (int(stage) if stage else None, kind, int(microbatch))
 
 
-def _in_action(kind: str, action: Action | None, rank: int) -> tuple[str, int | None, int | None]:
+def _in_action(kind: str, action: Action | None, rank_stage: int | None) -> tuple[str, int | None, int | None]:
     """A compute span's kind, stage and micro-batch: the pipeline action's where one holds it (the optimizer and
-    communication are no stage's work), else its own kind and none."""
+    communication are no stage's work), else its own kind and none. An action that names no stage (GPipe's) is
+    the rank's stage, ``rank_stage``: the rank itself in a pure pipeline, unknown (None) otherwise."""
     if action is None or kind not in ("forward", "backward"):
         return kind, None, None
     stage, action_kind, microbatch = action
-    return action_kind, rank if stage is None else stage, microbatch
+    stage = rank_stage if stage is None else stage
+    return action_kind, stage, None if stage is None else microbatch
 
 
 @dataclass(frozen=True)
@@ -441,8 +449,14 @@ def _converted(path: Path, run_key: str, seq_base: int, events: _RankEvents, sin
     events.steps.freeze()
     base = _epoch_base(metadata)
     # a CPU-only profile (gloo): the CPU's operators are the timeline, each step its annotation's window
-    steps = _gpu_steps(events, base, world, groups, rank) if on_gpu else _cpu_steps(events, base, world, groups, rank)
-    converted = _Converted(run_key, rank, seq_base, single_stage)
+    # The rank's own stage, for actions that name none (GPipe's) and a 1F1B step cut at its P2P calls: the rank
+    # in a pure pipeline (one process group, or no pg_config); in any other layout it cannot be told from here.
+    rank_stage = rank if len(groups) <= 1 else None
+    if on_gpu:
+        steps = _gpu_steps(events, base, world, groups, rank_stage)
+    else:
+        steps = _cpu_steps(events, base, world, groups, rank_stage)
+    converted = _Converted(run_key, rank, rank_stage if single_stage else None, seq_base)
     batches = events.store.batches(converted.batches(steps))
     if not converted.numbers:
         raise TraceError(f"{path}: nothing was launched or run inside a ProfilerStep#N: nothing to import")
@@ -476,12 +490,13 @@ class _Converted:
 
     run_key: str
     rank: int
+    single_stage: int | None  # the rank's stage where a step without annotated actions is to be cut (1F1B)
     seq: int
-    single_stage: bool = False
     numbers: list[int] = field(default_factory=list)
     last_end_ns: int = 0
     stages: set[int] = field(default_factory=set)
     microbatches: int = 0
+    previous_end: int | None = None  # the last step's window's end
 
     def batches(self, steps: Iterator[StepSpans]) -> Iterator[dict[str, Any]]:
         held: StepSpans | None = None
@@ -495,11 +510,14 @@ class _Converted:
     def _sent(self, step: StepSpans, following: StepSpans | None) -> Iterator[dict[str, Any]]:
         number, spans, window = step
         if window is None:
-            window = _gpu_window(spans, following if following and following[0] == number + 1 else None)
+            adjacent = following if following and following[0] == number + 1 else None
+            window = _gpu_window(spans, adjacent, self.previous_end)
+        self.previous_end = window[1]
         self.numbers.append(number)
         self.last_end_ns = max(self.last_end_ns, window[1])
-        if self.single_stage and all(span[5] is None for span in spans):
-            spans = single_stage_chunks(spans, self.rank)
+        if self.single_stage is not None and all(span[5] is None for span in spans):
+            spans = single_stage_chunks(spans, self.single_stage)
+        spans = merged_actions(spans)
         for span in spans:
             if span[5] is not None and span[6] is not None:
                 self.stages.add(span[5])
@@ -528,7 +546,7 @@ ours, ``export_import``)."""
 
 
 def _gpu_steps(
-    events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]], rank: int
+    events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]], rank_stage: int | None
 ) -> Iterator[StepSpans]:
     """Each step's GPU activities (by the step that launched them), classified, read from the store a step at a
     time."""
@@ -544,7 +562,7 @@ def _gpu_steps(
                 else:
                     label = f"memory: {name}" if category != "kernel" else None
                     group = None
-                kind, stage, microbatch = _in_action(kind, context.actions.holding(launched), rank)
+                kind, stage, microbatch = _in_action(kind, context.actions.holding(launched), rank_stage)
                 peer = _global_peer(said, groups) if kind in P2P_KINDS else None
                 label = label and label[:NAME_CHARS]
                 spans.append((kind, base + start, base + max(start, end), group, label, stage, microbatch, peer))
@@ -601,7 +619,7 @@ def numbered_p2p(spans: list[Span]) -> list[Span]:
 
 
 def _cpu_steps(
-    events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]], rank: int
+    events: _RankEvents, base: int, world: int | None, groups: dict[str, list[int]], rank_stage: int | None
 ) -> Iterator[StepSpans]:
     """Each step's CPU timeline: its top-level operators per thread as compute (backward when autograd's engine
     runs them, optimizer inside ``Optimizer.step``), its collective and P2P calls (``gloo:recv``, which lasts until
@@ -610,13 +628,19 @@ def _cpu_steps(
     for plan in _step_plans(events.steps):
         spans: list[Span] = []
         for lo, before in plan.segments:
-            spans += _cpu_segment(events, lo, before, base, world, groups, rank)
+            spans += _cpu_segment(events, lo, before, base, world, groups, rank_stage)
         if spans:
             yield plan.number, spans, (base + plan.window[0], base + plan.window[1])
 
 
 def _cpu_segment(
-    events: _RankEvents, lo: int, before: int, base: int, world: int | None, groups: dict[str, list[int]], rank: int
+    events: _RankEvents,
+    lo: int,
+    before: int,
+    base: int,
+    world: int | None,
+    groups: dict[str, list[int]],
+    rank_stage: int | None,
 ) -> list[Span]:
     context = _context(events, lo, before)
     comm_starts = [start for start, _end, _tid, _said in context.comm_ops.items]
@@ -629,7 +653,7 @@ def _cpu_segment(
         if context.data_loading.holding(start, tid) is not None:
             continue  # the batch's collation (aten::stack): data loading, not the model
         kind = "optimizer" if context.optimizer.holding(start, tid) else "backward" if backward else "forward"
-        kind, stage, microbatch = _in_action(kind, context.actions.holding(start), rank)
+        kind, stage, microbatch = _in_action(kind, context.actions.holding(start), rank_stage)
         if (
             current is not None
             and (current[0], current[3], current[4]) == (kind, stage, microbatch)
@@ -668,12 +692,14 @@ def single_stage_chunks(spans: list[Span], stage: int) -> list[Span]:
     p2p = sorted((span[1], span[0]) for span in spans if span[0] in P2P_KINDS)
     p2p_starts = [start for start, _kind in p2p]
     runs: list[list[int]] = []  # indexes of one run's spans
+    run_end = 0  # the latest end of the run's spans so far
     for index in order:
-        kind, start = spans[index][0], spans[index][1]
-        last = runs[-1][-1] if runs else None
-        if last is None or spans[last][0] != kind or _any_between(p2p_starts, spans[last][2], start):
+        kind, start, end = spans[index][:3]
+        if not runs or spans[runs[-1][0]][0] != kind or _any_between(p2p_starts, run_end, start):
             runs.append([])
+            run_end = end
         runs[-1].append(index)
+        run_end = max(run_end, end)
     length = {id(run): sum(spans[i][2] - spans[i][1] for i in run) for run in runs}
     backward = [run for run in runs if spans[run[0]][0] == "backward"]
     if not backward:
@@ -706,13 +732,37 @@ def _any_between(sorted_starts: list[int], lo: int, hi: int) -> bool:
     return index < len(sorted_starts) and sorted_starts[index] < hi
 
 
-def _gpu_window(spans: list[Span], following: StepSpans | None) -> tuple[int, int]:
-    """A step's window on the GPU: its first activity's start to the next step's first start, or to its own last
-    end where that is later (a collective that runs on past the next step's first kernel counts whole)."""
+def _gpu_window(spans: list[Span], following: StepSpans | None, previous_end: int | None) -> tuple[int, int]:
+    """A step's window on the GPU: its first activity's start (or its wait for data, where the GPU had nothing of
+    the last step to run by then) to the next step's first start, or to its own last end where that is later (a
+    collective that runs on past the next step's first kernel counts whole). Windows never overlap: a host that
+    loads the next batch while the GPU still runs this step's kernels starts the next window at this one's end."""
     lo, hi = min(span[1] for span in spans), max(span[2] for span in spans)
+    on_gpu = [span[1] for span in spans if span[0] not in HOST_KINDS]
+    if previous_end is not None and on_gpu:
+        lo = min(max(lo, previous_end), min(on_gpu))
     if following is not None:
         hi = max(hi, min(span[1] for span in following[1]))  # the gap to the next step is idle
     return lo, max(lo + 1, hi)
+
+
+HOST_KINDS: Final = frozenset({"data_loading"})  # spans of the host, not of the GPU's timeline
+
+
+def merged_actions(spans: list[Span]) -> list[Span]:
+    """One span per pipeline action (kind, stage, micro-batch): from its first piece's start to its last's end, as
+    the collector times an action, since the analysis costs a stage by its actions' durations (a trace's action is
+    many kernels or operators). Spans of no stage are left as they are."""
+    extent: dict[tuple[str, int, int], list[int]] = {}
+    kept: list[Span] = []
+    for span in spans:
+        kind, start, end, _group, _name, stage, microbatch, _peer = span
+        if stage is None or microbatch is None:
+            kept.append(span)
+            continue
+        held = extent.setdefault((kind, stage, microbatch), [start, end])
+        held[0], held[1] = min(held[0], start), max(held[1], end)
+    return kept + [(kind, lo, hi, None, None, stage, mb, None) for (kind, stage, mb), (lo, hi) in extent.items()]
 
 
 def batches_of(
@@ -771,7 +821,7 @@ def pipeline_config(imported: Sequence[ImportedRank], schedule: str | None) -> d
     """The pipeline the files' actions describe, as a collected run's config says it (``num_stages``,
     ``num_microbatches``, ``virtual_stages``), and the schedule the user named (no trace names it); {} without one."""
     stages = {stage for rank in imported for stage in rank.stages}
-    if not stages:
+    if not stages or stages != set(range(max(stages) + 1)):  # none, or not every stage: no pipeline to replay
         return {}
     config: dict[str, Any] = {
         "num_stages": max(stages) + 1,

@@ -375,17 +375,30 @@ def test_the_wait_for_the_next_batch_is_data_loading_not_the_models_compute(db_u
     window = "SELECT start_ns, end_ns FROM steps WHERE run_id = {run} ORDER BY step"
     assert run_rows(db_url, "gpu-loader", window)[0] == (101_000, 201_000)  # the step begins with its wait for data
 
+    # A host ahead of its GPU loads step 2's batch (at 150 us) while step 1's kernel still runs (to 190): the
+    # windows meet at step 1's end, they do not overlap.
+    ahead = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": ts, "dur": dur}
+        for n, ts, dur in ((1, 100, 45), (2, 145, 100))  # the host's steps: step 2 begins at 145 us
+    ]
+    ahead += [{"ph": "X", "cat": "cpu_op", "name": loader, "ts": t, "dur": 20} for t in (101, 150)]
+    ahead += kernel(130, 60, "sm80_gemm", 1) + kernel(230, 10, "elementwise_kernel", 2)
+    done = import_trace(write(tmp_path / "ahead-rank0.json", trace(events=ahead)), "--db", db_url, "--run", "ahead")
+    assert done.returncode == 0, done.stderr
+    assert run_rows(db_url, "ahead", window) == [(101_000, 190_000), (190_000, 240_000)]
+
     cpu_step = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 10_000, "tid": 1}
     cpu_loader = {"ph": "X", "cat": "cpu_op", "name": loader, "ts": 100, "dur": 2_000, "tid": 1, "pid": 7}
     collation = {"ph": "X", "cat": "cpu_op", "name": "aten::stack", "ts": 200, "dur": 1_500, "tid": 1, "pid": 7}
-    linear = {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 3_000, "dur": 5_000, "tid": 1, "pid": 7}
+    # the model's first operator starts the microsecond the loading ends: it is the forward's, not the loading's
+    linear = {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 2_100, "dur": 5_000, "tid": 1, "pid": 7}
     cpu = trace(events=[cpu_step, cpu_loader, collation, linear])
     done = import_trace(write(tmp_path / "cpu-rank0.json", cpu), "--db", db_url, "--run", "cpu-loader")
     assert done.returncode == 0, done.stderr
     spans = run_rows(
         db_url, "cpu-loader", "SELECT kind, start_ns, end_ns FROM spans WHERE run_id = {run} ORDER BY start_ns"
     )
-    assert spans == [("data_loading", 100_000, 2_100_000), ("forward", 3_000_000, 8_000_000)], spans
+    assert spans == [("data_loading", 100_000, 2_100_000), ("forward", 2_100_000, 7_100_000)], spans
 
 
 def test_pipeline_actions_torch_annotates_give_spans_their_stage_and_micro_batch(db_url: str, tmp_path: Path) -> None:
@@ -398,18 +411,24 @@ def test_pipeline_actions_torch_annotates_give_spans_their_stage_and_micro_batch
         {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": 20}
         for name, ts in (("PP:3F1", 100), ("PP:3I1", 130), ("PP:3W1", 160), ("PP:3SEND_B1", 185))
     ]
-    kernels = kernel(110, 5, "sm90_gemm", 1) + kernel(140, 5, "sm90_gemm", 2) + kernel(170, 5, "sm90_gemm", 3)
+    # the forward action launches two kernels: one span of the action, first start to last end (as collected)
+    kernels = kernel(106, 2, "sm90_gemm", 6) + kernel(110, 5, "sm90_gemm", 1)
+    kernels += kernel(140, 5, "sm90_gemm", 2) + kernel(170, 5, "sm90_gemm", 3)
     kernels += kernel(188, 4, "elementwise_kernel", 4) + kernel(230, 10, "elementwise_kernel", 5)
     path = write(tmp_path / "rank1.json", trace(rank=1, events=steps + actions + kernels))
     refused = import_trace(path, "--db", db_url, "--run", "pp", "--schedule", "2f2b")
     assert refused.returncode == 2 and "--schedule: unknown schedule '2f2b'" in refused.stderr, refused.stderr
     done = import_trace(path, "--db", db_url, "--run", "pp", "--schedule", "ScheduleInterleavedZeroBubble")
     assert done.returncode == 0, done.stderr
-    assert "pipeline actions: 4 stages, 2 micro-batches" in done.stdout, done.stdout
+    # one rank's file, of stage 3 only: its actions are tagged, but no pipeline can be replayed from them
+    assert "pipeline actions of stages 3: not every stage from 0" in done.stdout, done.stdout
     spans = run_rows(
-        db_url, "pp", "SELECT step, kind, stage, microbatch FROM spans WHERE run_id = {run} ORDER BY start_ns"
+        db_url,
+        "pp",
+        "SELECT step, kind, stage, microbatch, start_ns, end_ns FROM spans WHERE run_id = {run} ORDER BY start_ns",
     )
-    assert spans == [
+    assert spans[0] == (1, "forward", 3, 1, 106_000, 115_000), spans
+    assert [row[:4] for row in spans] == [
         (1, "forward", 3, 1),
         (1, "backward_input", 3, 1),
         (1, "backward_weight", 3, 1),
@@ -417,7 +436,7 @@ def test_pipeline_actions_torch_annotates_give_spans_their_stage_and_micro_batch
         (2, "forward", None, None),
     ], spans
     config = api(db_url, "/api/v1/runs/pp")["config"]
-    assert (config["schedule"], config["num_stages"], config["num_microbatches"]) == ("interleavedzb", 4, 2), config
+    assert "num_stages" not in config and "schedule" not in config, config
 
 
 def test_a_single_stage_step_without_annotations_is_cut_at_its_p2p_calls() -> None:

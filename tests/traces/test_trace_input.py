@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bubblescope.analysis.trace_figures import hta_figures
-from bubblescope.kineto import read_rank_trace
+from bubblescope.kineto import TraceError, read_rank_trace
 from tests.traces.support import job_files
 from tests.traces.written import kernel, trace, write
 
@@ -162,3 +162,30 @@ def test_a_summary_read_back_from_disk_has_the_figures_of_one_held_in_memory(
     (summary,) = summarize([path])
     assert len(trace.activities) > 50
     assert summary.hta == hta_figures(trace.activities) and summary.ours == own_split(trace.activities)
+
+
+@pytest.mark.parametrize("in_memory_rows", [1, 100_000])
+def test_the_summary_reads_rounded_ties_empty_activities_and_hostile_values_as_the_list_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_memory_rows: int
+) -> None:
+    """Fractional times on one stream whose rounded starts tie (11 for 10.7 and 10.2: HTA keeps the trace's order,
+    not the raw times'), an activity rounded to nothing (0.6-0.9 -> 1-0), and a collective named by a list: the
+    summary, read back from disk (1 row in memory) or not, gives the list's figures; a time past 64 bits is one line
+    naming the file, not a traceback."""
+    from bubblescope import kineto
+    from bubblescope.analysis.trace_figures import own_split
+    from bubblescope.trace_summary import summarize
+
+    monkeypatch.setattr(kineto._SpilledCollected, "IN_MEMORY_ROWS", in_memory_rows)
+    events = kernel(10.7, 5, "sm80_gemm", 1) + kernel(10.2, 1, "elementwise_kernel", 2) + kernel(30.6, 0.3, "tiny", 3)
+    events += kernel(40.5, 20.25, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 4, stream=9)
+    events[-1]["args"]["Collective name"] = []
+    path = write(tmp_path / "rank0.json", trace(events=events))
+    (summary,) = summarize([path])
+    listed = read_rank_trace(path).activities
+    assert summary.hta == hta_figures(listed) and summary.ours == own_split(listed), (summary, listed)
+    assert summary.hta.kernel_span_us == 60 - 11  # the empty activity (31-30) is no part of the span
+
+    events[0]["ts"] = 2**64
+    with pytest.raises(TraceError, match=f"{path}: an event at ts .*past what can be stored"):
+        summarize([write(path, trace(events=events))])
