@@ -20,6 +20,8 @@ WORLDS = {
     "hta_trace_filter_2rank": "2 of 128",
     "nccl_data_rank0_of2_a100": "1 of 2",
     "trace_diff_control_rank3_of8_a100": "1 of 8",
+    "h100_ddp_from_docs": "1 of 1",  # ours, from an H100 (tests/traces/data/h100)
+    "h100_fsdp2_from_docs": "1 of 1",
 }
 
 
