@@ -37,6 +37,21 @@ async function get(path) {
 
 const getJson = async (path) => (await get(path)).json();
 
+// A request the page makes (a profile): its JSON answer, and whether it was new (201) or already waiting (200).
+async function postJson(path, body) {
+  let response;
+  try {
+    response = await fetch(`${API_PREFIX}${path}`, {
+      method: "POST", headers: { Accept: "application/json", "Content-Type": "application/json" }, body: JSON.stringify(body),
+    });
+  } catch (error) {
+    throw new ApiError(0, `the service did not answer (${error.message})`);
+  }
+  if (response.status === 401) toSignIn();
+  if (!response.ok) throw await failure(response);
+  return { answer: await response.json(), created: response.status === 201 };
+}
+
 // A page of a listing: its items, and the cursor of the next page (X-Next-Cursor; null: the last).
 async function getPage(path) {
   const response = await get(path);
@@ -98,6 +113,7 @@ export const api = {
   spanKinds: () => getJson("/span-kinds"),
   bubbleCauses: () => getJson("/bubble-causes"),
   alerts: (options) => getJson(`/alerts${alertQuery(options)}`), // newest first
+  profile: (key, steps) => postJson(`${runPath(key)}/profile`, { steps }), // torch.profiler over the next `steps` steps
 };
 
 // Where a browser downloads steps as a Perfetto trace (GET /runs/{key}/trace): a link, not a fetch.

@@ -14,6 +14,7 @@ import { renderFlightRecorder } from "./flight_recorder.js";
 import { isComplete, isWarmup, renderGlance } from "./glance.js";
 import { renderBubble, renderRun, renderStepNote, renderStepOptions } from "./overview.js";
 import { poll } from "./poll.js";
+import { setUpProfile, showProfileForm } from "./profile.js";
 import { renderStragglers, showStragglersError } from "./stragglers.js";
 import { renderTimeline } from "./timeline.js";
 
@@ -191,6 +192,7 @@ async function round() {
   state.run = run;
   state.version = runVersion(run);
   renderRun(run);
+  showProfileForm(run);
   renderGlance({ run });
   const alertsShown = loadAlerts().then(() => {
     renderGlance({ firing: state.alerts.firing });
@@ -241,6 +243,7 @@ document.getElementById("step-select").addEventListener("change", (event) => {
   showStep(chosen, state.version);
 });
 
+setUpProfile(key);
 document.getElementById("rank-filter").value = state.ranks || "";
 document.getElementById("compare-b").value = key;
 document.getElementById("rank-form").addEventListener("submit", (event) => {
