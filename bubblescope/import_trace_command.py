@@ -22,7 +22,6 @@ from bubblescope.input_files import missing_files
 from bubblescope.kineto import TraceError
 from bubblescope.trace_import import ImportedRank, convert_all, pipeline_config, requests_for, run_key_for
 
-SINGLE_STAGE_SCHEDULES = ("1f1b", "gpipe")  # analysis.lookup's names of the schedules of one stage a rank
 Send = Callable[[str, str, dict[str, Any]], tuple[bool, str]]  # (method, path, document) -> (ok, what went wrong)
 
 
@@ -110,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     send, close, where = sender
     try:
-        single_stage = schedule in SINGLE_STAGE_SCHEDULES
+        single_stage = schedule is not None and _one_stage_a_rank(schedule)
         imported = convert_all(paths, key, single_stage)  # every file read before anything is sent
     except TraceError as error:
         close()
@@ -155,6 +154,13 @@ def _pipeline_found(imported: list[ImportedRank], schedule: str | None) -> str |
         )
     said = f"pipeline actions: {pipeline['num_stages']} stages, {pipeline['num_microbatches']} micro-batches"
     return said + ("" if schedule else "; give --schedule NAME (no trace names it) for the bubble's replay and causes")
+
+
+def _one_stage_a_rank(schedule: str) -> bool:
+    """Whether each rank runs one stage (GPipe, 1F1B, the naive split): its unannotated steps can be cut."""
+    from bubblescope.analysis import lookup
+
+    return lookup(schedule).placement == "single"
 
 
 def _schedule(name: str | None) -> str | None:
