@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support import LiveServer
+from tests.traces.support import settled
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +51,7 @@ def test_dumps_uploaded_by_the_command_are_read_together(sqlite_server: LiveServ
         (1, 4, None),
     ]
     assert [d["file"] for d in after["dumps"]] == ["nccl_trace_rank_0", "trace_rank_1.json"]
-    assert after["groups"] == report["groups"]
+    assert settled(after)["groups"] == settled(report)["groups"]  # one rank's JSON, dumped a moment before its pickle
 
 
 class _Payload:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,3 +32,13 @@ def job_files(job: str) -> list[Path]:
     if not all(path.is_file() for path in files):
         pytest.skip(f"the Kineto reference traces are not in {KINETO} (set BUBBLESCOPE_SHARED_DATA to their folder)")
     return files
+
+
+def settled(found: dict[str, Any]) -> dict[str, Any]:
+    """A report without what moves between two dumps of one rank taken moments apart: started, completed ids."""
+    moving = ("last_started", "last_completed")
+    groups = [
+        {**g, "progress": [{k: v for k, v in p.items() if k not in moving} for p in g["progress"]]}
+        for g in found["groups"]
+    ]
+    return {**found, "groups": groups}
