@@ -33,7 +33,6 @@ class OnDemandProfiler:
         self._active: tuple[Any, int, int] | None = None  # (torch profiler, first step, end step)
         self._handled: set[int] = set()  # first steps of windows profiled or dropped
         self._writers: list[threading.Thread] = []
-        self.written: list[Path] = []  # traces written, in order
 
     def between_steps(self, next_step: int) -> None:
         """Called on the training thread after each step, with the number of the step about to begin."""
@@ -90,7 +89,6 @@ class OnDemandProfiler:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             profiler.export_chrome_trace(str(path))
-            self.written.append(path)
             log.warning("bubblescope: profiled steps written to %s (bubblescope import-trace reads it)", path)
         except Exception as error:  # noqa: BLE001 - a thread of its own: nothing to fail but the trace
             log.warning("bubblescope: the profile could not be written to %s: %r", path, error)

@@ -338,3 +338,13 @@ def assert_names(response: httpx.Response, status: int, loc: list[Any], words: s
     assert response.status_code == status, response.text
     detail = response.json()["detail"]
     assert any(item["loc"][: len(loc)] == loc and words in item["msg"] for item in detail), detail
+
+
+def newest_step_of_every_rank(server: LiveServer, run_key: str) -> int:
+    """The newest step every rank of a 2-rank run reported; -1 before the run is known."""
+    with server.client() as client:
+        response = client.get(f"/api/v1/runs/{run_key}")
+    if response.status_code != 200:
+        return -1
+    full = [s["step"] for s in response.json()["steps"] if s["ranks_reported"] == 2]
+    return max(full, default=-1)

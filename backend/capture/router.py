@@ -34,11 +34,7 @@ router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["capture"])
     "when it learns (see backend/capture/service.py).",
 )
 async def post_capture(run_key: RunKey, request: Request, response: Response, session: DbSession) -> CaptureOut:
-    body = parse_document(CaptureRequestIn, await read_json(request))
-    capture, created = await run_in_threadpool(service.request_capture, session, run_key, body, settings_of(request))
-    if not created:
-        response.status_code = 200
-    return capture
+    return await _asked("spans", CaptureRequestIn, run_key, request, response, session)
 
 
 @router.post(
@@ -60,10 +56,22 @@ async def post_capture(run_key: RunKey, request: Request, response: Response, se
     "The training thread never waits for the trace to be written.",
 )
 async def post_profile(run_key: RunKey, request: Request, response: Response, session: DbSession) -> CaptureOut:
-    body = parse_document(ProfileRequestIn, await read_json(request))
-    profile, created = await run_in_threadpool(
-        service.request_capture, session, run_key, body, settings_of(request), "profile"
+    return await _asked("profile", ProfileRequestIn, run_key, request, response, session)
+
+
+async def _asked(
+    kind: str,
+    model: type[CaptureRequestIn] | type[ProfileRequestIn],
+    run_key: str,
+    request: Request,
+    response: Response,
+    session: DbSession,
+) -> CaptureOut:
+    """A capture request of ``kind``: 201 when stored, 200 with the one of its kind already waiting."""
+    body = parse_document(model, await read_json(request))
+    answer, created = await run_in_threadpool(
+        service.request_capture, session, run_key, body, settings_of(request), kind
     )
     if not created:
         response.status_code = 200
-    return profile
+    return answer

@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, text
 
 from tests.collector.jobs import launch, read_report
 from tests.collector.misbehaving_server import JUNK_CAPTURES, MisbehavingServer
-from tests.support import LiveServer, wait_until
+from tests.support import LiveServer, newest_step_of_every_rank, wait_until
 
 STEPS, CAPTURE_STEPS, SPANS = 160, 20, 20  # 20 ms steps: the capture is asked for near step 30
 
@@ -33,15 +33,6 @@ def steps_with_spans_per_rank(db_url: str, run_key: str) -> dict[int, dict[int, 
     for rank, step, count in rows:
         result[rank][step] = count
     return dict(result)
-
-
-def newest_step_of_every_rank(server: LiveServer, run_key: str) -> int:
-    with server.client() as client:
-        response = client.get(f"/api/v1/runs/{run_key}")
-    if response.status_code != 200:
-        return -1
-    full = [s["step"] for s in response.json()["steps"] if s["ranks_reported"] == 2]
-    return max(full, default=-1)
 
 
 def test_a_capture_request_mid_run_gives_every_rank_full_spans_of_the_same_k_steps(

@@ -18,17 +18,9 @@ import pytest
 
 from bubblescope.collector.capture import CaptureWindows
 from bubblescope.collector.profiling import OnDemandProfiler
-from tests.support import JobResult, LiveServer, run_rows, run_torchrun, wait_until
+from tests.support import JobResult, LiveServer, newest_step_of_every_rank, run_rows, run_torchrun, wait_until
 
 STEPS, PROFILED = 600, 3
-
-
-def newest_step(server: LiveServer, run_key: str) -> int:
-    with server.client() as client:
-        response = client.get(f"/api/v1/runs/{run_key}")
-    if response.status_code != 200:
-        return -1
-    return max((s["step"] for s in response.json()["steps"] if s["ranks_reported"] == 2), default=-1)
 
 
 @pytest.mark.slow
@@ -54,7 +46,11 @@ def test_a_profile_request_mid_run_profiles_the_same_steps_on_every_rank(
     )
     job.start()
     try:
-        wait_until(lambda: newest_step(sqlite_server, run_key) >= 20 or not job.is_alive(), 120, "both ranks past 20")
+        wait_until(
+            lambda: newest_step_of_every_rank(sqlite_server, run_key) >= 20 or not job.is_alive(),
+            120,
+            "both ranks past 20",
+        )
         with sqlite_server.client() as client:
             asked = client.post(f"/api/v1/runs/{run_key}/profile", json={"steps": PROFILED})
         assert asked.status_code == 201, asked.text
