@@ -20,6 +20,7 @@ RANKS, MICROBATCHES, STEPS = 2, 4, 2
 MULTI_STAGE = [schedule.name for schedule in SCHEDULES if schedule.placement != "single"]
 # Schedules that always split the backward into input-gradient and weight-gradient actions.
 ALWAYS_SPLIT = {"interleavedzb", "zbv"}
+COMPUTE_KINDS = ("forward", "backward", "backward_input", "backward_weight")
 
 
 def local_stage_indices(schedule: str, rank: int, ranks: int) -> list[int]:
@@ -113,11 +114,19 @@ def test_dependency_order_holds_across_virtual_stages(schedule_jobs: dict, sched
 @pytest.mark.parametrize("schedule", MULTI_STAGE)
 def test_breakdown_adds_up_and_sends_do_not_hide_idle_time(schedule_jobs: dict, schedule: str) -> None:
     """The looped schedules wait on their sends only at the step's end; a send must not be
-    counted as communication for the whole step, so some time stays idle or dependency wait."""
+    counted as communication for the whole step: no send span covers the rank's own compute.
+    (A recv may legitimately wait most of a step for a peer the loaded machine descheduled,
+    so the rank's communication share is not bounded here.)"""
     _detail, steps = schedule_jobs[schedule]
     for step in steps:
         for b in step["breakdown"]:
             assert b["compute_ns"] + b["transfer_ns"] + b["dependency_wait_ns"] + b["idle_ns"] == b["window_ns"]
         assert max(b["bubble_ns"] for b in step["breakdown"]) > 0, schedule
-        for b in step["breakdown"]:
-            assert b["comm_ns"] < 0.9 * b["window_ns"], (schedule, b)
+        for rank in range(RANKS):
+            spans = [s for s in step["spans"] if s["rank"] == rank]
+            computing = [(s["start_ns"], s["end_ns"]) for s in spans if s["kind"] in COMPUTE_KINDS]
+            sends = [s for s in spans if s["kind"] == "send"]
+            assert sends and computing, (schedule, rank)
+            for send in sends:
+                covered = [c for c in computing if send["start_ns"] < c[0] and c[1] < send["end_ns"]]
+                assert not covered, (schedule, rank, send, covered)
