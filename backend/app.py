@@ -6,7 +6,7 @@ from fastapi import Depends, FastAPI
 from fastapi.middleware.gzip import GZipMiddleware
 
 from bubblescope import __version__
-from bubblescope.backend import trace_upload
+from bubblescope.backend import profile_uploads, trace_upload
 from bubblescope.backend.alerts.delivery import install_delivery
 from bubblescope.backend.alerts.router import install_alert_rules, router as alerts_router
 from bubblescope.backend.analysis.router import router as analysis_router
@@ -117,5 +117,6 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     for router in FEATURE_ROUTERS:
         app.include_router(router)
     app.include_router(trace_upload.router)  # composes two features: the top layer's
+    app.include_router(profile_uploads.router)  # the same, for a profile's traces
     mount_frontend(app)
     return app

@@ -21,6 +21,7 @@ from typing import Annotated, Final
 import anyio
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ValidationError
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
@@ -36,7 +37,7 @@ from bubblescope.backend.runs.service import end_rank, register_rank, register_r
 from bubblescope.backend.settings import settings_of
 from bubblescope.backend.store.runs import find_run
 from bubblescope.kineto import TraceError
-from bubblescope.trace_import import convert, requests_for
+from bubblescope.trace_import import ImportedRank, convert, requests_for
 
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["runs"])
 
@@ -82,6 +83,15 @@ async def upload_trace(
         ),
     ] = "trace.json",
 ) -> TraceImported:
+    async with received_trace(request, file) as path:
+        return await run_in_threadpool(_store, request, run_key, name, path)
+
+
+@asynccontextmanager
+async def received_trace(request: Request, file: str) -> AsyncIterator[Path]:
+    """The request's body in a temporary file named ``file``, admitted by the file-upload gate (one worked on at a
+    time, ``TRACE_QUEUE`` waiting, 503 past that), within ``--max-trace-bytes`` and ``--trace-timeout``; the file
+    and its folder are removed on leaving."""
     settings = settings_of(request)
     gate: IngestGate = request.app.state.trace_gate
     async with gate.admit(), _temporary_folder() as folder:
@@ -96,7 +106,7 @@ async def upload_trace(
                 f"the trace did not arrive within {settings.trace_timeout_s:g} s (--trace-timeout)",
                 "timeout",
             ) from None
-        return await run_in_threadpool(_store, request, run_key, name, path)
+        yield path
 
 
 @asynccontextmanager
@@ -130,31 +140,43 @@ async def _receive(request: Request, path: Path, limit: int) -> None:
 
 
 def _store(request: Request, run_key: str, name: str | None, path: Path) -> TraceImported:
-    settings = settings_of(request)
-    try:
-        imported = convert(path, run_key)
-    except TraceError as error:
-        raise Invalid("body", str(error).replace(f"{path}: ", "", 1)) from None
-    spans = 0
+    imported = converted(path, run_key)
     with transaction(request.app.state.session_factory) as session:  # a refusal part-way rolls back every write
         existing = find_run(session, run_key)
         shown = name or (existing.name if existing is not None else run_key)  # a later rank keeps the run's name
-        for method, where, document in requests_for([imported], run_key, shown):  # one batch in memory at a time
-            try:
-                body = RUN_BODIES[_route(method, where, run_key)].model_validate(document)
-            except ValidationError as error:
-                raise Invalid("body", f"the trace cannot be stored: {error.errors()[0]['msg']}") from None
-            if isinstance(body, RunRegistration):
-                register_run(session, run_key, body, settings)
-            elif isinstance(body, RankRegistration):
-                register_rank(session, run_key, imported.rank, body)
-            elif isinstance(body, RankEndIn):
-                end_rank(session, run_key, imported.rank, body)
-            elif isinstance(body, IngestBatchIn):
-                ingest(session, body, settings.ingest_batches_per_s, request.app.state.run_toucher)
-                spans += len(body.spans.step)
+        spans = store_imported(session, request, imported, run_key, shown)
     request.app.state.background.news()
     return TraceImported(run_key=run_key, rank=imported.rank, steps=imported.steps, spans=spans)
+
+
+def converted(path: Path, run_key: str) -> ImportedRank:
+    """The received file as one rank of run ``run_key``; a 422 naming the body for a file that is not a trace."""
+    try:
+        return convert(path, run_key)
+    except TraceError as error:
+        raise Invalid("body", str(error).replace(f"{path}: ", "", 1)) from None
+
+
+def store_imported(session: Session, request: Request, imported: ImportedRank, run_key: str, name: str) -> int:
+    """Store a converted rank as the collector would send it (the run, the rank, its steps, its end) in the
+    caller's transaction; the spans stored."""
+    settings = settings_of(request)
+    spans = 0
+    for method, where, document in requests_for([imported], run_key, name):  # one batch in memory at a time
+        try:
+            body = RUN_BODIES[_route(method, where, run_key)].model_validate(document)
+        except ValidationError as error:
+            raise Invalid("body", f"the trace cannot be stored: {error.errors()[0]['msg']}") from None
+        if isinstance(body, RunRegistration):
+            register_run(session, run_key, body, settings)
+        elif isinstance(body, RankRegistration):
+            register_rank(session, run_key, imported.rank, body)
+        elif isinstance(body, RankEndIn):
+            end_rank(session, run_key, imported.rank, body)
+        elif isinstance(body, IngestBatchIn):
+            ingest(session, body, settings.ingest_batches_per_s, request.app.state.run_toucher)
+            spans += len(body.spans.step)
+    return spans
 
 
 RUN_BODIES: dict[str, type[BaseModel]] = {

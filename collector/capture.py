@@ -13,10 +13,26 @@ capture, never the job.
 
 from __future__ import annotations
 
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 MAX_WINDOWS = 64
+MAX_UPLOAD_RANKS = 64  # a profile's ranks that upload, as read from an answer (the service asks at most 8)
 _MAX_STEP = 2**62
+
+
+class ProfileWindow(NamedTuple):
+    """A profile request: steps [first, end); the ranks that upload their traces; its id, which the upload names."""
+
+    first: int
+    end: int
+    request_id: int
+    upload_ranks: frozenset[int]
+
+
+def _ranks(value: Any) -> frozenset[int]:
+    if not isinstance(value, list):
+        return frozenset()
+    return frozenset(rank for rank in value[:MAX_UPLOAD_RANKS] if _is_count(rank, 0, _MAX_STEP))
 
 
 def _is_count(value: Any, low: int, high: int) -> TypeGuard[int]:
@@ -32,10 +48,10 @@ class CaptureWindows:
 
     def __init__(self) -> None:
         self._windows: dict[int, tuple[int, int]] = {}  # request id -> [first, end)
-        self._profiles: dict[int, tuple[int, int]] = {}  # the same, of profile requests
+        self._profiles: dict[int, ProfileWindow] = {}  # request id -> profile request
         self._shipped_through = -1
         self.ranges: tuple[tuple[int, int], ...] = ()
-        self.profile_ranges: tuple[tuple[int, int], ...] = ()
+        self.profile_ranges: tuple[ProfileWindow, ...] = ()
 
     def learn(self, document: dict[str, Any]) -> None:
         """Take the capture requests from an ingest acknowledgement; ignore whatever is malformed."""
@@ -54,9 +70,13 @@ class CaptureWindows:
                 continue
             if first + steps - 1 <= self._shipped_through:  # a rank already past it captures nothing
                 continue
-            windows = self._profiles if item.get("kind") == "profile" else self._windows
-            windows[request_id] = (first, first + steps)
-        for windows in (self._windows, self._profiles):
+            if item.get("kind") == "profile":
+                self._profiles[request_id] = ProfileWindow(
+                    first, first + steps, request_id, _ranks(item.get("upload_ranks"))
+                )
+            else:
+                self._windows[request_id] = (first, first + steps)
+        for windows in (self._windows, self._profiles):  # both end at [1]
             while len(windows) > MAX_WINDOWS:
                 del windows[min(windows, key=lambda key: windows[key][1])]
         self.ranges = tuple(self._windows.values())
@@ -71,8 +91,8 @@ class CaptureWindows:
     def shipped_through(self, step: int) -> None:
         """Every step up to ``step`` has been shipped: forget the windows that lie behind it."""
         self._shipped_through = max(self._shipped_through, step)
-        for windows in (self._windows, self._profiles):
-            for request_id in [key for key, (_, end) in windows.items() if end <= step + 1]:
+        for windows in (self._windows, self._profiles):  # both end at [1]
+            for request_id in [key for key, window in windows.items() if window[1] <= step + 1]:
                 del windows[request_id]
         self.ranges = tuple(self._windows.values())
         self.profile_ranges = tuple(self._profiles.values())

@@ -7,8 +7,11 @@ the training thread (``Recorder.between_steps``): before the window's first step
 CUDA where the job uses it), its steps numbered as the run's (``ProfilerStep#N``, which ``bubblescope
 import-trace`` reads); at each step's end it steps; after the last it stops, and a thread of its own writes the
 trace, ``<profiles>/<run key>/rank<R>-steps<A>-<B>.json.gz`` beside the spool, so the training thread never waits
-for the file. Nothing here may fail the job: a torch without the profiler, or a profiler that will not start
-(another one is running), is said once in the log and the request is dropped.
+for the file. The ranks the request names (``upload_ranks``) then upload it from that thread
+(``POST /runs/{key}/profiles/{id}``, ``TraceUploader``: the file streamed, retried while the service is busy), and the
+run's page lists it; the trace stays on disk either way. Nothing here may fail the job: a torch without the
+profiler, or a profiler that will not start (another one is running), is said once in the log and the request is
+dropped.
 """
 
 from __future__ import annotations
@@ -16,21 +19,59 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bubblescope.collector.capture import CaptureWindows
+from bubblescope import wire
+from bubblescope.collector.capture import CaptureWindows, ProfileWindow
+from bubblescope.collector.transport import Message, Verdict, readable, send
 
 log = logging.getLogger("bubblescope")
 MAX_WRITERS = 2  # traces being written at once; a request past that is dropped (its steps are long gone)
+Upload = Callable[[Path, ProfileWindow, int], None]  # (trace, its request, rank): sends the trace to the service
+
+
+@dataclass(frozen=True)
+class TraceUploader:
+    """Sends a profile's trace to the service, streamed from disk; retried (``tries`` in all) while the service is
+    busy or away, after its Retry-After or a doubling pause; what happened is said in the log."""
+
+    url: str
+    token: str | None
+    run_key: str
+    timeout_s: float = 300.0
+    tries: int = 5
+    pause_s: float = 2.0
+
+    def __call__(self, path: Path, window: ProfileWindow, rank: int) -> None:
+        query = urllib.parse.urlencode({"rank": rank, "file": path.name})
+        where = f"{wire.API_PREFIX}/runs/{self.run_key}/profiles/{window.request_id}?{query}"
+        message = Message("POST", where, b"")
+        for attempt in range(self.tries):
+            with path.open("rb") as body:
+                response = send(self.url, message, self.token, self.timeout_s, (body, path.stat().st_size))
+            if response.verdict is Verdict.DELIVERED:
+                stored = response.document or {}
+                log.warning("bubblescope: profile trace %s uploaded: run %s", path.name, stored.get("run_key"))
+                return
+            if response.verdict is not Verdict.RETRY or attempt == self.tries - 1:
+                break
+            time.sleep(response.retry_after_s if response.retry_after_s is not None else self.pause_s * 2**attempt)
+        why = response.error if not response.body else readable(response.body)
+        log.warning("bubblescope: the profile trace %s was not uploaded (%s); it stays on disk", path, why)
 
 
 class OnDemandProfiler:
-    def __init__(self, windows: CaptureWindows, folder: Path, rank: int) -> None:
+    def __init__(self, windows: CaptureWindows, folder: Path, rank: int, upload: Upload | None = None) -> None:
         self._windows = windows
         self._folder = folder
         self._rank = rank
-        self._active: tuple[Any, int, int] | None = None  # (torch profiler, first step, end step)
+        self._upload = upload  # None: no service to send traces to
+        self._active: tuple[Any, ProfileWindow] | None = None  # (torch profiler, its request)
         self._handled: set[int] = set()  # first steps of windows profiled or dropped
         self._writers: list[threading.Thread] = []
 
@@ -38,24 +79,24 @@ class OnDemandProfiler:
         """Called on the training thread after each step, with the number of the step about to begin."""
         try:
             if self._active is not None:
-                profiler, first, end = self._active
-                if next_step >= end:
+                profiler, window = self._active
+                if next_step >= window.end:
                     self._active = None
                     profiler.stop()
-                    self._write(profiler, first, end - 1)
+                    self._write(profiler, window)
                 else:
                     profiler.step()
             if self._active is None:
-                for first, end in self._windows.profile_ranges:
-                    if first == next_step and first not in self._handled:
-                        self._handled.add(first)
-                        self._start(first, end)
+                for window in self._windows.profile_ranges:
+                    if window.first == next_step and window.first not in self._handled:
+                        self._handled.add(window.first)
+                        self._start(window)
                         break
         except Exception as error:  # noqa: BLE001 - never into the training loop
             self._active = None
             log.warning("bubblescope: the profile asked for was dropped: %r", error)
 
-    def _start(self, first: int, end: int) -> None:
+    def _start(self, window: ProfileWindow) -> None:
         torch = sys.modules.get("torch")
         if torch is None:
             log.warning("bubblescope: a profile was asked for, but this job does not use torch: dropped")
@@ -66,11 +107,12 @@ class OnDemandProfiler:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             activities.append(ProfilerActivity.CUDA)
         profiler = profile(activities=activities, schedule=lambda _step: ProfilerAction.RECORD)  # steps annotated
-        profiler.step_num = first  # ProfilerStep#N as the run numbers its steps
+        profiler.step_num = window.first  # ProfilerStep#N as the run numbers its steps
         profiler.start()
-        self._active = (profiler, first, end)
+        self._active = (profiler, window)
 
-    def _write(self, profiler: Any, first: int, last: int) -> None:
+    def _write(self, profiler: Any, window: ProfileWindow) -> None:
+        first, last = window.first, window.end - 1
         self._writers = [writer for writer in self._writers if writer.is_alive()]
         if len(self._writers) >= MAX_WRITERS:
             log.warning(
@@ -81,19 +123,24 @@ class OnDemandProfiler:
             )
             return
         path = self._folder / f"rank{self._rank}-steps{first}-{last}.json.gz"
-        writer = threading.Thread(target=self._export, args=(profiler, path), name="bubblescope-profile", daemon=True)
+        upload = self._upload if self._rank in window.upload_ranks else None
+        writer = threading.Thread(
+            target=self._export, args=(profiler, path, window, upload), name="bubblescope-profile", daemon=True
+        )
         self._writers.append(writer)
         writer.start()
 
-    def _export(self, profiler: Any, path: Path) -> None:
+    def _export(self, profiler: Any, path: Path, window: ProfileWindow, upload: Upload | None) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             profiler.export_chrome_trace(str(path))
             log.warning("bubblescope: profiled steps written to %s (bubblescope import-trace reads it)", path)
+            if upload is not None:
+                upload(path, window, self._rank)
         except Exception as error:  # noqa: BLE001 - a thread of its own: nothing to fail but the trace
-            log.warning("bubblescope: the profile could not be written to %s: %r", path, error)
+            log.warning("bubblescope: the profile could not be written or sent (%s): %r", path, error)
 
     def join(self, timeout_s: float) -> None:
-        """Wait, up to ``timeout_s`` each, for the traces being written (at the job's end)."""
+        """Wait, up to ``timeout_s`` each, for the traces being written and uploaded (at the job's end)."""
         for writer in self._writers:
             writer.join(timeout_s)

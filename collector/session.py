@@ -19,7 +19,7 @@ from bubblescope.collector.clock import ClockOffset
 from bubblescope.collector.clock_sync import ClockSync
 from bubblescope.collector.config import CollectorConfig
 from bubblescope.collector.memory import CudaPeak, MemoryProbe, memory_limit_bytes
-from bubblescope.collector.profiling import OnDemandProfiler
+from bubblescope.collector.profiling import OnDemandProfiler, TraceUploader
 from bubblescope.collector.recorder import Recorder
 from bubblescope.collector.shipper import Shipper
 from bubblescope.collector.spool import Spool
@@ -84,7 +84,8 @@ class CollectorSession:
         )
         self.shipper.watch(self.recorder)
         profiles = config.spool_dir.parent / "profiles" / self.run_key  # beside the spool: the job's own disk
-        self.profiler = OnDemandProfiler(self.shipper.captures, profiles, self.rank)
+        uploader = None if config.url is None else TraceUploader(config.url, config.token, self.run_key)
+        self.profiler = OnDemandProfiler(self.shipper.captures, profiles, self.rank, uploader)
         self.recorder.profile_hook = self.profiler.between_steps
         self.memory = MemoryProbe() if config.memory else None
         self.recorder.memory = self.memory

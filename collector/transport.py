@@ -13,7 +13,7 @@ import json
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 _MAX_BODY_BYTES = 1 << 20
 
@@ -47,7 +47,10 @@ class Message:
 
 
 def acknowledgement_fields(message: Message) -> tuple[str, ...]:
-    """Keys the service's 2xx answer to ``message`` always has (IngestResult, RankOut, RunSummary)."""
+    """Keys the service's 2xx answer to ``message`` always has (IngestResult, RankOut, RunSummary, a profile's
+    trace stored)."""
+    if "/profiles/" in message.path:
+        return ("run_key", "rank")
     if message.method == "POST" and message.path.endswith("/ingest"):
         return ("stored_spans", "duplicate")
     if "/ranks/" in message.path:
@@ -120,14 +123,19 @@ def _retry_after(header: str | None) -> float | None:
     return min(seconds, MAX_RETRY_AFTER_S)
 
 
-def send(base_url: str, message: Message, token: str | None, timeout_s: float) -> Response:
-    """Send one message; classify the outcome instead of raising."""
+def send(
+    base_url: str, message: Message, token: str | None, timeout_s: float, file: tuple[BinaryIO, int] | None = None
+) -> Response:
+    """Send one message; classify the outcome instead of raising. ``file`` (an open gzip file and its size) is sent
+    as the body in place of the message's, read as it goes out."""
     request = urllib.request.Request(
         base_url.rstrip("/") + message.path,
-        data=message.body,
+        data=message.body if file is None else file[0],
         method=message.method,
         headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
     )
+    if file is not None:
+        request.add_header("Content-Length", str(file[1]))
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:

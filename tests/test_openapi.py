@@ -77,8 +77,12 @@ def test_every_ref_resolves(document: dict[str, Any]) -> None:
 def test_every_post_and_put_documents_its_json_body(document: dict[str, Any]) -> None:
     writes = [(method, path, op) for method, path, op in operations(document) if method in ("post", "put")]
     assert len(writes) >= 7  # ingest, run, rank, rank end, capture, what-if, plan
-    files = [(method, path, op) for method, path, op in writes if path.endswith(("/traces", "/flight-recorder"))]
-    assert len(files) == 2  # a profiler trace's and a Flight Recorder dump's upload: files, not documents of ours
+    files = [
+        (method, path, op)
+        for method, path, op in writes
+        if path.endswith(("/traces", "/flight-recorder", "/profiles/{profile_id}"))
+    ]
+    assert len(files) == 3  # a profiler trace's (imported, of a profile) and a Flight Recorder dump's: files
     for method, path, operation in files:
         body = operation.get("requestBody")
         assert body and body.get("required") is True, f"{method} {path}: {body}"

@@ -41,6 +41,7 @@ ROUTE_ACCESS: Final[dict[RouteKey, Access]] = {
     ("POST", f"{API}/ingest"): Scope.INGEST,
     ("POST", f"{API}/runs/{{run_key}}/traces"): Scope.INGEST,  # a profiler trace, imported as a rank's steps
     ("POST", f"{API}/runs/{{run_key}}/flight-recorder"): Scope.INGEST,  # a rank's Flight Recorder dump
+    ("POST", f"{API}/runs/{{run_key}}/profiles/{{profile_id}}"): Scope.INGEST,  # a rank's trace of a profile asked
     # people, dashboards and scrapers
     ("GET", "/metrics"): Scope.READ,
     ("GET", f"{API}/runs"): Scope.READ,
@@ -48,6 +49,7 @@ ROUTE_ACCESS: Final[dict[RouteKey, Access]] = {
     ("GET", f"{API}/runs/{{run_key}}/steps/{{step}}"): Scope.READ,
     ("GET", f"{API}/runs/{{run_key}}/trace"): Scope.READ,
     ("GET", f"{API}/runs/{{run_key}}/flight-recorder"): Scope.READ,
+    ("GET", f"{API}/runs/{{run_key}}/profiles"): Scope.READ,
     ("GET", f"{API}/runs/{{run_key}}/analysis"): Scope.READ,
     ("GET", f"{API}/runs/{{run_key}}/stragglers"): Scope.READ,
     ("GET", f"{API}/span-kinds"): Scope.READ,

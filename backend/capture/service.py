@@ -32,10 +32,10 @@ from datetime import timedelta
 from sqlalchemy.orm import Session
 
 from bubblescope.backend.capture import queries
-from bubblescope.backend.capture.schemas import CaptureRequestIn, ProfileRequestIn
+from bubblescope.backend.capture.schemas import MAX_PROFILE_UPLOADS, CaptureRequestIn, ProfileRequestIn
 from bubblescope.backend.db.models import CaptureRequest
 from bubblescope.backend.db.timestamps import as_utc
-from bubblescope.backend.errors import NotFound, TooMany
+from bubblescope.backend.errors import Invalid, NotFound, TooMany
 from bubblescope.backend.settings import ServiceSettings
 from bubblescope.backend.store import runs as run_queries, steps as step_queries
 from bubblescope.backend.store.captures import CaptureOut, pending_captures
@@ -85,8 +85,20 @@ def request_capture(
             f"retry in {wait_s} s",
             wait_s,
         )
+    uploads = upload_ranks(body, run.world_size) if isinstance(body, ProfileRequestIn) else None
     first = choose_from_step(newest, queries.steps_per_batch(session, run.id))
-    request = CaptureRequest(run_id=run.id, from_step=first, steps=body.steps, kind=kind)
+    request = CaptureRequest(run_id=run.id, from_step=first, steps=body.steps, kind=kind, upload_ranks=uploads)
     session.add(request)
     session.flush()
-    return CaptureOut(request.id, request.steps, request.from_step, kind), True
+    return CaptureOut(request.id, request.steps, request.from_step, kind, uploads), True
+
+
+def upload_ranks(body: ProfileRequestIn, world_size: int) -> list[int]:
+    """The ranks of a profile that upload their traces: those asked for (each in the run: 422 naming
+    ``upload_ranks`` otherwise), else the first ``MAX_PROFILE_UPLOADS``."""
+    if body.upload_ranks is None:
+        return list(range(min(world_size, MAX_PROFILE_UPLOADS)))
+    outside = sorted(rank for rank in set(body.upload_ranks) if rank >= world_size)
+    if outside:
+        raise Invalid("upload_ranks", f"ranks {outside} are not in this run of {world_size} ranks")
+    return sorted(set(body.upload_ranks))

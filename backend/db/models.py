@@ -147,6 +147,7 @@ class CaptureRequest(Base):
     from_step: Mapped[int]
     steps: Mapped[int] = mapped_column(Integer)
     kind: Mapped[str] = mapped_column(String(16), server_default="spans")
+    upload_ranks: Mapped[list[int] | None] = mapped_column(JSON)  # a profile's ranks that upload their traces
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
@@ -197,6 +198,26 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ProfileTrace(Base):
+    """One rank's torch.profiler trace of a profile request, as uploaded by its collector: imported as a run of its
+    own (``trace_run_id``), listed on the profiled run's page."""
+
+    __tablename__ = "profile_traces"
+
+    request_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"),
+        ForeignKey("capture_requests.id", ondelete="CASCADE"),
+        primary_key=True,
+    )
+    rank: Mapped[int] = mapped_column(primary_key=True)
+    trace_run_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), ForeignKey("runs.id", ondelete="CASCADE"), index=True
+    )
+    file: Mapped[str] = mapped_column(String(255))
+    bytes: Mapped[int]
+    uploaded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 class FlightRecorderDump(Base):

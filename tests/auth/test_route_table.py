@@ -101,12 +101,13 @@ def test_the_api_schemas_take_exactly_the_scopes() -> None:
 
 def test_what_a_collector_sends_is_exactly_what_ingest_grants() -> None:
     """What a collector sends, and the upload of a profiler trace (``bubblescope import-trace`` sends the same
-    registration and batches; the upload stores them in the service) and of a Flight Recorder dump (what a job's
-    ranks leave behind)."""
+    registration and batches; the upload stores them in the service), of a profile's trace (what the collector
+    uploads after ``POST /runs/{key}/profile``) and of a Flight Recorder dump (what a job's ranks leave behind)."""
     ingest = sorted(key for key, access in ROUTE_ACCESS.items() if access is Scope.INGEST)
     assert ingest == [
         ("POST", "/api/v1/ingest"),
         ("POST", "/api/v1/runs/{run_key}/flight-recorder"),
+        ("POST", "/api/v1/runs/{run_key}/profiles/{profile_id}"),
         ("POST", "/api/v1/runs/{run_key}/traces"),
         ("PUT", "/api/v1/runs/{run_key}"),
         ("PUT", "/api/v1/runs/{run_key}/ranks/{rank}"),

@@ -84,13 +84,19 @@ def test_from_step_leads_the_newest_step_by_three_batches_and_ingest_answers_car
     with server.client() as client:
         key = register(client, world_size=2)
         first = capture(client, key, 7)
-        assert first == {"id": first["id"], "steps": 7, "from_step": 0, "kind": "spans"}  # nothing ingested yet
+        assert first == {
+            "id": first["id"],
+            "steps": 7,
+            "from_step": 0,
+            "kind": "spans",
+            "upload_ranks": None,
+        }  # nothing ingested yet
 
         ingest(client, key, rank=0, seq=0, steps=range(10))
         ingest(client, key, rank=1, seq=0, steps=range(5))
         second = capture(client, key, 5)
         assert second["from_step"] == 9 + 1 + 3 * 10 and second["id"] > first["id"]
-        pending = [{"id": second["id"], "from_step": 40, "steps": 5, "kind": "spans"}]
+        pending = [{"id": second["id"], "from_step": 40, "steps": 5, "kind": "spans", "upload_ranks": None}]
 
         # Rank 0 has shipped through step 19: the first request is over, the second is not.
         assert ingest(client, key, rank=0, seq=1, steps=range(10, 20))["captures"] == pending
@@ -118,7 +124,13 @@ def test_a_profile_request_is_a_capture_of_its_own_kind(server: LiveServer) -> N
         asked = client.post(f"/api/v1/runs/{key}/profile", json={"steps": 3})
         assert asked.status_code == 201, asked.text
         profile = asked.json()
-        assert profile == {"id": profile["id"], "steps": 3, "from_step": 9 + 1 + 3 * 10, "kind": "profile"}
+        assert profile == {
+            "id": profile["id"],
+            "steps": 3,
+            "from_step": 9 + 1 + 3 * 10,
+            "kind": "profile",
+            "upload_ranks": [0],  # by default the first 8 ranks upload their traces: here the one
+        }
         again = client.post(f"/api/v1/runs/{key}/profile", json={"steps": 4})
         assert again.status_code == 200 and again.json() == profile  # the one waiting, not a second
         answer = ingest(client, key, rank=0, seq=1, steps=range(10, 12))["captures"]
@@ -133,3 +145,27 @@ def test_a_profile_request_is_a_capture_of_its_own_kind(server: LiveServer) -> N
             client.post("/api/v1/runs/no-such-run/profile", json={"steps": 2}), 404, ["path", "run_key"], "no run"
         )
     assert count_rows(server.db_url, "capture_requests", key) == 2
+
+
+def test_the_ranks_that_upload_a_profile_are_the_run_s_and_at_most_eight(server: LiveServer) -> None:
+    with server.client() as client:
+        key = register(client, world_size=16)
+        assert client.post(f"/api/v1/runs/{key}/profile", json={"steps": 2}).json()["upload_ranks"] == list(range(8))
+        assert_names(
+            client.post(f"/api/v1/runs/{key}/profile", json={"steps": 2, "upload_ranks": list(range(9))}),
+            422,
+            ["body", "upload_ranks"],
+            "at most 8",
+        )
+        for ranks, words in (([16], "ranks [16] are not in this run of 16"), ([], "at least 1"), (["3"], "integer")):
+            other = register(client, world_size=16)
+            assert_names(
+                client.post(f"/api/v1/runs/{other}/profile", json={"steps": 2, "upload_ranks": ranks}),
+                422,
+                ["body", "upload_ranks"],
+                words,
+            )
+            assert count_rows(server.db_url, "capture_requests", other) == 0
+        chosen = register(client, world_size=16)
+        asked = client.post(f"/api/v1/runs/{chosen}/profile", json={"steps": 2, "upload_ranks": [15, 3, 15]})
+        assert asked.status_code == 201 and asked.json()["upload_ranks"] == [3, 15]

@@ -1,6 +1,6 @@
 """A profiler on demand, end to end: the docs' plain DDP loop (``bench/ddp_from_docs.py``, 2 gloo ranks) streams
-into a real service; ``POST /runs/{key}/profile`` mid-run makes every rank run torch.profiler over the same steps
-and write its trace beside its spool, which ``bubblescope import-trace`` reads as those steps. The profiler's
+into a real service; ``POST /runs/{key}/profile`` mid-run makes every rank run torch.profiler over the same steps,
+write its trace beside its spool and upload it, and the service lists it as a run of those steps. The profiler's
 decisions, without a job: what it does when the job has no torch, and with junk windows."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import subprocess
 import sys
 import threading
 import uuid
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bubblescope.collector.capture import CaptureWindows
+from bubblescope.collector.capture import CaptureWindows, ProfileWindow
 from bubblescope.collector.profiling import OnDemandProfiler
 from tests.support import JobResult, LiveServer, newest_step_of_every_rank, run_rows, run_torchrun, wait_until
 
@@ -67,16 +66,11 @@ def test_a_profile_request_mid_run_profiles_the_same_steps_on_every_rank(
     for trace in traces:
         names = {e.get("name") for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]}
         assert {f"ProfilerStep#{s}" for s in range(first, last + 1)} <= names, trace
-    imported = subprocess.run(
-        [sys.executable, "-m", "bubblescope.cli", "import-trace", *map(str, traces), "--url", sqlite_server.url]
-        + ["--run", f"{run_key}-imported"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert imported.returncode == 0, imported.stderr
+    with sqlite_server.client() as client:  # ranks 0 and 1 (the first 8) uploaded theirs, imported as a run
+        (profile,) = client.get(f"/api/v1/runs/{run_key}/profiles").json()["profiles"]
+    assert [(t["rank"], t["file"]) for t in profile["traces"]] == [(r, traces[r].name) for r in (0, 1)], profile
     steps = run_rows(
-        sqlite_server.db_url, f"{run_key}-imported", "SELECT DISTINCT rank, step FROM steps WHERE run_id = {run}"
+        sqlite_server.db_url, profile["run_key"], "SELECT DISTINCT rank, step FROM steps WHERE run_id = {run}"
     )
     assert sorted(steps) == [(rank, step) for rank in (0, 1) for step in range(first, last + 1)]
 
@@ -89,12 +83,12 @@ def windows(*requests: object) -> CaptureWindows:
 
 def test_profile_requests_are_windows_of_their_own_and_junk_is_ignored() -> None:
     learnt = windows(
-        {"id": 1, "from_step": 10, "steps": 3, "kind": "profile"},
+        {"id": 1, "from_step": 10, "steps": 3, "kind": "profile", "upload_ranks": [0, 3, "1", -2, True]},
         {"id": 2, "from_step": 10, "steps": 5},
         {"id": 3, "from_step": "12", "steps": 3, "kind": "profile"},
         {"id": 4, "from_step": 20, "steps": 0, "kind": "profile"},
     )
-    assert learnt.profile_ranges == ((10, 13),) and learnt.ranges == ((10, 15),)
+    assert learnt.profile_ranges == (ProfileWindow(10, 13, 1, frozenset({0, 3})),) and learnt.ranges == ((10, 15),)
     assert not learnt.covers(16) and learnt.covers(12)
 
 
