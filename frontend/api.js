@@ -113,7 +113,9 @@ export const api = {
   spanKinds: () => getJson("/span-kinds"),
   bubbleCauses: () => getJson("/bubble-causes"),
   alerts: (options) => getJson(`/alerts${alertQuery(options)}`), // newest first
-  profile: (key, steps) => postJson(`${runPath(key)}/profile`, { steps }), // torch.profiler over the next `steps` steps
+  // torch.profiler over the next `steps` steps; uploadRanks (a list, or null: the service's first 8) send their traces
+  profile: (key, steps, uploadRanks = null) => postJson(`${runPath(key)}/profile`, uploadRanks ? { steps, upload_ranks: uploadRanks } : { steps }),
+  profiles: (key) => getJson(`${runPath(key)}/profiles`), // newest first, with the traces uploaded
 };
 
 // Where a browser downloads steps as a Perfetto trace (GET /runs/{key}/trace): a link, not a fetch.

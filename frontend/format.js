@@ -9,9 +9,10 @@ export function ms(ns) {
 // A fraction (0.123) as "12.3%"; "—" when there is none.
 export const percent = (fraction) => (fraction === null || fraction === undefined ? "—" : `${(100 * fraction).toFixed(1)}%`);
 
-// Bytes as "1.25 GiB" or "310 MiB"; "—" when unknown.
+// Bytes as "1.25 GiB", "310 MiB" or (below a MiB: a profile's trace) "48 KiB"; "—" when unknown.
 export function bytes(value) {
   if (value === null || value === undefined) return "—";
+  if (value < 2 ** 20) return `${Math.max(1, Math.round(value / 2 ** 10))} KiB`;
   return value >= 2 ** 30 ? `${(value / 2 ** 30).toFixed(2)} GiB` : `${Math.round(value / 2 ** 20)} MiB`;
 }
 

@@ -14,7 +14,7 @@ import { renderFlightRecorder } from "./flight_recorder.js";
 import { isComplete, isWarmup, renderGlance } from "./glance.js";
 import { renderBubble, renderRun, renderStepNote, renderStepOptions } from "./overview.js";
 import { poll } from "./poll.js";
-import { setUpProfile, showProfileForm } from "./profile.js";
+import { renderProfiles, setUpProfile, showProfileForm } from "./profile.js";
 import { renderStragglers, showStragglersError } from "./stragglers.js";
 import { renderTimeline } from "./timeline.js";
 
@@ -42,9 +42,9 @@ const state = {
   ranks: linkedRanks || null, // whose spans the timeline shows ("0-7,341", also ?ranks=); null: the service's choice
   requests: 0, // showStep calls so far: only the latest one may render
   step: null, // the step shown
-  loaded: { step: null, analysis: null, stragglers: null, flightRecorder: null }, // the run version each was loaded at
-  askedAt: { analysis: 0, stragglers: 0, flightRecorder: 0 }, // when each was last asked for (Date.now())
-  tookMs: { analysis: 0, stragglers: 0, flightRecorder: 0 }, // how long its last answer took
+  loaded: { step: null, analysis: null, stragglers: null, flightRecorder: null, profiles: null }, // the run version each was loaded at
+  askedAt: { analysis: 0, stragglers: 0, flightRecorder: 0, profiles: 0 }, // when each was last asked for (Date.now())
+  tookMs: { analysis: 0, stragglers: 0, flightRecorder: 0, profiles: 0 }, // how long its last answer took
   stepFinal: false, // the step shown had every rank's report when loaded: it will not change
   alerts: { firing: [], resolved: [] }, // as last loaded
   // The element the URL's hash names, to scroll to once the page is drawn, unless the reader
@@ -219,6 +219,9 @@ async function round() {
   }
   if (due("flightRecorder")) { // an uploaded dump bumps the run's revision: news like a batch
     work.push(refresh("flightRecorder", api.flightRecorder, renderFlightRecorder, () => {}, state.version));
+  }
+  if (due("profiles")) { // so does a profile's uploaded trace
+    work.push(refresh("profiles", api.profiles, renderProfiles, () => {}, state.version));
   }
   if (due("stragglers")) {
     const show = (stragglers) => { const drawn = renderStragglers(stragglers); renderGlance({ stragglers }); return drawn; };
