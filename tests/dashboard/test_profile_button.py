@@ -41,7 +41,9 @@ def test_a_running_runs_page_asks_for_a_profile_and_lists_its_traces(
         note = page.locator("#profile-note")
         said = "Every rank profiles steps" if width == 1440 else "were already asked for"
         expect(note).to_contain_text(said, timeout=20_000)
-        expect(note).to_contain_text(f"ranks 0–7 upload their traces (listed below), every rank keeps its own in profiles/{key}/")
+        expect(note).to_contain_text(
+            f"ranks 0–7 upload their traces (listed below), every rank keeps its own in profiles/{key}/"
+        )
         listed = page.locator("#profile-list li")
         expect(listed).to_have_count(1)
         if width == 1440:
