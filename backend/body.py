@@ -28,7 +28,7 @@ import weakref
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import anyio
 from fastapi import Request
@@ -163,6 +163,23 @@ def _require_json(request: Request) -> None:
         shown = media_type or "none"
         raise ApiError(
             415, ["header", "content-type"], f"{shown!r} is not accepted; send application/json", "unsupported"
+        )
+
+
+FORM_MEDIA_TYPES: Final = ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data")
+"""What any web page may POST to another site without asking (a CORS "simple" request): never a file of ours."""
+
+
+def refuse_form_body(request: Request) -> None:
+    """415 for a file upload sent as a form or as text: the way another site's page would send one to a service on
+    this machine that runs without ``--auth``."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type in FORM_MEDIA_TYPES:
+        raise ApiError(
+            415,
+            ["header", "content-type"],
+            f"{media_type!r} is not accepted for a file; send application/json or application/octet-stream",
+            "unsupported",
         )
 
 

@@ -7,7 +7,10 @@ A profile's traces are imported (``trace_upload``: the same gate, size and time 
 Bounded: only the request's ``upload_ranks`` (at most ``MAX_PROFILE_UPLOADS``; every rank profiles, the others keep
 their traces on their own disks) are taken, and the number of requests is the capture limit's
 (``--captures-per-hour``). A trace must hold the profiled steps and the rank it is sent as; a rank sent twice (a
-collector retrying after a lost answer) is answered with the first, before its body is read.
+collector retrying after a lost answer) is answered with the first. ``?check=true`` with no body asks first: 200 with
+the trace already stored, 204 when the service waits for it, 404 or 422 as the upload would be answered. A
+collector asks before streaming a file, since an answer given before a large body is read reaches the sender as a
+reset connection, not as the answer.
 
 At the top of the service's layers, beside ``trace_upload``, which it reuses.
 """
@@ -19,9 +22,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path as PathParam, Query, Request, Response
 from pydantic import BaseModel
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
@@ -29,8 +32,9 @@ from bubblescope import wire
 from bubblescope.backend.db.engine import transaction
 from bubblescope.backend.db.models import CaptureRequest, ProfileTrace, Run
 from bubblescope.backend.db.session import DbSession
+from bubblescope.backend.db.timestamps import as_utc
 from bubblescope.backend.errors import Conflict, Invalid, NotFound
-from bubblescope.backend.fields import RunKey
+from bubblescope.backend.fields import INT64_MAX, RunKey
 from bubblescope.backend.store.runs import find_run, require_run, touch_run
 from bubblescope.backend.trace_upload import TRACE_BODY, converted, received_trace, store_imported
 from bubblescope.trace_import import ImportedRank
@@ -66,6 +70,7 @@ class ProfileOut(BaseModel):
 
 class ProfilesOut(BaseModel):
     run_key: str
+    total: int  # profiles the run has; the newest PROFILES_LISTED are listed
     profiles: list[ProfileOut]
 
 
@@ -85,14 +90,18 @@ def profile_run_key(run_key: str, profile_id: int) -> str:
     status_code=201,
     openapi_extra=TRACE_BODY,
     summary="One rank's torch.profiler trace of a profile request (sent by the collector; docs/traces.md)",
-    responses={200: {"description": "this rank's trace was already received: that one, the body unread"}},
+    responses={
+        200: {"description": "this rank's trace was already received: that one, the body unread"},
+        204: {"description": "check=true: the service waits for this rank's trace; send it"},
+    },
 )
 async def upload_profile_trace(
     run_key: RunKey,
-    profile_id: int,
+    profile_id: Annotated[int, PathParam(ge=1, le=INT64_MAX)],
     request: Request,
     response: Response,
     rank: Annotated[int, Query(ge=0, le=1_000_000, description="the rank that profiled")],
+    check: Annotated[bool, Query(description="ask whether to send the trace, with no body (see above)")] = False,
     file: Annotated[
         str,
         Query(
@@ -108,9 +117,14 @@ async def upload_profile_trace(
     if earlier is not None:
         response.status_code = 200
         return earlier
+    if check:
+        return Response(status_code=204)  # type: ignore[return-value] # FastAPI sends a Response as it is
     async with received_trace(request, file) as path:
-        stored = await run_in_threadpool(_store, request, run_key, profile_id, rank, path)
-    request.app.state.background.news()
+        stored, created = await run_in_threadpool(_store, request, run_key, profile_id, rank, path)
+    if created:
+        request.app.state.background.news()
+    else:
+        response.status_code = 200  # another upload of this rank was stored while this one was read
     return stored
 
 
@@ -121,25 +135,27 @@ async def upload_profile_trace(
 )
 def list_profiles(run_key: RunKey, session: DbSession) -> ProfilesOut:
     run = require_run(session, run_key)
+    profiles = (CaptureRequest.run_id == run.id) & (CaptureRequest.kind == "profile")
+    total = session.scalar(select(func.count()).select_from(CaptureRequest).where(profiles)) or 0
     requests = session.scalars(
-        select(CaptureRequest)
-        .where(CaptureRequest.run_id == run.id, CaptureRequest.kind == "profile")
-        .order_by(CaptureRequest.id.desc())
-        .limit(PROFILES_LISTED)
+        select(CaptureRequest).where(profiles).order_by(CaptureRequest.id.desc()).limit(PROFILES_LISTED)
     ).all()
     traces: dict[int, list[ProfileTraceOut]] = {request.id: [] for request in requests}
     for row in session.scalars(
         select(ProfileTrace).where(ProfileTrace.request_id.in_(traces)).order_by(ProfileTrace.rank)
     ):
-        traces[row.request_id].append(ProfileTraceOut.model_validate(row, from_attributes=True))
+        traces[row.request_id].append(
+            ProfileTraceOut(rank=row.rank, file=row.file, bytes=row.bytes, uploaded_at=as_utc(row.uploaded_at))
+        )
     return ProfilesOut(
         run_key=run_key,
+        total=total,
         profiles=[
             ProfileOut(
                 id=request.id,
                 from_step=request.from_step,
                 steps=request.steps,
-                asked_at=request.created_at,
+                asked_at=as_utc(request.created_at),
                 upload_ranks=request.upload_ranks or [],
                 run_key=profile_run_key(run_key, request.id),
                 traces=traces[request.id],
@@ -178,21 +194,28 @@ def _stored(session: Session, row: ProfileTrace, profile_id: int) -> ProfileTrac
         rank=row.rank,
         file=row.file,
         bytes=row.bytes,
-        uploaded_at=row.uploaded_at,
+        uploaded_at=as_utc(row.uploaded_at),
         run_key=trace_run.key,
         steps=list(range(steps.from_step, steps.from_step + steps.steps)),
     )
 
 
-def _store(request: Request, run_key: str, profile_id: int, rank: int, path: Path) -> ProfileTraceStored:
+def _store(request: Request, run_key: str, profile_id: int, rank: int, path: Path) -> tuple[ProfileTraceStored, bool]:
+    """The trace stored, and True; or the rank's trace another upload stored first, and False."""
     trace_key = profile_run_key(run_key, profile_id)
     imported = converted(path, trace_key)
     with transaction(request.app.state.session_factory) as session:  # a refusal part-way rolls back every write
+        # One upload of this profile at a time, across processes: a no-op UPDATE takes the request's row lock on
+        # PostgreSQL and the write lock on SQLite before anything is read (store.runs.lock_run's reasoning).
+        session.execute(update(CaptureRequest).where(CaptureRequest.id == profile_id).values(id=CaptureRequest.id))
         run, profile = _profile(session, run_key, profile_id, rank)
+        stored = session.get(ProfileTrace, (profile_id, rank))
+        if stored is not None:
+            return _stored(session, stored, profile_id), False
         _check(imported, rank, profile)
-        earlier = session.scalars(select(ProfileTrace.trace_run_id).where(ProfileTrace.request_id == profile_id))
-        taken = find_run(session, trace_key)
-        if taken is not None and taken.id not in set(earlier):
+        taken = find_run(session, trace_key)  # before the links: a run and its first link are committed together
+        linked = set(session.scalars(select(ProfileTrace.trace_run_id).where(ProfileTrace.request_id == profile_id)))
+        if taken is not None and taken.id not in linked:
             raise Conflict("profile_id", f"run {trace_key!r} exists and is not profile {profile_id}'s traces")
         name = f"{run.name[:80]} profile steps {profile.from_step}-{profile.from_step + profile.steps - 1}"
         store_imported(session, request, imported, trace_key, name)
@@ -204,7 +227,7 @@ def _store(request: Request, run_key: str, profile_id: int, rank: int, path: Pat
         touch_run(session, run.id)  # news: the profiled run's page lists the trace
         session.flush()
         session.refresh(row)
-        return _stored(session, row, profile_id)
+        return _stored(session, row, profile_id), True
 
 
 def _check(imported: ImportedRank, rank: int, profile: CaptureRequest) -> None:

@@ -16,7 +16,9 @@ dropped.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import random
 import sys
 import threading
 import time
@@ -32,37 +34,51 @@ from bubblescope.collector.transport import Message, Verdict, readable, send
 
 log = logging.getLogger("bubblescope")
 MAX_WRITERS = 2  # traces being written at once; a request past that is dropped (its steps are long gone)
+MAX_UPLOADS = 2  # traces being uploaded at once; past that a trace stays on disk only
 Upload = Callable[[Path, ProfileWindow, int], None]  # (trace, its request, rank): sends the trace to the service
 
 
 @dataclass(frozen=True)
 class TraceUploader:
-    """Sends a profile's trace to the service, streamed from disk; retried (``tries`` in all) while the service is
-    busy or away, after its Retry-After or a doubling pause; what happened is said in the log."""
+    """Sends a profile's trace to the service. Each try first asks (``?check=true``, no body) whether the service
+    has it (200: done) or waits for it (204), then streams the file from disk: an answer given before a large body
+    is read reaches the sender as a reset connection. Retried while the service is busy or away, after its
+    Retry-After or a doubling pause (at most a minute, jittered, so the ranks of one profile spread out), for up to
+    ``give_up_after_s``; what happened is said in the log."""
 
     url: str
     token: str | None
     run_key: str
     timeout_s: float = 300.0
-    tries: int = 5
+    give_up_after_s: float = 1800.0
     pause_s: float = 2.0
 
     def __call__(self, path: Path, window: ProfileWindow, rank: int) -> None:
         query = urllib.parse.urlencode({"rank": rank, "file": path.name})
         where = f"{wire.API_PREFIX}/runs/{self.run_key}/profiles/{window.request_id}?{query}"
-        message = Message("POST", where, b"")
-        for attempt in range(self.tries):
-            with path.open("rb") as body:
-                response = send(self.url, message, self.token, self.timeout_s, (body, path.stat().st_size))
+        deadline = time.monotonic() + self.give_up_after_s
+        for attempt in itertools.count():
+            response = send(self.url, Message("POST", f"{where}&check=true", b""), self.token, self.timeout_s)
+            if response.status == 204:  # the service waits for it
+                with path.open("rb") as body:
+                    response = send(
+                        self.url, Message("POST", where, b""), self.token, self.timeout_s, (body, size_of(path))
+                    )
             if response.verdict is Verdict.DELIVERED:
                 stored = response.document or {}
                 log.warning("bubblescope: profile trace %s uploaded: run %s", path.name, stored.get("run_key"))
                 return
-            if response.verdict is not Verdict.RETRY or attempt == self.tries - 1:
+            pause = response.retry_after_s
+            pause = min(60.0, self.pause_s * 2**attempt) * random.uniform(0.5, 1.5) if pause is None else pause
+            if response.verdict is not Verdict.RETRY or time.monotonic() + pause > deadline:
                 break
-            time.sleep(response.retry_after_s if response.retry_after_s is not None else self.pause_s * 2**attempt)
+            time.sleep(pause)
         why = response.error if not response.body else readable(response.body)
         log.warning("bubblescope: the profile trace %s was not uploaded (%s); it stays on disk", path, why)
+
+
+def size_of(path: Path) -> int:
+    return path.stat().st_size
 
 
 class OnDemandProfiler:
@@ -73,6 +89,9 @@ class OnDemandProfiler:
         self._upload = upload  # None: no service to send traces to
         self._active: tuple[Any, ProfileWindow] | None = None  # (torch profiler, its request)
         self._handled: set[int] = set()  # first steps of windows profiled or dropped
+        self._busy = threading.Lock()  # guards the two counts below (writer threads change them)
+        self._writing = 0  # threads exporting a trace (the profiler's events in memory)
+        self._uploading = 0  # threads uploading one (the profiler released)
         self._writers: list[threading.Thread] = []
 
     def between_steps(self, next_step: int) -> None:
@@ -114,31 +133,55 @@ class OnDemandProfiler:
     def _write(self, profiler: Any, window: ProfileWindow) -> None:
         first, last = window.first, window.end - 1
         self._writers = [writer for writer in self._writers if writer.is_alive()]
-        if len(self._writers) >= MAX_WRITERS:
-            log.warning(
-                "bubblescope: profile of steps %d-%d dropped: %d traces are still being written",
-                first,
-                last,
-                MAX_WRITERS,
-            )
-            return
+        with self._busy:
+            if self._writing >= MAX_WRITERS:
+                log.warning(
+                    "bubblescope: profile of steps %d-%d dropped: %d traces are still being written",
+                    first,
+                    last,
+                    MAX_WRITERS,
+                )
+                return
+            self._writing += 1
         path = self._folder / f"rank{self._rank}-steps{first}-{last}.json.gz"
         upload = self._upload if self._rank in window.upload_ranks else None
+        holder = [profiler]  # emptied once written: the upload does not keep the events in memory
         writer = threading.Thread(
-            target=self._export, args=(profiler, path, window, upload), name="bubblescope-profile", daemon=True
+            target=self._export, args=(holder, path, window, upload), name="bubblescope-profile", daemon=True
         )
         self._writers.append(writer)
         writer.start()
 
-    def _export(self, profiler: Any, path: Path, window: ProfileWindow, upload: Upload | None) -> None:
+    def _export(self, holder: list[Any], path: Path, window: ProfileWindow, upload: Upload | None) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            profiler.export_chrome_trace(str(path))
+            holder.pop().export_chrome_trace(str(path))
             log.warning("bubblescope: profiled steps written to %s (bubblescope import-trace reads it)", path)
-            if upload is not None:
-                upload(path, window, self._rank)
         except Exception as error:  # noqa: BLE001 - a thread of its own: nothing to fail but the trace
-            log.warning("bubblescope: the profile could not be written or sent (%s): %r", path, error)
+            log.warning("bubblescope: the profile could not be written to %s: %r", path, error)
+            return
+        finally:
+            holder.clear()
+            with self._busy:
+                self._writing -= 1
+        if upload is not None:
+            self._send(upload, path, window)
+
+    def _send(self, upload: Upload, path: Path, window: ProfileWindow) -> None:
+        with self._busy:
+            if self._uploading >= MAX_UPLOADS:
+                log.warning(
+                    "bubblescope: %s not uploaded: %d traces are being uploaded; it stays on disk", path, MAX_UPLOADS
+                )
+                return
+            self._uploading += 1
+        try:
+            upload(path, window, self._rank)
+        except Exception as error:  # noqa: BLE001 - nothing to fail but the upload
+            log.warning("bubblescope: the profile trace %s could not be sent: %r", path, error)
+        finally:
+            with self._busy:
+                self._uploading -= 1
 
     def join(self, timeout_s: float) -> None:
         """Wait, up to ``timeout_s`` each, for the traces being written and uploaded (at the job's end)."""

@@ -12,7 +12,7 @@ export const percent = (fraction) => (fraction === null || fraction === undefine
 // Bytes as "1.25 GiB", "310 MiB" or (below a MiB: a profile's trace) "48 KiB"; "—" when unknown.
 export function bytes(value) {
   if (value === null || value === undefined) return "—";
-  if (value < 2 ** 20) return `${Math.max(1, Math.round(value / 2 ** 10))} KiB`;
+  if (value > 0 && value < 2 ** 20) return `${Math.max(1, Math.round(value / 2 ** 10))} KiB`;
   return value >= 2 ** 30 ? `${(value / 2 ** 30).toFixed(2)} GiB` : `${Math.round(value / 2 ** 20)} MiB`;
 }
 

@@ -38,7 +38,8 @@ function profileItem(profile) {
   const asked = new Date(profile.asked_at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
   const arrived = profile.traces.length;
   const head = el("strong", {}, `Steps ${profile.from_step}–${last}`);
-  const got = `${arrived} of ${profile.upload_ranks.length} trace${profile.upload_ranks.length === 1 ? "" : "s"} uploaded`;
+  const uploading = profile.upload_ranks ?? [];
+  const got = `${arrived} of ${uploading.length} trace${uploading.length === 1 ? "" : "s"} uploaded`;
   const parts = [head, ` · asked ${asked} · ${got}`];
   if (arrived) {
     const size = profile.traces.reduce((total, trace) => total + trace.bytes, 0);
@@ -47,7 +48,7 @@ function profileItem(profile) {
       el("a", { href: `/runs/${encodeURIComponent(profile.run_key)}` }, "open as a run"),
       el("a", { href: traceUrl(profile.run_key, profile.from_step, last), download: `${profile.run_key}.json.gz` }, "Perfetto JSON"));
   } else {
-    parts.push(el("span", { class: "muted" }, ` — ranks ${span(profile.upload_ranks)} send theirs once the steps have run`));
+    parts.push(el("span", { class: "muted" }, ` — ranks ${span(uploading)} send theirs once the steps have run`));
   }
   return el("li", { "data-profile": String(profile.id) }, ...parts);
 }
@@ -56,7 +57,7 @@ export function renderProfiles(answer) {
   const list = document.getElementById("profile-list");
   list.hidden = answer.profiles.length === 0;
   const items = answer.profiles.slice(0, LISTED).map(profileItem);
-  if (answer.profiles.length > LISTED) items.push(el("li", { class: "muted" }, `${answer.profiles.length - LISTED} earlier profiles`));
+  if (answer.total > LISTED) items.push(el("li", { class: "muted" }, `${answer.total - LISTED} earlier profiles`));
   list.replaceChildren(...items);
 }
 
@@ -73,8 +74,9 @@ export function setUpProfile(key) {
       const { answer, created } = await api.profile(key, steps, uploadRanks);
       const last = answer.from_step + answer.steps - 1;
       const asked = created ? `Every rank profiles steps ${answer.from_step}–${last}` : `Steps ${answer.from_step}–${last} were already asked for`;
-      const senders = answer.upload_ranks.length === 1 ? `rank ${answer.upload_ranks[0]} uploads its trace`
-        : `ranks ${span(answer.upload_ranks)} upload their traces`;
+      const uploading = answer.upload_ranks ?? []; // a request stored before the service knew of uploads: none
+      const senders = uploading.length === 1 ? `rank ${uploading[0]} uploads its trace`
+        : `ranks ${span(uploading)} upload their traces`;
       note.textContent = `${asked}; ${senders} (listed below), every rank keeps its own in profiles/${key}/ beside its spool.`;
       document.body.dataset.profiled = String(answer.from_step);
       renderProfiles(await api.profiles(key));

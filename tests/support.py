@@ -348,3 +348,23 @@ def newest_step_of_every_rank(server: LiveServer, run_key: str) -> int:
         return -1
     full = [s["step"] for s in response.json()["steps"] if s["ranks_reported"] == 2]
     return max(full, default=-1)
+
+
+def profiled_trace(folder: Path, rank: int, first: int, steps: int) -> Path:
+    """A real torch.profiler trace of steps [first, first + steps) of a small CPU model, made by the collector's
+    profiler as a job's rank makes it (no distributedInfo outside a job: the file's name gives the rank)."""
+    import torch
+
+    from bubblescope.collector.capture import CaptureWindows
+    from bubblescope.collector.profiling import OnDemandProfiler
+
+    windows = CaptureWindows()
+    windows.learn({"captures": [{"id": 1, "from_step": first, "steps": steps, "kind": "profile"}]})
+    profiler = OnDemandProfiler(windows, folder, rank)
+    model = torch.nn.Linear(64, 64)
+    for step in range(first, first + steps):
+        profiler.between_steps(step)
+        model(torch.randn(8, 64)).sum().backward()
+    profiler.between_steps(first + steps)
+    profiler.join(60)
+    return folder / f"rank{rank}-steps{first}-{first + steps - 1}.json.gz"

@@ -66,6 +66,7 @@ def request_capture(
     run = run_queries.lock_run(session, key)  # one request at a time per run
     if run is None:
         raise NotFound("run_key", f"no run with key {key!r}")
+    uploads = upload_ranks(body, run.world_size) if isinstance(body, ProfileRequestIn) else None
     newest = step_queries.newest_step(session, run.id)
     shipped = -1 if newest is None else newest
     waiting = [
@@ -85,7 +86,6 @@ def request_capture(
             f"retry in {wait_s} s",
             wait_s,
         )
-    uploads = upload_ranks(body, run.world_size) if isinstance(body, ProfileRequestIn) else None
     first = choose_from_step(newest, queries.steps_per_batch(session, run.id))
     request = CaptureRequest(run_id=run.id, from_step=first, steps=body.steps, kind=kind, upload_ranks=uploads)
     session.add(request)

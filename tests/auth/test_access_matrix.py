@@ -60,6 +60,7 @@ def concrete(path: str, run_key: str) -> str:
         "name_or_prefix": "no-such-token",
         "name": "plotly.min.js",
         "path": "style.css",
+        "profile_id": "1",
     }
     return re.sub(r"\{(\w+)\}", lambda match: values[match.group(1)], path)
 

@@ -5,6 +5,7 @@ server. The whole path from a job is tests/capture/test_profile_jobs.py."""
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,22 +17,7 @@ from bubblescope.backend.profile_uploads import MAX_KEY, profile_run_key
 from bubblescope.collector.capture import CaptureWindows, ProfileWindow
 from bubblescope.collector.profiling import OnDemandProfiler, TraceUploader
 from tests.capture.test_api import ingest
-from tests.support import LiveServer, assert_names, register, run_rows
-
-
-def profiled_trace(folder: Path, rank: int, first: int, steps: int) -> Path:
-    """A real torch.profiler trace of steps [first, first + steps) of a small CPU model, made by the collector's
-    profiler as a job's rank makes it (no distributedInfo outside a job: the file's name gives the rank)."""
-    windows = CaptureWindows()
-    windows.learn({"captures": [{"id": 1, "from_step": first, "steps": steps, "kind": "profile"}]})
-    profiler = OnDemandProfiler(windows, folder, rank)
-    model = torch.nn.Linear(64, 64)
-    for step in range(first, first + steps):
-        profiler.between_steps(step)
-        model(torch.randn(8, 64)).sum().backward()
-    profiler.between_steps(first + steps)
-    profiler.join(60)
-    return folder / f"rank{rank}-steps{first}-{first + steps - 1}.json.gz"
+from tests.support import LiveServer, assert_names, profiled_trace, register, run_rows
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +131,9 @@ def test_the_collector_s_uploader_sends_the_trace_and_says_what_it_could_not(
     uploader = TraceUploader(sqlite_server.url, None, key, timeout_s=60, pause_s=0.01)
     with caplog.at_level(logging.WARNING, logger="bubblescope"):
         uploader(traces["rank0"], window, 0)
+        uploader(traces["rank0"], window, 0)  # stored already: the check answers it, the file is not sent again
         uploader(traces["early"], window, 1)  # refused: said, not retried, not raised
-    assert f"uploaded: run {profile_run_key(key, asked['id'])}" in caplog.text
+    assert caplog.text.count(f"uploaded: run {profile_run_key(key, asked['id'])}") == 2
     assert "was not uploaded (body: the trace's steps [30, 31] are not profile" in caplog.text
     with sqlite_server.client() as client:
         (listed,) = client.get(f"/api/v1/runs/{key}/profiles").json()["profiles"]
@@ -167,3 +154,53 @@ def test_only_the_ranks_named_upload_and_every_rank_keeps_its_trace(tmp_path: Pa
         profiler.join(60)
     assert sent == [("rank1-steps3-3.json.gz", 9, 1)]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["rank0-steps3-3.json.gz", "rank1-steps3-3.json.gz"]
+
+
+def test_asking_first_says_whether_to_send_and_hostile_uploads_get_a_4xx(
+    server: LiveServer, traces: dict[str, Path]
+) -> None:
+    """``?check=true`` (no body): 204 while the service waits for the rank's trace, 200 with it once stored, the
+    upload's own 404/422 otherwise; an id past int64, a form's content type: 4xx, never a 500."""
+    with server.client() as client:
+        key, asked = asked_profile(client)
+        where = f"/api/v1/runs/{key}/profiles/{asked['id']}"
+        assert client.post(where, params={"rank": 0, "check": "true"}).status_code == 204
+        assert_names(client.post(where, params={"rank": 5, "check": "true"}), 422, ["query", "rank"], "does not upload")
+        stored = upload(client, key, asked["id"], 0, traces["rank0"])
+        assert stored.status_code == 201, stored.text
+        again = client.post(where, params={"rank": 0, "check": "true"})
+        assert again.status_code == 200 and again.json() == stored.json()
+        assert stored.json()["uploaded_at"].endswith(("Z", "+00:00"))  # a time the browser reads as UTC
+        listed = client.get(f"/api/v1/runs/{key}/profiles").json()
+        assert listed["total"] == 1 and listed["profiles"][0]["asked_at"].endswith(("Z", "+00:00"))
+        for huge in (2**63, 2**70):
+            assert_names(
+                client.post(f"/api/v1/runs/{key}/profiles/{huge}", params={"rank": 0}), 422, ["path", "profile_id"], ""
+            )
+        form = client.post(
+            where, params={"rank": 1}, content=traces["rank1"].read_bytes(), headers={"Content-Type": "text/plain"}
+        )
+        assert_names(form, 415, ["header", "content-type"], "not accepted for a file")
+
+
+def test_one_rank_sent_twice_at_once_is_stored_once(sqlite_server: LiveServer, traces: dict[str, Path]) -> None:
+    with sqlite_server.client() as client:
+        key, asked = asked_profile(client)
+    answers: list[httpx.Response] = []
+
+    def send() -> None:
+        with sqlite_server.client() as client:
+            answers.append(upload(client, key, asked["id"], 1, traces["rank1"]))
+
+    senders = [threading.Thread(target=send) for _ in range(3)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join(60)
+    assert sorted(answer.status_code for answer in answers) == [200, 200, 201], [a.text for a in answers]
+    assert len({answer.json()["uploaded_at"] for answer in answers}) == 1
+    with sqlite_server.client() as client:
+        (listed,) = client.get(f"/api/v1/runs/{key}/profiles").json()["profiles"]
+    assert [t["rank"] for t in listed["traces"]] == [1]
+    steps = run_rows(sqlite_server.db_url, listed["run_key"], "SELECT count(*) FROM steps WHERE run_id = {run}")
+    assert steps == [(2,)]  # rank 1's two steps, once

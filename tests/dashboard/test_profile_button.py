@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.capture.test_profile_uploads import profiled_trace
-from tests.support import LiveServer, ingest_batch, post_gzip, register, run_rows
+from tests.support import LiveServer, ingest_batch, post_gzip, profiled_trace, register, run_rows
 
 pytestmark = pytest.mark.browser
 

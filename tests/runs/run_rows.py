@@ -1,50 +1,55 @@
 """A run's rows in every table that holds any, found from the schema's foreign keys (a table added
 later is counted without changing the tests), and rows that make a run complete: ranks, steps, spans,
-batches, a capture request, alerts and their deliveries."""
+batches, a capture request, a profile and its uploaded trace, a Flight Recorder dump, alerts and their deliveries."""
 
 from __future__ import annotations
 
 import json
+import tempfile
 from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
 
 import httpx
-from sqlalchemy import Table, create_engine, func, select
+from sqlalchemy import Column, ColumnElement, Table, create_engine, func, or_, select
 
 from bubblescope.backend.db.engine import build_session_factory, transaction
 from bubblescope.backend.db.models import Alert, AlertDelivery, Base, Run
-from tests.support import ingest_batch, post_gzip, register
+from tests.support import ingest_batch, post_gzip, profiled_trace, register
 
 
-def tables_of_a_run() -> list[tuple[Table, Table | None]]:
-    """(table, via): a table with a foreign key to ``runs`` (via None), or to such a table (via it)."""
-    direct = [
-        table
-        for table in Base.metadata.sorted_tables
-        if any(fk.column.table.name == "runs" for fk in table.foreign_keys)
-    ]
-    found: list[tuple[Table, Table | None]] = [(table, None) for table in direct]
+def tables_of_a_run() -> list[tuple[Table, Column[Any], Table | None]]:
+    """(table, column, via): a table whose ``column`` is a foreign key to ``runs`` (via None), or to such a table
+    (via it). A table may come more than once (a profile's trace: its request's run, and the run it became)."""
+    direct = {
+        table for table in Base.metadata.sorted_tables for fk in table.foreign_keys if fk.column.table.name == "runs"
+    }
+    found: list[tuple[Table, Column[Any], Table | None]] = []
     for table in Base.metadata.sorted_tables:
         for fk in table.foreign_keys:
-            if fk.column.table in direct:
-                found.append((table, fk.column.table))
+            if fk.column.table.name == "runs":
+                found.append((table, fk.parent, None))
+            elif fk.column.table in direct:
+                found.append((table, fk.parent, fk.column.table))
     return found
 
 
 def rows_of_run(db_url: str, run_id: int) -> dict[str, int]:
     """Rows per table that belong to the run ``run_id``, and ``runs`` itself."""
     engine = create_engine(db_url)
+    conditions: dict[Table, list[ColumnElement[bool]]] = {}
+    for table, column, via in tables_of_a_run():
+        if via is None:
+            conditions.setdefault(table, []).append(column == run_id)
+        else:
+            conditions.setdefault(table, []).append(column.in_(select(via.c.id).where(via.c.run_id == run_id)))
     counts: dict[str, int] = {}
     try:
         with engine.connect() as connection:
             counts["runs"] = connection.execute(select(func.count()).where(Run.id == run_id)).scalar_one()
-            for table, via in tables_of_a_run():
-                if via is None:
-                    condition = table.c.run_id == run_id
-                else:
-                    [fk] = [fk for fk in table.foreign_keys if fk.column.table is via]
-                    condition = fk.parent.in_(select(via.c.id).where(via.c.run_id == run_id))
+            for table, conditions_of_table in conditions.items():
                 counts[table.name] = connection.execute(
-                    select(func.count()).select_from(table).where(condition)
+                    select(func.count()).select_from(table).where(or_(*conditions_of_table))
                 ).scalar_one()
     finally:
         engine.dispose()
@@ -73,6 +78,15 @@ def full_run(client: httpx.Client, db_url: str, batches: int = 4) -> str:
     client.get(f"/api/v1/runs/{key}/analysis")
     captured = client.post(f"/api/v1/runs/{key}/capture", json={"steps": 2})
     assert captured.status_code == 201, captured.text
+    profile = client.post(f"/api/v1/runs/{key}/profile", json={"steps": 1}).json()
+    with tempfile.TemporaryDirectory() as folder:
+        trace = profiled_trace(Path(folder), 0, profile["from_step"], 1)
+        uploaded = client.post(
+            f"/api/v1/runs/{key}/profiles/{profile['id']}",
+            params={"rank": 0, "file": trace.name},
+            content=trace.read_bytes(),
+        )
+    assert uploaded.status_code == 201, uploaded.text
     entry = {"collective_seq_id": 1, "profiling_name": "gloo:all_reduce", "process_group": ["0", "default_pg"]}
     dump = json.dumps({"version": "2.10", "entries": [entry]}).encode()
     dumped = client.post(f"/api/v1/runs/{key}/flight-recorder", params={"file": "rank0.json"}, content=dump)

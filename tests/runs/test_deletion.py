@@ -12,8 +12,9 @@ from tests.support import LiveServer, assert_names
 
 
 def test_the_schema_walk_finds_every_table_of_a_run() -> None:
-    names = {table.name for table, _via in tables_of_a_run()}
+    names = {table.name for table, _column, _via in tables_of_a_run()}
     assert {"ranks", "steps", "spans", "ingested_batches", "capture_requests", "alerts", "alert_deliveries"} <= names
+    assert "profile_traces" in names
 
 
 def test_deleting_a_run_removes_all_its_rows_and_none_of_another(server: LiveServer) -> None:
