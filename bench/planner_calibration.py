@@ -3,7 +3,8 @@
 Rows: Narayanan et al. 2021 Table 1 (TFLOP/s per GPU, hardware FLOPs with recompute) and
 Korthikanti et al. 2022 Table 5 (iteration seconds). Table 1 leaves micro-batch size and
 interleaving unpublished; the planner's rule fills them (``calibration.UNKNOWN_MICROBATCH_RULE``).
-``--sc21`` adds a cross-check with the values of the authors' reproduction scripts
+Then each row left out in turn: the constants the grid search (``calibration.GRID``) fits on the other rows
+alone predict it, so the figure says how the model does on a row it was not fitted on. ``--sc21`` adds a cross-check with the values of the authors' reproduction scripts
 (Megatron-LM ``examples/sc21/run_table_1.sh``), which the model does not use.
 
     python bench/planner_calibration.py [--csv FILE] [--sc21]
@@ -19,10 +20,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bubblescope.analysis.planner.calibration import (
+    GRID,
     PUBLISHED_RUNS,
     UNKNOWN_MICROBATCH_RULE,
     CalibrationRow,
     calibrate,
+    fit,
+    leave_one_out,
     predict_row,
     summarize,
 )
@@ -70,6 +74,14 @@ def main() -> None:
     print(f"constants: {asdict(DEFAULT_EFFICIENCIES)}")
     print(f"Table 1 micro-batch / interleaving (unpublished): {UNKNOWN_MICROBATCH_RULE}\n")
     print_table(calibrate(args.csv))
+    print(f"\nleave one out: each row predicted with the constants fitted on the other rows alone; grid {GRID}")
+    held = leave_one_out(args.csv)
+    print_table([h.row for h in held])
+    fitted = fit(args.csv)
+    print(
+        f"fitted on every row: gemm {fitted.gemm}, nvlink {fitted.nvlink}, network {fitted.network}, "
+        f"dp_overlap {fitted.dp_overlap}"
+    )
     if args.sc21:
         print("\ncross-check: Table 1 rows with the sc21 scripts' micro-batch size and interleaving")
         with args.csv.open(newline="") as handle:

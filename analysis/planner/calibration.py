@@ -10,9 +10,10 @@ every row (no per-row tuning).
 from __future__ import annotations
 
 import csv
+import itertools
 import statistics
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bubblescope.analysis.planner.evaluate import evaluate
@@ -92,3 +93,56 @@ class ErrorSummary:
 def summarize(rows: Iterable[CalibrationRow]) -> ErrorSummary:
     errors = [abs(row.error_pct) for row in rows]
     return ErrorSummary(statistics.median(errors), statistics.fmean(errors), max(errors))
+
+
+#: The constants a calibration chooses, each over its physically plausible range (``Efficiencies`` says why);
+#: the others keep their values. The defaults are among the choices.
+GRID: dict[str, tuple[float, ...]] = {
+    "gemm": tuple(round(0.64 + 0.02 * i, 2) for i in range(11)),  # 0.64 ... 0.84
+    "nvlink": (0.55, 0.65, 0.75),
+    "network": (0.6, 0.7, 0.8, 0.9),
+    "dp_overlap": (0.25, 0.5, 0.75),
+}
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """A row predicted with the constants fitted on every other row: how the model does on a run it never saw."""
+
+    row: CalibrationRow
+    fitted: Efficiencies
+
+
+def candidates(grid: Mapping[str, Sequence[float]] = GRID) -> list[Efficiencies]:
+    names = list(grid)
+    return [replace(DEFAULT_EFFICIENCIES, **dict(zip(names, values))) for values in itertools.product(*grid.values())]
+
+
+def _read(csv_path: Path) -> list[dict[str, str]]:
+    with csv_path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _best(table: list[list[CalibrationRow]], rows: Sequence[int]) -> int:
+    """The candidate with the least mean |error| over ``rows`` (the first of equals)."""
+    return min(range(len(table)), key=lambda c: statistics.fmean(abs(table[c][r].error_pct) for r in rows))
+
+
+def fit(csv_path: Path, grid: Mapping[str, Sequence[float]] = GRID) -> Efficiencies:
+    """The grid's constants with the least mean |error| over every row (in-sample)."""
+    options = candidates(grid)
+    published = _read(csv_path)
+    table = [[predict_row(row, eff) for row in published] for eff in options]
+    return options[_best(table, range(len(published)))]
+
+
+def leave_one_out(csv_path: Path, grid: Mapping[str, Sequence[float]] = GRID) -> list[HeldOut]:
+    """Each row predicted with the grid's constants fitted on the other rows alone."""
+    options = candidates(grid)
+    published = _read(csv_path)
+    table = [[predict_row(row, eff) for row in published] for eff in options]  # every prediction once
+    held: list[HeldOut] = []
+    for index in range(len(published)):
+        chosen = _best(table, [other for other in range(len(published)) if other != index])
+        held.append(HeldOut(table[chosen][index], options[chosen]))
+    return held
