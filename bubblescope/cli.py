@@ -4,10 +4,10 @@ trace-summary."""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from collections.abc import Callable, Sequence
 
+from bubblescope import stop_signal
 from bubblescope.analysis import DEFAULT_SCHEDULE, NAMES, ScheduleError, lookup
 from bubblescope.input_files import missing_files
 from bubblescope.ports import can_listen, taken_message
@@ -72,16 +72,6 @@ def _token(args: argparse.Namespace) -> int:
     return token_command(args)
 
 
-def _ended_by_sigterm() -> None:
-    """SIGTERM (a scheduler's, a container's stop) as an exit: the temporary files a trace is read into are removed
-    on the way out, as after an error, not left in TMPDIR."""
-
-    def stop(_signal: int, _frame: object) -> None:
-        raise SystemExit(128 + signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, stop)
-
-
 def _trace_summary(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
@@ -89,7 +79,7 @@ def _trace_summary(args: argparse.Namespace) -> int:
     from bubblescope.kineto import TraceError
     from bubblescope.trace_summary import format_table, summarize
 
-    _ended_by_sigterm()
+    stop_signal.install()
     refusal = missing_files("trace-summary", args.traces)
     if refusal:
         print(refusal, file=sys.stderr)
@@ -106,7 +96,7 @@ def _trace_summary(args: argparse.Namespace) -> int:
 def _import_trace(args: argparse.Namespace) -> int:
     from bubblescope.import_trace_command import main
 
-    _ended_by_sigterm()
+    stop_signal.install()
     return main(args)
 
 
@@ -469,13 +459,14 @@ def _help_of(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.handler(args))
+        code = int(args.handler(args))
     except ModuleNotFoundError as error:
         print(
             f"bubblescope {args.command}: missing {error.name!r}; install bubblescope[server] (and torch for the demo)",
             file=sys.stderr,
         )
         return 2
+    return stop_signal.EXIT if stop_signal.requested() else code  # a SIGTERM whose exit was lost (stop_signal)
 
 
 if __name__ == "__main__":

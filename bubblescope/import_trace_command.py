@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from bubblescope import stop_signal
 from bubblescope.input_files import missing_files
 from bubblescope.kineto import TraceError
 from bubblescope.trace_import import ImportedRank, convert_all, pipeline_config, requests_for, run_key_for
@@ -62,6 +63,7 @@ def _in_process(db_url: str) -> tuple[Send, Callable[[], None]]:
 def send_all(requests: Iterable[tuple[str, str, dict[str, Any]]], send: Send) -> None:
     """Every request in order; ``RuntimeError`` naming the first the service refused."""
     for method, path, document in requests:
+        stop_signal.check()
         ok, problem = send(method, path, document)
         if not ok:
             raise RuntimeError(problem)

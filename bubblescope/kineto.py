@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final, TypeGuard
 
+from bubblescope import stop_signal
 from bubblescope.analysis import GpuActivity
 
 CHUNK_CHARS: Final = 1 << 20
@@ -212,6 +213,7 @@ def _decode_whole_events(buffer: _Buffer, on_event: EventSink) -> bool | None:
         before = _BEFORE_EVENT.search(text, window, start)
         if before is not None:
             cut = before.start() + 1  # just past the '}' that ends the last whole event
+            stop_signal.check()  # between chunks: a SIGTERM whose exit was lost ends the read here
             try:
                 events = _decode_list("[" + text[pos:cut] + "]")
             except ValueError:  # json's and orjson's decode errors both are

@@ -211,6 +211,7 @@ PATH_PARAMETERS = {
     "rank": st.integers(0, RANKS),  # RANKS itself: one past the run's ranks
     "step": st.integers(0, SEEDED_STEPS),
     "name_or_prefix": st.sampled_from(["fuzz-token", "bs_0000000"]),
+    "profile_id": st.integers(1, 5),  # no profile of FUZZ_RUN: each one a 404 naming it
 }
 DELETE_PATH_PARAMETERS = {**PATH_PARAMETERS, "run_key": st.just(f"{FUZZ_RUN}-absent")}  # FUZZ_RUN must stay
 

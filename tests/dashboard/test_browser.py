@@ -161,6 +161,7 @@ def assert_one_loop_that_waits_and_asks_only_for_news(browser: Any, run_url: str
     assert others == [
         f"{detail}/analysis",
         f"{detail}/flight-recorder",
+        f"{detail}/profiles",
         f"{detail}/steps/{shown}?breakdown_limit=1024",
         f"{detail}/stragglers?phases=compute&compact=true",
     ], asked

@@ -1,0 +1,36 @@
+"""SIGTERM as an exit for the commands that read traces (``import-trace``, ``trace-summary``): a scheduler's or a
+container's stop unwinds the command, so the temporary files a trace is read into are removed on the way out, as
+after an error, not left in TMPDIR; the command exits 143.
+
+The handler raises ``SystemExit`` wherever the main thread is, and Python ignores an exception raised inside a
+garbage collector's callback (SQLAlchemy registers some): that exit is lost. So the handler also records the
+signal, the readers ``check`` it at safe points, and ``main`` answers 143 whatever the command returned.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Final
+
+EXIT: Final = 128 + signal.SIGTERM
+_requested = False
+
+
+def install() -> None:
+    signal.signal(signal.SIGTERM, _stop)
+
+
+def _stop(_signal: int, _frame: object) -> None:
+    global _requested
+    _requested = True
+    raise SystemExit(EXIT)
+
+
+def requested() -> bool:
+    return _requested
+
+
+def check() -> None:
+    """Exit (143) if SIGTERM came, at a point where an exception is not lost."""
+    if _requested:
+        raise SystemExit(EXIT)
