@@ -166,19 +166,21 @@ def _require_json(request: Request) -> None:
         )
 
 
-FORM_MEDIA_TYPES: Final = ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data")
-"""What any web page may POST to another site without asking (a CORS "simple" request): never a file of ours."""
+FILE_MEDIA_TYPES: Final = ("application/json", "application/octet-stream", "application/gzip", "application/x-gzip")
+"""What a file upload is sent as. None of them may another site's page send without asking first (CORS: only
+``text/plain`` and form types, or no type at all, go without a preflight), so a page cannot upload to a service on
+this machine that runs without ``--auth``."""
 
 
-def refuse_form_body(request: Request) -> None:
-    """415 for a file upload sent as a form or as text: the way another site's page would send one to a service on
-    this machine that runs without ``--auth``."""
+def require_file_type(request: Request) -> None:
+    """415 naming the content type of a file upload that is not one of ``FILE_MEDIA_TYPES``, or has none."""
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media_type in FORM_MEDIA_TYPES:
+    if media_type not in FILE_MEDIA_TYPES:
         raise ApiError(
             415,
             ["header", "content-type"],
-            f"{media_type!r} is not accepted for a file; send application/json or application/octet-stream",
+            f"{media_type or 'none'!r} is not accepted for a file; send application/octet-stream (or application/json, "
+            "application/gzip)",
             "unsupported",
         )
 

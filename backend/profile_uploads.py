@@ -8,7 +8,8 @@ Bounded: only the request's ``upload_ranks`` (at most ``MAX_PROFILE_UPLOADS``; e
 their traces on their own disks) are taken, and the number of requests is the capture limit's
 (``--captures-per-hour``). A trace must hold the profiled steps and the rank it is sent as; a rank sent twice (a
 collector retrying after a lost answer) is answered with the first. ``?check=true`` with no body asks first: 200 with
-the trace already stored, 204 when the service waits for it, 404 or 422 as the upload would be answered. A
+the trace already stored, 204 when the service waits for it, 404 or 422 as the upload would be answered, 413 when
+``bytes`` (the trace's size) is past ``--max-trace-bytes``. A
 collector asks before streaming a file, since an answer given before a large body is read reaches the sender as a
 reset connection, not as the answer.
 
@@ -33,8 +34,9 @@ from bubblescope.backend.db.engine import transaction
 from bubblescope.backend.db.models import CaptureRequest, ProfileTrace, Run
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.db.timestamps import as_utc
-from bubblescope.backend.errors import Conflict, Invalid, NotFound
+from bubblescope.backend.errors import Conflict, Invalid, NotFound, TooLarge
 from bubblescope.backend.fields import INT64_MAX, RunKey
+from bubblescope.backend.settings import settings_of
 from bubblescope.backend.store.runs import find_run, require_run, touch_run
 from bubblescope.backend.trace_upload import TRACE_BODY, converted, received_trace, store_imported
 from bubblescope.trace_import import ImportedRank
@@ -102,6 +104,10 @@ async def upload_profile_trace(
     response: Response,
     rank: Annotated[int, Query(ge=0, le=1_000_000, description="the rank that profiled")],
     check: Annotated[bool, Query(description="ask whether to send the trace, with no body (see above)")] = False,
+    size: Annotated[
+        int | None,
+        Query(alias="bytes", ge=0, le=INT64_MAX, description="check=true: the trace's size; 413 past the limit"),
+    ] = None,
     file: Annotated[
         str,
         Query(
@@ -118,6 +124,9 @@ async def upload_profile_trace(
         response.status_code = 200
         return earlier
     if check:
+        limit = settings_of(request).max_trace_bytes
+        if size is not None and size > limit:
+            raise TooLarge("bytes", f"the trace is {size} bytes, over {limit} (the service's --max-trace-bytes)")
         return Response(status_code=204)  # type: ignore[return-value] # FastAPI sends a Response as it is
     async with received_trace(request, file) as path:
         stored, created = await run_in_threadpool(_store, request, run_key, profile_id, rank, path)

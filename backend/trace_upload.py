@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
-from bubblescope.backend.body import received_chunks, refuse_form_body
+from bubblescope.backend.body import received_chunks, require_file_type
 from bubblescope.backend.db.engine import transaction
 from bubblescope.backend.errors import ApiError, Invalid, TooLarge
 from bubblescope.backend.fields import RunKey
@@ -92,7 +92,7 @@ async def received_trace(request: Request, file: str) -> AsyncIterator[Path]:
     """The request's body in a temporary file named ``file``, admitted by the file-upload gate (one worked on at a
     time, ``TRACE_QUEUE`` waiting, 503 past that), within ``--max-trace-bytes`` and ``--trace-timeout``; the file
     and its folder are removed on leaving."""
-    refuse_form_body(request)
+    require_file_type(request)
     settings = settings_of(request)
     gate: IngestGate = request.app.state.trace_gate
     async with gate.admit(), _temporary_folder() as folder:

@@ -61,6 +61,7 @@ class _Buffer:
     def _refill(self) -> bool:
         if self.done:
             return False
+        stop_signal.check()  # once a chunk, on every path: a SIGTERM whose exit was lost ends the read here
         try:
             chunk = self.stream.read(CHUNK_CHARS)
         except (EOFError, OSError, UnicodeDecodeError, zlib.error) as error:  # a truncated or corrupt gzip, bad UTF-8
@@ -213,7 +214,6 @@ def _decode_whole_events(buffer: _Buffer, on_event: EventSink) -> bool | None:
         before = _BEFORE_EVENT.search(text, window, start)
         if before is not None:
             cut = before.start() + 1  # just past the '}' that ends the last whole event
-            stop_signal.check()  # between chunks: a SIGTERM whose exit was lost ends the read here
             try:
                 events = _decode_list("[" + text[pos:cut] + "]")
             except ValueError:  # json's and orjson's decode errors both are

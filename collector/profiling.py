@@ -35,6 +35,8 @@ from bubblescope.collector.transport import Message, Verdict, readable, send
 log = logging.getLogger("bubblescope")
 MAX_WRITERS = 2  # traces being written at once; a request past that is dropped (its steps are long gone)
 MAX_UPLOADS = 2  # traces being uploaded at once; past that a trace stays on disk only
+MAX_RESETS = 3  # streamed uploads cut off without an answer (over a limit the check did not know) before giving up
+_JITTER = random.Random()  # not the job's own generator: the job's seeded draws stay its own
 Upload = Callable[[Path, ProfileWindow, int], None]  # (trace, its request, rank): sends the trace to the service
 
 
@@ -57,20 +59,22 @@ class TraceUploader:
         query = urllib.parse.urlencode({"rank": rank, "file": path.name})
         where = f"{wire.API_PREFIX}/runs/{self.run_key}/profiles/{window.request_id}?{query}"
         deadline = time.monotonic() + self.give_up_after_s
+        size = size_of(path)
+        resets = 0
         for attempt in itertools.count():
-            response = send(self.url, Message("POST", f"{where}&check=true", b""), self.token, self.timeout_s)
+            check = Message("POST", f"{where}&check=true&bytes={size}", b"")
+            response = send(self.url, check, self.token, self.timeout_s)
             if response.status == 204:  # the service waits for it
                 with path.open("rb") as body:
-                    response = send(
-                        self.url, Message("POST", where, b""), self.token, self.timeout_s, (body, size_of(path))
-                    )
+                    response = send(self.url, Message("POST", where, b""), self.token, self.timeout_s, (body, size))
+                resets += response.status is None  # cut off mid-body: an answer the sender never read
             if response.verdict is Verdict.DELIVERED:
                 stored = response.document or {}
                 log.warning("bubblescope: profile trace %s uploaded: run %s", path.name, stored.get("run_key"))
                 return
-            pause = response.retry_after_s
-            pause = min(60.0, self.pause_s * 2**attempt) * random.uniform(0.5, 1.5) if pause is None else pause
-            if response.verdict is not Verdict.RETRY or time.monotonic() + pause > deadline:
+            backoff = min(60.0, self.pause_s * 2 ** min(attempt, 6)) * _JITTER.uniform(0.5, 1.5)
+            pause = max(self.pause_s, response.retry_after_s or 0.0, backoff if response.retry_after_s is None else 0.0)
+            if response.verdict is not Verdict.RETRY or resets >= MAX_RESETS or time.monotonic() + pause > deadline:
                 break
             time.sleep(pause)
         why = response.error if not response.body else readable(response.body)
@@ -143,6 +147,14 @@ class OnDemandProfiler:
                 )
                 return
             self._writing += 1
+        try:
+            self._start_writer(profiler, window, first, last)
+        except Exception:  # a thread that will not start: the count must not keep its place
+            with self._busy:
+                self._writing -= 1
+            raise
+
+    def _start_writer(self, profiler: Any, window: ProfileWindow, first: int, last: int) -> None:
         path = self._folder / f"rank{self._rank}-steps{first}-{last}.json.gz"
         upload = self._upload if self._rank in window.upload_ranks else None
         holder = [profiler]  # emptied once written: the upload does not keep the events in memory

@@ -296,6 +296,9 @@ def run_parallel_job(
 
 
 # API helpers shared by the feature tests
+FILE_BODY = {"Content-Type": "application/octet-stream"}  # how a file upload (trace, dump) is sent
+
+
 def register(client: httpx.Client, world_size: int = 2) -> str:
     key = f"ingest-{uuid.uuid4().hex[:10]}"
     response = client.put(

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
-from bubblescope.backend.body import received_chunks, refuse_form_body
+from bubblescope.backend.body import received_chunks, require_file_type
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.errors import Invalid, TooLarge
 from bubblescope.backend.fields import RunKey
@@ -51,7 +51,7 @@ async def upload_dump(
     ] = "dump",
     rank: Annotated[int | None, Query(ge=0, le=1_000_000, description="the dump's rank")] = None,
 ) -> DumpOut:
-    refuse_form_body(request)
+    require_file_type(request)
     limit = min(MAX_DUMP_BYTES, settings_of(request).max_trace_bytes)
     async with request.app.state.trace_gate.admit():  # file uploads share one gate (app.py): few bodies at once
         chunks: list[bytes] = []

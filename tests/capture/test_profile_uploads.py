@@ -17,7 +17,7 @@ from bubblescope.backend.profile_uploads import MAX_KEY, profile_run_key
 from bubblescope.collector.capture import CaptureWindows, ProfileWindow
 from bubblescope.collector.profiling import OnDemandProfiler, TraceUploader
 from tests.capture.test_api import ingest
-from tests.support import LiveServer, assert_names, profiled_trace, register, run_rows
+from tests.support import FILE_BODY, LiveServer, assert_names, profiled_trace, register, run_rows
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,9 @@ def test_a_trace_the_profile_did_not_ask_for_is_refused_and_nothing_is_stored(
         assert_names(upload(client, key, profile_id, 1, traces["early"]), 422, ["body"], "not profile")
         assert_names(upload(client, key, profile_id, 1, traces["rank0"]), 422, ["body"], "rank 0's, sent as rank 1")
         assert_names(
-            client.post(f"/api/v1/runs/{key}/profiles/{profile_id}", params={"rank": 1}, content=b"{not json"),
+            client.post(
+                f"/api/v1/runs/{key}/profiles/{profile_id}", params={"rank": 1}, headers=FILE_BODY, content=b"{not json"
+            ),
             422,
             ["body"],
             "",
@@ -166,6 +168,8 @@ def test_asking_first_says_whether_to_send_and_hostile_uploads_get_a_4xx(
         where = f"/api/v1/runs/{key}/profiles/{asked['id']}"
         assert client.post(where, params={"rank": 0, "check": "true"}).status_code == 204
         assert_names(client.post(where, params={"rank": 5, "check": "true"}), 422, ["query", "rank"], "does not upload")
+        too_big = client.post(where, params={"rank": 0, "check": "true", "bytes": 2**40})
+        assert_names(too_big, 413, ["query", "bytes"], "over")
         stored = upload(client, key, asked["id"], 0, traces["rank0"])
         assert stored.status_code == 201, stored.text
         again = client.post(where, params={"rank": 0, "check": "true"})
@@ -181,6 +185,8 @@ def test_asking_first_says_whether_to_send_and_hostile_uploads_get_a_4xx(
             where, params={"rank": 1}, content=traces["rank1"].read_bytes(), headers={"Content-Type": "text/plain"}
         )
         assert_names(form, 415, ["header", "content-type"], "not accepted for a file")
+        untyped = client.post(where, params={"rank": 1}, content=traces["rank1"].read_bytes())  # a page's no-cors POST
+        assert_names(untyped, 415, ["header", "content-type"], "'none' is not accepted for a file")
 
 
 def test_one_rank_sent_twice_at_once_is_stored_once(sqlite_server: LiveServer, traces: dict[str, Path]) -> None:

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.alerts.fault_jobs import fault_service, finish, launch, wait_for
-from tests.support import REPO, LiveServer, wait_until
+from tests.support import FILE_BODY, REPO, LiveServer, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -38,7 +38,10 @@ def test_the_flight_recorder_card_names_the_rank_the_live_view_blames(
             wait_until(lambda: all(path.exists() and path.stat().st_size for path in dumps), 60, "both dumps")
             for path in dumps:
                 answer = client.post(
-                    f"/api/v1/runs/{run_key}/flight-recorder", params={"file": path.name}, content=path.read_bytes()
+                    f"/api/v1/runs/{run_key}/flight-recorder",
+                    params={"file": path.name},
+                    headers=FILE_BODY,
+                    content=path.read_bytes(),
                 )
                 assert answer.status_code == 201, answer.text
         for width in (1440, 900):

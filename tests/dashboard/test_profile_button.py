@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.support import LiveServer, ingest_batch, post_gzip, profiled_trace, register, run_rows
+from tests.support import FILE_BODY, LiveServer, ingest_batch, post_gzip, profiled_trace, register, run_rows
 
 pytestmark = pytest.mark.browser
 
@@ -57,6 +57,7 @@ def test_a_running_runs_page_asks_for_a_profile_and_lists_its_traces(
                 sent = client.post(
                     f"/api/v1/runs/{key}/profiles/{profile_id}",
                     params={"rank": 0, "file": trace.name},
+                    headers=FILE_BODY,
                     content=trace.read_bytes(),
                 )
             assert sent.status_code == 201, sent.text

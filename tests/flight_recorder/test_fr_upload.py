@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import LiveServer
+from tests.support import FILE_BODY, LiveServer
 from tests.traces.support import settled
 
 pytestmark = pytest.mark.slow
@@ -39,6 +39,7 @@ def test_dumps_uploaded_by_the_command_are_read_together(sqlite_server: LiveServ
         again = client.post(  # a rank's later dump replaces its earlier one
             "/api/v1/runs/fr-hung/flight-recorder",
             params={"file": "trace_rank_1.json"},
+            headers=FILE_BODY,
             content=(fr_dumps / "trace_rank_1.json").read_bytes(),
         )
         assert again.status_code == 201, again.text
@@ -76,10 +77,14 @@ def test_a_hostile_or_foreign_upload_is_refused_naming_the_body(
     }
     with sqlite_server.client() as client:
         for name, (body, said) in cases.items():
-            answer = client.post("/api/v1/runs/fr-refused/flight-recorder", params={"file": name}, content=body)
+            answer = client.post(
+                "/api/v1/runs/fr-refused/flight-recorder", params={"file": name}, headers=FILE_BODY, content=body
+            )
             assert answer.status_code == 422, (name, answer.text)
             assert said in answer.json()["detail"][0]["msg"], (name, answer.text)
-        unknown = client.post("/api/v1/runs/no-such-run/flight-recorder", params={"file": "rank0"}, content=b"{}")
+        unknown = client.post(
+            "/api/v1/runs/no-such-run/flight-recorder", params={"file": "rank0"}, headers=FILE_BODY, content=b"{}"
+        )
         assert unknown.status_code == 404, unknown.text
         assert client.get("/api/v1/runs/fr-refused/flight-recorder").json()["dumps"] == []
     assert not marker.exists()
@@ -102,7 +107,10 @@ def test_the_run_page_shows_who_a_hung_collective_is_missing(
                 for rank in (0, 1):
                     path = fr_dumps / f"nccl_trace_rank_{rank}"
                     answer = client.post(
-                        "/api/v1/runs/fr-page/flight-recorder", params={"file": path.name}, content=path.read_bytes()
+                        "/api/v1/runs/fr-page/flight-recorder",
+                        params={"file": path.name},
+                        headers=FILE_BODY,
+                        content=path.read_bytes(),
                     )
                     assert answer.status_code == 201, answer.text
         page.wait_for_selector("#flight-recorder:not([hidden]) .fr-front", timeout=20_000)

@@ -69,7 +69,7 @@ def test_leave_one_out_fits_each_row_on_the_others_alone(tmp_path: Path) -> None
     in-sample prediction; a row no other row agrees with does not pull its own fit its way."""
     held = leave_one_out(CSV, {"gemm": (0.74,)})
     assert [h.row.predicted for h in held] == [row.predicted for row in calibrate(CSV)]
-    rows = list(csv.DictReader(CSV.open(newline="")))[:6]
+    rows = list(csv.DictReader(CSV.open(newline="")))[:2]  # few enough that the skewed row would sway a leaky fit
     first = rows[0]
     measured = "measured_iter_s" if first["measured_iter_s"].strip() else "measured_tflops_per_gpu"
     # measured twice as fast as the model says: only a far faster GEMM than any real one would agree

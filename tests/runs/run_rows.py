@@ -15,7 +15,7 @@ from sqlalchemy import Column, ColumnElement, Table, create_engine, func, or_, s
 
 from bubblescope.backend.db.engine import build_session_factory, transaction
 from bubblescope.backend.db.models import Alert, AlertDelivery, Base, Run
-from tests.support import ingest_batch, post_gzip, profiled_trace, register
+from tests.support import FILE_BODY, ingest_batch, post_gzip, profiled_trace, register
 
 
 def tables_of_a_run() -> list[tuple[Table, Column[Any], Table | None]]:
@@ -84,12 +84,15 @@ def full_run(client: httpx.Client, db_url: str, batches: int = 4) -> str:
         uploaded = client.post(
             f"/api/v1/runs/{key}/profiles/{profile['id']}",
             params={"rank": 0, "file": trace.name},
+            headers=FILE_BODY,
             content=trace.read_bytes(),
         )
     assert uploaded.status_code == 201, uploaded.text
     entry = {"collective_seq_id": 1, "profiling_name": "gloo:all_reduce", "process_group": ["0", "default_pg"]}
     dump = json.dumps({"version": "2.10", "entries": [entry]}).encode()
-    dumped = client.post(f"/api/v1/runs/{key}/flight-recorder", params={"file": "rank0.json"}, content=dump)
+    dumped = client.post(
+        f"/api/v1/runs/{key}/flight-recorder", params={"file": "rank0.json"}, headers=FILE_BODY, content=dump
+    )
     assert dumped.status_code == 201, dumped.text
     engine = create_engine(db_url)
     now = datetime.now(timezone.utc)
