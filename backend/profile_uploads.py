@@ -38,7 +38,7 @@ from bubblescope.backend.errors import Conflict, Invalid, NotFound, TooLarge
 from bubblescope.backend.fields import INT64_MAX, RunKey
 from bubblescope.backend.settings import settings_of
 from bubblescope.backend.store.runs import find_run, require_run, touch_run
-from bubblescope.backend.trace_upload import TRACE_BODY, converted, received_trace, store_imported
+from bubblescope.backend.trace_upload import TRACE_BODY, converted, file_name, received_trace, store_imported
 from bubblescope.trace_import import ImportedRank
 
 router = APIRouter(prefix=f"{wire.API_PREFIX}/runs", tags=["capture"])
@@ -108,15 +108,7 @@ async def upload_profile_trace(
         int | None,
         Query(alias="bytes", ge=0, le=INT64_MAX, description="check=true: the trace's size; 413 past the limit"),
     ] = None,
-    file: Annotated[
-        str,
-        Query(
-            min_length=1,
-            max_length=255,
-            pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$",
-            description="the trace's file name on the job's disk, shown on the run page",
-        ),
-    ] = "trace.json.gz",
+    file: Annotated[str, file_name("the trace's file name on the job's disk, shown on the run page")] = "trace.json.gz",
 ) -> ProfileTraceStored:
     factory = request.app.state.session_factory
     earlier = await run_in_threadpool(_received_before, factory, run_key, profile_id, rank)

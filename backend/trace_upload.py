@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 import anyio
 from fastapi import APIRouter, Query, Request
@@ -49,6 +49,12 @@ class TraceImported(BaseModel):
     spans: int
 
 
+def file_name(description: str) -> Any:
+    """The query parameter naming an uploaded file: a name, never ``.`` or ``..`` (it names a file in a temporary
+    folder)."""
+    return Query(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$", description=description)
+
+
 TRACE_BODY = {
     "requestBody": {
         "required": True,
@@ -74,12 +80,9 @@ async def upload_trace(
     ] = None,
     file: Annotated[
         str,
-        Query(
-            min_length=1,
-            max_length=255,
-            pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$",  # a name, never . or ..: it names a file in a temporary folder
-            description="the file's name, shown on the run page; a rank in it (rank3.json.gz) is the rank when the "
-            "trace has no distributedInfo",
+        file_name(
+            "the file's name, shown on the run page; a rank in it (rank3.json.gz) is the rank when the trace has no "
+            "distributedInfo"
         ),
     ] = "trace.json",
 ) -> TraceImported:

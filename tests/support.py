@@ -371,3 +371,13 @@ def profiled_trace(folder: Path, rank: int, first: int, steps: int) -> Path:
     profiler.between_steps(first + steps)
     profiler.join(60)
     return folder / f"rank{rank}-steps{first}-{first + steps - 1}.json.gz"
+
+
+def upload_profile_trace(client: httpx.Client, key: str, profile_id: int, rank: int, trace: Path) -> httpx.Response:
+    """``trace`` sent as rank ``rank``'s of profile ``profile_id``, as the collector sends it."""
+    return client.post(
+        f"/api/v1/runs/{key}/profiles/{profile_id}",
+        params={"rank": rank, "file": trace.name},
+        headers={"Content-Type": "application/json"},
+        content=trace.read_bytes(),
+    )

@@ -17,7 +17,7 @@ from bubblescope.backend.profile_uploads import MAX_KEY, profile_run_key
 from bubblescope.collector.capture import CaptureWindows, ProfileWindow
 from bubblescope.collector.profiling import OnDemandProfiler, TraceUploader
 from tests.capture.test_api import ingest
-from tests.support import FILE_BODY, LiveServer, assert_names, profiled_trace, register, run_rows
+from tests.support import FILE_BODY, LiveServer, assert_names, profiled_trace, register, run_rows, upload_profile_trace
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +40,6 @@ def asked_profile(client: httpx.Client, world_size: int = 2, **body: Any) -> tup
     return key, asked.json()
 
 
-def upload(client: httpx.Client, key: str, profile_id: int, rank: int, trace: Path) -> httpx.Response:
-    return client.post(
-        f"/api/v1/runs/{key}/profiles/{profile_id}",
-        params={"rank": rank, "file": trace.name},
-        content=trace.read_bytes(),
-        headers={"Content-Type": "application/json"},
-    )
-
-
 def test_each_rank_s_trace_is_imported_into_the_profile_s_run_and_listed(
     server: LiveServer, traces: dict[str, Path]
 ) -> None:
@@ -57,12 +48,14 @@ def test_each_rank_s_trace_is_imported_into_the_profile_s_run_and_listed(
         revision = run_rows(server.db_url, key, "SELECT revision FROM runs WHERE id = {run}")
         listed = client.get(f"/api/v1/runs/{key}/profiles").json()["profiles"]
         assert [(p["id"], p["from_step"], p["steps"], p["traces"]) for p in listed] == [(asked["id"], 40, 2, [])]
-        stored = [upload(client, key, asked["id"], rank, traces[f"rank{rank}"]) for rank in (0, 1)]
+        stored = [upload_profile_trace(client, key, asked["id"], rank, traces[f"rank{rank}"]) for rank in (0, 1)]
         assert [response.status_code for response in stored] == [201, 201], [r.text for r in stored]
         trace_key = profile_run_key(key, asked["id"])
         assert {response.json()["run_key"] for response in stored} == {trace_key}
         assert run_rows(server.db_url, key, "SELECT revision FROM runs WHERE id = {run}") > revision  # the page hears
-        again = upload(client, key, asked["id"], 1, traces["early"])  # the first is kept, this body never read
+        again = upload_profile_trace(
+            client, key, asked["id"], 1, traces["early"]
+        )  # the first is kept, this body never read
         assert again.status_code == 200 and again.json() == stored[1].json()
         (listed,) = client.get(f"/api/v1/runs/{key}/profiles").json()["profiles"]
         assert listed["run_key"] == trace_key and listed["upload_ranks"] == [0, 1]
@@ -83,15 +76,32 @@ def test_a_trace_the_profile_did_not_ask_for_is_refused_and_nothing_is_stored(
     with server.client() as client:
         key, asked = asked_profile(client, upload_ranks=[1])
         profile_id = asked["id"]
-        assert_names(upload(client, key, profile_id, 0, traces["rank0"]), 422, ["query", "rank"], "ranks [1] do")
         assert_names(
-            upload(client, key, profile_id + 999, 1, traces["rank1"]), 404, ["path", "profile_id"], "no profile"
+            upload_profile_trace(client, key, profile_id, 0, traces["rank0"]), 422, ["query", "rank"], "ranks [1] do"
         )
-        assert_names(upload(client, "no-such-run", profile_id, 1, traces["rank1"]), 404, ["path", "run_key"], "no run")
+        assert_names(
+            upload_profile_trace(client, key, profile_id + 999, 1, traces["rank1"]),
+            404,
+            ["path", "profile_id"],
+            "no profile",
+        )
+        assert_names(
+            upload_profile_trace(client, "no-such-run", profile_id, 1, traces["rank1"]),
+            404,
+            ["path", "run_key"],
+            "no run",
+        )
         other, _ = asked_profile(client)
-        assert_names(upload(client, other, profile_id, 1, traces["rank1"]), 404, ["path", "profile_id"], "no profile")
-        assert_names(upload(client, key, profile_id, 1, traces["early"]), 422, ["body"], "not profile")
-        assert_names(upload(client, key, profile_id, 1, traces["rank0"]), 422, ["body"], "rank 0's, sent as rank 1")
+        assert_names(
+            upload_profile_trace(client, other, profile_id, 1, traces["rank1"]),
+            404,
+            ["path", "profile_id"],
+            "no profile",
+        )
+        assert_names(upload_profile_trace(client, key, profile_id, 1, traces["early"]), 422, ["body"], "not profile")
+        assert_names(
+            upload_profile_trace(client, key, profile_id, 1, traces["rank0"]), 422, ["body"], "rank 0's, sent as rank 1"
+        )
         assert_names(
             client.post(
                 f"/api/v1/runs/{key}/profiles/{profile_id}", params={"rank": 1}, headers=FILE_BODY, content=b"{not json"
@@ -113,7 +123,9 @@ def test_a_run_already_holding_the_profile_s_key_is_not_taken_over(
         key, asked = asked_profile(client)
         squatter = profile_run_key(key, asked["id"])
         assert client.put(f"/api/v1/runs/{squatter}", json={"name": "x", "world_size": 2}).status_code == 200
-        assert_names(upload(client, key, asked["id"], 0, traces["rank0"]), 409, ["path", "profile_id"], "exists")
+        assert_names(
+            upload_profile_trace(client, key, asked["id"], 0, traces["rank0"]), 409, ["path", "profile_id"], "exists"
+        )
         assert client.get(f"/api/v1/runs/{key}/profiles").json()["profiles"][0]["traces"] == []
 
 
@@ -170,7 +182,7 @@ def test_asking_first_says_whether_to_send_and_hostile_uploads_get_a_4xx(
         assert_names(client.post(where, params={"rank": 5, "check": "true"}), 422, ["query", "rank"], "does not upload")
         too_big = client.post(where, params={"rank": 0, "check": "true", "bytes": 2**40})
         assert_names(too_big, 413, ["query", "bytes"], "over")
-        stored = upload(client, key, asked["id"], 0, traces["rank0"])
+        stored = upload_profile_trace(client, key, asked["id"], 0, traces["rank0"])
         assert stored.status_code == 201, stored.text
         again = client.post(where, params={"rank": 0, "check": "true"})
         assert again.status_code == 200 and again.json() == stored.json()
@@ -196,7 +208,7 @@ def test_one_rank_sent_twice_at_once_is_stored_once(sqlite_server: LiveServer, t
 
     def send() -> None:
         with sqlite_server.client() as client:
-            answers.append(upload(client, key, asked["id"], 1, traces["rank1"]))
+            answers.append(upload_profile_trace(client, key, asked["id"], 1, traces["rank1"]))
 
     senders = [threading.Thread(target=send) for _ in range(3)]
     for sender in senders:

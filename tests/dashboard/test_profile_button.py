@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.support import FILE_BODY, LiveServer, ingest_batch, post_gzip, profiled_trace, register, run_rows
+from tests.support import LiveServer, ingest_batch, post_gzip, profiled_trace, register, run_rows, upload_profile_trace
 
 pytestmark = pytest.mark.browser
 
@@ -54,12 +54,7 @@ def test_a_running_runs_page_asks_for_a_profile_and_lists_its_traces(
             )[0]
             trace = profiled_trace(tmp_path, 0, first, steps)
             with sqlite_server.client() as client:
-                sent = client.post(
-                    f"/api/v1/runs/{key}/profiles/{profile_id}",
-                    params={"rank": 0, "file": trace.name},
-                    headers=FILE_BODY,
-                    content=trace.read_bytes(),
-                )
+                sent = upload_profile_trace(client, key, profile_id, 0, trace)
             assert sent.status_code == 201, sent.text
         expect(listed).to_contain_text("1 of 8 traces uploaded (rank 0, ", timeout=20_000)  # the page hears of it
         links = listed.locator("a")

@@ -15,7 +15,7 @@ from sqlalchemy import Column, ColumnElement, Table, create_engine, func, or_, s
 
 from bubblescope.backend.db.engine import build_session_factory, transaction
 from bubblescope.backend.db.models import Alert, AlertDelivery, Base, Run
-from tests.support import FILE_BODY, ingest_batch, post_gzip, profiled_trace, register
+from tests.support import FILE_BODY, ingest_batch, post_gzip, profiled_trace, register, upload_profile_trace
 
 
 def tables_of_a_run() -> list[tuple[Table, Column[Any], Table | None]]:
@@ -81,12 +81,7 @@ def full_run(client: httpx.Client, db_url: str, batches: int = 4) -> str:
     profile = client.post(f"/api/v1/runs/{key}/profile", json={"steps": 1}).json()
     with tempfile.TemporaryDirectory() as folder:
         trace = profiled_trace(Path(folder), 0, profile["from_step"], 1)
-        uploaded = client.post(
-            f"/api/v1/runs/{key}/profiles/{profile['id']}",
-            params={"rank": 0, "file": trace.name},
-            headers=FILE_BODY,
-            content=trace.read_bytes(),
-        )
+        uploaded = upload_profile_trace(client, key, profile["id"], 0, trace)
     assert uploaded.status_code == 201, uploaded.text
     entry = {"collective_seq_id": 1, "profiling_name": "gloo:all_reduce", "process_group": ["0", "default_pg"]}
     dump = json.dumps({"version": "2.10", "entries": [entry]}).encode()
