@@ -93,7 +93,8 @@ def test_a_profiled_pipeline_job_imports_as_the_collector_measured_it(
     print({"collected": collected, "imported": imported})
     for rank in (0, 1):
         for what, ours, theirs in zip(SHARES, imported[rank], collected[rank]):
-            assert abs(ours - theirs) <= 0.05, (rank, what, f"imported {ours:.1%}, collected {theirs:.1%}")
+            # two instruments on a shared 2-core CPU: 5.7 points apart in 1 of 8 runs (docs/traces.md)
+            assert abs(ours - theirs) <= 0.08, (rank, what, f"imported {ours:.1%}, collected {theirs:.1%}")
 
 
 def test_an_imported_job_finds_every_wait_for_a_peer_the_collector_measured(
@@ -127,10 +128,20 @@ def test_an_imported_pipeline_gets_its_stages_micro_batches_and_bubble(
     and micro-batches, a replay of its pipeline, and a measured bubble near the collected one."""
     key = f"round-trip-{schedule}"
     job = (f"--schedule={schedule}", "--record-shapes")
-    collected_and_imported(sqlite_server, tmp_path, key, *job, schedule=named, BUBBLESCOPE_STAGE_LAYERS="0")
+    collected_and_imported(  # every step in full: by default only every 10th (step 0, warm-up) has spans
+        sqlite_server,
+        tmp_path,
+        key,
+        *job,
+        schedule=named,
+        BUBBLESCOPE_STAGE_LAYERS="0",
+        BUBBLESCOPE_FULL_SPANS_EVERY="1",
+    )
     with sqlite_server.client() as client:
         runs = {kind: client.get(f"/api/v1/runs/{key}-{kind}").json() for kind in ("collected", "imported")}
-        analyses = {kind: client.get(f"/api/v1/runs/{key}-{kind}/analysis").json() for kind in runs}
+        steps = f"from_step={min(PROFILED)}&to_step={max(PROFILED)}"  # the same steps in both (the collected run's
+        # first 5 are warm-up by default, the imported run's are not: the profiler left its own out)
+        analyses = {kind: client.get(f"/api/v1/runs/{key}-{kind}/analysis?{steps}").json() for kind in runs}
     config = runs["imported"]["config"]
     assert (config["num_stages"], config["num_microbatches"]) == (stages, 4), config
     assert config.get("virtual_stages", 1) == stages // 2 and config["schedule"], config
@@ -146,6 +157,6 @@ def test_an_imported_pipeline_gets_its_stages_micro_batches_and_bubble(
     assert all(b is not None for b in bubbles.values()), {k: a["pipeline_unavailable"] for k, a in analyses.items()}
     measured = {kind: b["measured_bubble_fraction"] for kind, b in bubbles.items()}
     print(schedule, measured)
-    # Not closer: on this CPU the runtime's own time between actions moves between the ranks' idle and their
-    # operators from run to run (over 2 runs each, 2-17 points apart, the import lower; docs/traces.md).
-    assert abs(measured["imported"] - measured["collected"]) <= 0.20, measured
+    # Not closer: on this CPU the runtime's own time between actions lands in the trace's operators, which the
+    # collector counts as idle (over 5 runs each, up to 10 points apart for interleaved, the import lower).
+    assert abs(measured["imported"] - measured["collected"]) <= 0.15, measured
