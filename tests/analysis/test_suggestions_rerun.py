@@ -96,10 +96,13 @@ def test_imbalanced_pipeline_rebalanced_as_suggested_has_balanced_stages(sqlite_
     _, before = run_and_analyse(sqlite_server.url, client, base)
     rebalance = next(s for s in before["suggestions"] if s["kind"] == "rebalance_stages")
     assert before["layers_source"] == "counted"  # the job declared no layer split: the collector counted it
-    assert rebalance["apply"] == {"layers_per_stage": [3, 3]}
+    # 3+3 on a quiet machine; 4+2 once in CI, where load stretched the measured layers unevenly: either is a
+    # move of time off stage 0, and the re-run below checks the one suggested
+    split = rebalance["apply"]["layers_per_stage"]
+    assert split in ([3, 3], [4, 2]), rebalance["apply"]
     assert rebalance["predicted_step_ns"] < rebalance["current_step_ns"]
     assert before["imbalance"]["slowest_stage"] == 0 and before["imbalance"]["slowest_excess"] > 0.3
-    assert before["imbalance"]["moves"] == [{"layers": 2, "from_stage": 0, "to_stage": 1}]
+    assert before["imbalance"]["moves"] == [{"layers": 5 - split[0], "from_stage": 0, "to_stage": 1}]
     assert causes(before)["stage_imbalance"] > 0.05
     timed = before["pipeline"]["stage_layers"]
     assert [len(stage) for stage in timed["layers"]] == [5, 1], timed  # each Linear + GELU timed as one layer
@@ -113,7 +116,7 @@ def test_imbalanced_pipeline_rebalanced_as_suggested_has_balanced_stages(sqlite_
         assert len(switch["apply"]["layers_per_stage"]) == 4 and sum(switch["apply"]["layers_per_stage"]) == 6
 
     _, after = run_and_analyse(sqlite_server.url, client, base.applied(rebalance["apply"]))
-    assert after["imbalance"]["layers_per_stage"] == [3, 3]
+    assert after["imbalance"]["layers_per_stage"] == split
     assert after["imbalance"]["slowest_excess"] <= predicted + 0.15, (predicted, after["imbalance"])
     assert causes(after)["stage_imbalance"] <= causes(before)["stage_imbalance"] / 2, (causes(before), causes(after))
     assert not any(s["kind"] == "rebalance_stages" for s in after["suggestions"])
