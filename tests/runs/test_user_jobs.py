@@ -113,10 +113,12 @@ def test_a_job_without_a_pipeline_shows_its_compute_and_its_step_not_a_bubble(
         replicas = ranks // 2 if ranks >= 4 else 1
         tp = ranks // replicas
         assert coords == {rank: {"dp": rank // tp, "tp": rank % tp} for rank in range(ranks)}
-        groups = [g["group"] for g in split["groups"]]
-        assert groups[:1] == ["tp"], split["groups"]
-        if replicas > 1:  # DDP's gradient buckets over dp
+        groups = [g["group"] for g in split["groups"]]  # the most exposed first
+        assert "tp" in groups, split["groups"]
+        if replicas > 1:  # DDP's gradient buckets over dp: 4 ranks on 2 cores, either may wait the most
             assert "dp" in groups, split["groups"]
+        else:
+            assert groups[:1] == ["tp"], split["groups"]
     for suggestion in analysis["suggestions"]:
         assert "bubble" not in suggestion["title"].lower() and suggestion["kind"] not in ("pipeline_it", "rebalance")
 
