@@ -181,23 +181,20 @@ def _received_before(
     factory: sessionmaker[Session], run_key: str, profile_id: int, rank: int
 ) -> ProfileTraceStored | None:
     with transaction(factory) as session:
-        _profile(session, run_key, profile_id, rank)
+        _run, profile = _profile(session, run_key, profile_id, rank)
         row = session.get(ProfileTrace, (profile_id, rank))
-        return None if row is None else _stored(session, row, profile_id)
+        return None if row is None else _stored(row, profile, profile_run_key(run_key, profile_id))
 
 
-def _stored(session: Session, row: ProfileTrace, profile_id: int) -> ProfileTraceStored:
-    steps = session.get(CaptureRequest, profile_id)
-    trace_run = session.get(Run, row.trace_run_id)
-    assert steps is not None and trace_run is not None  # both hold the row (foreign keys)
+def _stored(row: ProfileTrace, profile: CaptureRequest, trace_key: str) -> ProfileTraceStored:
     return ProfileTraceStored(
-        profile_id=profile_id,
+        profile_id=profile.id,
         rank=row.rank,
         file=row.file,
         bytes=row.bytes,
         uploaded_at=as_utc(row.uploaded_at),
-        run_key=trace_run.key,
-        steps=list(range(steps.from_step, steps.from_step + steps.steps)),
+        run_key=trace_key,  # the run it was imported as: no other holds that key (``_store`` refuses one)
+        steps=list(range(profile.from_step, profile.from_step + profile.steps)),
     )
 
 
@@ -212,7 +209,7 @@ def _store(request: Request, run_key: str, profile_id: int, rank: int, path: Pat
         run, profile = _profile(session, run_key, profile_id, rank)
         stored = session.get(ProfileTrace, (profile_id, rank))
         if stored is not None:
-            return _stored(session, stored, profile_id), False
+            return _stored(stored, profile, trace_key), False
         _check(imported, rank, profile)
         taken = find_run(session, trace_key)  # before the links: a run and its first link are committed together
         linked = set(session.scalars(select(ProfileTrace.trace_run_id).where(ProfileTrace.request_id == profile_id)))
@@ -228,7 +225,7 @@ def _store(request: Request, run_key: str, profile_id: int, rank: int, path: Pat
         touch_run(session, run.id)  # news: the profiled run's page lists the trace
         session.flush()
         session.refresh(row)
-        return _stored(session, row, profile_id), True
+        return _stored(row, profile, trace_key), True
 
 
 def _check(imported: ImportedRank, rank: int, profile: CaptureRequest) -> None:

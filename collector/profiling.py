@@ -59,7 +59,7 @@ class TraceUploader:
         query = urllib.parse.urlencode({"rank": rank, "file": path.name})
         where = f"{wire.API_PREFIX}/runs/{self.run_key}/profiles/{window.request_id}?{query}"
         deadline = time.monotonic() + self.give_up_after_s
-        size = size_of(path)
+        size = path.stat().st_size
         resets = 0
         for attempt in itertools.count():
             check = Message("POST", f"{where}&check=true&bytes={size}", b"")
@@ -72,17 +72,15 @@ class TraceUploader:
                 stored = response.document or {}
                 log.warning("bubblescope: profile trace %s uploaded: run %s", path.name, stored.get("run_key"))
                 return
-            backoff = min(60.0, self.pause_s * 2 ** min(attempt, 6)) * _JITTER.uniform(0.5, 1.5)
-            pause = max(self.pause_s, response.retry_after_s or 0.0, backoff if response.retry_after_s is None else 0.0)
+            pause = response.retry_after_s
+            if pause is None:  # a doubling pause, jittered
+                pause = min(60.0, self.pause_s * 2 ** min(attempt, 6)) * _JITTER.uniform(0.5, 1.5)
+            pause = max(self.pause_s, pause)
             if response.verdict is not Verdict.RETRY or resets >= MAX_RESETS or time.monotonic() + pause > deadline:
                 break
             time.sleep(pause)
         why = response.error if not response.body else readable(response.body)
         log.warning("bubblescope: the profile trace %s was not uploaded (%s); it stays on disk", path, why)
-
-
-def size_of(path: Path) -> int:
-    return path.stat().st_size
 
 
 class OnDemandProfiler:

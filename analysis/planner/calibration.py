@@ -118,9 +118,14 @@ def candidates(grid: Mapping[str, Sequence[float]] = GRID) -> list[Efficiencies]
     return [replace(DEFAULT_EFFICIENCIES, **dict(zip(names, values))) for values in itertools.product(*grid.values())]
 
 
-def _read(csv_path: Path) -> list[dict[str, str]]:
+def _predictions(
+    csv_path: Path, grid: Mapping[str, Sequence[float]]
+) -> tuple[list[Efficiencies], list[list[CalibrationRow]]]:
+    """Each candidate's prediction of each row, computed once (the table every fit picks from)."""
+    options = candidates(grid)
     with csv_path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
+        published = list(csv.DictReader(handle))
+    return options, [[predict_row(row, eff) for row in published] for eff in options]
 
 
 def _best(table: list[list[CalibrationRow]], rows: Sequence[int]) -> int:
@@ -130,19 +135,16 @@ def _best(table: list[list[CalibrationRow]], rows: Sequence[int]) -> int:
 
 def fit(csv_path: Path, grid: Mapping[str, Sequence[float]] = GRID) -> Efficiencies:
     """The grid's constants with the least mean |error| over every row (in-sample)."""
-    options = candidates(grid)
-    published = _read(csv_path)
-    table = [[predict_row(row, eff) for row in published] for eff in options]
-    return options[_best(table, range(len(published)))]
+    options, table = _predictions(csv_path, grid)
+    return options[_best(table, range(len(table[0])))]
 
 
 def leave_one_out(csv_path: Path, grid: Mapping[str, Sequence[float]] = GRID) -> list[HeldOut]:
     """Each row predicted with the grid's constants fitted on the other rows alone."""
-    options = candidates(grid)
-    published = _read(csv_path)
-    table = [[predict_row(row, eff) for row in published] for eff in options]  # every prediction once
+    options, table = _predictions(csv_path, grid)
+    rows = range(len(table[0]))
     held: list[HeldOut] = []
-    for index in range(len(published)):
-        chosen = _best(table, [other for other in range(len(published)) if other != index])
+    for index in rows:
+        chosen = _best(table, [other for other in rows if other != index])
         held.append(HeldOut(table[chosen][index], options[chosen]))
     return held
