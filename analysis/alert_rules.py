@@ -338,9 +338,10 @@ def _hung_action(lagging: list[RankStatus]) -> str | None:
         return None
     dumps = "; ".join(f"on host {r.host}: py-spy dump --pid {r.pid} (rank {r.rank})" for r in known)
     more = f", and the other {len(lagging) - len(known)} lagging ranks" if len(lagging) > len(known) else ""
+    whose = "rank's" if len(lagging) == 1 else "ranks'"
     return (
-        f"Dump the lagging {'rank' if len(lagging) == 1 else 'ranks'}' Python stack ({dumps}{more}) and look for a deadlock, a stuck data loader or "
-        "I/O, or a collective it never entered; then restart from the last checkpoint."
+        f"Dump the lagging {whose} Python stack ({dumps}{more}) and look for a "
+        "deadlock, a stuck data loader or I/O, or a collective it never entered; then restart from the last checkpoint."
     )
 
 

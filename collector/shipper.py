@@ -317,13 +317,15 @@ class Shipper:
                     self._interval = adopted_interval(self.config.flush_interval_s, response.document)
                     self._flush_due_at = self._last_flush + self._interval
                 return True
-            if response.verdict is Verdict.REJECTED:
+            if response.verdict is Verdict.REJECTED:  # for good: the same message would be refused again
                 self._dropped_here += message.span_count
+                kept = self.spool.keep_rejected(message)
+                where = f"kept as *.rejected in {self.spool.directory}" if kept else "not kept (too many refused)"
                 self._warn_once(
                     f"rejected-{response.status}",
                     f"bubblescope: the service refused {message.method} {message.path} ({response.status}: "
-                    f"{readable(response.body)}); that message is dropped (its {message.span_count} spans counted "
-                    "as dropped), the next ones are sent",
+                    f"{readable(response.body)}); that message is {where}, not sent again (its spans counted as "
+                    "dropped); the next ones are sent",
                 )
                 return True
             if response.verdict in (Verdict.UNAUTHORIZED, Verdict.MISADDRESSED):  # keep everything: it can be fixed

@@ -9,7 +9,9 @@ sent, so nothing is re-encoded on upload.
 Bounded in bytes: past the bound new messages are refused (the caller counts their spans as
 dropped). One small file outside the bound, ``COUNTERS_NAME``, holds the newest drop counter so
 the service learns about the loss even when the spool is full; it sorts after every message.
-A file that cannot be parsed is renamed ``*.bad`` so it never blocks the messages behind it.
+A file that cannot be parsed is renamed ``*.bad`` so it never blocks the messages behind it. A message the
+service refused for good (a 4xx that no retry changes: a field an older service does not know, say) is kept as
+``*.rejected`` beside the pending ones, at most ``MAX_REJECTED`` of them: never sent again, but not lost.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from bubblescope.collector.transport import Message
 _SUFFIX = ".msg"
 _TEMPORARY = ".tmp"
 COUNTERS_NAME = "zz-counters" + _SUFFIX
+REJECTED_SUFFIX = ".rejected"
+MAX_REJECTED = 64
 _counter = itertools.count()
 
 
@@ -57,6 +61,14 @@ class Spool:
             return False
         self._bytes = self._size() + size
         return True
+
+    def keep_rejected(self, message: Message) -> bool:
+        """Keep a refused message for a person (``*.rejected``, not pending); False past ``MAX_REJECTED`` or on a
+        disk error."""
+        if self.directory.exists() and len(list(self.directory.glob(f"*{REJECTED_SUFFIX}"))) >= MAX_REJECTED:
+            return False
+        name = f"{time.time_ns():020d}-{os.getpid()}-{next(_counter):08d}{_SUFFIX}{REJECTED_SUFFIX}"
+        return self._write_atomically(name, _encode(message))
 
     def write_counters(self, message: Message) -> bool:
         """Replace the one counters message (outside the bound: it is a few hundred bytes)."""

@@ -99,15 +99,17 @@ function bubbleItem(analysis) {
   if (analysis.step_split) return computeItem(analysis.step_split);
   const a = analysis.attribution;
   if (!a) return item("glance-bubble", "Bubble", "—", analysis.pipeline_unavailable || "not measurable for this run");
-  const over = a.above_floor_fraction; // in ns over the run's step: the floor's own fraction is of the pipeline's step
-  const floor = percent(a.simulated_floor_fraction);
+  // Both over the run's step: the floor's idle time as a share of this step (its own fraction, of the replayed
+  // pipeline step, is in the analysis below; beside the measured share it would read as a contradiction).
+  const over = a.above_floor_fraction;
+  const floor = `${percent(a.measured_bubble_fraction - over)} of the step`;
   const steps = `median of ${analysis.steps.length} step${analysis.steps.length > 1 ? "s" : ""}`;
   if (analysis.advice_withheld) { // one or two steps: a figure, no verdict
     return item("glance-bubble", "Bubble", percent(a.measured_bubble_fraction), `${steps}: too few for a verdict; floor ${floor}, simulated`);
   }
   const versus = Math.abs(over) <= AT_FLOOR ? `at its floor (${floor}, simulated)`
     : over > 0 ? `${(100 * over).toFixed(1)} pts above its floor (${floor}, simulated)${over > RED_OVER_FLOOR ? ": more than 5 pts" : ""}`
-      : `under the simulated floor (${floor}): the replay overstates this run by ${ms(a.replay_excess_ns)} ms a rank`;
+      : `under its simulated floor (${floor}): the replay overstates this run by ${ms(a.replay_excess_ns)} ms a rank`;
   return item("glance-bubble", "Bubble", percent(a.measured_bubble_fraction), `${steps}; ${versus}`, over > RED_OVER_FLOOR ? "bad" : "");
 }
 
@@ -221,10 +223,22 @@ function alertsItem(firing) {
     el("a", { href: "#alert-banner" }, critical ? `${critical} critical: see above` : "see above"), critical ? "bad" : "");
 }
 
+// The straggler section names a stopped run's culprit first, as the banner and the glance do: its findings are of
+// the steps before the hang or the crash, and a warm-up's one-off there is not the cause.
+function stragglerCulprit(t) {
+  const line = document.getElementById("straggler-culprit");
+  if (!line) return;
+  line.hidden = !t;
+  line.textContent = !t ? "" : t.how === "hung"
+    ? `The run is hung on ${t.who}: the others wait for ${t.one ? "it" : "them"} (the alert above). The cells below are the steps before the hang.`
+    : `The run failed: ${t.who} failed first (the alert above). The cells below are the steps before the failure.`;
+}
+
 function render() {
   const box = document.getElementById("glance");
   if (!known.run) return;
-  const stopped = trouble(); // a hung or failed run's culprit, read once for both cards that name it
+  const stopped = trouble(); // a hung or failed run's culprit, read once for the cards and the straggler section
+  stragglerCulprit(stopped);
   box.replaceChildren(
     stepItem(known.run),
     known.analysis ? bubbleItem(known.analysis) : waiting("glance-bubble", known.run.config.schedule ? "Bubble" : "Compute"),

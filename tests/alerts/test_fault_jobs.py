@@ -12,6 +12,7 @@ by bench/alert_latency.py, not here.
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 import uuid
@@ -69,6 +70,31 @@ def test_a_killed_rank_is_named_though_its_peer_failed_first_on_the_broken_conne
         assert "without reporting an end" in alert["annotations"]["description"]
         finish(job)
         assert job.returncode != 0
+
+
+def test_ranks_terminated_by_the_launcher_report_sigterm_as_their_end(service: LiveServer) -> None:
+    """A scheduler's preemption: SIGTERM to torchrun, which passes it to every rank; each reports a failed end whose
+    error says it was terminated (docs/collector.md), so the run reads failed, not silent."""
+    run_key = f"sigterm-{uuid.uuid4().hex[:8]}"
+    job = launch(service.url, run_key, 2, "--steps=400")
+    with service.client() as client:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and client.get(f"/api/v1/runs/{run_key}").json().get("step_count", 0) < 3:
+            time.sleep(0.5)
+        job.send_signal(signal.SIGTERM)
+        finish(job)
+        assert job.returncode != 0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            run = client.get(f"/api/v1/runs/{run_key}").json()
+            if all(r["outcome"] for r in run["ranks"]):
+                break
+            time.sleep(0.5)
+    assert run["step_count"] >= 3 and run["state"] == "failed", run["state"]
+    ends = {r["rank"]: (r["outcome"], r["error"]) for r in run["ranks"]}
+    assert all(outcome == "failed" and error.startswith("SIGTERM: terminated") for outcome, error in ends.values()), (
+        ends
+    )
 
 
 @pytest.mark.parametrize(

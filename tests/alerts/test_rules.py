@@ -98,6 +98,7 @@ def test_the_hung_alerts_action_names_the_lagging_ranks_host_and_pid() -> None:
     hung = snapshot(ranks, progress_quiet_s=95.0)
     alert = next(a for a in evaluate(hung, THRESHOLDS) if a.alertname == "BubblescopeRunHung")
     assert "(on host node1: py-spy dump --pid 7008 (rank 8))" in alert.action, alert.action
+    assert alert.action.startswith("Dump the lagging rank's Python stack"), alert.action
     unknown = snapshot([dataclasses.replace(r, pid=None) for r in ranks], progress_quiet_s=95.0)
     generic = next(a for a in evaluate(unknown, THRESHOLDS) if a.alertname == "BubblescopeRunHung")
     assert "py-spy dump --pid PID on its host" in generic.action  # the runbook's own words, nothing invented

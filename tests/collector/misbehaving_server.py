@@ -9,6 +9,7 @@ Switch ``server.mode`` at any time; each new connection gets the current behavio
 - ``wrong_json``: 200 with JSON that is not the service's acknowledgement
 - ``drop``: read the request headers, then close the socket without an answer
 - ``half``: read the request, send half an answer (headers promise more body), close
+- ``refuse``: 422 naming a field, as an older service answers a field it does not know (for good: no retry helps)
 - ``bad_captures``: like ``proxy``, but the ingest answers' ``captures`` are replaced by junk
   (a string, wrong types, negative steps, booleans, ...), one variant after another
 """
@@ -25,7 +26,7 @@ from collections import Counter
 
 from tests.support import free_port
 
-MODES = ("proxy", "slow", "error", "garbage", "wrong_json", "drop", "half", "bad_captures")
+MODES = ("proxy", "slow", "error", "garbage", "wrong_json", "drop", "half", "bad_captures", "refuse")
 JUNK_CAPTURES: list[object] = [
     "all of them",
     None,
@@ -78,6 +79,9 @@ class _Handler(socketserver.StreamRequestHandler):
             self.wfile.write(_reply("500 Internal Server Error", "application/json", b'{"detail":"boom"}'))
         elif mode == "garbage":
             self.wfile.write(_reply("200 OK", "text/html", b"<html><body>Welcome to nginx!</body></html>"))
+        elif mode == "refuse":
+            detail = b'{"detail":[{"loc":["body","steps",0,"gpu_ns"],"msg":"extra fields not permitted"}]}'
+            self.wfile.write(_reply("422 Unprocessable Entity", "application/json", detail))
         elif mode == "wrong_json":
             self.wfile.write(_reply("200 OK", "application/json", b'{"status": "ok", "items": []}'))
         elif mode == "half":

@@ -29,6 +29,13 @@ def test_server_down_for_whole_job_then_upload_delivers_everything_once(
     files = sorted(spool.rglob("*.msg"))
     assert files, "nothing was spooled"
     assert {p.parent.name for p in files} == {"rank0", "rank1"}
+    down = [line for line in job.output.splitlines() if "service unreachable" in line]
+    assert len(down) == stages, job.output[-3000:]  # one line per rank, naming the folder and the command
+    folder = files[0].parent.parent
+    assert all(
+        f"spooling to {folder}" in line and f"upload-spool --url {dead_url} --spool-dir {folder}" in line
+        for line in down
+    ), down
     backup = tmp_path / "backup"
     shutil.copytree(spool, backup)
     spooled_steps, expected = spooled_ingest_contents(spool)

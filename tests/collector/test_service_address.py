@@ -1,6 +1,8 @@
 """A job pointed at the service by a URL as users type it: ``…/api/v1`` (the API's own prefix) stores every
 span; a path with no bubblescope API behind it spools everything, says so in one line that names the folder
-and the command, and ``upload-spool`` with the right URL delivers it all. Rank 0 prints the run's page."""
+and the command, and ``upload-spool`` with the right URL delivers it all. Rank 0 prints the run's page. A service
+that refuses a message for good (a 422, as an older service answers a field it does not know) gets one readable
+line per status, and the message is kept on disk, not lost."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import sys
 import uuid
 from pathlib import Path
 
+from bubblescope.collector.spool import MAX_REJECTED, REJECTED_SUFFIX
 from tests.collector.jobs import launch, read_report
+from tests.collector.misbehaving_server import MisbehavingServer
 from tests.support import LiveServer
 
 STEPS = 12
@@ -53,3 +57,26 @@ def test_a_url_with_no_api_behind_it_spools_everything_and_upload_spool_delivers
         done = subprocess.run([*command, "--url", sqlite_server.url], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done
         assert client.get(f"/api/v1/runs/{run_key}").json()["step_count"] == STEPS
+
+
+def test_a_message_refused_for_good_is_kept_on_disk_and_said_in_one_readable_line(tmp_path: Path) -> None:
+    run_key = f"refused-{uuid.uuid4().hex[:8]}"
+    server = MisbehavingServer("refuse").start()
+    try:
+        process, _ = launch(
+            tmp_path, server.url, run_key, "--steps", str(STEPS), env={"BUBBLESCOPE_FLUSH_INTERVAL_S": "0.05"}
+        )
+        report = read_report(tmp_path, run_key, process)  # the job ends as it would have (exit 0)
+    finally:
+        server.stop()
+    assert server.requests["refuse"] > 0
+    log = (tmp_path / f"{run_key}.log").read_text()
+    lines = [line for line in log.splitlines() if "the service refused" in line]
+    assert len(lines) == 1, log  # once per status, not once per message
+    assert "(422: " in lines[0] and "extra fields not permitted" in lines[0], lines[0]
+    assert not re.search(r"(?<!\w)b'", lines[0]), lines[0]
+    kept = list((tmp_path / "spool").rglob(f"*{REJECTED_SUFFIX}"))
+    assert 0 < len(kept) <= MAX_REJECTED and f"kept as *.rejected in {kept[0].parent}" in lines[0], lines[0]
+    assert kept[0].read_bytes().split(b"\n", 1)[0].startswith((b"POST ", b"PUT ")), "the message as it was sent"
+    assert not list((tmp_path / "spool").rglob("*.msg")), "a refused message is not pending: no retry would help"
+    assert report.dropped_spans > 0  # the refused spans are counted as dropped

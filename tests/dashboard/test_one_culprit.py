@@ -1,9 +1,11 @@
 """A real hung job and a real crashed job (the demo pipeline with one faulty rank, under torchrun) on the run page,
-in headless Chromium: the banner, the glance's culprit card, its first thing to do, the state badge and the ranks
-table all name the same rank; a run with too few steps says so instead of advising; a red card says why."""
+in headless Chromium: the banner, the glance's culprit card, its first thing to do, the state badge, the straggler
+section and the ranks table all name the same rank; a run with too few steps says so instead of advising; a red
+card says why."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,31 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 def glance(page: Any, part: str) -> str:
     return str(page.locator(f"#glance-{part}").inner_text())
+
+
+def marked_ranks(page: Any, flag: str) -> list[str]:
+    """The ranks table's rows carrying ``flag`` (lagging, failed first), by their rank cell."""
+    rows = page.locator("#ranks-table tbody tr").filter(has=page.locator(".flag", has_text=flag))
+    return [row.locator("td").first.inner_text().split()[1] for row in rows.all()]
+
+
+def assert_stragglers_name(page: Any, culprit: str, what: str) -> None:
+    """The straggler section leads with the stopped run's culprit, as the banner does."""
+    expect(page.locator("#straggler-culprit")).to_be_visible(timeout=20_000)
+    line = page.locator("#straggler-culprit").inner_text()
+    assert culprit in line and what in line, line
+
+
+def assert_bubble_card_adds_up(page: Any) -> None:
+    """The bubble card's figures are of one step: the floor's share plus the points above it is the bubble."""
+    text = glance(page, "bubble")
+    bubble, floor = (float(found) for found in re.findall(r"([\d.]+)%", text)[:2])
+    assert re.search(rf"{floor}% of the step, simulated", text), text
+    above = re.search(r"([\d.]+) pts above its floor", text)
+    if above:  # else at its floor (within 2 points) or under it
+        assert floor < bubble and abs(floor + float(above[1]) - bubble) <= 0.15, text
+    else:
+        assert ("at its floor" in text and abs(floor - bubble) <= 2.1) or "under its simulated floor" in text, text
 
 
 def open_run(browser: Any, url: str, width: int) -> tuple[Any, list[str]]:
@@ -53,6 +80,10 @@ def test_a_hung_run_names_one_culprit_everywhere(browser: Any, service: LiveServ
             assert "nothing to change" not in do_first
             assert page.locator("#run-state .state").inner_text() == "hung"
             assert "wait for rank 1" in page.locator("#alert-banner").inner_text()
+            assert_stragglers_name(page, "hung on rank 1", "the others wait for it")
+            assert_bubble_card_adds_up(page)
+            expect(page.locator("#ranks-table tr.lagging")).to_have_count(1, timeout=20_000)
+            assert marked_ranks(page, "lagging") == ["1"]
             page.screenshot(path=str(output_dir / f"hung-run-{width}.png"), full_page=True)
             assert errors == []
             page.close()
@@ -77,6 +108,7 @@ def test_a_run_hung_on_two_ranks_names_both_everywhere(browser: Any, service: Li
             do_first = glance(page, "do")
             assert "Find why ranks 1, 3 are stuck" in do_first and "py-spy dump --pid" in do_first, do_first
             assert "2 ranks" in page.locator("#alert-banner").inner_text()
+            assert_stragglers_name(page, "hung on ranks 1, 3", "the others wait for them")
             page.screenshot(path=str(output_dir / f"hung-two-ranks-{width}.png"), full_page=True)
             assert errors == []
             page.close()
@@ -103,6 +135,9 @@ def test_a_crashed_run_names_one_culprit_and_gives_no_advice_on_one_step(
         step = glance(page, "step")
         assert "no baseline yet" in step and "+0.0%" not in step, step
         assert page.locator("#run-state .state").inner_text() == "failed"
+        assert_stragglers_name(page, "rank 1 failed first", "before the failure")
+        expect(page.locator("#ranks-table .flag", has_text="failed first")).to_have_count(1, timeout=20_000)
+        assert marked_ranks(page, "failed first") == ["1"]
         expect(page.locator("#suggestions")).to_contain_text("Too few steps to advise", timeout=20_000)
         for red in page.locator("#glance .glance-item.bad").all():  # a red card says why
             assert red.locator(".note").inner_text().strip(), red.inner_text()

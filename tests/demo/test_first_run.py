@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import textwrap
@@ -174,3 +175,28 @@ def test_a_job_without_url_warns_once_where_it_spools_and_the_command_delivers_i
     assert delivered.returncode == 0 and "delivered" in delivered.stdout, delivered.stdout + delivered.stderr
     detail = run_detail(sqlite_server, key, ranks=1, steps=3)
     assert detail["name"] == "no-url"
+
+
+def test_demo_moves_off_a_taken_default_port_and_exits_after_its_job_without_inviting_a_visit(tmp_path: Path) -> None:
+    """The default port held by another program: the demo says so in one line and serves on a free one; with
+    ``--exit-after-job`` it does not tell the reader to open a dashboard that is about to stop."""
+    from bubblescope.demo import DEFAULT_PORT
+
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", DEFAULT_PORT))
+        holder.listen()
+    except OSError:
+        pass  # taken already by another program: the demo must move off it all the same
+    try:
+        done = bubblescope(
+            "demo", "--exit-after-job", "--db", str(tmp_path / "demo.db"), "--stages", "2", *JOB, env=clean_env()
+        )
+    finally:
+        holder.close()
+    assert done.returncode == 0, done.stderr[-3000:]
+    moved = re.search(rf"port {DEFAULT_PORT} is taken on 127\.0\.0\.1: serving on (\d+) instead", done.stdout)
+    assert moved and int(moved[1]) != DEFAULT_PORT, done.stdout
+    assert f"dashboard: http://127.0.0.1:{moved[1]}/runs/" in done.stdout, done.stdout
+    assert "training job finished" in done.stdout and "the service stops (--exit-after-job)" in done.stdout
+    assert "open the dashboard" not in done.stdout, done.stdout
