@@ -401,6 +401,32 @@ def classify(
     return ("forward" if main else "backward"), None
 
 
+_PROFILER_FIELDS = (  # (where, key, label): what a trace says of the profiler and the stack that wrote it
+    ("trace", "schemaVersion", "schemaVersion"),
+    ("trace", "cupti_version", "CUPTI"),
+    ("trace", "cuda_runtime_version", "CUDA runtime"),
+    ("trace", "roctracer_version", "roctracer"),
+    ("info", "nccl_version", "NCCL"),
+    ("trace", "trace_id", "trace_id"),
+)
+
+
+def profiler_said(metadata: dict[str, Any], info: dict[str, Any]) -> str:
+    """The profiler and its stack as the trace names them (schema, CUPTI, CUDA, NCCL versions, the first GPU),
+    for the run page's source line; 'torch.profiler' when the trace names none."""
+    sources = {"trace": metadata, "info": info}
+    said = [
+        f"{label} {sources[where][key]}"
+        for where, key, label in _PROFILER_FIELDS
+        if isinstance(sources[where].get(key), (str, int)) and not isinstance(sources[where].get(key), bool)
+    ]
+    devices = metadata.get("deviceProperties")
+    first = devices[0] if isinstance(devices, list) and devices and isinstance(devices[0], dict) else {}
+    if isinstance(first.get("name"), str):
+        said.insert(1, first["name"][:64])
+    return ", ".join(str(part)[:80] for part in said) or "torch.profiler"
+
+
 def _epoch_base(metadata: dict[str, Any]) -> int:
     base = metadata.get("baseTimeNanoseconds")
     return base if isinstance(base, int) and not isinstance(base, bool) and base > 0 else 0
@@ -460,16 +486,12 @@ def _converted(path: Path, run_key: str, seq_base: int, events: _RankEvents, sin
     batches = events.store.batches(converted.batches(steps))
     if not converted.numbers:
         raise TraceError(f"{path}: nothing was launched or run inside a ProfilerStep#N: nothing to import")
-    profiler = (
-        ", ".join(f"{key} {metadata[key]}" for key in ("schemaVersion", "trace_id") if key in metadata)
-        or "torch.profiler"
-    )
     return ImportedRank(
         rank=rank,
         file=path.name,
         pid=events.pid or 0,
         world_size=world,
-        profiler=profiler,
+        profiler=profiler_said(metadata, info),
         steps=converted.numbers,
         batches=batches,
         pg_config=pg_config,

@@ -24,6 +24,11 @@ WORLDS = {
     "h100_fsdp2_from_docs": "1 of 1",
 }
 
+STACKS = {  # what a trace says of the stack that wrote it: its GPU, CUPTI, CUDA and NCCL versions
+    "h100_ddp_from_docs": ("NVIDIA H100 80GB HBM3", "CUPTI 130001", "CUDA runtime 13000", "NCCL 2.28.9"),
+    "nccl_data_rank0_of2_a100": ("NVIDIA A100", "NCCL 2.17.1"),
+}
+
 
 @pytest.mark.parametrize("job", sorted(JOBS))
 def test_an_imported_run_says_where_it_came_from(
@@ -47,6 +52,7 @@ def test_an_imported_run_says_where_it_came_from(
         expect(source).to_be_visible(timeout=20_000)
         assert all(path.name in source.inner_text() for path in files), source.inner_text()
         assert "torch.profiler (Kineto) traces" in source.inner_text() and "profiler steps" in source.inner_text()
+        assert all(said in source.inner_text() for said in STACKS.get(job, ())), source.inner_text()
         expect(page.locator("#run-state .state")).to_have_text("finished")
         expect(page.locator("#run-facts")).to_contain_text(f"{WORLDS[job]} (traces)")
         options = page.locator("#step-select option").all_inner_texts()

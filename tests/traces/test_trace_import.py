@@ -462,3 +462,32 @@ def test_a_single_stage_step_without_annotations_is_cut_at_its_p2p_calls() -> No
     ], tagged
     unpaired = [s for s in step if not (s[0] == "backward" and s[1] < 5e6)]  # the first micro-batch's backward lost
     assert single_stage_chunks(unpaired, 1) == unpaired
+
+
+def test_a_kernel_on_its_own_stream_under_compute_is_overlapped_and_a_sub_group_keeps_its_name(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Rank 0 of 4: a GEMM on stream 7 at 110-210 us, an all-reduce of process group '3' (ranks 0 and 1, from
+    ``pg_config``) on stream 9 at 160-260 us, and an all-gather of the default group (every rank) at 270-290 us.
+    Overlap is read on the GPU's timeline across streams: 50 us of the all-reduce ran under the GEMM."""
+    step = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 100, "dur": 200}]
+    events = step + kernel(110, 100, "sm90_xmma_gemm", 1, stream=7)
+    events += kernel(160, 100, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 2, stream=9)
+    events += kernel(270, 20, "ncclDevKernel_AllGather_RING_LL", 3, stream=9)
+    events[-3]["args"] |= {"Process Group Name": "3", "Process Group Ranks": "[0, 1]"}
+    events[-1]["args"] |= {"Process Group Name": "0", "Process Group Ranks": "[0, 1, 2, 3]"}
+    document = trace(0, events)
+    document["distributedInfo"] = {
+        "rank": 0,
+        "world_size": 4,
+        "pg_config": [{"pg_name": "0", "ranks": [0, 1, 2, 3]}, {"pg_name": "3", "ranks": [0, 1]}],
+    }
+    done = import_trace(write(tmp_path / "rank0.json", document), "--db", db_url, "--run", "streams")
+    assert done.returncode == 0, done.stderr
+    groups = dict(
+        run_rows(db_url, "streams", "SELECT kind, \"group\" FROM spans WHERE run_id = {run} AND kind LIKE 'all_%'")
+    )
+    assert groups == {"all_reduce": "pg3", "all_gather": "world"}, groups
+    (row,) = api(db_url, "/api/v1/runs/streams/steps/1")["breakdown"]
+    assert row["overlapped_comm_ns"] == 50_000, row
+    assert row["exposed_comm_ns"] == 50_000 + 20_000, row
