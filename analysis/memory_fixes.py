@@ -2,9 +2,10 @@
 
 The run's config names ``model`` (a planner preset or its fields) and ``cluster`` (a preset like
 ``a100-80gb-x64``, or {gpu, gpus, gpus_per_node}) beside its parallel layout (``tp``, ``pp``,
-``dp``, ``microbatch_size``, ``schedule``, ``zero``, ``recompute``, ``global_batch``). When the
+``dp``, ``microbatch_size``, ``schedule``, ``zero``, ``recompute``, ``global_batch``; ``flash_attention`` defaults
+to true, ``precision`` to bf16, as the planner's). When the
 planner puts memory per GPU above 90% of what is usable (or over it), each of ZeRO one stage higher,
-selective and full recompute, and twice the pipeline stages is evaluated; those that fit are offered
+selective and full recompute, and twice the pipeline stages is evaluated; those that fit and need less are offered
 with the measured step scaled by the planner's ratio new/current (its absolute error cancels).
 """
 
@@ -66,6 +67,8 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
             schedule=schedule,
             zero=int(config.get("zero", 0)),
             recompute=str(config.get("recompute", "none")),
+            flash_attention=bool(config.get("flash_attention", True)),
+            precision=str(config.get("precision", "bf16")),
         )
         return DeclaredPlan(model, cluster, parallel, int(config["global_batch"]))
     except (KeyError, TypeError, ValueError, PlanInputError):  # ScheduleError is a ValueError
@@ -119,6 +122,8 @@ def memory_suggestions(
         plan = evaluate(model, cluster, change, batch)
         if not plan.feasible or not plan.fits or plan.step is None or plan.memory is None:
             continue
+        if plan.memory.total >= current.memory.total:  # saves nothing here (selective under flash attention)
+            continue
         predicted = step_ns * plan.step.total / current_step
         out.append(
             build_suggestion(
@@ -145,8 +150,7 @@ def memory_suggestions(
                         step_ns * plan.step.total / current_step,
                         plan.step.bubble_fraction,
                         "Re-plan the layout: " + ", ".join(f"{k}={v}" for k, v in plan.config.as_dict().items()),
-                        f"memory per GPU {current.memory.total / GIB:.1f} GiB of {current.memory.available / GIB:.1f} "
-                        "GiB usable, and no single change (ZeRO, recompute, more PP) fits",
+                        f"{why}, and no single change (ZeRO, recompute, more PP) fits and saves memory",
                         f"memory per GPU {current.memory.total / GIB:.1f} → {plan.memory.total / GIB:.1f} GiB",
                         plan.config.as_dict(),
                         None,

@@ -389,14 +389,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--model", required=True, help="model preset name or JSON file of model fields")
     plan.add_argument("--cluster", help="cluster preset (<gpu>-x<count>) or JSON file {gpu, gpus, gpus_per_node}")
-    plan.add_argument("--gpu", help="instead of --cluster: GPU type (A100-40GB, A100-80GB, H100-SXM, H200, B200)")
+    plan.add_argument(
+        "--gpu",
+        help="instead of --cluster: GPU type (A100-40GB, A100-80GB, H100-SXM, H100-PCIe, H100-HBM2e-500W, H200, B200)",
+    )
     plan.add_argument("--gpus", type=int, help="with --gpu: number of GPUs")
     plan.add_argument("--gpus-per-node", type=int, default=8, help="with --gpu (default 8)")
     plan.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
     plan.add_argument(
         "--config",
         help="evaluate this configuration: K=V,... with tp, pp, dp, vpp, mbs, schedule, "
-        "zero, recompute (none|selective|full), sp, flash",
+        "zero, recompute (none|selective|full), sp, flash (default true), precision (bf16|fp8), "
+        "layers_per_stage (7/8/8/7), first_stage_layers, last_stage_layers",
     )
     plan.add_argument("--fix", help="search holding these K=V,... fields")
     plan.add_argument("--top", type=int, default=10, help="configurations to list when searching (default 10)")

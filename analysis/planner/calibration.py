@@ -64,6 +64,7 @@ def predict_row(row: dict[str, str], eff: Efficiencies = DEFAULT_EFFICIENCIES) -
         schedule=INTERLEAVED_1F1B if vpp > 1 else DEFAULT_SCHEDULE,
         recompute=row["recompute"],
         sequence_parallel=row["sequence_parallel"] == "true",
+        flash_attention=False,  # the papers' Megatron stored the attention scores
     )
     batch = int(row["global_batch"])
     plan = evaluate(model, cluster, config, batch, eff)

@@ -99,11 +99,32 @@ def structural_problems(
         )
     if cfg.sequence_parallel and cfg.tp == 1:
         problems.append(("sequence_parallel", "sequence parallelism needs tp > 1"))
+    if cfg.precision == "fp8" and not cluster.gpu.fp8_tflops:
+        problems.append(("precision", f"{cluster.gpu.name} has no FP8 tensor cores; use bf16"))
+    layout = layout_problem(cfg, model.layers)
+    if layout:
+        problems.append(layout)
     microbatches = global_batch // (cfg.dp * cfg.mbs)
     problem = schedule_problem(cfg, microbatches, model.layers)
     if problem:
         problems.append(problem)
     return problems
+
+
+def layout_problem(cfg: ParallelConfig, layers: int) -> tuple[str, str] | None:
+    """(config field, why) when ``layers_per_stage`` does not describe this pipeline."""
+    given = cfg.layers_per_stage
+    if not given:
+        return None
+    if len(given) != cfg.pp:
+        return "layers_per_stage", f"{len(given)} stages given for pp={cfg.pp}"
+    if sum(given) != layers:
+        return "layers_per_stage", f"the stages hold {sum(given)} layers, the model {layers}"
+    if min(given) < 1:
+        return "layers_per_stage", "every stage needs at least one layer"
+    if cfg.vpp > 1:
+        return "layers_per_stage", "uneven stages with virtual stages (vpp > 1) are not modelled; use vpp=1"
+    return None
 
 
 def schedule_problem(cfg: ParallelConfig, microbatches: int, layers: int) -> tuple[str, str] | None:
@@ -119,7 +140,10 @@ def schedule_problem(cfg: ParallelConfig, microbatches: int, layers: int) -> tup
     if schedule.bubble(cfg.pp, microbatches, cfg.vpp) is None:
         return "schedule", f"{schedule.label} has no closed-form bubble for p={cfg.pp}, m={microbatches}"
     if cfg.vpp > 1 and layers % (cfg.pp * cfg.vpp):
-        return "vpp", f"{layers} layers do not split into {cfg.pp}·{cfg.vpp} equal chunks"
+        return "vpp", (
+            f"{layers} layers do not split into {cfg.pp}·{cfg.vpp} equal chunks; with vpp=1, layers_per_stage "
+            "(or first_stage_layers / last_stage_layers) gives the stages uneven layers"
+        )
     if schedule is INTERLEAVED_1F1B and microbatches % cfg.pp:
         return "schedule", f"interleaved 1F1B needs micro-batches ({microbatches}) divisible by p={cfg.pp}"
     return None

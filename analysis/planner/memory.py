@@ -66,17 +66,17 @@ class MemoryBreakdown:
         }
 
 
-def layers_on_stage(model: ModelSpec, pp: int) -> int:
+def layers_on_stage(model: ModelSpec, pp: int, layers_per_stage: tuple[int, ...] = ()) -> int:
     """Layers on the fullest stage (uneven splits put the extra layers on some stages)."""
-    return math.ceil(model.layers / pp)
+    return max(layers_per_stage) if layers_per_stage else math.ceil(model.layers / pp)
 
 
-def stage_params(model: ModelSpec, tp: int, pp: int) -> float:
+def stage_params(model: ModelSpec, tp: int, pp: int, layers_per_stage: tuple[int, ...] = ()) -> float:
     """Parameters held by one GPU of the worst stage (first or last)."""
     h = model.hidden
     replicated = model.layer_params - model.layer_matmul_params
     per_layer = model.layer_matmul_params / tp + replicated
-    layers = layers_on_stage(model, pp) * per_layer
+    layers = layers_on_stage(model, pp, layers_per_stage) * per_layer
     embedding = model.vocab * h / tp + (model.embedding_params - model.vocab * h)
     output = model.vocab * h / tp if (not model.tied_embeddings or pp > 1) else 0.0
     final_norm = 2 * h
@@ -118,6 +118,8 @@ def memory_per_gpu(
 ) -> MemoryBreakdown:
     """Model state and activations per GPU on the worst stage, for ``microbatches`` per step."""
     cfg = config.with_dp(cluster.gpus)
+    if cfg.layers_per_stage:  # the stages differ: the one nearest its limit
+        return max(memory_per_pipeline_rank(model, cluster, cfg, microbatches), key=lambda part: part.total)
     layers = layers_on_stage(model, cfg.pp)
     in_flight = in_flight_microbatch_layers(cfg, microbatches, layers)
     return _breakdown(model, cluster, cfg, stage_params(model, cfg.tp, cfg.pp), in_flight)
@@ -126,8 +128,8 @@ def memory_per_gpu(
 def memory_per_pipeline_rank(
     model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, microbatches: int
 ) -> list[MemoryBreakdown]:
-    """Model state and activations per GPU of each pipeline rank, first to last: its own layers (the
-    first ``L mod p`` ranks hold one more), the embedding on the first and the output layer on the last,
+    """Model state and activations per GPU of each pipeline rank, first to last: its own layers (``layers_per_stage``,
+    else the first ``L mod p`` ranks hold one more), the embedding on the first and the output layer on the last,
     and the activation chunks its schedule's action order holds at once (1F1B: p − r micro-batches on
     rank r, so the first rank holds the most)."""
     cfg = config.with_dp(cluster.gpus)
@@ -139,8 +141,7 @@ def memory_per_pipeline_rank(
     output = model.vocab * h / cfg.tp + 2 * h  # the output layer (a tied embedding's copy) and the final norm
     orders = cfg.schedule.build_orders(cfg.pp, microbatches, cfg.vpp)
     out = []
-    for rank in range(cfg.pp):
-        layers = model.layers // cfg.pp + (1 if rank < model.layers % cfg.pp else 0)
+    for rank, layers in enumerate(cfg.stage_layers(model.layers)):
         params = layers * per_layer + (embedding if rank == 0 else 0.0) + (output if rank == cfg.pp - 1 else 0.0)
         in_flight = _peak_chunks(orders[rank]) * layers / cfg.vpp
         out.append(_breakdown(model, cluster, cfg, params, in_flight))

@@ -12,9 +12,11 @@ def config_label(plan: Plan) -> str:
     schedule = c.schedule.name + (f"(v={c.vpp})" if c.vpp > 1 else "")
     flags = "+sp" if c.sequence_parallel else ""
     flags += "+flash" if c.flash_attention else ""
+    flags += "+fp8" if c.precision == "fp8" else ""
+    stages = f" layers={'/'.join(map(str, c.layers_per_stage))}" if c.layers_per_stage else ""
     return (
         f"t={c.tp} p={c.pp} d={c.dp} mbs={c.mbs} {schedule if c.pp > 1 else 'no-pp'} "
-        f"zero={c.zero} recompute={c.recompute}{flags}"
+        f"zero={c.zero} recompute={c.recompute}{flags}{stages}"
     )
 
 
@@ -24,6 +26,8 @@ def render_outcome(outcome: PlanOutcome) -> str:
         f"{model.name}: {model.params / 1e9:.1f}B parameters on {cluster.gpus} × {cluster.gpu.name} "
         f"({cluster.gpus_per_node} per node), global batch {outcome.global_batch}"
     ]
+    if outcome.assumed:
+        lines.append("assumed: " + "; ".join(outcome.assumed))
     if not outcome.plans:
         lines.append("no configuration runs and fits in memory")
         return "\n".join(lines)

@@ -16,6 +16,7 @@ from typing import Any
 from bubblescope.analysis.planner.evaluate import Plan, evaluate, structural_problems
 from bubblescope.analysis.planner.search import search
 from bubblescope.analysis.planner.specs import (
+    PRECISIONS,
     RECOMPUTE,
     ClusterSpec,
     ModelSpec,
@@ -38,7 +39,14 @@ CONFIG_ALIASES = {
     "sp": "sequence_parallel",
     "flash": "flash_attention",
 }
-_INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs")
+_INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs", "first_stage_layers", "last_stage_layers")
+MAX_STAGES = 4096
+#: What a configuration assumes where the request is silent, said in the answer (``assumed``).
+DEFAULTS_SAID = {
+    "flash_attention": "flash_attention: true (fused attention that stores no s×s scores, as every 2026 run uses)",
+    "precision": "precision: bf16 (fp8 runs the linear GEMMs at the FP8 peak)",
+    "sequence_parallel": "sequence_parallel: on when tp > 1",
+}
 MAX_TOP = 1000
 
 
@@ -68,13 +76,52 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
                 raise PlanInputError(at, error.message) from None
         elif name in ("sequence_parallel", "flash_attention"):
             fields[name] = _boolean(value, at)
+        elif name == "precision":
+            if not isinstance(value, str) or value.lower() not in PRECISIONS:
+                raise PlanInputError(at, f"expected one of {', '.join(PRECISIONS)}, got {value!r}")
+            fields[name] = value.lower()
+        elif name == "layers_per_stage":
+            if isinstance(value, str):  # the command line's 7/8/8/7
+                value = [part.strip() for part in value.replace(":", "/").split("/")]
+            if not isinstance(value, (list, tuple)) or not value or len(value) > MAX_STAGES:
+                raise PlanInputError(at, f"expected a list of 1 to {MAX_STAGES} layer counts, first stage first")
+            fields[name] = tuple(positive_int(count, f"{at}[{i}]") for i, count in enumerate(value))
         else:
             raise PlanInputError(
                 at,
-                "unknown field; expected tp, pp, dp, vpp, mbs, schedule, zero, recompute, "
-                "sequence_parallel or flash_attention",
+                "unknown field; expected tp, pp, dp, vpp, mbs, schedule, zero, recompute, sequence_parallel, "
+                "flash_attention, precision, layers_per_stage, first_stage_layers or last_stage_layers",
             )
+    if ("first_stage_layers" in fields or "last_stage_layers" in fields) and "layers_per_stage" in fields:
+        raise PlanInputError(f"{where}.layers_per_stage", "give layers_per_stage or first/last_stage_layers, not both")
     return fields
+
+
+def stage_layout(fields: dict[str, Any], layers: int, where: str = "config") -> dict[str, Any]:
+    """Megatron's ``--decoder-first/last-pipeline-num-layers``: first and last stage given, the rest split evenly
+    over the middle stages, as ``layers_per_stage``; the other fields as they were."""
+    first, last = fields.pop("first_stage_layers", None), fields.pop("last_stage_layers", None)
+    if first is None and last is None:
+        return fields
+    pp = fields.get("pp", 1)
+    if pp < 2:
+        raise PlanInputError(f"{where}.pp", "first/last_stage_layers need a pipeline: give pp ≥ 2")
+    middle_stages = pp - (first is not None) - (last is not None)
+    rest = layers - (first or 0) - (last or 0)
+    if middle_stages == 0:
+        if rest:
+            raise PlanInputError(
+                f"{where}.last_stage_layers", f"the two stages hold {layers - rest} of {layers} layers"
+            )
+        return {**fields, "layers_per_stage": (first, last)}
+    if rest < middle_stages or rest % middle_stages:
+        raise PlanInputError(
+            f"{where}.first_stage_layers",
+            f"the other {rest} layers do not split evenly over the {middle_stages} other stages (Megatron's rule)",
+        )
+    per = rest // middle_stages
+    stages = ([first] if first is not None else []) + [per] * middle_stages + ([last] if last is not None else [])
+    return {**fields, "layers_per_stage": tuple(stages)}
 
 
 def _boolean(value: Any, where: str) -> bool:
@@ -115,6 +162,7 @@ class PlanOutcome:
     global_batch: int
     searched: bool
     plans: list[Plan]
+    assumed: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -138,6 +186,7 @@ class PlanOutcome:
                 "memory_gib": self.cluster.gpu.memory_gib,
             },
             "global_batch": self.global_batch,
+            "assumed": list(self.assumed),
             "plans": [plan.as_dict() for plan in self.plans],
         }
 
@@ -161,9 +210,18 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
     if document.get("config") is not None:
         if document.get("fixed") is not None:
             raise PlanInputError("fixed", "give either config (evaluate one) or fixed (search), not both")
-        config = config_from(config_fields(document["config"])).with_dp(cluster.gpus)
+        fields = stage_layout(config_fields(document["config"]), model.layers)
+        config = config_from(fields).with_dp(cluster.gpus)
         for field_name, message in structural_problems(model, cluster, config, batch):
             raise PlanInputError(f"config.{field_name}", message)
-        return PlanOutcome(model, cluster, batch, False, [evaluate(model, cluster, config, batch)])
-    fixed = config_fields(document.get("fixed") or {}, "fixed")
-    return PlanOutcome(model, cluster, batch, True, search(model, cluster, batch, top, fixed))
+        plans = [evaluate(model, cluster, config, batch)]
+        return PlanOutcome(model, cluster, batch, False, plans, _assumed(fields))
+    fixed = stage_layout(config_fields(document.get("fixed") or {}, "fixed"), model.layers, "fixed")
+    if "layers_per_stage" in fixed and "pp" not in fixed:
+        raise PlanInputError("fixed.pp", "give pp with layers_per_stage (or first/last_stage_layers)")
+    return PlanOutcome(model, cluster, batch, True, search(model, cluster, batch, top, fixed), _assumed(fixed))
+
+
+def _assumed(given: Mapping[str, Any]) -> tuple[str, ...]:
+    """The defaults a request relied on, in words (the answer says them)."""
+    return tuple(said for field, said in DEFAULTS_SAID.items() if field not in given)

@@ -4,8 +4,9 @@ The space: t a power of two up to the GPUs of a node dividing the heads; p any d
 gpus/t up to the layers (uneven stages allowed); d the rest; micro-batch sizes powers of two
 dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that splits the
 stage's layers evenly, up to 8); ZeRO 0–3 (0–1 with pipelining); recompute none, selective, full;
-sequence parallelism whenever t > 1 (same communication volume, less memory). Any field given in
-``fixed`` is held at that value (``flash_attention`` is off unless fixed on).
+sequence parallelism whenever t > 1 (same communication volume, less memory); flash attention on and bf16
+unless fixed otherwise. Any field given in ``fixed`` is held at that value (``layers_per_stage`` with its ``pp``,
+and one stage a rank).
 """
 
 from __future__ import annotations
@@ -73,7 +74,9 @@ def candidates(
                                 zero,
                                 recompute,
                                 bool(fix.get("sequence_parallel", tp > 1)),
-                                bool(fix.get("flash_attention", False)),
+                                bool(fix.get("flash_attention", True)),
+                                str(fix.get("precision", "bf16")),
+                                tuple(fix.get("layers_per_stage", ())),
                             )
 
 
@@ -83,6 +86,8 @@ def _schedules(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> Iterator[tu
         yield fix.get("schedule", DEFAULT_SCHEDULE), 1
         return
     for schedule in [fix["schedule"]] if "schedule" in fix else SEARCHED:
+        if "layers_per_stage" in fix and schedule.placement == "loop":
+            continue  # uneven stages are modelled with one stage a rank
         if schedule.placement != "loop":
             if fix.get("vpp", schedule.default_stages_per_rank) == schedule.default_stages_per_rank:
                 yield schedule, schedule.default_stages_per_rank

@@ -6,15 +6,18 @@ API can both say which input to fix.
 
 from __future__ import annotations
 
+import csv
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from bubblescope.analysis.errors import InputError
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, Schedule
 
 RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp8")
 
 
 class PlanInputError(InputError):
@@ -87,10 +90,11 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """Peak dense bf16 TFLOP/s, memory, HBM bandwidth, NVLink and network bandwidth per GPU.
+    """Peak dense bf16 (and fp8) TFLOP/s, memory, HBM bandwidth, NVLink and network bandwidth per GPU.
 
     Bandwidths are one direction per GPU, in GB/s (10⁹ bytes): NVLink as NVIDIA quotes it halved
     (A100: 600 GB/s bidirectional → 300), network as the GPU's own NIC (DGX A100: 200 Gb/s HDR → 25).
+    ``fp8_tflops`` 0: no FP8 tensor cores. ``source``: where the figures come from (``data/gpus.csv``).
     """
 
     name: str
@@ -99,19 +103,33 @@ class GpuSpec:
     hbm_gbps: float
     nvlink_gbps: float
     network_gbps: float
+    fp8_tflops: float = 0.0
+    source: str = ""
 
 
-GPU_CATALOG: dict[str, GpuSpec] = {
-    spec.name.lower(): spec
-    for spec in (
-        GpuSpec("A100-40GB", 312.0, 40.0, 1555.0, 300.0, 25.0),
-        GpuSpec("A100-80GB", 312.0, 80.0, 2039.0, 300.0, 25.0),
-        GpuSpec("H100-SXM", 989.0, 80.0, 3350.0, 450.0, 50.0),
-        GpuSpec("H100-PCIe", 756.0, 80.0, 2000.0, 300.0, 50.0),
-        GpuSpec("H200", 989.0, 140.0, 4800.0, 450.0, 50.0),
-        GpuSpec("B200", 2250.0, 179.0, 8000.0, 900.0, 50.0),
-    )
-}
+GPUS = Path(__file__).resolve().parent / "data" / "gpus.csv"
+
+
+def _catalog(path: Path) -> dict[str, GpuSpec]:
+    """The GPU catalog, each row with its source (``data/gpus.csv``)."""
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return {
+        row["name"].lower(): GpuSpec(
+            row["name"],
+            float(row["bf16_tflops"]),
+            float(row["memory_gib"]),
+            float(row["hbm_gbps"]),
+            float(row["nvlink_gbps"]),
+            float(row["network_gbps"]),
+            float(row["fp8_tflops"]),
+            row["source"],
+        )
+        for row in rows
+    }
+
+
+GPU_CATALOG: dict[str, GpuSpec] = _catalog(GPUS)
 
 
 @dataclass(frozen=True)
@@ -131,8 +149,12 @@ class ParallelConfig:
 
     ``vpp`` is the number of virtual stages (model chunks) per rank, used by interleaved 1F1B.
     ``zero`` 0–3 shards optimizer (1), +gradients (2), +weights (3) over the data-parallel group.
-    ``flash_attention``: fused attention that never stores the s×s scores (FlashAttention); the
-    calibration papers' Megatron did store them, so the default is off.
+    ``flash_attention``: fused attention that never stores the s×s scores (FlashAttention), on by default as in
+    every 2026 run; the calibration papers' Megatron stored them (their rows turn it off).
+    ``precision``: ``fp8`` runs each layer's linear GEMMs at the GPU's FP8 peak (Transformer Engine, torchtitan's
+    Float8 linears); attention, the output layer and the element-wise kernels stay bf16.
+    ``layers_per_stage``: each pipeline stage's layers, first to last (empty: as even as the layers allow, the
+    first stages one more); the embedding sits on the first stage, the output layer and the loss on the last.
     """
 
     tp: int = 1
@@ -144,10 +166,18 @@ class ParallelConfig:
     zero: int = 0
     recompute: str = "none"
     sequence_parallel: bool = False
-    flash_attention: bool = False
+    flash_attention: bool = True
+    precision: str = "bf16"
+    layers_per_stage: tuple[int, ...] = ()
 
     def with_dp(self, gpus: int) -> ParallelConfig:
         return self if self.dp else replace(self, dp=gpus // (self.tp * self.pp))
+
+    def stage_layers(self, layers: int) -> tuple[int, ...]:
+        """Each pipeline stage's layers: as given, else as even as ``layers`` allow (the first stages one more)."""
+        if self.layers_per_stage:
+            return self.layers_per_stage
+        return tuple(layers // self.pp + (1 if stage < layers % self.pp else 0) for stage in range(self.pp))
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -161,6 +191,8 @@ class ParallelConfig:
             "recompute": self.recompute,
             "sequence_parallel": self.sequence_parallel,
             "flash_attention": self.flash_attention,
+            "precision": self.precision,
+            "layers_per_stage": list(self.layers_per_stage) or None,
         }
 
 
@@ -254,10 +286,11 @@ def gpu_from(value: str | Mapping[str, Any], where: str) -> GpuSpec:
     if isinstance(found, GpuSpec):
         return found
     fields = dict(found)
-    known = {"name", "peak_tflops", "memory_gib", "hbm_gbps", "nvlink_gbps", "network_gbps"}
+    known = {"name", "peak_tflops", "memory_gib", "hbm_gbps", "nvlink_gbps", "network_gbps", "fp8_tflops"}
     _no_extra(fields, known, where)
-    numbers = {key: positive_float(fields.get(key), f"{where}.{key}") for key in sorted(known - {"name"})}
-    return GpuSpec(name=str(fields.get("name", "custom")), **numbers)
+    numbers = {key: positive_float(fields.get(key), f"{where}.{key}") for key in sorted(known - {"name", "fp8_tflops"})}
+    fp8 = positive_float(fields["fp8_tflops"], f"{where}.fp8_tflops") if fields.get("fp8_tflops") is not None else 0.0
+    return GpuSpec(name=str(fields.get("name", "custom")), fp8_tflops=fp8, source="given in the request", **numbers)
 
 
 def model_from(value: str | Mapping[str, Any], where: str = "model") -> ModelSpec:

@@ -1,9 +1,11 @@
 """Step time from first principles, for one configuration on one cluster.
 
-Per micro-batch, on one GPU of the slowest stage (the last: it also runs the output layer):
+Per micro-batch, on one GPU of the slowest stage (each stage's layers, ``ParallelConfig.stage_layers``; the last
+also runs the output layer and the loss):
 
 * **GEMMs** — every matrix product of a layer (QKV, projection, MLP; attention scores and
-  attention·V per head) is timed on the roofline: max(FLOPs / (peak·gemm), bytes / (HBM·hbm)). The
+  attention·V per head) is timed on the roofline: max(FLOPs / (peak·gemm), bytes / (HBM·hbm)); with
+  ``precision="fp8"`` the four linear GEMMs (QKV, projection, the MLP's two) use the FP8 peak. The
   backward pass runs two GEMMs of the same shape per forward GEMM (input and weight gradients).
   Small heads (head dim 64–160) make the attention GEMMs memory-bound; that is where size matters.
 * **Memory-bound kernels** (norms, softmax, dropout, GeLU, bias and residual adds) move about
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bubblescope.analysis.planner.memory import activation_bytes_per_layer, layers_on_stage, stage_params
+from bubblescope.analysis.planner.memory import activation_bytes_per_layer, stage_params
 from bubblescope.analysis.planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelConfig
 
 
@@ -109,11 +111,20 @@ class _Cost:
         return _Cost(self.compute * factor, self.recompute * factor, self.comm * factor)
 
 
-def gemm_seconds(m: float, n: float, k: float, gpu: GpuSpec, eff: Efficiencies, batch: float = 1.0) -> float:
-    """Roofline time of ``batch`` (m×k)·(k×n) bf16 products."""
+def gemm_seconds(
+    m: float, n: float, k: float, gpu: GpuSpec, eff: Efficiencies, batch: float = 1.0, peak_tflops: float = 0.0
+) -> float:
+    """Roofline time of ``batch`` (m×k)·(k×n) products at ``peak_tflops`` (default: the GPU's bf16 peak), with bf16
+    operands' traffic."""
     flops = 2.0 * m * n * k * batch
     traffic = 2.0 * (m * k + k * n + m * n) * batch
-    return max(flops / (gpu.peak_tflops * 1e12 * eff.gemm), traffic / (gpu.hbm_gbps * 1e9 * eff.hbm))
+    peak = peak_tflops or gpu.peak_tflops
+    return max(flops / (peak * 1e12 * eff.gemm), traffic / (gpu.hbm_gbps * 1e9 * eff.hbm))
+
+
+def linear_peak_tflops(gpu: GpuSpec, precision: str) -> float:
+    """The peak a layer's linear GEMMs run at: FP8's where asked for (the caller checked the GPU has it)."""
+    return gpu.fp8_tflops if precision == "fp8" else gpu.peak_tflops
 
 
 def ring_seconds(
@@ -136,11 +147,12 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     gpu, t, s, h = cluster.gpu, cfg.tp, model.seq, model.hidden
     tokens = cfg.mbs * s
     mlp_out = model.ffn_hidden * (2 if model.gated_mlp else 1)
+    peak = linear_peak_tflops(gpu, cfg.precision)
     dense = (
-        gemm_seconds(tokens, (h + 2 * model.kv_dim) / t, h, gpu, eff)
-        + gemm_seconds(tokens, h, h / t, gpu, eff)
-        + gemm_seconds(tokens, mlp_out / t, h, gpu, eff)
-        + gemm_seconds(tokens, h, model.ffn_hidden / t, gpu, eff)
+        gemm_seconds(tokens, (h + 2 * model.kv_dim) / t, h, gpu, eff, peak_tflops=peak)
+        + gemm_seconds(tokens, h, h / t, gpu, eff, peak_tflops=peak)
+        + gemm_seconds(tokens, mlp_out / t, h, gpu, eff, peak_tflops=peak)
+        + gemm_seconds(tokens, h, model.ffn_hidden / t, gpu, eff, peak_tflops=peak)
     )
     heads = cfg.mbs * model.heads / t
     if cfg.flash_attention:  # scores stay on chip: compute-bound, at the GEMM efficiency
@@ -194,7 +206,7 @@ def dp_seconds(
     part not hidden under the last micro-batch's backward pass (gradients are accumulated locally
     before it, so only that pass can hide the reduction), plus the tied embedding's all-reduce
     between the first and the last stage."""
-    params = stage_params(model, cfg.tp, cfg.pp)
+    params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage)
     group_in_node = cfg.tp * cfg.pp * cfg.dp <= cluster.gpus_per_node
     bandwidth, link_eff = (
         (cluster.gpu.nvlink_gbps, eff.nvlink) if group_in_node else (cluster.gpu.network_gbps, eff.network)
@@ -210,6 +222,13 @@ def dp_seconds(
     return reduce + embedding
 
 
+def slowest_stage(layers_per_stage: tuple[int, ...], layer: _Cost, output: _Cost) -> _Cost:
+    """The costliest stage per micro-batch: its layers, plus the output layer and the loss on the last stage."""
+    last = len(layers_per_stage) - 1
+    costs = [layer.scale(n) + (output if i == last else _Cost()) for i, n in enumerate(layers_per_stage)]
+    return max(costs, key=lambda cost: cost.compute + cost.recompute + cost.comm)
+
+
 def step_time(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -220,15 +239,15 @@ def step_time(
     """Seconds per step; the caller has checked feasibility (see ``evaluate.evaluate``)."""
     cfg = config.with_dp(cluster.gpus)
     microbatches = global_batch // (cfg.dp * cfg.mbs)
-    stage = layer_cost(model, cluster, cfg, eff).scale(layers_on_stage(model, cfg.pp))
-    stage = stage + output_layer_cost(model, cluster, cfg, eff)
+    layer, output = layer_cost(model, cluster, cfg, eff), output_layer_cost(model, cluster, cfg, eff)
+    stage = slowest_stage(cfg.stage_layers(model.layers), layer, output)
     p2p = p2p_seconds(model, cluster, cfg, eff)
     floor = cfg.schedule.bubble(cfg.pp, microbatches, cfg.vpp) if cfg.pp > 1 else None
     if cfg.pp > 1 and floor is None:
         raise ValueError(f"schedule {cfg.schedule.name!r} has no closed-form bubble")
     bubble = 0.0 if floor is None else floor.fraction
     busy = microbatches * (stage.compute + stage.recompute + stage.comm + p2p)
-    local_params = stage_params(model, cfg.tp, cfg.pp) / (cfg.dp if cfg.zero >= 1 else 1)
+    local_params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage) / (cfg.dp if cfg.zero >= 1 else 1)
     optimizer = local_params * eff.optimizer_bytes_per_param / (cluster.gpu.hbm_gbps * 1e9 * eff.hbm)
     return StepTime(
         compute=microbatches * stage.compute,

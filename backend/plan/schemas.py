@@ -41,13 +41,15 @@ class GpuIn(BaseModel):
     hbm_gbps: PositiveFloat
     nvlink_gbps: PositiveFloat = Field(description="one direction, per GPU, GB/s")
     network_gbps: PositiveFloat = Field(description="one direction, per GPU, GB/s")
+    fp8_tflops: PositiveFloat | None = Field(default=None, description="dense FP8 TFLOP/s (none: no FP8)")
 
 
 class ClusterIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     gpu: str | GpuIn = Field(
-        description="catalog name (A100-40GB, A100-80GB, H100-SXM, H100-PCIe, H200, B200) or the GPU's fields"
+        description="catalog name (A100-40GB, A100-80GB, H100-SXM, H100-PCIe, H100-HBM2e-500W, H200, B200) or the "
+        "GPU's fields"
     )
     gpus: Annotated[int, Strict(), Field(ge=1, le=2**20, description="at most 1,048,576")]
     gpus_per_node: PositiveInt = 8
@@ -65,7 +67,13 @@ class ConfigIn(BaseModel):
     zero: Literal[0, 1, 2, 3] | None = None
     recompute: Literal["none", "selective", "full"] | None = None
     sequence_parallel: Annotated[bool, Strict()] | None = None
-    flash_attention: Annotated[bool, Strict()] | None = None
+    flash_attention: Annotated[bool, Strict()] | None = Field(default=None, description="default true")
+    precision: Literal["bf16", "fp8"] | None = Field(default=None, description="fp8: the linear GEMMs at FP8")
+    layers_per_stage: Annotated[list[PositiveInt], Field(min_length=1, max_length=4096)] | None = Field(
+        default=None, description="each pipeline stage's layers, first stage first (vpp 1)"
+    )
+    first_stage_layers: PositiveInt | None = Field(default=None, description="Megatron's first-stage layers")
+    last_stage_layers: PositiveInt | None = Field(default=None, description="Megatron's last-stage layers")
 
 
 class PlanRequestIn(BaseModel):
@@ -102,4 +110,5 @@ class PlanOut(BaseModel):
     model: dict[str, Any]
     cluster: dict[str, Any]
     global_batch: int
+    assumed: list[str] = Field(description="the defaults the request relied on, in words")
     plans: list[PlanItemOut]

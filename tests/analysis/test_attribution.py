@@ -264,16 +264,26 @@ def test_memory_pressure_is_priced_by_the_planner() -> None:
     from bubblescope.analysis.memory_fixes import memory_suggestions
     from bubblescope.analysis.planner import ParallelConfig, cluster_preset, evaluate, model_from
 
-    config = {"model": "gpt-22b", "cluster": "a100-80gb-x8", "tp": 8, "pp": 1, "microbatch_size": 4, "global_batch": 4}
+    config = {
+        "model": "gpt-22b",
+        "cluster": "a100-80gb-x8",
+        "tp": 8,
+        "pp": 1,
+        "microbatch_size": 4,
+        "global_batch": 4,
+        "flash_attention": False,  # stores the attention scores, which selective recompute drops
+    }
     found = memory_suggestions(config, 2e9)
     model, cluster = model_from("gpt-22b"), cluster_preset("a100-80gb-x8")
-    now = evaluate(model, cluster, ParallelConfig(tp=8, mbs=4), 4)
+    now = evaluate(model, cluster, ParallelConfig(tp=8, mbs=4, flash_attention=False), 4)
     assert found and all(s.kind == "memory_pressure" for s in found)
     selective = next(s for s in found if s.apply == {"recompute": "selective"})
-    after = evaluate(model, cluster, ParallelConfig(tp=8, mbs=4, recompute="selective"), 4)
+    after = evaluate(model, cluster, ParallelConfig(tp=8, mbs=4, recompute="selective", flash_attention=False), 4)
     assert after.fits and after.memory.total < now.memory.total
     assert selective.predicted_step_ns == pytest.approx(2e9 * after.step.total / now.step.total)
     assert "--recompute-granularity selective" in selective.megatron
+    with_flash = memory_suggestions({**config, "flash_attention": True}, 2e9)  # no scores stored: nothing to drop
+    assert with_flash and not any(s.apply == {"recompute": "selective"} for s in with_flash), with_flash
     assert memory_suggestions({**config, "microbatch_size": 1, "recompute": "full"}, 2e9) == []  # no pressure
     assert memory_suggestions({"schedule": "1f1b"}, 2e9) == []  # no model declared
 
@@ -283,7 +293,14 @@ def test_memory_pressure_of_a_v_shaped_run_is_priced_at_its_stages_per_rank() ->
     (at one stage per rank the registry refuses ZB-V and no fix would be priced)."""
     from bubblescope.analysis.memory_fixes import memory_suggestions
 
-    run = {"model": "gpt-22b", "cluster": "a100-80gb-x8", "tp": 4, "microbatch_size": 1, "global_batch": 8}
+    run = {
+        "model": "gpt-22b",
+        "cluster": "a100-80gb-x8",
+        "tp": 4,
+        "microbatch_size": 1,
+        "global_batch": 8,
+        "flash_attention": False,  # the attention scores stored: memory pressure to price
+    }
     zbv = {**run, "schedule": "ScheduleZBVZeroBubble", "num_stages": 4, "virtual_stages": 2, "pipeline_ranks": 2}
     found = memory_suggestions(zbv, 2e9)
     assert found and all(s.kind == "memory_pressure" for s in found)

@@ -19,7 +19,7 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         "model": "gpt-175b",
         "cluster": "a100-80gb-x64",
         "global_batch": 64,
-        "config": {"tp": 8, "pp": 8, "vpp": 3, "recompute": "selective"},
+        "config": {"tp": 8, "pp": 8, "vpp": 3, "recompute": "selective", "flash_attention": False},  # as measured
     }
     with server.client() as client:
         response = client.post("/api/v1/plan", json=body)
@@ -38,7 +38,13 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         "recompute": "selective",
         "sequence_parallel": True,
         "flash_attention": False,
+        "precision": "bf16",
+        "layers_per_stage": None,
     }
+    assert answer["assumed"] == [  # what the request left to the defaults, in words
+        "precision: bf16 (fp8 runs the linear GEMMs at the FP8 peak)",
+        "sequence_parallel: on when tp > 1",
+    ]
     p, v, m = 8, 3, 64
     assert plan["bubble_fraction"] == pytest.approx(((p - 1) / v) / (m + (p - 1) / v))
     # the service answers what the pure planner answers for the same configuration
@@ -46,7 +52,13 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         MODEL_PRESETS["gpt-175b"],
         cluster_preset("a100-80gb-x64"),
         ParallelConfig(
-            tp=8, pp=8, vpp=3, schedule=lookup("interleaved1f1b"), recompute="selective", sequence_parallel=True
+            tp=8,
+            pp=8,
+            vpp=3,
+            schedule=lookup("interleaved1f1b"),
+            recompute="selective",
+            sequence_parallel=True,
+            flash_attention=False,
         ),
         64,
     )

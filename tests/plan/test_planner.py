@@ -46,7 +46,7 @@ def test_llama_parameter_counts_match_the_published_sizes() -> None:
 def test_memory_tp8_selective_sp_by_hand() -> None:
     """22B on 8 GPUs, t=8, mbs 4, selective recompute + sequence parallelism (Korthikanti Table 5)."""
     s, b, h, L, V, t = 2048, 4, 6144, 48, 51200, 8
-    config = ParallelConfig(tp=8, mbs=4, recompute="selective", sequence_parallel=True)
+    config = ParallelConfig(tp=8, mbs=4, recompute="selective", sequence_parallel=True, flash_attention=False)
     mem = memory_per_gpu(GPT_22B, A100_X8, config, microbatches=1)
     # GEMM weights split over t; biases and norms (13h per layer) replicated; embedding rows split
     params = L * (12 * h * h / t + 13 * h) + V * h / t + s * h + 2 * h
@@ -62,19 +62,22 @@ def test_memory_1f1b_first_stage_holds_p_microbatches_of_tp_activations() -> Non
     model = MODEL_PRESETS["gpt-1.7b"]  # 24 layers, h 2304, 24 heads
     s, b, h, a, t, p = 2048, 2, 2304, 24, 2, 4
     cluster = cluster_preset("a100-80gb-x8")
-    config = ParallelConfig(tp=t, pp=p, dp=1, mbs=b, schedule=lookup("1f1b"))
+    config = ParallelConfig(tp=t, pp=p, dp=1, mbs=b, schedule=lookup("1f1b"), flash_attention=False)
     per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
     mem = memory_per_gpu(model, cluster, config, microbatches=8)
     assert mem.activations == pytest.approx(p * (24 // p) * per_layer)
     gpipe = memory_per_gpu(
-        model, cluster, ParallelConfig(tp=t, pp=p, dp=1, mbs=b, schedule=lookup("gpipe")), microbatches=8
+        model,
+        cluster,
+        ParallelConfig(tp=t, pp=p, dp=1, mbs=b, schedule=lookup("gpipe"), flash_attention=False),
+        microbatches=8,
     )
     assert gpipe.activations == pytest.approx(8 * (24 // p) * per_layer)
     v = 3
     inter = memory_per_gpu(
         model,
         cluster,
-        ParallelConfig(tp=t, pp=p, dp=1, vpp=v, mbs=b, schedule=lookup("interleaved1f1b")),
+        ParallelConfig(tp=t, pp=p, dp=1, vpp=v, mbs=b, schedule=lookup("interleaved1f1b"), flash_attention=False),
         microbatches=8,
     )
     assert inter.activations == pytest.approx((p * v + p - 1) * (24 / (p * v)) * per_layer)
@@ -82,7 +85,7 @@ def test_memory_1f1b_first_stage_holds_p_microbatches_of_tp_activations() -> Non
 
 def test_memory_full_recompute_keeps_layer_inputs_plus_one_layer_rebuilt() -> None:
     s, b, h, a, L = 2048, 1, 6144, 64, 48
-    config = ParallelConfig(tp=8, mbs=1, recompute="full")
+    config = ParallelConfig(tp=8, mbs=1, recompute="full", flash_attention=False)
     mem = memory_per_gpu(GPT_22B, A100_X8, config, microbatches=1)
     assert mem.activations == pytest.approx(L * 2 * s * b * h + s * b * h * (10 + 24 / 8 + 5 * a * s / (h * 8)))
 
@@ -117,7 +120,9 @@ def test_pipeline_step_is_m_plus_p_minus_1_stage_times_and_mfu_counts_model_flop
 
 def test_recompute_trades_memory_for_time_and_flash_attention_drops_the_scores() -> None:
     runs = {
-        r: evaluate(GPT_22B, A100_X8, ParallelConfig(tp=8, mbs=4, recompute=r, sequence_parallel=True), 4)
+        r: evaluate(
+            GPT_22B, A100_X8, ParallelConfig(tp=8, mbs=4, recompute=r, sequence_parallel=True, flash_attention=False), 4
+        )
         for r in ("none", "selective", "full")
     }
     times = [runs[r].step.total for r in ("none", "selective", "full")]  # type: ignore[union-attr]
