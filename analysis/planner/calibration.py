@@ -26,6 +26,9 @@ from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, INTERLEAVED_1F1B
 #: ran the same models at micro-batch 1; interleaving is not assumed where it is not published.
 UNKNOWN_MICROBATCH_RULE = "mbs=1, vpp=1 (1F1B)"
 PUBLISHED_RUNS = Path(__file__).resolve().parent / "data" / "published_runs.csv"
+#: H100 rows (Megatron-LM's README table, 2024) that no constant is fitted on: predicted with the constants the A100
+#: rows choose, they say how the model does on a GPU generation it never saw.
+PUBLISHED_RUNS_H100 = PUBLISHED_RUNS.with_name("published_runs_h100.csv")
 
 
 @dataclass(frozen=True)
@@ -49,30 +52,52 @@ def _int(value: str, default: int) -> int:
     return int(value) if value.strip() else default
 
 
-def predict_row(row: dict[str, str], eff: Efficiencies = DEFAULT_EFFICIENCIES) -> CalibrationRow:
-    model = ModelSpec(
-        row["model"], int(row["layers"]), int(row["hidden"]), int(row["heads"]), int(row["seq"]), int(row["vocab"])
-    )
-    cluster = make_cluster(row["gpu"], int(row["gpus"]), 8)
+def _flag(row: dict[str, str], key: str) -> bool:
+    return row.get(key, "").strip() == "true"
+
+
+def row_config(row: dict[str, str]) -> ParallelConfig:
+    """The parallel configuration a row published; unpublished micro-batch and interleaving by the rule above."""
     vpp = _int(row["vpp"], 1)
-    config = ParallelConfig(
+    return ParallelConfig(
         tp=int(row["tp"]),
         pp=int(row["pp"]),
         dp=int(row["dp"]),
         vpp=vpp,
         mbs=_int(row["microbatch"], 1),
         schedule=INTERLEAVED_1F1B if vpp > 1 else DEFAULT_SCHEDULE,
+        zero=_int(row.get("zero", ""), 0),
         recompute=row["recompute"],
-        sequence_parallel=row["sequence_parallel"] == "true",
-        flash_attention=False,  # the papers' Megatron stored the attention scores
+        sequence_parallel=_flag(row, "sequence_parallel"),
+        flash_attention=_flag(row, "flash_attention"),  # the papers' Megatron stored the attention scores
+        precision=row.get("precision", "").strip() or "bf16",
+        tp_comm_overlap=_flag(row, "tp_comm_overlap"),
     )
+
+
+def model_flops(model: ModelSpec, batch: int) -> float:
+    """Model FLOPs of a step, as Korthikanti et al. and Megatron-LM (``num_floating_point_operations``) count
+    them for a GPT: 72·B·s·L·h²·(1 + s/6h + V/12Lh); no recompute."""
+    s, h, layers, vocab = model.seq, model.hidden, model.layers, model.vocab
+    return 72.0 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (12 * layers * h))
+
+
+def predict_row(row: dict[str, str], eff: Efficiencies = DEFAULT_EFFICIENCIES) -> CalibrationRow:
+    model = ModelSpec(
+        row["model"], int(row["layers"]), int(row["hidden"]), int(row["heads"]), int(row["seq"]), int(row["vocab"])
+    )
+    cluster = make_cluster(row["gpu"], int(row["gpus"]), 8)
     batch = int(row["global_batch"])
-    plan = evaluate(model, cluster, config, batch, eff)
+    plan = evaluate(model, cluster, row_config(row), batch, eff)
     if plan.step is None or not plan.fits:
         raise ValueError(f"{row['source']} {row['model']}: {'; '.join(plan.problems)}")
     seconds = plan.step.total
     if row["measured_iter_s"].strip():
         return CalibrationRow(row["source"], row["model"], "iter_s", float(row["measured_iter_s"]), seconds)
+    if row.get("measured_model_tflops_per_gpu", "").strip():
+        tflops = model_flops(model, batch) / (seconds * cluster.gpus) / 1e12
+        measured = float(row["measured_model_tflops_per_gpu"])
+        return CalibrationRow(row["source"], row["model"], "model_tflops_gpu", measured, tflops)
     s, h, layers, vocab = model.seq, model.hidden, model.layers, model.vocab
     flops = 96.0 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
     tflops = flops / (seconds * cluster.gpus) / 1e12

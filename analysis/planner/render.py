@@ -13,6 +13,7 @@ def config_label(plan: Plan) -> str:
     flags = "+sp" if c.sequence_parallel else ""
     flags += "+flash" if c.flash_attention else ""
     flags += "+fp8" if c.precision == "fp8" else ""
+    flags += "+tp-overlap" if c.tp_comm_overlap else ""
     stages = f" layers={'/'.join(map(str, c.layers_per_stage))}" if c.layers_per_stage else ""
     return (
         f"t={c.tp} p={c.pp} d={c.dp} mbs={c.mbs} {schedule if c.pp > 1 else 'no-pp'} "

@@ -38,6 +38,7 @@ CONFIG_ALIASES = {
     "micro_batch_size": "mbs",
     "sp": "sequence_parallel",
     "flash": "flash_attention",
+    "tp_overlap": "tp_comm_overlap",
 }
 _INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs", "first_stage_layers", "last_stage_layers")
 MAX_STAGES = 4096
@@ -74,7 +75,7 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
                 fields[name] = lookup(value, at)
             except ScheduleError as error:
                 raise PlanInputError(at, error.message) from None
-        elif name in ("sequence_parallel", "flash_attention"):
+        elif name in ("sequence_parallel", "flash_attention", "tp_comm_overlap"):
             fields[name] = _boolean(value, at)
         elif name == "precision":
             if not isinstance(value, str) or value.lower() not in PRECISIONS:
@@ -90,7 +91,7 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
             raise PlanInputError(
                 at,
                 "unknown field; expected tp, pp, dp, vpp, mbs, schedule, zero, recompute, sequence_parallel, "
-                "flash_attention, precision, layers_per_stage, first_stage_layers or last_stage_layers",
+                "flash_attention, precision, layers_per_stage, first_stage_layers, last_stage_layers or tp_comm_overlap",
             )
     if ("first_stage_layers" in fields or "last_stage_layers" in fields) and "layers_per_stage" in fields:
         raise PlanInputError(f"{where}.layers_per_stage", "give layers_per_stage or first/last_stage_layers, not both")

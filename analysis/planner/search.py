@@ -77,6 +77,7 @@ def candidates(
                                 bool(fix.get("flash_attention", True)),
                                 str(fix.get("precision", "bf16")),
                                 tuple(fix.get("layers_per_stage", ())),
+                                bool(fix.get("tp_comm_overlap", False)),
                             )
 
 

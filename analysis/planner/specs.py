@@ -155,6 +155,8 @@ class ParallelConfig:
     Float8 linears); attention, the output layer and the element-wise kernels stay bf16.
     ``layers_per_stage``: each pipeline stage's layers, first to last (empty: as even as the layers allow, the
     first stages one more); the embedding sits on the first stage, the output layer and the loss on the last.
+    ``tp_comm_overlap``: tensor-parallel communication split into chunks that run under the layer's GEMMs
+    (Megatron's ``--tp-comm-overlap``, torchtitan's async TP); off, every TP collective is exposed.
     """
 
     tp: int = 1
@@ -169,6 +171,7 @@ class ParallelConfig:
     flash_attention: bool = True
     precision: str = "bf16"
     layers_per_stage: tuple[int, ...] = ()
+    tp_comm_overlap: bool = False
 
     def with_dp(self, gpus: int) -> ParallelConfig:
         return self if self.dp else replace(self, dp=gpus // (self.tp * self.pp))
@@ -193,6 +196,7 @@ class ParallelConfig:
             "flash_attention": self.flash_attention,
             "precision": self.precision,
             "layers_per_stage": list(self.layers_per_stage) or None,
+            "tp_comm_overlap": self.tp_comm_overlap,
         }
 
 

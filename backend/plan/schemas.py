@@ -74,6 +74,9 @@ class ConfigIn(BaseModel):
     )
     first_stage_layers: PositiveInt | None = Field(default=None, description="Megatron's first-stage layers")
     last_stage_layers: PositiveInt | None = Field(default=None, description="Megatron's last-stage layers")
+    tp_comm_overlap: Annotated[bool, Strict()] | None = Field(
+        default=None, description="TP collectives under the GEMMs (--tp-comm-overlap, async TP); default false"
+    )
 
 
 class PlanRequestIn(BaseModel):
