@@ -51,6 +51,7 @@ class Plan:
                 "compute": step.compute,
                 "recompute": step.recompute,
                 "tp_comm": step.tp_comm,
+                "cp_comm": step.cp_comm,
                 "pp_comm": step.pp_comm,
                 "bubble": step.bubble,
                 "dp_comm": step.dp_comm,
@@ -77,11 +78,17 @@ def structural_problems(
         problems.append(("tp", f"tp={cfg.tp} does not split the {model.kv_heads} KV heads evenly"))
     if cfg.pp > model.layers:
         problems.append(("pp", f"pp={cfg.pp} exceeds the {model.layers} layers"))
-    if cluster.gpus % (cfg.tp * cfg.pp):  # no whole number of replicas, whatever dp is
-        field = "tp" if cluster.gpus % cfg.tp else "pp"
-        problems.append((field, f"tp·pp = {cfg.tp}·{cfg.pp} does not divide the {cluster.gpus} GPUs of the cluster"))
-    elif cfg.tp * cfg.pp * cfg.dp != cluster.gpus:
-        problems.append(("dp", f"tp·pp·dp = {cfg.tp}·{cfg.pp}·{cfg.dp} is not the {cluster.gpus} GPUs of the cluster"))
+    if cluster.gpus % (cfg.tp * cfg.cp * cfg.pp):  # no whole number of replicas, whatever dp is
+        field = "tp" if cluster.gpus % cfg.tp else "cp" if cluster.gpus % (cfg.tp * cfg.cp) else "pp"
+        problems.append(
+            (field, f"tp·cp·pp = {cfg.tp}·{cfg.cp}·{cfg.pp} does not divide the {cluster.gpus} GPUs of the cluster")
+        )
+    elif cfg.tp * cfg.cp * cfg.pp * cfg.dp != cluster.gpus:
+        problems.append(
+            ("dp", f"tp·cp·pp·dp = {cfg.tp}·{cfg.cp}·{cfg.pp}·{cfg.dp} is not the {cluster.gpus} GPUs of the cluster")
+        )
+    if cfg.cp > 1 and model.seq % (2 * cfg.cp):
+        problems.append(("cp", f"sequence {model.seq} does not split into 2·cp = {2 * cfg.cp} equal chunks (causal load balance)"))
     if cfg.dp < 1 or global_batch % (cfg.dp * cfg.mbs):
         problems.append(("mbs", f"global batch {global_batch} is not divisible by dp·mbs = {cfg.dp}·{cfg.mbs}"))
         return problems

@@ -86,12 +86,20 @@ def stage_params(model: ModelSpec, tp: int, pp: int, layers_per_stage: tuple[int
 
 
 def activation_bytes_per_layer(
-    model: ModelSpec, mbs: int, tp: int, sequence_parallel: bool, recompute: str, flash_attention: bool = False
+    model: ModelSpec,
+    mbs: int,
+    tp: int,
+    sequence_parallel: bool,
+    recompute: str,
+    flash_attention: bool = False,
+    cp: int = 1,
 ) -> float:
     """Stored activations of one layer for one micro-batch on one GPU (Korthikanti et al. 2022);
-    fused (flash) attention stores no s×s scores, like selective recompute."""
+    fused (flash) attention stores no s×s scores, like selective recompute. With context parallelism a GPU holds
+    s/cp of the sequence (its scores: s/cp queries against all s keys)."""
     s, b, h, a = model.seq, mbs, model.hidden, model.heads
-    sb = s * b
+    local = s / cp
+    sb = local * b
     if recompute == "full":
         return 2 * sb * h / (tp if sequence_parallel else 1)
     mlp_width = (6 if model.gated_mlp else 4) * model.ffn_hidden
@@ -101,7 +109,7 @@ def activation_bytes_per_layer(
         linear = linear_total / tp
     else:
         linear = replicated + (linear_total - replicated) / tp
-    scores = 0.0 if recompute == "selective" or flash_attention else 5 * a * s * s * b / tp
+    scores = 0.0 if recompute == "selective" or flash_attention else 5 * a * local * s * b / tp
     return linear + scores
 
 
@@ -163,14 +171,15 @@ def _peak_chunks(actions: list[Action]) -> int:
 def _breakdown(
     model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, params: float, in_flight: float
 ) -> MemoryBreakdown:
-    shard = {0: (1, 1, 1), 1: (1, 1, cfg.dp), 2: (1, cfg.dp, cfg.dp), 3: (cfg.dp, cfg.dp, cfg.dp)}[cfg.zero]
+    n = cfg.replicas  # ZeRO shards over every rank holding the same weights (data and context parallel)
+    shard = {0: (1, 1, 1), 1: (1, 1, n), 2: (1, n, n), 3: (n, n, n)}[cfg.zero]
     per_layer = activation_bytes_per_layer(
-        model, cfg.mbs, cfg.tp, cfg.sequence_parallel, cfg.recompute, cfg.flash_attention
+        model, cfg.mbs, cfg.tp, cfg.sequence_parallel, cfg.recompute, cfg.flash_attention, cfg.cp
     )
     activations = in_flight * per_layer
     if cfg.recompute == "full":
         activations += activation_bytes_per_layer(
-            model, cfg.mbs, cfg.tp, cfg.sequence_parallel, "none", cfg.flash_attention
+            model, cfg.mbs, cfg.tp, cfg.sequence_parallel, "none", cfg.flash_attention, cfg.cp
         )
     capacity = cluster.gpu.memory_gib * GIB
     reserve = max(RESERVE_FRACTION * capacity, RESERVE_MIN_GIB * GIB)

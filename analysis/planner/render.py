@@ -15,8 +15,9 @@ def config_label(plan: Plan) -> str:
     flags += "+fp8" if c.precision == "fp8" else ""
     flags += "+tp-overlap" if c.tp_comm_overlap else ""
     stages = f" layers={'/'.join(map(str, c.layers_per_stage))}" if c.layers_per_stage else ""
+    context = f" cp={c.cp}({c.cp_comm})" if c.cp > 1 else ""
     return (
-        f"t={c.tp} p={c.pp} d={c.dp} mbs={c.mbs} {schedule if c.pp > 1 else 'no-pp'} "
+        f"t={c.tp}{context} p={c.pp} d={c.dp} mbs={c.mbs} {schedule if c.pp > 1 else 'no-pp'} "
         f"zero={c.zero} recompute={c.recompute}{flags}{stages}"
     )
 
@@ -55,6 +56,7 @@ def render_outcome(outcome: PlanOutcome) -> str:
         "compute": step.compute,
         "recompute": step.recompute,
         "tp comm": step.tp_comm,
+        "cp comm": step.cp_comm,
         "pp comm": step.pp_comm,
         "bubble": step.bubble,
         "dp comm": step.dp_comm,

@@ -16,6 +16,7 @@ from typing import Any
 from bubblescope.analysis.planner.evaluate import Plan, evaluate, structural_problems
 from bubblescope.analysis.planner.search import search
 from bubblescope.analysis.planner.specs import (
+    CP_COMMS,
     PRECISIONS,
     RECOMPUTE,
     ClusterSpec,
@@ -40,7 +41,7 @@ CONFIG_ALIASES = {
     "flash": "flash_attention",
     "tp_overlap": "tp_comm_overlap",
 }
-_INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs", "first_stage_layers", "last_stage_layers")
+_INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs", "cp", "first_stage_layers", "last_stage_layers")
 MAX_STAGES = 4096
 #: What a configuration assumes where the request is silent, said in the answer (``assumed``).
 DEFAULTS_SAID = {
@@ -77,6 +78,10 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
                 raise PlanInputError(at, error.message) from None
         elif name in ("sequence_parallel", "flash_attention", "tp_comm_overlap"):
             fields[name] = _boolean(value, at)
+        elif name == "cp_comm":
+            if not isinstance(value, str) or value.lower() not in CP_COMMS:
+                raise PlanInputError(at, f"expected one of {', '.join(CP_COMMS)}, got {value!r}")
+            fields[name] = value.lower()
         elif name == "precision":
             if not isinstance(value, str) or value.lower() not in PRECISIONS:
                 raise PlanInputError(at, f"expected one of {', '.join(PRECISIONS)}, got {value!r}")
@@ -91,7 +96,8 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
             raise PlanInputError(
                 at,
                 "unknown field; expected tp, pp, dp, vpp, mbs, schedule, zero, recompute, sequence_parallel, "
-                "flash_attention, precision, layers_per_stage, first_stage_layers, last_stage_layers or tp_comm_overlap",
+                "flash_attention, precision, layers_per_stage, first_stage_layers, last_stage_layers, tp_comm_overlap, cp "
+                "or cp_comm",
             )
     if ("first_stage_layers" in fields or "last_stage_layers" in fields) and "layers_per_stage" in fields:
         raise PlanInputError(f"{where}.layers_per_stage", "give layers_per_stage or first/last_stage_layers, not both")

@@ -1,7 +1,8 @@
 """Enumerate configurations, keep the runnable ones, rank them by predicted step time.
 
-The space: t a power of two up to the GPUs of a node dividing the heads; p any divisor of
-gpus/t up to the layers (uneven stages allowed); d the rest; micro-batch sizes powers of two
+The space: t a power of two up to the GPUs of a node dividing the heads; c (context parallel) 1, and for
+sequences of 16k tokens or more every power of two keeping t·c inside a node; p any divisor of gpus/(t·c) up to
+the layers (uneven stages allowed); d the rest; micro-batch sizes powers of two
 dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that splits the
 stage's layers evenly, up to 8); ZeRO 0–3 (0–1 with pipelining); recompute none, selective, full;
 sequence parallelism whenever t > 1 (same communication volume, less memory); flash attention on and bf16
@@ -21,6 +22,7 @@ from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficie
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, GPIPE, INTERLEAVED_1F1B, ONE_F_ONE_B, Schedule
 
 MAX_VPP = 8
+LONG_SEQUENCE: Final = 16_384
 SEARCHED: Final = (ONE_F_ONE_B, INTERLEAVED_1F1B, GPIPE)
 """Schedules the search tries; any other is evaluated when fixed or asked for."""
 
@@ -49,13 +51,14 @@ def candidates(
         return [fix[key]] if key in fix else values
 
     tps = [t for t in _powers_of_two(min(cluster.gpus_per_node, cluster.gpus)) if model.heads % t == 0]
-    for tp in choose("tp", tps):
-        if cluster.gpus % tp:
+    layouts = [(t, c) for t in choose("tp", tps) for c in choose("cp", _context_degrees(model, cluster, t))]
+    for tp, cp in layouts:
+        if cluster.gpus % (tp * cp):
             continue
-        for pp in choose("pp", [p for p in _divisors(cluster.gpus // tp) if p <= model.layers]):
-            if cluster.gpus % (tp * pp):
+        for pp in choose("pp", [p for p in _divisors(cluster.gpus // (tp * cp)) if p <= model.layers]):
+            if cluster.gpus % (tp * cp * pp):
                 continue
-            dp = cluster.gpus // (tp * pp)
+            dp = cluster.gpus // (tp * cp * pp)
             if "dp" in fix and fix["dp"] != dp:
                 continue
             per_replica = global_batch // dp if global_batch % dp == 0 else 0
@@ -78,7 +81,18 @@ def candidates(
                                 str(fix.get("precision", "bf16")),
                                 tuple(fix.get("layers_per_stage", ())),
                                 bool(fix.get("tp_comm_overlap", False)),
+                                cp,
+                                str(fix.get("cp_comm", "p2p")),
                             )
+
+
+def _context_degrees(model: ModelSpec, cluster: ClusterSpec, tp: int) -> list[int]:
+    """Context-parallel degrees tried: 1, and from a sequence of ``LONG_SEQUENCE`` tokens on, the powers of two
+    that keep tp·cp inside a node and split the sequence into 2·cp equal chunks."""
+    if model.seq < LONG_SEQUENCE:
+        return [1]
+    fits = max(1, cluster.gpus_per_node // tp)
+    return [cp for cp in _powers_of_two(fits) if model.seq % (2 * cp) == 0]
 
 
 def _schedules(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> Iterator[tuple[Schedule, int]]:

@@ -18,6 +18,7 @@ from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, Schedule
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp8")
+CP_COMMS = ("p2p", "allgather")
 
 
 class PlanInputError(InputError):
@@ -145,7 +146,7 @@ class ClusterSpec:
 
 @dataclass(frozen=True)
 class ParallelConfig:
-    """One way to run the job. ``dp`` 0 means "the rest": gpus / (tp·pp).
+    """One way to run the job. ``dp`` 0 means "the rest": gpus / (tp·cp·pp).
 
     ``vpp`` is the number of virtual stages (model chunks) per rank, used by interleaved 1F1B.
     ``zero`` 0–3 shards optimizer (1), +gradients (2), +weights (3) over the data-parallel group.
@@ -157,6 +158,10 @@ class ParallelConfig:
     first stages one more); the embedding sits on the first stage, the output layer and the loss on the last.
     ``tp_comm_overlap``: tensor-parallel communication split into chunks that run under the layer's GEMMs
     (Megatron's ``--tp-comm-overlap``, torchtitan's async TP); off, every TP collective is exposed.
+    ``cp``: context parallelism, each sequence split over ``cp`` ranks (``dp`` 0 is then gpus / (tp·cp·pp));
+    ``cp_comm`` how attention sees the other ranks' keys and values: ``p2p`` (ring attention, Megatron's default:
+    each block passed on while the previous one is attended, so the transfer hides under attention) or
+    ``allgather`` (gathered before attention, torchtitan's default rotate method: exposed).
     """
 
     tp: int = 1
@@ -172,9 +177,16 @@ class ParallelConfig:
     precision: str = "bf16"
     layers_per_stage: tuple[int, ...] = ()
     tp_comm_overlap: bool = False
+    cp: int = 1
+    cp_comm: str = "p2p"
 
     def with_dp(self, gpus: int) -> ParallelConfig:
-        return self if self.dp else replace(self, dp=gpus // (self.tp * self.pp))
+        return self if self.dp else replace(self, dp=gpus // (self.tp * self.cp * self.pp))
+
+    @property
+    def replicas(self) -> int:
+        """Ranks holding the same weights, over which gradients are reduced and ZeRO shards: dp·cp."""
+        return self.dp * self.cp
 
     def stage_layers(self, layers: int) -> tuple[int, ...]:
         """Each pipeline stage's layers: as given, else as even as ``layers`` allow (the first stages one more)."""
@@ -197,6 +209,8 @@ class ParallelConfig:
             "precision": self.precision,
             "layers_per_stage": list(self.layers_per_stage) or None,
             "tp_comm_overlap": self.tp_comm_overlap,
+            "cp": self.cp,
+            "cp_comm": self.cp_comm,
         }
 
 

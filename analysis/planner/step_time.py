@@ -80,7 +80,7 @@ DEFAULT_EFFICIENCIES = Efficiencies()
 class StepTime:
     """Seconds per training step on the slowest rank, by part; ``total`` is the step time.
 
-    compute, recompute, tp_comm, pp_comm are summed over the step's micro-batches; bubble is the
+    compute, recompute, tp_comm, cp_comm, pp_comm are summed over the step's micro-batches; bubble is the
     pipeline's idle time; dp_comm the exposed part of the gradient reduction (plus the embedding
     all-reduce); optimizer the parameter update.
     """
@@ -94,10 +94,20 @@ class StepTime:
     optimizer: float
     microbatches: int
     bubble_fraction: float
+    cp_comm: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.compute + self.recompute + self.tp_comm + self.pp_comm + self.bubble + self.dp_comm + self.optimizer
+        return (
+            self.compute
+            + self.recompute
+            + self.tp_comm
+            + self.cp_comm
+            + self.pp_comm
+            + self.bubble
+            + self.dp_comm
+            + self.optimizer
+        )
 
 
 @dataclass(frozen=True)
@@ -107,12 +117,22 @@ class _Cost:
     compute: float = 0.0
     recompute: float = 0.0
     comm: float = 0.0
+    context: float = 0.0  # exposed context-parallel communication
 
     def __add__(self, other: _Cost) -> _Cost:
-        return _Cost(self.compute + other.compute, self.recompute + other.recompute, self.comm + other.comm)
+        return _Cost(
+            self.compute + other.compute,
+            self.recompute + other.recompute,
+            self.comm + other.comm,
+            self.context + other.context,
+        )
 
     def scale(self, factor: float) -> _Cost:
-        return _Cost(self.compute * factor, self.recompute * factor, self.comm * factor)
+        return _Cost(self.compute * factor, self.recompute * factor, self.comm * factor, self.context * factor)
+
+    @property
+    def seconds(self) -> float:
+        return self.compute + self.recompute + self.comm + self.context
 
 
 def gemm_seconds(
@@ -149,7 +169,8 @@ def _tp_bandwidth(cluster: ClusterSpec, ranks: int, eff: Efficiencies) -> tuple[
 def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies) -> _Cost:
     """Forward + backward (+ recompute) of one transformer layer, one micro-batch, one GPU."""
     gpu, t, s, h = cluster.gpu, cfg.tp, model.seq, model.hidden
-    tokens = cfg.mbs * s
+    local = s / cfg.cp  # context parallelism: this GPU's queries; its attention reads every key
+    tokens = cfg.mbs * local
     mlp_out = model.ffn_hidden * (2 if model.gated_mlp else 1)
     peak = linear_peak_tflops(gpu, cfg.precision)
     dense = (
@@ -160,13 +181,17 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     )
     heads = cfg.mbs * model.heads / t
     if cfg.flash_attention:  # scores stay on chip: compute-bound, at the GEMM efficiency
-        attention = 4.0 * s * s * model.head_dim * heads / (gpu.peak_tflops * 1e12 * eff.gemm)
+        attention = 4.0 * local * s * model.head_dim * heads / (gpu.peak_tflops * 1e12 * eff.gemm)
     else:
-        attention = gemm_seconds(s, s, model.head_dim, gpu, eff, heads) + gemm_seconds(
-            s, model.head_dim, s, gpu, eff, heads
+        attention = gemm_seconds(local, s, model.head_dim, gpu, eff, heads) + gemm_seconds(
+            local, model.head_dim, s, gpu, eff, heads
         )
-    stored = activation_bytes_per_layer(model, cfg.mbs, t, cfg.sequence_parallel, "none", cfg.flash_attention)
-    stored_scores = stored - activation_bytes_per_layer(model, cfg.mbs, t, cfg.sequence_parallel, "selective")
+    stored = activation_bytes_per_layer(
+        model, cfg.mbs, t, cfg.sequence_parallel, "none", cfg.flash_attention, cfg.cp
+    )
+    stored_scores = stored - activation_bytes_per_layer(
+        model, cfg.mbs, t, cfg.sequence_parallel, "selective", cp=cfg.cp
+    )
     hbm = gpu.hbm_gbps * 1e9 * eff.hbm
     elementwise = eff.elementwise_traffic * stored / hbm
     score_elementwise = eff.elementwise_traffic * stored_scores / hbm
@@ -179,17 +204,38 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     # overlapped, a pass's TP collectives run under that pass's linear GEMMs (forward 1×, backward 2× the GEMM time)
     hidden_under = eff.tp_overlap * (3 + (1 if cfg.recompute == "full" else 0)) * dense if cfg.tp_comm_overlap else 0
     comm = max(0.0, passes * tp_pass - hidden_under)
+    context = cp_seconds(model, cluster, cfg, eff, attention)
     if cfg.recompute == "full":
-        return _Cost(forward + backward, forward, comm)
+        return _Cost(forward + backward, forward, comm, context)
     if cfg.recompute == "selective":
-        return _Cost(forward + backward, attention + score_elementwise, comm)
-    return _Cost(forward + backward, 0.0, comm)
+        return _Cost(forward + backward, attention + score_elementwise, comm, context)
+    return _Cost(forward + backward, 0.0, comm, context)
+
+
+def cp_seconds(
+    model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies, attention_s: float
+) -> float:
+    """Exposed context-parallel communication of one layer and micro-batch: every rank needs the sequence's keys
+    and values, 4·b·s·k/t bytes (K and V, bf16), gathered over the cp ranks' ring once forward and once backward,
+    whose key and value gradients go back the same way (three ring passes; four with full recompute). ``p2p``
+    (ring attention) passes each block on while attending the previous one: only what attention does not cover
+    (forward 1×, backward 2× its time) is exposed. ``allgather``: all of it."""
+    if cfg.cp == 1:
+        return 0.0
+    kv_bytes = 4.0 * cfg.mbs * model.seq * model.kv_dim / cfg.tp
+    in_node = cfg.tp * cfg.cp <= cluster.gpus_per_node
+    bandwidth, link_eff = (cluster.gpu.nvlink_gbps, eff.nvlink) if in_node else (cluster.gpu.network_gbps, eff.network)
+    one = ring_seconds(kv_bytes, cfg.cp, bandwidth, link_eff, eff, passes=1)
+    forward_passes = 2 if cfg.recompute == "full" else 1
+    if cfg.cp_comm == "allgather":
+        return (forward_passes + 2) * one
+    return forward_passes * max(0.0, one - attention_s) + max(0.0, 2 * one - 2 * attention_s)
 
 
 def output_layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies) -> _Cost:
     """Logits GEMM forward and backward plus the fp32 softmax cross-entropy, on the last stage."""
     gpu, t, h = cluster.gpu, cfg.tp, model.hidden
-    tokens = cfg.mbs * model.seq
+    tokens = cfg.mbs * model.seq / cfg.cp
     gemm = 3 * gemm_seconds(tokens, model.vocab / t, h, gpu, eff)
     softmax = 3 * eff.elementwise_traffic * tokens * model.vocab / t * 4 / (gpu.hbm_gbps * 1e9 * eff.hbm)
     bandwidth, link_eff = _tp_bandwidth(cluster, t, eff)
@@ -200,7 +246,7 @@ def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff
     """Blocking pipeline transfers per micro-batch on one stage: activation in and gradient in, per chunk."""
     if cfg.pp == 1:
         return 0.0
-    message = 2.0 * cfg.mbs * model.seq * model.hidden / cfg.tp
+    message = 2.0 * cfg.mbs * model.seq / cfg.cp * model.hidden / cfg.tp
     crosses_nodes = cfg.tp * cfg.pp > cluster.gpus_per_node
     bandwidth = cluster.gpu.network_gbps * eff.network if crosses_nodes else cluster.gpu.nvlink_gbps * eff.nvlink
     one = eff.collective_latency_s + message / (bandwidth * 1e9)
@@ -215,12 +261,12 @@ def dp_seconds(
     before it, so only that pass can hide the reduction), plus the tied embedding's all-reduce
     between the first and the last stage."""
     params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage)
-    group_in_node = cfg.tp * cfg.pp * cfg.dp <= cluster.gpus_per_node
+    group_in_node = cfg.tp * cfg.pp * cfg.replicas <= cluster.gpus_per_node
     bandwidth, link_eff = (
         (cluster.gpu.nvlink_gbps, eff.nvlink) if group_in_node else (cluster.gpu.network_gbps, eff.network)
     )
     passes = 3.0 if cfg.zero == 3 else 2.0
-    reduce = ring_seconds(2.0 * params, cfg.dp, bandwidth, link_eff, eff, passes)
+    reduce = ring_seconds(2.0 * params, cfg.replicas, bandwidth, link_eff, eff, passes)
     reduce = max(0.0, reduce - eff.dp_overlap * last_backward_s)
     embedding = 0.0
     if cfg.pp > 1 and model.tied_embeddings:
@@ -234,7 +280,7 @@ def slowest_stage(layers_per_stage: tuple[int, ...], layer: _Cost, output: _Cost
     """The costliest stage per micro-batch: its layers, plus the output layer and the loss on the last stage."""
     last = len(layers_per_stage) - 1
     costs = [layer.scale(n) + (output if i == last else _Cost()) for i, n in enumerate(layers_per_stage)]
-    return max(costs, key=lambda cost: cost.compute + cost.recompute + cost.comm)
+    return max(costs, key=lambda cost: cost.seconds)
 
 
 def step_time(
@@ -254,13 +300,14 @@ def step_time(
     if cfg.pp > 1 and floor is None:
         raise ValueError(f"schedule {cfg.schedule.name!r} has no closed-form bubble")
     bubble = 0.0 if floor is None else floor.fraction
-    busy = microbatches * (stage.compute + stage.recompute + stage.comm + p2p)
-    local_params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage) / (cfg.dp if cfg.zero >= 1 else 1)
+    busy = microbatches * (stage.seconds + p2p)
+    local_params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage) / (cfg.replicas if cfg.zero >= 1 else 1)
     optimizer = local_params * eff.optimizer_bytes_per_param / (cluster.gpu.hbm_gbps * 1e9 * eff.hbm)
     return StepTime(
         compute=microbatches * stage.compute,
         recompute=microbatches * stage.recompute,
         tp_comm=microbatches * stage.comm,
+        cp_comm=microbatches * stage.context,
         pp_comm=microbatches * p2p,
         bubble=busy * bubble / (1.0 - bubble),
         dp_comm=dp_seconds(model, cluster, cfg, eff, stage.compute * 2 / 3 + stage.recompute),

@@ -74,6 +74,8 @@ class ConfigIn(BaseModel):
     )
     first_stage_layers: PositiveInt | None = Field(default=None, description="Megatron's first-stage layers")
     last_stage_layers: PositiveInt | None = Field(default=None, description="Megatron's last-stage layers")
+    cp: PositiveInt | None = Field(default=None, description="context parallel degree (sequence split)")
+    cp_comm: Literal["p2p", "allgather"] | None = Field(default=None, description="ring attention (p2p) or allgather")
     tp_comm_overlap: Annotated[bool, Strict()] | None = Field(
         default=None, description="TP collectives under the GEMMs (--tp-comm-overlap, async TP); default false"
     )

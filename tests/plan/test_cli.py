@@ -80,15 +80,15 @@ def test_json_files_give_the_same_answer_as_presets(tmp_path: Path) -> None:
         # gpt-1.7b's heads divide by 3: the GPU count is what tp=3 breaks, not a dp the user never set
         (
             ["--model", "gpt-1.7b", "--cluster", "a100-80gb-x64", "--config", "tp=3"],
-            "config.tp: tp·pp = 3·1 does not divide the 64 GPUs",
+            "config.tp: tp·cp·pp = 3·1·1 does not divide the 64 GPUs",
         ),
         (
             ["--model", "gpt-1.7b", "--cluster", "a100-80gb-x64", "--config", "tp=2,pp=3"],
-            "config.pp: tp·pp = 2·3 does not divide",
+            "config.pp: tp·cp·pp = 2·1·3 does not divide",
         ),
         (
             ["--model", "gpt-1.7b", "--cluster", "a100-80gb-x64", "--config", "tp=2,pp=2,dp=8"],
-            "config.dp: tp·pp·dp = 2·2·8 is not the 64",
+            "config.dp: tp·cp·pp·dp = 2·1·2·8 is not the 64",
         ),
         (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--config", "tp"], "--config: expected K=V"),
         (["--model", "gpt-22b", "--cluster", "nope-x8"], "cluster: unknown cluster"),
