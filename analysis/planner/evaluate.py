@@ -88,7 +88,9 @@ def structural_problems(
             ("dp", f"tp·cp·pp·dp = {cfg.tp}·{cfg.cp}·{cfg.pp}·{cfg.dp} is not the {cluster.gpus} GPUs of the cluster")
         )
     if cfg.cp > 1 and model.seq % (2 * cfg.cp):
-        problems.append(("cp", f"sequence {model.seq} does not split into 2·cp = {2 * cfg.cp} equal chunks (causal load balance)"))
+        problems.append(
+            ("cp", f"sequence {model.seq} does not split into 2·cp = {2 * cfg.cp} equal chunks (causal load balance)")
+        )
     if cfg.dp < 1 or global_batch % (cfg.dp * cfg.mbs):
         problems.append(("mbs", f"global batch {global_batch} is not divisible by dp·mbs = {cfg.dp}·{cfg.mbs}"))
         return problems

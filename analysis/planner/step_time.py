@@ -186,9 +186,7 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
         attention = gemm_seconds(local, s, model.head_dim, gpu, eff, heads) + gemm_seconds(
             local, model.head_dim, s, gpu, eff, heads
         )
-    stored = activation_bytes_per_layer(
-        model, cfg.mbs, t, cfg.sequence_parallel, "none", cfg.flash_attention, cfg.cp
-    )
+    stored = activation_bytes_per_layer(model, cfg.mbs, t, cfg.sequence_parallel, "none", cfg.flash_attention, cfg.cp)
     stored_scores = stored - activation_bytes_per_layer(
         model, cfg.mbs, t, cfg.sequence_parallel, "selective", cp=cfg.cp
     )
