@@ -52,6 +52,7 @@ class Plan:
                 "recompute": step.recompute,
                 "tp_comm": step.tp_comm,
                 "cp_comm": step.cp_comm,
+                "ep_comm": step.ep_comm,
                 "pp_comm": step.pp_comm,
                 "bubble": step.bubble,
                 "dp_comm": step.dp_comm,
@@ -61,9 +62,10 @@ class Plan:
 
 
 def model_flops_per_step(model: ModelSpec, global_batch: int) -> float:
-    """Training FLOPs without recompute (docs/planner.md): tokens · (6·N + 12·L·h·s)."""
+    """Training FLOPs without recompute (docs/planner.md): tokens · (6·N + 12·L·h·s), N the parameters a token
+    passes through (a mixture of experts' active ones)."""
     tokens = global_batch * model.seq
-    return tokens * (6.0 * model.params + 12.0 * model.layers * model.hidden * model.seq)
+    return tokens * (6.0 * model.active_params + 12.0 * model.layers * model.hidden * model.seq)
 
 
 def structural_problems(
@@ -87,6 +89,14 @@ def structural_problems(
         problems.append(
             ("dp", f"tp·cp·pp·dp = {cfg.tp}·{cfg.cp}·{cfg.pp}·{cfg.dp} is not the {cluster.gpus} GPUs of the cluster")
         )
+    if cfg.ep > 1 and not model.moe:
+        problems.append(("ep", "expert parallelism needs a mixture of experts (model.experts > 0)"))
+    elif cfg.ep > 1 and model.experts % cfg.ep:
+        problems.append(("ep", f"ep={cfg.ep} does not divide the {model.experts} experts"))
+    elif cfg.dp >= 1 and cfg.replicas % cfg.ep:
+        problems.append(("ep", f"ep={cfg.ep} does not divide dp·cp = {cfg.replicas}: expert ranks come from them"))
+    if not 0 < cfg.capacity_factor <= 16:
+        problems.append(("capacity_factor", f"must be above 0 and at most 16, got {cfg.capacity_factor}"))
     if cfg.cp > 1 and model.seq % (2 * cfg.cp):
         problems.append(
             ("cp", f"sequence {model.seq} does not split into 2·cp = {2 * cfg.cp} equal chunks (causal load balance)")

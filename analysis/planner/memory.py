@@ -71,11 +71,18 @@ def layers_on_stage(model: ModelSpec, pp: int, layers_per_stage: tuple[int, ...]
     return max(layers_per_stage) if layers_per_stage else math.ceil(model.layers / pp)
 
 
-def stage_params(model: ModelSpec, tp: int, pp: int, layers_per_stage: tuple[int, ...] = ()) -> float:
+def layer_params_on_gpu(model: ModelSpec, tp: int, ep: int = 1) -> tuple[float, float]:
+    """(all, routed experts') parameters of one layer on one GPU: GEMM weights split over tensor parallelism, the
+    routed experts also over expert parallelism, norms and biases replicated."""
+    experts = model.layer_expert_params / (tp * ep)
+    replicated = model.layer_params - model.layer_matmul_params
+    return model.layer_dense_matmul_params / tp + experts + replicated, experts
+
+
+def stage_params(model: ModelSpec, tp: int, pp: int, layers_per_stage: tuple[int, ...] = (), ep: int = 1) -> float:
     """Parameters held by one GPU of the worst stage (first or last)."""
     h = model.hidden
-    replicated = model.layer_params - model.layer_matmul_params
-    per_layer = model.layer_matmul_params / tp + replicated
+    per_layer, _experts = layer_params_on_gpu(model, tp, ep)
     layers = layers_on_stage(model, pp, layers_per_stage) * per_layer
     embedding = model.vocab * h / tp + (model.embedding_params - model.vocab * h)
     output = model.vocab * h / tp if (not model.tied_embeddings or pp > 1) else 0.0
@@ -93,6 +100,7 @@ def activation_bytes_per_layer(
     recompute: str,
     flash_attention: bool = False,
     cp: int = 1,
+    capacity_factor: float = 1.0,
 ) -> float:
     """Stored activations of one layer for one micro-batch on one GPU (Korthikanti et al. 2022);
     fused (flash) attention stores no s×s scores, like selective recompute. With context parallelism a GPU holds
@@ -102,7 +110,10 @@ def activation_bytes_per_layer(
     sb = local * b
     if recompute == "full":
         return 2 * sb * h / (tp if sequence_parallel else 1)
-    mlp_width = (6 if model.gated_mlp else 4) * model.ffn_hidden
+    mlp_width: float = (6 if model.gated_mlp else 4) * model.ffn_hidden
+    if model.moe:  # each token's copies in its routed experts (and the shared ones), and their dispatched inputs
+        copies = model.top_k * capacity_factor + model.shared_experts
+        mlp_width = copies * ((6 if model.gated_mlp else 4) * model.moe_ffn_hidden + 2 * h)
     linear_total = sb * (4 * h + 7 * h + 4 * model.kv_dim + 3 * h + mlp_width)
     replicated = 10 * sb * h
     if sequence_parallel:
@@ -130,7 +141,9 @@ def memory_per_gpu(
         return max(memory_per_pipeline_rank(model, cluster, cfg, microbatches), key=lambda part: part.total)
     layers = layers_on_stage(model, cfg.pp)
     in_flight = in_flight_microbatch_layers(cfg, microbatches, layers)
-    return _breakdown(model, cluster, cfg, stage_params(model, cfg.tp, cfg.pp), in_flight)
+    experts = layers * layer_params_on_gpu(model, cfg.tp, cfg.ep)[1]
+    params = stage_params(model, cfg.tp, cfg.pp, ep=cfg.ep)
+    return _breakdown(model, cluster, cfg, params, in_flight, experts)
 
 
 def memory_per_pipeline_rank(
@@ -144,7 +157,7 @@ def memory_per_pipeline_rank(
     if cfg.pp == 1:
         return [memory_per_gpu(model, cluster, cfg, microbatches)]
     h = model.hidden
-    per_layer = model.layer_matmul_params / cfg.tp + (model.layer_params - model.layer_matmul_params)
+    per_layer, experts_per_layer = layer_params_on_gpu(model, cfg.tp, cfg.ep)
     embedding = model.vocab * h / cfg.tp + (model.embedding_params - model.vocab * h)
     output = model.vocab * h / cfg.tp + 2 * h  # the output layer (a tied embedding's copy) and the final norm
     orders = cfg.schedule.build_orders(cfg.pp, microbatches, cfg.vpp)
@@ -152,7 +165,7 @@ def memory_per_pipeline_rank(
     for rank, layers in enumerate(cfg.stage_layers(model.layers)):
         params = layers * per_layer + (embedding if rank == 0 else 0.0) + (output if rank == cfg.pp - 1 else 0.0)
         in_flight = _peak_chunks(orders[rank]) * layers / cfg.vpp
-        out.append(_breakdown(model, cluster, cfg, params, in_flight))
+        out.append(_breakdown(model, cluster, cfg, params, in_flight, layers * experts_per_layer))
     return out
 
 
@@ -169,25 +182,42 @@ def _peak_chunks(actions: list[Action]) -> int:
 
 
 def _breakdown(
-    model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, params: float, in_flight: float
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cfg: ParallelConfig,
+    params: float,
+    in_flight: float,
+    expert_params: float = 0.0,
 ) -> MemoryBreakdown:
-    n = cfg.replicas  # ZeRO shards over every rank holding the same weights (data and context parallel)
-    shard = {0: (1, 1, 1), 1: (1, 1, n), 2: (1, n, n), 3: (n, n, n)}[cfg.zero]
+    """``expert_params`` of ``params`` are routed experts', whose replicas (and ZeRO shards) are dp·cp/ep."""
+    weights, gradients, optimizer = (
+        _state(params - expert_params, cfg.replicas, cfg.zero, part)
+        + _state(expert_params, cfg.replicas // cfg.ep, cfg.zero, part)
+        for part in range(3)
+    )
     per_layer = activation_bytes_per_layer(
-        model, cfg.mbs, cfg.tp, cfg.sequence_parallel, cfg.recompute, cfg.flash_attention, cfg.cp
+        model, cfg.mbs, cfg.tp, cfg.sequence_parallel, cfg.recompute, cfg.flash_attention, cfg.cp, cfg.capacity_factor
     )
     activations = in_flight * per_layer
     if cfg.recompute == "full":
         activations += activation_bytes_per_layer(
-            model, cfg.mbs, cfg.tp, cfg.sequence_parallel, "none", cfg.flash_attention, cfg.cp
+            model, cfg.mbs, cfg.tp, cfg.sequence_parallel, "none", cfg.flash_attention, cfg.cp, cfg.capacity_factor
         )
     capacity = cluster.gpu.memory_gib * GIB
     reserve = max(RESERVE_FRACTION * capacity, RESERVE_MIN_GIB * GIB)
     return MemoryBreakdown(
-        weights=params * BYTES_WEIGHTS / shard[0],
-        gradients=params * BYTES_GRADS / shard[1],
-        optimizer=params * BYTES_OPTIMIZER / shard[2],
+        weights=weights,
+        gradients=gradients,
+        optimizer=optimizer,
         activations=activations,
         params_on_gpu=params,
         available=capacity - reserve,
     )
+
+
+def _state(params: float, replicas: int, zero: int, part: int) -> float:
+    """Bytes of weights (``part`` 0), gradients (1) or optimizer state (2) for ``params`` held by ``replicas``
+    ranks: ZeRO-1/2/3 shard the optimizer, then the gradients, then the weights over them."""
+    sharded = {0: (), 1: (2,), 2: (1, 2), 3: (0, 1, 2)}[zero]
+    size = (BYTES_WEIGHTS, BYTES_GRADS, BYTES_OPTIMIZER)[part]
+    return params * size / (max(1, replicas) if part in sharded else 1)

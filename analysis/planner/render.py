@@ -16,6 +16,7 @@ def config_label(plan: Plan) -> str:
     flags += "+tp-overlap" if c.tp_comm_overlap else ""
     stages = f" layers={'/'.join(map(str, c.layers_per_stage))}" if c.layers_per_stage else ""
     context = f" cp={c.cp}({c.cp_comm})" if c.cp > 1 else ""
+    context += f" ep={c.ep}" if c.ep > 1 else ""
     return (
         f"t={c.tp}{context} p={c.pp} d={c.dp} mbs={c.mbs} {schedule if c.pp > 1 else 'no-pp'} "
         f"zero={c.zero} recompute={c.recompute}{flags}{stages}"
@@ -57,6 +58,7 @@ def render_outcome(outcome: PlanOutcome) -> str:
         "recompute": step.recompute,
         "tp comm": step.tp_comm,
         "cp comm": step.cp_comm,
+        "ep comm": step.ep_comm,
         "pp comm": step.pp_comm,
         "bubble": step.bubble,
         "dp comm": step.dp_comm,

@@ -26,6 +26,7 @@ from bubblescope.analysis.planner.specs import (
     cluster_preset,
     make_cluster,
     model_from,
+    positive_float,
     positive_int,
 )
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, INTERLEAVED_1F1B, ScheduleError, lookup
@@ -41,7 +42,7 @@ CONFIG_ALIASES = {
     "flash": "flash_attention",
     "tp_overlap": "tp_comm_overlap",
 }
-_INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs", "cp", "first_stage_layers", "last_stage_layers")
+_INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs", "cp", "ep", "first_stage_layers", "last_stage_layers")
 MAX_STAGES = 4096
 #: What a configuration assumes where the request is silent, said in the answer (``assumed``).
 DEFAULTS_SAID = {
@@ -78,6 +79,8 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
                 raise PlanInputError(at, error.message) from None
         elif name in ("sequence_parallel", "flash_attention", "tp_comm_overlap"):
             fields[name] = _boolean(value, at)
+        elif name == "capacity_factor":
+            fields[name] = positive_float(value, at)
         elif name == "cp_comm":
             if not isinstance(value, str) or value.lower() not in CP_COMMS:
                 raise PlanInputError(at, f"expected one of {', '.join(CP_COMMS)}, got {value!r}")
@@ -96,8 +99,8 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
             raise PlanInputError(
                 at,
                 "unknown field; expected tp, pp, dp, vpp, mbs, schedule, zero, recompute, sequence_parallel, "
-                "flash_attention, precision, layers_per_stage, first_stage_layers, last_stage_layers, tp_comm_overlap, cp "
-                "or cp_comm",
+                "flash_attention, precision, layers_per_stage, first_stage_layers, last_stage_layers, tp_comm_overlap, cp, "
+                "cp_comm, ep or capacity_factor",
             )
     if ("first_stage_layers" in fields or "last_stage_layers" in fields) and "layers_per_stage" in fields:
         raise PlanInputError(f"{where}.layers_per_stage", "give layers_per_stage or first/last_stage_layers, not both")
@@ -182,6 +185,9 @@ class PlanOutcome:
                 "ffn_hidden": self.model.ffn_hidden,
                 "heads": self.model.heads,
                 "kv_heads": self.model.kv_heads,
+                "experts": self.model.experts,
+                "top_k": self.model.top_k,
+                "active_params": self.model.active_params,
                 "seq": self.model.seq,
                 "vocab": self.model.vocab,
             },

@@ -2,7 +2,8 @@
 
 The space: t a power of two up to the GPUs of a node dividing the heads; c (context parallel) 1, and for
 sequences of 16k tokens or more every power of two keeping t·c inside a node; p any divisor of gpus/(t·c) up to
-the layers (uneven stages allowed); d the rest; micro-batch sizes powers of two
+the layers (uneven stages allowed); d the rest; for a mixture of experts, e (expert parallel) every power of two
+dividing the experts and d·c; micro-batch sizes powers of two
 dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that splits the
 stage's layers evenly, up to 8); ZeRO 0–3 (0–1 with pipelining); recompute none, selective, full;
 sequence parallelism whenever t > 1 (same communication volume, less memory); flash attention on and bf16
@@ -61,8 +62,15 @@ def candidates(
             dp = cluster.gpus // (tp * cp * pp)
             if "dp" in fix and fix["dp"] != dp:
                 continue
+            eps = [
+                e for e in _powers_of_two(min(model.experts, dp * cp)) if model.experts % e == 0 and dp * cp % e == 0
+            ]
             per_replica = global_batch // dp if global_batch % dp == 0 else 0
-            for mbs in choose("mbs", [b for b in _powers_of_two(per_replica) if per_replica % b == 0]):
+            for ep, mbs in (
+                (e, b)
+                for e in choose("ep", eps if model.moe else [1])
+                for b in choose("mbs", [b for b in _powers_of_two(per_replica) if per_replica % b == 0])
+            ):
                 for schedule, vpp in _schedules(model, pp, fix):
                     zeros = [0, 1] if pp > 1 else [0, 1, 2, 3]
                     for zero in choose("zero", zeros if dp > 1 else [0]):
@@ -83,6 +91,8 @@ def candidates(
                                 bool(fix.get("tp_comm_overlap", False)),
                                 cp,
                                 str(fix.get("cp_comm", "p2p")),
+                                ep,
+                                float(fix.get("capacity_factor", 1.0)),
                             )
 
 

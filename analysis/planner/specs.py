@@ -31,6 +31,10 @@ class ModelSpec:
 
     ``gated_mlp``: SwiGLU-style MLP (three weight matrices). ``tied_embeddings``: the output layer
     shares the input embedding (GPT); ``learned_positions``: a learned s×h position table (GPT).
+
+    Mixture of experts (``experts`` > 0): every layer's MLP is ``experts`` expert MLPs of width ``moe_ffn_hidden``
+    (default ``ffn_hidden``), each token routed to ``top_k`` of them, plus ``shared_experts`` every token passes
+    through, and a router (h × experts).
     """
 
     name: str
@@ -44,12 +48,50 @@ class ModelSpec:
     gated_mlp: bool = False
     tied_embeddings: bool = True
     learned_positions: bool = True
+    experts: int = 0
+    top_k: int = 0
+    moe_ffn_hidden: int = 0
+    shared_experts: int = 0
 
     def __post_init__(self) -> None:
         if self.ffn_hidden == 0:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
+        if self.experts and self.moe_ffn_hidden == 0:
+            object.__setattr__(self, "moe_ffn_hidden", self.ffn_hidden)
+        if self.experts and self.top_k == 0:
+            object.__setattr__(self, "top_k", 1)
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def expert_mlp_params(self) -> int:
+        """One expert's MLP weights (0 for a dense model)."""
+        return (3 if self.gated_mlp else 2) * self.hidden * self.moe_ffn_hidden if self.moe else 0
+
+    @property
+    def layer_expert_params(self) -> int:
+        """A layer's routed experts' weights: what expert parallelism splits (0 for a dense model)."""
+        return self.experts * self.expert_mlp_params
+
+    @property
+    def layer_dense_matmul_params(self) -> int:
+        """A layer's GEMM weights every rank of a tensor-parallel group holds a slice of: attention, and the dense
+        MLP, or the shared experts and the router."""
+        attention = 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_dim
+        if self.moe:
+            return attention + self.shared_experts * self.expert_mlp_params + self.hidden * self.experts
+        return attention + (3 if self.gated_mlp else 2) * self.hidden * self.ffn_hidden
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token passes through: all of a dense model; a mixture of experts' ``top_k`` routed
+        experts, not all of them (model FLOPs count these)."""
+        unused = self.layers * (self.experts - self.top_k) * self.expert_mlp_params
+        return self.params - unused
 
     @property
     def head_dim(self) -> int:
@@ -62,10 +104,8 @@ class ModelSpec:
 
     @property
     def layer_matmul_params(self) -> int:
-        """Weights of one layer's GEMMs: Q, K, V, output projection and the MLP matrices."""
-        attention = 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_dim
-        mlp = (3 if self.gated_mlp else 2) * self.hidden * self.ffn_hidden
-        return attention + mlp
+        """Weights of one layer's GEMMs: Q, K, V, output projection and the MLP matrices (every expert's)."""
+        return self.layer_dense_matmul_params + self.layer_expert_params
 
     @property
     def layer_params(self) -> int:
@@ -162,6 +202,9 @@ class ParallelConfig:
     ``cp_comm`` how attention sees the other ranks' keys and values: ``p2p`` (ring attention, Megatron's default:
     each block passed on while the previous one is attended, so the transfer hides under attention) or
     ``allgather`` (gathered before attention, torchtitan's default rotate method: exposed).
+    ``ep``: expert parallelism, a mixture of experts' routed experts split over ``ep`` of the dp·cp ranks that
+    hold the same dense weights (their expert weights replicated over the other dp·cp/ep); ``capacity_factor``:
+    the routed tokens an expert is sized for, over an even share (1.0: balanced and dropless).
     """
 
     tp: int = 1
@@ -179,6 +222,8 @@ class ParallelConfig:
     tp_comm_overlap: bool = False
     cp: int = 1
     cp_comm: str = "p2p"
+    ep: int = 1
+    capacity_factor: float = 1.0
 
     def with_dp(self, gpus: int) -> ParallelConfig:
         return self if self.dp else replace(self, dp=gpus // (self.tp * self.cp * self.pp))
@@ -211,6 +256,8 @@ class ParallelConfig:
             "tp_comm_overlap": self.tp_comm_overlap,
             "cp": self.cp,
             "cp_comm": self.cp_comm,
+            "ep": self.ep,
+            "capacity_factor": self.capacity_factor,
         }
 
 
@@ -256,6 +303,8 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         _llama("llama-2-70b", 80, 8192, 64, 8, 28672, 4096, 32000),
         _llama("llama-3-8b", 32, 4096, 32, 8, 14336, 8192, 128256),
         _llama("llama-3-70b", 80, 8192, 64, 8, 28672, 8192, 128256),
+        # Mixtral of Experts (Jiang et al. 2024, arXiv:2401.04088, Table 1): 8 experts, 2 per token
+        replace(_llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 4096, 32000), experts=8, top_k=2),
     )
 }
 
@@ -318,16 +367,24 @@ def model_from(value: str | Mapping[str, Any], where: str = "model") -> ModelSpe
         return found
     fields = dict(found)
     base = model_from(fields.pop("preset"), f"{where}.preset") if "preset" in fields else None
-    ints = ("layers", "hidden", "heads", "seq", "vocab", "ffn_hidden", "kv_heads")
+    ints = ("layers", "hidden", "heads", "seq", "vocab", "ffn_hidden", "kv_heads", "experts", "top_k", "moe_ffn_hidden")
+    counts = ("shared_experts",)  # may be 0
     flags = ("gated_mlp", "tied_embeddings", "learned_positions")
-    _no_extra(fields, {"name", *ints, *flags}, where)
-    values: dict[str, Any] = {} if base is None else {k: getattr(base, k) for k in ("name", *ints, *flags)}
+    _no_extra(fields, {"name", *ints, *counts, *flags}, where)
+    values: dict[str, Any] = {} if base is None else {k: getattr(base, k) for k in ("name", *ints, *counts, *flags)}
     values.setdefault("name", "custom")
     for key in ints:
         if key in fields:
             values[key] = positive_int(fields[key], f"{where}.{key}")
         elif key in ("layers", "hidden", "heads", "seq", "vocab") and key not in values:
             raise PlanInputError(f"{where}.{key}", "field required")
+    for key in counts:
+        if key in fields:
+            values[key] = (
+                0
+                if fields[key] == 0 and not isinstance(fields[key], bool)
+                else positive_int(fields[key], f"{where}.{key}")
+            )
     for key in flags:
         if key in fields:
             if not isinstance(fields[key], bool):
@@ -340,6 +397,10 @@ def model_from(value: str | Mapping[str, Any], where: str = "model") -> ModelSpe
         raise PlanInputError(f"{where}.heads", f"hidden {spec.hidden} is not divisible by heads {spec.heads}")
     if spec.heads % spec.kv_heads:
         raise PlanInputError(f"{where}.kv_heads", f"heads {spec.heads} is not divisible by kv_heads {spec.kv_heads}")
+    if spec.top_k > spec.experts and spec.experts:
+        raise PlanInputError(f"{where}.top_k", f"top_k {spec.top_k} is more than the {spec.experts} experts")
+    if not spec.experts and (fields.get("top_k") or fields.get("moe_ffn_hidden") or fields.get("shared_experts")):
+        raise PlanInputError(f"{where}.experts", "top_k, moe_ffn_hidden and shared_experts need experts > 0")
     return spec
 
 

@@ -31,7 +31,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bubblescope.analysis.planner.memory import activation_bytes_per_layer, stage_params
+from bubblescope.analysis.planner.memory import (
+    activation_bytes_per_layer,
+    layer_params_on_gpu,
+    layers_on_stage,
+    stage_params,
+)
 from bubblescope.analysis.planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelConfig
 
 
@@ -80,7 +85,7 @@ DEFAULT_EFFICIENCIES = Efficiencies()
 class StepTime:
     """Seconds per training step on the slowest rank, by part; ``total`` is the step time.
 
-    compute, recompute, tp_comm, cp_comm, pp_comm are summed over the step's micro-batches; bubble is the
+    compute, recompute, tp_comm, cp_comm, ep_comm, pp_comm are summed over the step's micro-batches; bubble is the
     pipeline's idle time; dp_comm the exposed part of the gradient reduction (plus the embedding
     all-reduce); optimizer the parameter update.
     """
@@ -95,6 +100,7 @@ class StepTime:
     microbatches: int
     bubble_fraction: float
     cp_comm: float = 0.0
+    ep_comm: float = 0.0
 
     @property
     def total(self) -> float:
@@ -103,6 +109,7 @@ class StepTime:
             + self.recompute
             + self.tp_comm
             + self.cp_comm
+            + self.ep_comm
             + self.pp_comm
             + self.bubble
             + self.dp_comm
@@ -118,6 +125,7 @@ class _Cost:
     recompute: float = 0.0
     comm: float = 0.0
     context: float = 0.0  # exposed context-parallel communication
+    experts: float = 0.0  # expert parallelism's all-to-alls
 
     def __add__(self, other: _Cost) -> _Cost:
         return _Cost(
@@ -125,14 +133,21 @@ class _Cost:
             self.recompute + other.recompute,
             self.comm + other.comm,
             self.context + other.context,
+            self.experts + other.experts,
         )
 
     def scale(self, factor: float) -> _Cost:
-        return _Cost(self.compute * factor, self.recompute * factor, self.comm * factor, self.context * factor)
+        return _Cost(
+            self.compute * factor,
+            self.recompute * factor,
+            self.comm * factor,
+            self.context * factor,
+            self.experts * factor,
+        )
 
     @property
     def seconds(self) -> float:
-        return self.compute + self.recompute + self.comm + self.context
+        return self.compute + self.recompute + self.comm + self.context + self.experts
 
 
 def gemm_seconds(
@@ -171,13 +186,11 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     gpu, t, s, h = cluster.gpu, cfg.tp, model.seq, model.hidden
     local = s / cfg.cp  # context parallelism: this GPU's queries; its attention reads every key
     tokens = cfg.mbs * local
-    mlp_out = model.ffn_hidden * (2 if model.gated_mlp else 1)
     peak = linear_peak_tflops(gpu, cfg.precision)
     dense = (
         gemm_seconds(tokens, (h + 2 * model.kv_dim) / t, h, gpu, eff, peak_tflops=peak)
         + gemm_seconds(tokens, h, h / t, gpu, eff, peak_tflops=peak)
-        + gemm_seconds(tokens, mlp_out / t, h, gpu, eff, peak_tflops=peak)
-        + gemm_seconds(tokens, h, model.ffn_hidden / t, gpu, eff, peak_tflops=peak)
+        + mlp_seconds(model, cfg, gpu, eff, tokens, peak)
     )
     heads = cfg.mbs * model.heads / t
     if cfg.flash_attention:  # scores stay on chip: compute-bound, at the GEMM efficiency
@@ -186,9 +199,12 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
         attention = gemm_seconds(local, s, model.head_dim, gpu, eff, heads) + gemm_seconds(
             local, model.head_dim, s, gpu, eff, heads
         )
-    stored = activation_bytes_per_layer(model, cfg.mbs, t, cfg.sequence_parallel, "none", cfg.flash_attention, cfg.cp)
+    capacity = cfg.capacity_factor
+    stored = activation_bytes_per_layer(
+        model, cfg.mbs, t, cfg.sequence_parallel, "none", cfg.flash_attention, cfg.cp, capacity
+    )
     stored_scores = stored - activation_bytes_per_layer(
-        model, cfg.mbs, t, cfg.sequence_parallel, "selective", cp=cfg.cp
+        model, cfg.mbs, t, cfg.sequence_parallel, "selective", cp=cfg.cp, capacity_factor=capacity
     )
     hbm = gpu.hbm_gbps * 1e9 * eff.hbm
     elementwise = eff.elementwise_traffic * stored / hbm
@@ -203,11 +219,41 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     hidden_under = eff.tp_overlap * (3 + (1 if cfg.recompute == "full" else 0)) * dense if cfg.tp_comm_overlap else 0
     comm = max(0.0, passes * tp_pass - hidden_under)
     context = cp_seconds(model, cluster, cfg, eff, attention)
+    experts = ep_seconds(model, cluster, cfg, eff)
     if cfg.recompute == "full":
-        return _Cost(forward + backward, forward, comm, context)
+        return _Cost(forward + backward, forward, comm, context, experts)
     if cfg.recompute == "selective":
-        return _Cost(forward + backward, attention + score_elementwise, comm, context)
-    return _Cost(forward + backward, 0.0, comm, context)
+        return _Cost(forward + backward, attention + score_elementwise, comm, context, experts)
+    return _Cost(forward + backward, 0.0, comm, context, experts)
+
+
+def mlp_seconds(
+    model: ModelSpec, cfg: ParallelConfig, gpu: GpuSpec, eff: Efficiencies, tokens: float, peak: float
+) -> float:
+    """The MLP's GEMMs forward. A mixture of experts: each token's ``top_k`` routed copies (times the capacity
+    factor) and its pass through the shared experts, as one GEMM of that many rows (the experts' grouped GEMM on
+    the roofline), plus the router."""
+    h, t = model.hidden, cfg.tp
+    width = model.moe_ffn_hidden if model.moe else model.ffn_hidden
+    rows = tokens * (model.top_k * cfg.capacity_factor + model.shared_experts) if model.moe else tokens
+    up = width * (2 if model.gated_mlp else 1)
+    seconds = gemm_seconds(rows, up / t, h, gpu, eff, peak_tflops=peak) + gemm_seconds(
+        rows, h, width / t, gpu, eff, peak_tflops=peak
+    )
+    return seconds + (gemm_seconds(tokens, model.experts, h, gpu, eff) if model.moe else 0.0)
+
+
+def ep_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies) -> float:
+    """Expert parallelism's all-to-alls of one layer and micro-batch, exposed: each GPU sends its tokens' routed
+    copies, b·(s/cp)/t · top_k · capacity · h · 2 bytes, (ep−1)/ep of them to other ranks, at dispatch and at
+    combine, forward and backward (four; six with full recompute), over NVLink while tp·cp·ep fits in a node."""
+    if not model.moe or cfg.ep == 1:
+        return 0.0
+    routed_bytes = cfg.mbs * model.seq / cfg.cp / cfg.tp * model.top_k * cfg.capacity_factor * model.hidden * 2
+    in_node = cfg.tp * cfg.cp * cfg.ep <= cluster.gpus_per_node
+    bandwidth, link_eff = (cluster.gpu.nvlink_gbps, eff.nvlink) if in_node else (cluster.gpu.network_gbps, eff.network)
+    one = eff.collective_latency_s + (cfg.ep - 1) / cfg.ep * routed_bytes / (bandwidth * 1e9 * link_eff)
+    return (6 if cfg.recompute == "full" else 4) * one
 
 
 def cp_seconds(
@@ -258,13 +304,15 @@ def dp_seconds(
     part not hidden under the last micro-batch's backward pass (gradients are accumulated locally
     before it, so only that pass can hide the reduction), plus the tied embedding's all-reduce
     between the first and the last stage."""
-    params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage)
+    params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage, cfg.ep)
+    experts = layers_on_stage(model, cfg.pp, cfg.layers_per_stage) * layer_params_on_gpu(model, cfg.tp, cfg.ep)[1]
     group_in_node = cfg.tp * cfg.pp * cfg.replicas <= cluster.gpus_per_node
     bandwidth, link_eff = (
         (cluster.gpu.nvlink_gbps, eff.nvlink) if group_in_node else (cluster.gpu.network_gbps, eff.network)
     )
     passes = 3.0 if cfg.zero == 3 else 2.0
-    reduce = ring_seconds(2.0 * params, cfg.replicas, bandwidth, link_eff, eff, passes)
+    reduce = ring_seconds(2.0 * (params - experts), cfg.replicas, bandwidth, link_eff, eff, passes)
+    reduce += ring_seconds(2.0 * experts, cfg.replicas // cfg.ep, bandwidth, link_eff, eff, passes)  # expert replicas
     reduce = max(0.0, reduce - eff.dp_overlap * last_backward_s)
     embedding = 0.0
     if cfg.pp > 1 and model.tied_embeddings:
@@ -299,13 +347,16 @@ def step_time(
         raise ValueError(f"schedule {cfg.schedule.name!r} has no closed-form bubble")
     bubble = 0.0 if floor is None else floor.fraction
     busy = microbatches * (stage.seconds + p2p)
-    local_params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage) / (cfg.replicas if cfg.zero >= 1 else 1)
+    local_params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage, cfg.ep) / (
+        cfg.replicas // cfg.ep if cfg.zero >= 1 else 1
+    )
     optimizer = local_params * eff.optimizer_bytes_per_param / (cluster.gpu.hbm_gbps * 1e9 * eff.hbm)
     return StepTime(
         compute=microbatches * stage.compute,
         recompute=microbatches * stage.recompute,
         tp_comm=microbatches * stage.comm,
         cp_comm=microbatches * stage.context,
+        ep_comm=microbatches * stage.experts,
         pp_comm=microbatches * p2p,
         bubble=busy * bubble / (1.0 - bubble),
         dp_comm=dp_seconds(model, cluster, cfg, eff, stage.compute * 2 / 3 + stage.recompute),

@@ -27,6 +27,10 @@ class ModelIn(BaseModel):
     ffn_hidden: PositiveInt | None = Field(default=None, description="default 4·hidden")
     seq: PositiveInt | None = None
     vocab: PositiveInt | None = None
+    experts: PositiveInt | None = Field(default=None, description="routed experts per layer (mixture of experts)")
+    top_k: PositiveInt | None = Field(default=None, description="experts each token is routed to")
+    moe_ffn_hidden: PositiveInt | None = Field(default=None, description="an expert's MLP width (default ffn_hidden)")
+    shared_experts: Annotated[int, Strict(), Field(ge=0, le=64)] | None = None
     gated_mlp: Annotated[bool, Strict()] | None = None
     tied_embeddings: Annotated[bool, Strict()] | None = None
     learned_positions: Annotated[bool, Strict()] | None = None
@@ -76,6 +80,10 @@ class ConfigIn(BaseModel):
     last_stage_layers: PositiveInt | None = Field(default=None, description="Megatron's last-stage layers")
     cp: PositiveInt | None = Field(default=None, description="context parallel degree (sequence split)")
     cp_comm: Literal["p2p", "allgather"] | None = Field(default=None, description="ring attention (p2p) or allgather")
+    ep: PositiveInt | None = Field(default=None, description="expert parallel degree (of dp·cp)")
+    capacity_factor: Annotated[float, Field(gt=0, le=16)] | None = Field(
+        default=None, description="routed tokens an expert is sized for, over an even share (default 1.0)"
+    )
     tp_comm_overlap: Annotated[bool, Strict()] | None = Field(
         default=None, description="TP collectives under the GEMMs (--tp-comm-overlap, async TP); default false"
     )

@@ -43,6 +43,8 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         "tp_comm_overlap": False,
         "cp": 1,
         "cp_comm": "p2p",
+        "ep": 1,
+        "capacity_factor": 1.0,
     }
     assert answer["assumed"] == [  # what the request left to the defaults, in words
         "precision: bf16 (fp8 runs the linear GEMMs at the FP8 peak)",

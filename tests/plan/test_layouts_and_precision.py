@@ -196,3 +196,49 @@ def test_a_long_sequence_is_searched_with_context_parallelism() -> None:
     with pytest.raises(PlanInputError) as error:
         plan_document(refused)
     assert error.value.field == "config.cp", error.value
+
+
+def test_expert_parallelism_splits_the_experts_and_prices_the_all_to_alls() -> None:
+    """Mixtral 8x7B (8 experts of 3·4096·14336 weights a layer, 2 per token) on 16 H100s, ep 8 of dp 16, ZeRO-1: a
+    GPU holds one expert a layer, and its optimizer state is sharded over the 2 ranks holding that expert while the
+    dense part's is sharded 16 ways. Each layer sends a token's two routed copies, 4096·2·4096·2 bytes, 7/8 of them away,
+    four times (dispatch and combine, forward and backward) and twice more for the recomputed forward (full recompute,
+    so that it fits): (7/8)·bytes / (450 GB/s·0.65) + 10 µs each."""
+    model = model_from("mixtral-8x7b")
+    assert model.params == pytest.approx(46.7e9, rel=0.01) and model.active_params == pytest.approx(12.9e9, rel=0.01)
+    cluster = make_cluster("H100-SXM", 16)
+    plan = evaluate(model, cluster, ParallelConfig(tp=1, mbs=1, zero=1, ep=8, recompute="full"), 16)
+    assert plan.feasible and plan.memory is not None and plan.step is not None, plan.problems
+    expert = 3 * 4096 * 14336
+    experts_on_gpu = 32 * expert  # one of 8 experts a layer
+    dense_on_gpu = plan.memory.params_on_gpu - experts_on_gpu
+    assert model.params == pytest.approx(dense_on_gpu + 32 * 8 * expert, rel=1e-9)
+    assert plan.memory.optimizer == pytest.approx(12 * (dense_on_gpu / 16 + experts_on_gpu / 2), rel=1e-9)
+    routed_bytes = 4096 * 2 * 4096 * 2
+    one = 10e-6 + 7 / 8 * routed_bytes / (450e9 * DEFAULT_EFFICIENCIES.nvlink)
+    assert plan.step.ep_comm == pytest.approx(1 * 32 * 6 * one, rel=1e-9)  # 1 micro-batch, 32 layers, recomputed
+    tokens = 16 * 4096  # model FLOPs count the active parameters, not all 46.7 B
+    assert plan.mfu == pytest.approx(
+        tokens * (6 * model.active_params + 12 * 32 * 4096 * 4096) / (plan.step.total * 16 * 989e12), rel=1e-9
+    )
+    replicated = evaluate(model, cluster, ParallelConfig(tp=1, mbs=1, zero=1, ep=1, recompute="full"), 16)
+    assert replicated.memory is not None and replicated.memory.total > plan.memory.total
+
+
+@pytest.mark.parametrize(
+    ("model", "config", "field", "words"),
+    [
+        ("llama-3-8b", {"ep": 2}, "config.ep", "needs a mixture of experts"),
+        ("mixtral-8x7b", {"ep": 16}, "config.ep", "does not divide the 8 experts"),
+        ("mixtral-8x7b", {"tp": 4, "ep": 4}, "config.ep", "does not divide dp·cp = 2"),
+        ("mixtral-8x7b", {"capacity_factor": 0}, "config.capacity_factor", "expected a positive number"),
+        ({"preset": "llama-3-8b", "top_k": 2}, {}, "model.experts", "need experts > 0"),
+        ({"preset": "mixtral-8x7b", "top_k": 9}, {}, "model.top_k", "more than the 8 experts"),
+    ],
+)
+def test_expert_parallelism_out_of_range_is_refused_by_name(
+    model: Any, config: dict[str, Any], field: str, words: str
+) -> None:
+    with pytest.raises(PlanInputError) as refused:
+        plan_document({"model": model, "cluster": "h100-sxm-x8", "global_batch": 8, "config": config})
+    assert refused.value.field == field and words in refused.value.message, refused.value
