@@ -53,6 +53,7 @@ class Plan:
                 "tp_comm": step.tp_comm,
                 "cp_comm": step.cp_comm,
                 "ep_comm": step.ep_comm,
+                "straggler": step.straggler,
                 "pp_comm": step.pp_comm,
                 "bubble": step.bubble,
                 "dp_comm": step.dp_comm,

@@ -59,6 +59,7 @@ def render_outcome(outcome: PlanOutcome) -> str:
         "tp comm": step.tp_comm,
         "cp comm": step.cp_comm,
         "ep comm": step.ep_comm,
+        "straggler": step.straggler,
         "pp comm": step.pp_comm,
         "bubble": step.bubble,
         "dp comm": step.dp_comm,

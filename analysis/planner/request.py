@@ -156,13 +156,21 @@ def cluster_from(value: Any, where: str = "cluster") -> ClusterSpec:
         return cluster_preset(value)
     if not isinstance(value, Mapping):
         raise PlanInputError(where, "expected a cluster preset name or an object with gpu, gpus, gpus_per_node")
-    extra = sorted(set(value) - {"gpu", "gpus", "gpus_per_node"})
+    known = ("gpu", "gpus", "gpus_per_node", "nodes_per_leaf", "oversubscription")
+    extra = sorted(set(value) - set(known))
     if extra:
-        raise PlanInputError(f"{where}.{extra[0]}", "unknown field; expected gpu, gpus, gpus_per_node")
+        raise PlanInputError(f"{where}.{extra[0]}", f"unknown field; expected {', '.join(known)}")
     for key in ("gpu", "gpus"):
         if key not in value:
             raise PlanInputError(f"{where}.{key}", "field required")
-    return make_cluster(value["gpu"], value["gpus"], value.get("gpus_per_node", 8), where)
+    return make_cluster(
+        value["gpu"],
+        value["gpus"],
+        value.get("gpus_per_node", 8),
+        where,
+        value.get("nodes_per_leaf", 32),
+        value.get("oversubscription", 1.0),
+    )
 
 
 @dataclass(frozen=True)
@@ -195,6 +203,8 @@ class PlanOutcome:
                 "gpu": self.cluster.gpu.name,
                 "gpus": self.cluster.gpus,
                 "gpus_per_node": self.cluster.gpus_per_node,
+                "nodes_per_leaf": self.cluster.nodes_per_leaf,
+                "oversubscription": self.cluster.oversubscription,
                 "peak_tflops": self.cluster.gpu.peak_tflops,
                 "memory_gib": self.cluster.gpu.memory_gib,
             },

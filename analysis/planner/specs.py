@@ -175,9 +175,18 @@ GPU_CATALOG: dict[str, GpuSpec] = _catalog(GPUS)
 
 @dataclass(frozen=True)
 class ClusterSpec:
+    """GPUs in nodes, nodes under leaf switches. ``oversubscription``: a leaf's uplink bandwidth is its downlink's
+    over this (1.0: full bisection), which traffic between leaves shares."""
+
     gpu: GpuSpec
     gpus: int
     gpus_per_node: int = 8
+    nodes_per_leaf: int = 32
+    oversubscription: float = 1.0
+
+    @property
+    def nodes(self) -> int:
+        return max(1, -(-self.gpus // self.gpus_per_node))
 
     @property
     def name(self) -> str:
@@ -324,7 +333,12 @@ def cluster_preset(name: str, gpus_per_node: int = 8) -> ClusterSpec:
 
 
 def make_cluster(
-    gpu: str | Mapping[str, Any], gpus: Any, gpus_per_node: Any = 8, where: str = "cluster"
+    gpu: str | Mapping[str, Any],
+    gpus: Any,
+    gpus_per_node: Any = 8,
+    where: str = "cluster",
+    nodes_per_leaf: Any = 32,
+    oversubscription: Any = 1.0,
 ) -> ClusterSpec:
     """A cluster from a catalog GPU name (or a dict of GpuSpec fields), a GPU count and GPUs per node."""
     gpu_spec = gpu_from(gpu, f"{where}.gpu")
@@ -332,7 +346,11 @@ def make_cluster(
     per_node = positive_int(gpus_per_node, f"{where}.gpus_per_node")
     if count > per_node and count % per_node:
         raise PlanInputError(f"{where}.gpus", f"{count} GPUs is not a whole number of {per_node}-GPU nodes")
-    return ClusterSpec(gpu_spec, count, min(per_node, count))
+    leaf = positive_int(nodes_per_leaf, f"{where}.nodes_per_leaf")
+    ratio = positive_float(oversubscription, f"{where}.oversubscription")
+    if ratio < 1 or ratio > 64:
+        raise PlanInputError(f"{where}.oversubscription", f"expected 1 (full bisection) to 64, got {ratio}")
+    return ClusterSpec(gpu_spec, count, min(per_node, count), leaf, ratio)
 
 
 def _named_or_fields(table: Mapping[str, Any], value: Any, where: str, what: str) -> Any:

@@ -29,6 +29,7 @@ embedding's gradient all-reduce between the first and last stage, and the optimi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from bubblescope.analysis.planner.memory import (
@@ -65,6 +66,15 @@ class Efficiencies:
     tp_overlap 0.8: with tensor-parallel communication overlap, the share of a layer's linear GEMM time under
       which its TP collectives can run (the chunked all-gather/reduce-scatter pipelines with the GEMMs it
       feeds; the first chunk and the GEMM-less gaps stay exposed). Not fitted on the A100 rows: none overlapped.
+
+    Scale terms (not fitted: no published row isolates them; docs/planner.md):
+    hop_latency_s 5 µs: each step of a collective's tree over the network (NCCL's tree at scale: 2·log2(n)
+      steps); every gradient bucket pays it, so a reduction over thousands of replicas costs more than its bytes.
+    bucket_bytes 100 MB: gradients reduced per collective (Megatron's bucket is 40 M parameters; DDP's 25 MB).
+    rank_jitter 0.2 %: the spread (σ) of one rank's step time around the mean from noise no schedule controls
+      (clocks, the OS, the network); a synchronous step waits for the slowest of n ranks, about σ·√(2 ln n)
+      above the mean. Chosen among 0, 0.1, 0.2 and 0.4 % by the A100 rows' leave-one-out error (3.31, 3.21, 3.19
+      and 4.04 % mean); how it grows with n is the model's, not a fit.
     """
 
     gemm: float = 0.74
@@ -76,6 +86,9 @@ class Efficiencies:
     dp_overlap: float = 0.5
     optimizer_bytes_per_param: float = 36.0
     tp_overlap: float = 0.8
+    hop_latency_s: float = 5e-6
+    bucket_bytes: float = 100e6
+    rank_jitter: float = 0.002
 
 
 DEFAULT_EFFICIENCIES = Efficiencies()
@@ -101,6 +114,7 @@ class StepTime:
     bubble_fraction: float
     cp_comm: float = 0.0
     ep_comm: float = 0.0
+    straggler: float = 0.0
 
     @property
     def total(self) -> float:
@@ -110,6 +124,7 @@ class StepTime:
             + self.tp_comm
             + self.cp_comm
             + self.ep_comm
+            + self.straggler
             + self.pp_comm
             + self.bubble
             + self.dp_comm
@@ -310,9 +325,12 @@ def dp_seconds(
     bandwidth, link_eff = (
         (cluster.gpu.nvlink_gbps, eff.nvlink) if group_in_node else (cluster.gpu.network_gbps, eff.network)
     )
+    if not group_in_node and cluster.nodes > cluster.nodes_per_leaf:
+        bandwidth /= cluster.oversubscription  # the group crosses leaf switches: their uplinks are shared
     passes = 3.0 if cfg.zero == 3 else 2.0
     reduce = ring_seconds(2.0 * (params - experts), cfg.replicas, bandwidth, link_eff, eff, passes)
     reduce += ring_seconds(2.0 * experts, cfg.replicas // cfg.ep, bandwidth, link_eff, eff, passes)  # expert replicas
+    reduce += dp_latency_seconds(2.0 * params, cfg.replicas, group_in_node, eff, passes)
     reduce = max(0.0, reduce - eff.dp_overlap * last_backward_s)
     embedding = 0.0
     if cfg.pp > 1 and model.tied_embeddings:
@@ -320,6 +338,21 @@ def dp_seconds(
         bw, link = (cluster.gpu.network_gbps, eff.network) if crosses else (cluster.gpu.nvlink_gbps, eff.nvlink)
         embedding = ring_seconds(2.0 * model.vocab * model.hidden / cfg.tp, 2, bw, link, eff, passes=2)
     return reduce + embedding
+
+
+def dp_latency_seconds(grad_bytes: float, replicas: int, in_node: bool, eff: Efficiencies, passes: float) -> float:
+    """What a data-parallel reduction over many replicas costs beyond its bytes: every bucket's collective walks a
+    tree of 2·log2(n) network steps per pass (none inside a node, whose NVLink switch is one hop)."""
+    if replicas <= 1 or in_node:
+        return 0.0
+    buckets = math.ceil(grad_bytes / eff.bucket_bytes)
+    return buckets * passes / 2 * 2 * math.ceil(math.log2(replicas)) * eff.hop_latency_s
+
+
+def straggler_seconds(step_s: float, ranks: int, eff: Efficiencies) -> float:
+    """The wait for the slowest of ``ranks`` ranks each step: σ·√(2 ln n) of the step (the expected maximum of n
+    normal draws), σ = ``rank_jitter``."""
+    return step_s * eff.rank_jitter * math.sqrt(2 * math.log(ranks)) if ranks > 1 else 0.0
 
 
 def slowest_stage(layers_per_stage: tuple[int, ...], layer: _Cost, output: _Cost) -> _Cost:
@@ -347,10 +380,13 @@ def step_time(
         raise ValueError(f"schedule {cfg.schedule.name!r} has no closed-form bubble")
     bubble = 0.0 if floor is None else floor.fraction
     busy = microbatches * (stage.seconds + p2p)
-    local_params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage, cfg.ep) / (
-        cfg.replicas // cfg.ep if cfg.zero >= 1 else 1
-    )
+    held = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage, cfg.ep)
+    experts = layers_on_stage(model, cfg.pp, cfg.layers_per_stage) * layer_params_on_gpu(model, cfg.tp, cfg.ep)[1]
+    sharded = cfg.zero >= 1  # the optimizer steps a rank's shard: dense over dp·cp ranks, an expert over dp·cp/ep
+    local_params = (held - experts) / cfg.replicas + experts / (cfg.replicas // cfg.ep) if sharded else held
     optimizer = local_params * eff.optimizer_bytes_per_param / (cluster.gpu.hbm_gbps * 1e9 * eff.hbm)
+    dp_comm = dp_seconds(model, cluster, cfg, eff, stage.compute * 2 / 3 + stage.recompute)
+    before = busy / (1.0 - bubble) + dp_comm + optimizer
     return StepTime(
         compute=microbatches * stage.compute,
         recompute=microbatches * stage.recompute,
@@ -359,7 +395,8 @@ def step_time(
         ep_comm=microbatches * stage.experts,
         pp_comm=microbatches * p2p,
         bubble=busy * bubble / (1.0 - bubble),
-        dp_comm=dp_seconds(model, cluster, cfg, eff, stage.compute * 2 / 3 + stage.recompute),
+        dp_comm=dp_comm,
+        straggler=straggler_seconds(before, cluster.gpus, eff),
         optimizer=optimizer,
         microbatches=microbatches,
         bubble_fraction=bubble,

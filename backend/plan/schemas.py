@@ -57,6 +57,10 @@ class ClusterIn(BaseModel):
     )
     gpus: Annotated[int, Strict(), Field(ge=1, le=2**20, description="at most 1,048,576")]
     gpus_per_node: PositiveInt = 8
+    nodes_per_leaf: PositiveInt = Field(default=32, description="nodes under one leaf switch")
+    oversubscription: Annotated[float, Field(ge=1, le=64)] = Field(
+        default=1.0, description="leaf downlink over uplink bandwidth (1: full bisection)"
+    )
 
 
 class ConfigIn(BaseModel):

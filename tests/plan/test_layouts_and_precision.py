@@ -6,6 +6,8 @@ refused by name when out of range."""
 from __future__ import annotations
 
 import csv
+import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -242,3 +244,41 @@ def test_expert_parallelism_out_of_range_is_refused_by_name(
     with pytest.raises(PlanInputError) as refused:
         plan_document({"model": model, "cluster": "h100-sxm-x8", "global_batch": 8, "config": config})
     assert refused.value.field == field and words in refused.value.message, refused.value
+
+
+def test_scale_terms_are_named_and_grow_with_the_ranks() -> None:
+    """The same per-GPU work on 1,024 and 16,384 GPUs (Llama 3 70B, tp 8, pp 4, a 4-sequence share per replica): the
+    wait for the slowest rank is σ·√(2 ln n) of the step (σ 0.2 %), the reduction's tree latency grows with
+    log2 of the replicas, and a 4:1 oversubscribed leaf uplink slows the data-parallel reduction once the group
+    spans leaves."""
+    model = model_from("llama-3-70b")
+    config = ParallelConfig(tp=8, pp=4, mbs=1, zero=1, recompute="full")
+    small, big = (evaluate(model, make_cluster("H100-SXM", gpus), config, gpus // 32 * 4) for gpus in (1024, 16384))
+    assert small.step and big.step and small.feasible and big.feasible, (small.problems, big.problems)
+    for plan, gpus in ((small, 1024), (big, 16384)):
+        assert plan.step is not None
+        before = plan.step.total - plan.step.straggler
+        assert plan.step.straggler == pytest.approx(before * 0.002 * math.sqrt(2 * math.log(gpus)), rel=1e-9)
+    assert big.step.straggler / (big.step.total - big.step.straggler) > small.step.straggler / (
+        small.step.total - small.step.straggler
+    )
+    assert big.step.dp_comm >= small.step.dp_comm
+    parts = big.as_dict()["step_time_parts_s"]
+    assert parts is not None and {"straggler", "dp_comm", "cp_comm", "ep_comm"} <= set(parts)
+    crowded = evaluate(
+        model, make_cluster("H100-SXM", 16384, oversubscription=4.0), replace(config, recompute="none"), 2048
+    )
+    flat = evaluate(model, make_cluster("H100-SXM", 16384), replace(config, recompute="none"), 2048)
+    assert crowded.step is not None and flat.step is not None
+    assert crowded.step.dp_comm > flat.step.dp_comm  # the reduction's bytes cross the shared uplinks
+
+
+def test_a_reduction_over_thousands_of_replicas_pays_a_tree_of_network_steps_per_bucket() -> None:
+    """10 GB of gradients in 100 MB buckets over 2,048 replicas: 100 buckets, each all-reduce (two passes) a tree
+    of 2·log2(2048) = 22 network steps of 5 µs; none inside one node."""
+    from bubblescope.analysis.planner.step_time import dp_latency_seconds
+
+    eff = DEFAULT_EFFICIENCIES
+    assert dp_latency_seconds(10e9, 2048, False, eff, passes=2) == pytest.approx(100 * 22 * 5e-6)
+    assert dp_latency_seconds(10e9, 2048, False, eff, passes=3) == pytest.approx(1.5 * 100 * 22 * 5e-6)  # ZeRO-3
+    assert dp_latency_seconds(10e9, 8, True, eff, passes=2) == 0.0
