@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bubblescope.analysis.planner.evaluate import evaluate
-from bubblescope.analysis.planner.specs import ModelSpec, ParallelConfig, make_cluster
+from bubblescope.analysis.planner.specs import ModelSpec, ParallelConfig, make_cluster, model_from
 from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficiencies
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, INTERLEAVED_1F1B
 
@@ -72,6 +72,16 @@ def row_config(row: dict[str, str]) -> ParallelConfig:
         flash_attention=_flag(row, "flash_attention"),  # the papers' Megatron stored the attention scores
         precision=row.get("precision", "").strip() or "bf16",
         tp_comm_overlap=_flag(row, "tp_comm_overlap"),
+        cp=_int(row.get("cp", ""), 1),
+    )
+
+
+def row_model(row: dict[str, str]) -> ModelSpec:
+    """A row's model: a planner preset at the row's sequence length (Llama rows), else a GPT of its shape."""
+    if row.get("preset", "").strip():
+        return replace(model_from(row["preset"]), seq=int(row["seq"]))
+    return ModelSpec(
+        row["model"], int(row["layers"]), int(row["hidden"]), int(row["heads"]), int(row["seq"]), int(row["vocab"])
     )
 
 
@@ -83,17 +93,18 @@ def model_flops(model: ModelSpec, batch: int) -> float:
 
 
 def predict_row(row: dict[str, str], eff: Efficiencies = DEFAULT_EFFICIENCIES) -> CalibrationRow:
-    model = ModelSpec(
-        row["model"], int(row["layers"]), int(row["hidden"]), int(row["heads"]), int(row["seq"]), int(row["vocab"])
-    )
+    model = row_model(row)
     cluster = make_cluster(row["gpu"], int(row["gpus"]), 8)
     batch = int(row["global_batch"])
     plan = evaluate(model, cluster, row_config(row), batch, eff)
-    if plan.step is None or not plan.fits:
+    if plan.step is None:  # the run's layout itself is refused; a memory verdict alone does not stop a run that ran
         raise ValueError(f"{row['source']} {row['model']}: {'; '.join(plan.problems)}")
     seconds = plan.step.total
     if row["measured_iter_s"].strip():
         return CalibrationRow(row["source"], row["model"], "iter_s", float(row["measured_iter_s"]), seconds)
+    if row.get("measured_tokens_per_gpu_s", "").strip():
+        tokens = batch * model.seq / (seconds * cluster.gpus)
+        return CalibrationRow(row["source"], row["model"], "tokens_gpu_s", float(row["measured_tokens_per_gpu_s"]), tokens)
     if row.get("measured_model_tflops_per_gpu", "").strip():
         tflops = model_flops(model, batch) / (seconds * cluster.gpus) / 1e12
         measured = float(row["measured_model_tflops_per_gpu"])

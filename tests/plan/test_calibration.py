@@ -102,10 +102,22 @@ def test_h100_rows_never_fitted_are_all_predicted_and_tensor_parallel_overlap_br
     from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS_H100, predict_row
 
     constants = fit(CSV)
-    rows = list(csv.DictReader(PUBLISHED_RUNS_H100.open(newline="")))
-    assert len(rows) == 9 and all(row["source"] == "megatron_lm_readme_h100_2024" for row in rows)
-    predicted = [predict_row(row, constants) for row in rows]  # raises on a row refused
+    every = list(csv.DictReader(PUBLISHED_RUNS_H100.open(newline="")))
+    assert [predict_row(row, constants) for row in every]  # no row refused (a refusal raises)
+    rows = [row for row in every if row["source"] == "megatron_lm_readme_h100_2024"]
+    assert len(rows) == 9
+    predicted = [predict_row(row, constants) for row in rows]
     unpipelined = [p for p, row in zip(predicted, rows) if row["pp"] == "1"]
     assert len(unpipelined) == 4 and all(abs(p.error_pct) < 10 for p in unpipelined), [p.error_pct for p in predicted]
     exposed = [predict_row({**row, "tp_comm_overlap": "false"}, constants) for row in rows if row["pp"] == "1"]
     assert max(abs(p.error_pct) for p in exposed) > 15  # the overlap is what closes it
+
+
+def test_the_h200_row_whose_peak_is_known_is_predicted_within_10_percent() -> None:
+    """torchtitan's Llama 3.1 8B on 32 H200s (Trainy, 2025: FSDP, Float8 linears, selective AC, 10,938 tokens/s per
+    GPU), never fitted: FP8, ZeRO-3 and the H200's catalog row together within 10 %. (The same job on torchtitan's
+    500 W HBM2e H100s, whose peak its page says is unknown, reads 34-74 % too fast at the SXM peak: planner.md.)"""
+    from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS_H100, predict_row
+
+    (row,) = [r for r in csv.DictReader(PUBLISHED_RUNS_H100.open(newline="")) if r["gpu"] == "H200"]
+    assert abs(predict_row(row, fit(CSV)).error_pct) < 10
