@@ -104,7 +104,9 @@ def predict_row(row: dict[str, str], eff: Efficiencies = DEFAULT_EFFICIENCIES) -
         return CalibrationRow(row["source"], row["model"], "iter_s", float(row["measured_iter_s"]), seconds)
     if row.get("measured_tokens_per_gpu_s", "").strip():
         tokens = batch * model.seq / (seconds * cluster.gpus)
-        return CalibrationRow(row["source"], row["model"], "tokens_gpu_s", float(row["measured_tokens_per_gpu_s"]), tokens)
+        return CalibrationRow(
+            row["source"], row["model"], "tokens_gpu_s", float(row["measured_tokens_per_gpu_s"]), tokens
+        )
     if row.get("measured_model_tflops_per_gpu", "").strip():
         tflops = model_flops(model, batch) / (seconds * cluster.gpus) / 1e12
         measured = float(row["measured_model_tflops_per_gpu"])
