@@ -58,8 +58,9 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
         )
         schedule = lookup(str(config["schedule"])) if "schedule" in config else DEFAULT_SCHEDULE
         stages_per_rank = int(config.get("virtual_stages") or schedule.default_stages_per_rank)
+        tp = int(config.get("tp", 1))
         parallel = ParallelConfig(
-            tp=int(config.get("tp", 1)),
+            tp=tp,
             pp=int(config.get("pp", config.get("pipeline_ranks", int(config.get("num_stages", 1)) // stages_per_rank))),
             dp=int(config.get("dp", 0)),
             vpp=stages_per_rank,
@@ -67,6 +68,7 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
             schedule=schedule,
             zero=int(config.get("zero", 0)),
             recompute=str(config.get("recompute", "none")),
+            sequence_parallel=bool(config.get("sequence_parallel", tp > 1)),  # the planner's defaults, as `plan`'s
             flash_attention=bool(config.get("flash_attention", True)),
             precision=str(config.get("precision", "bf16")),
         )

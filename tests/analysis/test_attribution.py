@@ -237,6 +237,32 @@ def test_an_exposed_dp_reduction_of_a_dp_x_pp_run_prices_trading_dp_for_pp() -> 
     assert trade_dp_for_pp(quiet, {"dp": 4, "pp": 2}) == []
 
 
+def test_a_declared_model_prices_the_dp_for_pp_trade_as_the_planner_does() -> None:
+    """The same run declaring its model and cluster (GPT-7.5B on 64 A100s, dp 4 × pp 2 × tp 8): the trade is the
+    measured step times the planner's ratio of the two layouts, the very figures ``plan`` gives for them, so a
+    suggestion and ``bubblescope plan`` never disagree."""
+    from bubblescope.analysis.layout_fixes import trade_dp_for_pp
+    from bubblescope.analysis.planner import plan_document
+
+    setup = PipelineSetup("1f1b", 2, 4, uniform_costs(2, 2 * MS, 4 * MS), step_overhead_ns=10 * MS)
+    run = MeasuredPipeline(setup, None, simulate(setup).step_ns, 10)
+    step = run.measured_step_ns
+    declared = {"model": "gpt-7.5b", "cluster": "a100-80gb-x64", "tp": 8, "global_batch": 64, "microbatch_size": 1}
+    evidence = RunEvidence(config=declared, step_ns=step, measured=run, exposed_comm_ns={"dp": 0.2 * step})
+    (trade,) = trade_dp_for_pp(evidence, {"dp": 4, "pp": 2})
+
+    def planned(pp: int, dp: int) -> float:
+        body = {"model": "gpt-7.5b", "cluster": "a100-80gb-x64", "global_batch": 64}
+        (plan,) = plan_document({**body, "config": {"tp": 8, "pp": pp, "dp": dp, "mbs": 1}}).plans
+        assert plan.step is not None
+        return plan.step.total
+
+    assert trade.predicted_step_ns == pytest.approx(step * planned(4, 2) / planned(2, 4), rel=1e-9)
+    assert (
+        "priced by the planner" in trade.evidence and f"{planned(2, 4):.3f} → {planned(4, 2):.3f} s" in trade.evidence
+    )
+
+
 def test_communication_placement_and_stragglers_are_suggested() -> None:
     run = measured(uniform_costs(2, 1 * MS, 2 * MS), m=8)
     step = simulate(run.setup).step_ns
@@ -275,14 +301,20 @@ def test_memory_pressure_is_priced_by_the_planner() -> None:
     }
     found = memory_suggestions(config, 2e9)
     model, cluster = model_from("gpt-22b"), cluster_preset("a100-80gb-x8")
-    now = evaluate(model, cluster, ParallelConfig(tp=8, mbs=4, flash_attention=False), 4)
+    now = evaluate(model, cluster, ParallelConfig(tp=8, mbs=4, sequence_parallel=True, flash_attention=False), 4)
     assert found and all(s.kind == "memory_pressure" for s in found)
     selective = next(s for s in found if s.apply == {"recompute": "selective"})
-    after = evaluate(model, cluster, ParallelConfig(tp=8, mbs=4, recompute="selective", flash_attention=False), 4)
+    after = evaluate(
+        model,
+        cluster,
+        ParallelConfig(tp=8, mbs=4, recompute="selective", sequence_parallel=True, flash_attention=False),
+        4,
+    )
     assert after.fits and after.memory.total < now.memory.total
     assert selective.predicted_step_ns == pytest.approx(2e9 * after.step.total / now.step.total)
     assert "--recompute-granularity selective" in selective.megatron
-    with_flash = memory_suggestions({**config, "flash_attention": True}, 2e9)  # no scores stored: nothing to drop
+    pressed = {**config, "flash_attention": True, "sequence_parallel": False}  # still under pressure, no scores
+    with_flash = memory_suggestions(pressed, 2e9)  # no scores stored: selective recompute has nothing to drop
     assert with_flash and not any(s.apply == {"recompute": "selective"} for s in with_flash), with_flash
     assert memory_suggestions({**config, "microbatch_size": 1, "recompute": "full"}, 2e9) == []  # no pressure
     assert memory_suggestions({"schedule": "1f1b"}, 2e9) == []  # no model declared
@@ -300,6 +332,7 @@ def test_memory_pressure_of_a_v_shaped_run_is_priced_at_its_stages_per_rank() ->
         "microbatch_size": 1,
         "global_batch": 8,
         "flash_attention": False,  # the attention scores stored: memory pressure to price
+        "sequence_parallel": False,
     }
     zbv = {**run, "schedule": "ScheduleZBVZeroBubble", "num_stages": 4, "virtual_stages": 2, "pipeline_ranks": 2}
     found = memory_suggestions(zbv, 2e9)
