@@ -29,6 +29,7 @@ from bubblescope.analysis.planner import (
     search,
     step_time,
 )
+from bubblescope.analysis.planner.specs import PRECISIONS, boolean
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, lookup
 from bubblescope.analysis.suggestions import RunEvidence, Suggestion, build_suggestion
 
@@ -68,13 +69,21 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
             schedule=schedule,
             zero=int(config.get("zero", 0)),
             recompute=str(config.get("recompute", "none")),
-            sequence_parallel=bool(config.get("sequence_parallel", tp > 1)),  # the planner's defaults, as `plan`'s
-            flash_attention=bool(config.get("flash_attention", True)),
-            precision=str(config.get("precision", "bf16")),
+            sequence_parallel=boolean(
+                config.get("sequence_parallel", tp > 1), "sequence_parallel"
+            ),  # `plan`'s defaults
+            flash_attention=boolean(config.get("flash_attention", True), "flash_attention"),
+            precision=_precision(config.get("precision", "bf16")),
         )
         return DeclaredPlan(model, cluster, parallel, int(config["global_batch"]))
     except (KeyError, TypeError, ValueError, PlanInputError):  # ScheduleError is a ValueError
         return None
+
+
+def _precision(value: Any) -> str:
+    if not isinstance(value, str) or value.lower() not in PRECISIONS:
+        raise PlanInputError("precision", f"expected one of {', '.join(PRECISIONS)}, got {value!r}")
+    return value.lower()
 
 
 def predicted_memory_per_pipeline_rank(config: Mapping[str, Any]) -> list[float] | None:

@@ -73,6 +73,7 @@ def row_config(row: dict[str, str]) -> ParallelConfig:
         precision=row.get("precision", "").strip() or "bf16",
         tp_comm_overlap=_flag(row, "tp_comm_overlap"),
         cp=_int(row.get("cp", ""), 1),
+        cp_comm=row.get("cp_comm", "").strip() or "p2p",
     )
 
 

@@ -186,6 +186,10 @@ def evaluate(
     microbatches = global_batch // (cfg.dp * cfg.mbs)
     memory = memory_per_gpu(model, cluster, cfg, microbatches)
     step = step_time(model, cluster, cfg, global_batch, eff)
+    if (
+        not step.total > 0 or step.total != step.total
+    ):  # a GPU whose figures leave no time at all, or none a float holds
+        return Plan(cfg, memory, None, None, ("the GPU's figures leave a step of no measurable time",))
     mfu = model_flops_per_step(model, global_batch) / (step.total * cluster.gpus * cluster.gpu.peak_tflops * 1e12)
     if not memory.fits:
         problems.append(f"needs {memory.total / GIB:.1f} GiB per GPU, {memory.available / GIB:.1f} GiB available")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from bubblescope.analysis.planner.specs import ClusterSpec, ModelSpec, ParallelConfig
 from bubblescope.analysis.schedule_orders import BACKWARD, BACKWARD_INPUT, FORWARD, Action
+from bubblescope.analysis.schedules import ScheduleError
 
 GIB = 1024**3
 BYTES_WEIGHTS, BYTES_GRADS, BYTES_OPTIMIZER = 2, 2, 12
@@ -137,7 +138,7 @@ def memory_per_gpu(
 ) -> MemoryBreakdown:
     """Model state and activations per GPU on the worst stage, for ``microbatches`` per step."""
     cfg = config.with_dp(cluster.gpus)
-    if cfg.layers_per_stage:  # the stages differ: the one nearest its limit
+    if cfg.layers_per_stage and cfg.pp > 1:  # the stages differ: the one nearest its limit
         return max(memory_per_pipeline_rank(model, cluster, cfg, microbatches), key=lambda part: part.total)
     layers = layers_on_stage(model, cfg.pp)
     in_flight = in_flight_microbatch_layers(cfg, microbatches, layers)
@@ -160,13 +161,23 @@ def memory_per_pipeline_rank(
     per_layer, experts_per_layer = layer_params_on_gpu(model, cfg.tp, cfg.ep)
     embedding = model.vocab * h / cfg.tp + (model.embedding_params - model.vocab * h)
     output = model.vocab * h / cfg.tp + 2 * h  # the output layer (a tied embedding's copy) and the final norm
-    orders = cfg.schedule.build_orders(cfg.pp, microbatches, cfg.vpp)
+    chunks = _chunks_held(cfg, microbatches)
     out = []
     for rank, layers in enumerate(cfg.stage_layers(model.layers)):
         params = layers * per_layer + (embedding if rank == 0 else 0.0) + (output if rank == cfg.pp - 1 else 0.0)
-        in_flight = _peak_chunks(orders[rank]) * layers / cfg.vpp
+        in_flight = chunks[rank] * layers / cfg.vpp
         out.append(_breakdown(model, cluster, cfg, params, in_flight, layers * experts_per_layer))
     return out
+
+
+def _chunks_held(cfg: ParallelConfig, microbatches: int) -> list[int]:
+    """Each pipeline rank's activation chunks held at once, from its action order; past the orders' size limit (a
+    very large global batch) every rank is taken to hold what the worst does (the schedule's closed form)."""
+    try:
+        orders = cfg.schedule.build_orders(cfg.pp, microbatches, cfg.vpp)
+        return [_peak_chunks(orders[rank]) for rank in range(cfg.pp)]
+    except ScheduleError:
+        return [cfg.schedule.in_flight(cfg.pp, microbatches, cfg.vpp)] * cfg.pp
 
 
 def _peak_chunks(actions: list[Action]) -> int:

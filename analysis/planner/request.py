@@ -23,6 +23,7 @@ from bubblescope.analysis.planner.specs import (
     ModelSpec,
     ParallelConfig,
     PlanInputError,
+    boolean,
     cluster_preset,
     make_cluster,
     model_from,
@@ -78,7 +79,7 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
             except ScheduleError as error:
                 raise PlanInputError(at, error.message) from None
         elif name in ("sequence_parallel", "flash_attention", "tp_comm_overlap"):
-            fields[name] = _boolean(value, at)
+            fields[name] = boolean(value, at)
         elif name == "capacity_factor":
             fields[name] = positive_float(value, at)
         elif name == "cp_comm":
@@ -125,21 +126,14 @@ def stage_layout(fields: dict[str, Any], layers: int, where: str = "config") -> 
             )
         return {**fields, "layers_per_stage": (first, last)}
     if rest < middle_stages or rest % middle_stages:
+        given = "first_stage_layers" if first is not None else "last_stage_layers"
         raise PlanInputError(
-            f"{where}.first_stage_layers",
+            f"{where}.{given}",
             f"the other {rest} layers do not split evenly over the {middle_stages} other stages (Megatron's rule)",
         )
     per = rest // middle_stages
     stages = ([first] if first is not None else []) + [per] * middle_stages + ([last] if last is not None else [])
     return {**fields, "layers_per_stage": tuple(stages)}
-
-
-def _boolean(value: Any, where: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
-        return value.lower() in ("true", "1", "yes", "on")
-    raise PlanInputError(where, f"expected true or false, got {value!r}")
 
 
 def config_from(fields: Mapping[str, Any]) -> ParallelConfig:

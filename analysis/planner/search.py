@@ -3,7 +3,7 @@
 The space: t a power of two up to the GPUs of a node dividing the heads; c (context parallel) 1, and for
 sequences of 16k tokens or more every power of two keeping t·c inside a node; p any divisor of gpus/(t·c) up to
 the layers (uneven stages allowed); d the rest; for a mixture of experts, e (expert parallel) every power of two
-dividing the experts and d·c; micro-batch sizes powers of two
+(any divisor of d·c that divides the experts); micro-batch sizes powers of two
 dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that splits the
 stage's layers evenly, up to 8); ZeRO 0–3 (0–1 with pipelining); recompute none, selective, full;
 sequence parallelism whenever t > 1 (same communication volume, less memory); flash attention on and bf16
@@ -62,13 +62,11 @@ def candidates(
             dp = cluster.gpus // (tp * cp * pp)
             if "dp" in fix and fix["dp"] != dp:
                 continue
-            eps = [
-                e for e in _powers_of_two(min(model.experts, dp * cp)) if model.experts % e == 0 and dp * cp % e == 0
-            ]
+            eps = [e for e in _divisors(dp * cp) if model.experts % e == 0] if model.moe else [1]
             per_replica = global_batch // dp if global_batch % dp == 0 else 0
             for ep, mbs in (
                 (e, b)
-                for e in choose("ep", eps if model.moe else [1])
+                for e in choose("ep", eps)
                 for b in choose("mbs", [b for b in _powers_of_two(per_replica) if per_replica % b == 0])
             ):
                 for schedule, vpp in _schedules(model, pp, fix):

@@ -7,6 +7,7 @@ API can both say which input to fix.
 from __future__ import annotations
 
 import csv
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -373,9 +374,21 @@ def gpu_from(value: str | Mapping[str, Any], where: str) -> GpuSpec:
     fields = dict(found)
     known = {"name", "peak_tflops", "memory_gib", "hbm_gbps", "nvlink_gbps", "network_gbps", "fp8_tflops"}
     _no_extra(fields, known, where)
-    numbers = {key: positive_float(fields.get(key), f"{where}.{key}") for key in sorted(known - {"name", "fp8_tflops"})}
-    fp8 = positive_float(fields["fp8_tflops"], f"{where}.fp8_tflops") if fields.get("fp8_tflops") is not None else 0.0
+    numbers = {  # within a GPU's reach: a figure past it would price a step at no time, or at infinite time
+        key: _gpu_figure(fields.get(key), f"{where}.{key}") for key in sorted(known - {"name", "fp8_tflops"})
+    }
+    fp8 = _gpu_figure(fields["fp8_tflops"], f"{where}.fp8_tflops") if fields.get("fp8_tflops") is not None else 0.0
     return GpuSpec(name=str(fields.get("name", "custom")), fp8_tflops=fp8, source="given in the request", **numbers)
+
+
+GPU_FIGURE_RANGE = (1e-3, 1e9)
+
+
+def _gpu_figure(value: Any, where: str) -> float:
+    number = positive_float(value, where, most=GPU_FIGURE_RANGE[1])
+    if number < GPU_FIGURE_RANGE[0]:
+        raise PlanInputError(where, f"at least {GPU_FIGURE_RANGE[0]:g}, got {value!r}")
+    return number
 
 
 def model_from(value: str | Mapping[str, Any], where: str = "model") -> ModelSpec:
@@ -433,12 +446,29 @@ def positive_int(value: Any, where: str) -> int:
     return int(value)
 
 
-def positive_float(value: Any, where: str) -> float:
+def positive_float(value: Any, where: str, most: float = math.inf) -> float:
+    """A number above 0 and at most ``most``; a numeric string (the command line's) is read as its number."""
     if value is None:
         raise PlanInputError(where, "field required")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise PlanInputError(where, f"expected a positive number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
         raise PlanInputError(where, f"expected a positive number, got {value!r}")
+    if value > most:
+        raise PlanInputError(where, f"at most {most:g}, got {value!r}")
     return float(value)
+
+
+def boolean(value: Any, where: str) -> bool:
+    """true/false, or the command line's words for them (on, off, yes, no, 1, 0)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+        return value.lower() in ("true", "1", "yes", "on")
+    raise PlanInputError(where, f"expected true or false, got {value!r}")
 
 
 def _no_extra(fields: Mapping[str, Any], known: set[str], where: str) -> None:

@@ -68,8 +68,9 @@ class Efficiencies:
       feeds; the first chunk and the GEMM-less gaps stay exposed). Not fitted on the A100 rows: none overlapped.
 
     Scale terms (not fitted: no published row isolates them; docs/planner.md):
-    hop_latency_s 5 µs: each step of a collective's tree over the network (NCCL's tree at scale: 2·log2(n)
-      steps); every gradient bucket pays it, so a reduction over thousands of replicas costs more than its bytes.
+    hop_latency_s 5 µs: each step of a collective's tree over the network (NCCL's tree at scale: log2(n) steps a
+      pass, 2·log2(n) an all-reduce); every gradient bucket pays it, so a reduction over thousands of replicas
+      costs more than its bytes.
     bucket_bytes 100 MB: gradients reduced per collective (Megatron's bucket is 40 M parameters; DDP's 25 MB).
     rank_jitter 0.2 %: the spread (σ) of one rank's step time around the mean from noise no schedule controls
       (clocks, the OS, the network); a synchronous step waits for the slowest of n ranks, about σ·√(2 ln n)
@@ -306,7 +307,7 @@ def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff
     if cfg.pp == 1:
         return 0.0
     message = 2.0 * cfg.mbs * model.seq / cfg.cp * model.hidden / cfg.tp
-    crosses_nodes = cfg.tp * cfg.pp > cluster.gpus_per_node
+    crosses_nodes = cfg.tp * cfg.cp * cfg.pp > cluster.gpus_per_node  # a stage spans tp·cp GPUs
     bandwidth = cluster.gpu.network_gbps * eff.network if crosses_nodes else cluster.gpu.nvlink_gbps * eff.nvlink
     one = eff.collective_latency_s + message / (bandwidth * 1e9)
     return 2 * cfg.vpp * one
@@ -325,8 +326,8 @@ def dp_seconds(
     bandwidth, link_eff = (
         (cluster.gpu.nvlink_gbps, eff.nvlink) if group_in_node else (cluster.gpu.network_gbps, eff.network)
     )
-    if not group_in_node and cluster.nodes > cluster.nodes_per_leaf:
-        bandwidth /= cluster.oversubscription  # the group crosses leaf switches: their uplinks are shared
+    if not group_in_node and min(cfg.replicas, cluster.nodes) > cluster.nodes_per_leaf:
+        bandwidth /= cluster.oversubscription  # the group spans more nodes than a leaf holds: shared uplinks
     passes = 3.0 if cfg.zero == 3 else 2.0
     reduce = ring_seconds(2.0 * (params - experts), cfg.replicas, bandwidth, link_eff, eff, passes)
     reduce += ring_seconds(2.0 * experts, cfg.replicas // cfg.ep, bandwidth, link_eff, eff, passes)  # expert replicas
@@ -334,7 +335,7 @@ def dp_seconds(
     reduce = max(0.0, reduce - eff.dp_overlap * last_backward_s)
     embedding = 0.0
     if cfg.pp > 1 and model.tied_embeddings:
-        crosses = cfg.tp * cfg.pp > cluster.gpus_per_node
+        crosses = cfg.tp * cfg.cp * cfg.pp > cluster.gpus_per_node
         bw, link = (cluster.gpu.network_gbps, eff.network) if crosses else (cluster.gpu.nvlink_gbps, eff.nvlink)
         embedding = ring_seconds(2.0 * model.vocab * model.hidden / cfg.tp, 2, bw, link, eff, passes=2)
     return reduce + embedding
@@ -342,7 +343,7 @@ def dp_seconds(
 
 def dp_latency_seconds(grad_bytes: float, replicas: int, in_node: bool, eff: Efficiencies, passes: float) -> float:
     """What a data-parallel reduction over many replicas costs beyond its bytes: every bucket's collective walks a
-    tree of 2·log2(n) network steps per pass (none inside a node, whose NVLink switch is one hop)."""
+    tree of log2(n) network steps per pass, 2·log2(n) an all-reduce (none inside a node: one NVLink switch hop)."""
     if replicas <= 1 or in_node:
         return 0.0
     buckets = math.ceil(grad_bytes / eff.bucket_bytes)

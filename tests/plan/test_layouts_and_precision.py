@@ -132,6 +132,7 @@ def test_flash_attention_is_on_unless_asked_off_and_the_answer_says_what_it_assu
         ({"cp": 0}, "config.cp", "must be at least 1"),
         ({"cp": 2, "cp_comm": "ring"}, "config.cp_comm", "expected one of p2p, allgather"),
         ({"tp": 8, "cp": 16}, "config.cp", "does not divide the 64 GPUs"),
+        ({"tp": 8, "pp": 4, "last_stage_layers": 3}, "config.last_stage_layers", "do not split evenly"),
     ],
 )
 def test_each_new_knob_out_of_range_is_refused_by_name(config: dict[str, Any], field: str, words: str) -> None:
@@ -282,3 +283,51 @@ def test_a_reduction_over_thousands_of_replicas_pays_a_tree_of_network_steps_per
     assert dp_latency_seconds(10e9, 2048, False, eff, passes=2) == pytest.approx(100 * 22 * 5e-6)
     assert dp_latency_seconds(10e9, 2048, False, eff, passes=3) == pytest.approx(1.5 * 100 * 22 * 5e-6)  # ZeRO-3
     assert dp_latency_seconds(10e9, 8, True, eff, passes=2) == 0.0
+
+
+def test_what_a_review_found_now_evaluates_or_is_refused_by_name() -> None:
+    """One stage given its layers (pp 1), uneven stages at a global batch past the schedule's action limit, a
+    capacity factor typed on the command line, and a custom GPU's figures out of any GPU's reach."""
+    body = {"model": "llama-2-7b", "cluster": "h100-sxm-x8", "global_batch": 8}
+    (one,) = plan_document({**body, "config": {"pp": 1, "layers_per_stage": [32]}}).plans
+    assert one.step is not None, one.problems
+    (big,) = plan_document(
+        {**body, "global_batch": 8192, "config": {"pp": 8, "layers_per_stage": [3, 4, 4, 4, 4, 4, 4, 5]}}
+    ).plans
+    assert big.step is not None and big.memory is not None, big.problems
+    typed = {"model": "mixtral-8x7b", "cluster": "h100-sxm-x16", "global_batch": 16}
+    (moe,) = plan_document({**typed, "config": {"ep": "8", "capacity_factor": "1.25", "recompute": "full"}}).plans
+    assert moe.config.capacity_factor == 1.25 and moe.config.ep == 8
+    for figure in (1e300, 5e-324):
+        gpu = {
+            "name": "x",
+            "peak_tflops": figure,
+            "memory_gib": 80,
+            "hbm_gbps": 3000,
+            "nvlink_gbps": 450,
+            "network_gbps": 50,
+        }
+        with pytest.raises(PlanInputError) as refused:
+            plan_document({**body, "cluster": {"gpu": gpu, "gpus": 8}})
+        assert refused.value.field == "cluster.gpu.peak_tflops", refused.value
+
+
+def test_a_stage_of_tp_times_cp_gpus_sends_its_pipeline_messages_over_the_network() -> None:
+    """tp 2 × cp 4 fills an 8-GPU node, so pp 2's two stages sit in different nodes: the message, 2·b·(s/cp)·h/t
+    bytes, goes over the network at 50 GB/s · 0.8, not NVLink."""
+    from bubblescope.analysis.planner.step_time import p2p_seconds
+
+    model = model_from({"preset": "llama-3-8b", "seq": 32768})
+    cluster = make_cluster("H100-SXM", 16)
+    cfg = ParallelConfig(tp=2, cp=4, pp=2, dp=1, sequence_parallel=True)
+    message = 2 * 32768 / 4 * 4096 / 2
+    one = DEFAULT_EFFICIENCIES.collective_latency_s + message / (50e9 * DEFAULT_EFFICIENCIES.network)
+    assert p2p_seconds(model, cluster, cfg, DEFAULT_EFFICIENCIES) == pytest.approx(2 * one)
+
+
+def test_the_search_tries_every_expert_degree_that_divides_the_experts() -> None:
+    six = {"preset": "mixtral-8x7b", "experts": 6, "top_k": 2}
+    answer = plan_document(
+        {"model": six, "cluster": "h100-sxm-x24", "global_batch": 24, "fixed": {"tp": 1, "cp": 1, "pp": 1}, "top": 50}
+    )
+    assert {3, 6} <= {plan.config.ep for plan in answer.plans}, sorted({plan.config.ep for plan in answer.plans})
