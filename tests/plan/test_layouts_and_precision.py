@@ -331,3 +331,27 @@ def test_the_search_tries_every_expert_degree_that_divides_the_experts() -> None
         {"model": six, "cluster": "h100-sxm-x24", "global_batch": 24, "fixed": {"tp": 1, "cp": 1, "pp": 1}, "top": 50}
     )
     assert {3, 6} <= {plan.config.ep for plan in answer.plans}, sorted({plan.config.ep for plan in answer.plans})
+
+
+def test_tensor_parallel_overlap_hides_its_collectives_under_the_linear_gemms_and_no_more() -> None:
+    """Llama 3 70B, tp 8 on 8 H100s, seq 8192: a layer's TP collectives, two ring all-reduces of 2·s·h bytes a pass
+    (forward and backward), each 2·(10 µs + 7/8 · bytes / (450 GB/s · 0.65)); overlapped, up to 0.8 of the
+    linear GEMMs' time (forward once, backward twice: 3×) hides them: what is hidden is the smaller of the two."""
+    model = model_from("llama-3-70b")
+    cluster = make_cluster("H100-SXM", 8)
+    plans = {
+        overlap: evaluate(
+            model, cluster, ParallelConfig(tp=8, mbs=1, sequence_parallel=True, tp_comm_overlap=overlap), 2
+        )
+        for overlap in (False, True)
+    }
+    eff = DEFAULT_EFFICIENCIES
+    ring = 2 * (eff.collective_latency_s + 7 / 8 * 2 * 8192 * 8192 / (450e9 * eff.nvlink))
+    tp_pass = 2 * ring  # two all-reduces a pass
+    h, k, f, tokens = model.hidden, model.kv_dim, model.ffn_hidden, model.seq
+    linear = 2 * tokens * h * ((h + 2 * k) + h + 2 * f + f) / 8 / (989e12 * eff.gemm)  # compute-bound here
+    hidden = min(2 * tp_pass, eff.tp_overlap * 3 * linear)
+    exposed, overlapped = (plans[o].step for o in (False, True))
+    assert exposed is not None and overlapped is not None
+    assert exposed.tp_comm - overlapped.tp_comm == pytest.approx(2 * 80 * hidden, rel=1e-9)  # 2 micro-batches
+    assert overlapped.tp_comm > 0  # the output layer's collectives are not overlapped
