@@ -138,6 +138,7 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         figures as figures,
         hta_figures as hta_figures,
         own_split as own_split,
+        p2p_waits as p2p_waits,
     )
     from bubblescope.analysis.warmup import (
         BASELINE_STEPS as BASELINE_STEPS,
@@ -234,7 +235,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "StragglerReport",
         "straggler_report",
     ),
-    "trace_figures": ("GpuActivity", "HtaFigures", "OwnSplit", "figures", "hta_figures", "own_split"),
+    "trace_figures": ("GpuActivity", "HtaFigures", "OwnSplit", "figures", "hta_figures", "own_split", "p2p_waits"),
     "warmup": (
         "BASELINE_STEPS",
         "WARMUP_STEPS",

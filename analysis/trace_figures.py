@@ -23,9 +23,9 @@ collective for it (its ``Collective name`` argument) or its name is NCCL's or RC
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, Protocol
 
 # HTA 0.5.0's patterns (hta/utils/utils.py), matched at the start of the name as it does
 HTA_COMM: Final = re.compile(r"^nccl.*Kernel")
@@ -207,3 +207,31 @@ def _idle_by_cause(by_stream: Iterable[GpuActivity], delay: int) -> dict[str, fl
 def own_split(activities: list[GpuActivity]) -> OwnSplit:
     """Our classes over the same span; where classes overlap, compute wins over communication over memory."""
     return figures(_by_start(activities), [])[1]
+
+
+class P2pCall(Protocol):
+    """An NCCL send or recv kernel: when it ran, which way, and the global rank at its other end."""
+
+    start: Any
+    end: Any
+    direction: str
+    peer: int
+
+
+def p2p_waits(calls_by_rank: Mapping[int, Sequence[P2pCall]]) -> dict[int, float]:
+    """Each rank's time in recv kernels before the matching send had started on its peer (a wait for the previous
+    stage, which HTA counts as communication and we count as bubble), in the traces' unit. NCCL keeps a pair's sends
+    in order: the nth send from a to b is the nth recv on b from a. Ranks whose peer's trace is not given (or that
+    recv nothing) are left out; the traces' clocks are taken as one (profiler timestamps are the host's epoch time)."""
+    waits: dict[int, float] = {}
+    for rank, calls in calls_by_rank.items():
+        for peer in {call.peer for call in calls if call.direction == "recv"}:
+            if peer not in calls_by_rank:
+                continue
+            recvs = sorted((c for c in calls if c.direction == "recv" and c.peer == peer), key=lambda c: c.start)
+            sends = sorted(
+                (c for c in calls_by_rank[peer] if c.direction == "send" and c.peer == rank), key=lambda c: c.start
+            )
+            waited = sum(max(0.0, min(send.start, recv.end) - recv.start) for recv, send in zip(recvs, sends))
+            waits[rank] = waits.get(rank, 0.0) + waited
+    return waits

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final, TypeGuard
+from typing import IO, Any, Final, NamedTuple, TypeGuard
 
 from bubblescope import stop_signal
 from bubblescope.analysis import GpuActivity
@@ -244,6 +244,15 @@ class RankTrace:
 GpuRow = tuple[Any, Any, str, str, int, int, "str | None"]  # ts, dur, name, category, stream, correlation, collective
 
 
+class P2pKernel(NamedTuple):
+    """An NCCL send or recv kernel, in the trace's time unit, with the global rank it sends to or receives from."""
+
+    start: Any
+    end: Any
+    direction: str  # "send" or "recv"
+    peer: int
+
+
 @dataclass
 class _Collected:
     """What the figures need of a trace: its GPU activities, the runtime calls' starts, its profiler steps. Held in
@@ -252,6 +261,7 @@ class _Collected:
     gpu: list[GpuRow] = field(default_factory=list)
     launches: dict[int, Any] = field(default_factory=dict)  # correlation id -> runtime call's start
     steps: list[tuple[str, Any]] = field(default_factory=list)  # ProfilerStep#N and its start
+    p2p: list[P2pKernel] = field(default_factory=list)  # NCCL send/recv kernels naming their peer (few)
     events: int = 0
     fractional: bool = False  # a start that is not an integer (or none): HTA then rounds every time
 
@@ -274,6 +284,10 @@ class _Collected:
             self._add_gpu(
                 (ts, duration, name, str(category), stream, correlation, str(collective) if collective else None)
             )
+            if collective in ("send", "recv"):  # torch names a P2P kernel's peer as a global rank
+                peer = _integer(args.get("Src Rank" if collective == "recv" else "Dst Rank"))
+                if peer >= 0:
+                    self.p2p.append(P2pKernel(ts, ts + duration, collective, peer))
             return
         if "ProfilerStep" in name:
             self.steps.append((name, ts))
@@ -481,6 +495,12 @@ class RankActivities:
     profiler_steps: list[str]
     events: int
     collected: _SpilledCollected
+
+    def p2p(self) -> list[P2pKernel]:
+        """The rank's send and recv kernels that name a peer, launched before the last profiler step (HTA's rule
+        for the figures), by start."""
+        last = _selection(self.collected)[0].last_step
+        return sorted(k for k in self.collected.p2p if last is None or k.start < last)
 
     def by_start(self) -> Iterator[GpuActivity]:
         return self.collected.activities("start")

@@ -20,7 +20,7 @@ from bubblescope.intervals import union_length
 from bubblescope.kineto import TraceError, read_rank_trace
 from tests.support import migrated_database, run_rows, start_server
 from tests.traces.support import JOBS, job_files
-from tests.traces.written import kernel, trace, write
+from tests.traces.written import kernel, trace, two_stage_p2p_traces, write
 
 
 @pytest.fixture
@@ -219,23 +219,10 @@ def test_a_cpu_profile_counts_an_operator_that_starts_with_its_child_whole(db_ur
     assert run_rows(db_url, "cpu", "SELECT compute_ns FROM steps WHERE run_id = {run}") == [(5_000_000,)]
 
 
-def p2p_kernel(ts: float, dur: float, collective: str, peer: int, correlation: int) -> list[dict[str, Any]]:
-    """An NCCL P2P kernel as torch records it: ``Collective name`` send or recv, and the peer's global rank
-    (``Dst Rank`` for a send, ``Src Rank`` for a recv; torch/csrc/profiler/util.cpp)."""
-    events = kernel(ts, dur, "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", correlation, stream=11)
-    events[-1]["args"] |= {"Collective name": collective, "Dst Rank" if collective == "send" else "Src Rank": peer}
-    return events
-
-
 def test_a_recv_kernels_time_before_its_peers_send_started_is_a_wait(db_url: str, tmp_path: Path) -> None:
-    """Two pipeline stages, one step: rank 0 computes 110-150 us and 175-185 us, then sends at 150 and 185 us;
-    rank 1's recvs were launched at 120 and 172 us, so each waits until rank 0's send starts (30 and 13 us) and
-    then transfers (20 and 10 us). The nth send from 0 to 1 is the nth recv on 1 (NCCL's order between a pair)."""
-    step = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 100, "dur": 100}]
-    rank0 = step + kernel(110, 40, "sm80_gemm", 1) + p2p_kernel(150, 20, "send", 1, 2)
-    rank0 += kernel(175, 10, "sm80_gemm", 3) + p2p_kernel(185, 10, "send", 1, 4)
-    rank1 = step + p2p_kernel(120, 50, "recv", 0, 1) + p2p_kernel(172, 23, "recv", 0, 2)
-    files = [write(tmp_path / f"rank{r}.json", trace(r, events)) for r, events in ((0, rank0), (1, rank1))]
+    """``written.two_stage_p2p_traces``: rank 1's recvs wait 30 and 13 us for rank 0's sends to start, then
+    transfer 20 and 10 us. The nth send from 0 to 1 is the nth recv on 1 (NCCL's order between a pair)."""
+    files = [write(tmp_path / f"rank{r}.json", trace(r, events)) for r, events in two_stage_p2p_traces().items()]
     done = import_trace(*files, "--db", db_url, "--run", "p2p")
     assert done.returncode == 0, done.stderr
     names = run_rows(

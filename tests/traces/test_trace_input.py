@@ -15,7 +15,7 @@ import pytest
 from bubblescope.analysis.trace_figures import hta_figures
 from bubblescope.kineto import TraceError, read_rank_trace
 from tests.traces.support import job_files
-from tests.traces.written import kernel, trace, write
+from tests.traces.written import kernel, trace, two_stage_p2p_traces, write
 
 
 def summary(*paths: Path, json_out: bool = False) -> subprocess.CompletedProcess[str]:
@@ -189,3 +189,27 @@ def test_the_summary_reads_rounded_ties_empty_activities_and_hostile_values_as_t
     events[0]["ts"] = 2**64
     with pytest.raises(TraceError, match=f"{path}: an event at ts .*past what can be stored"):
         summarize([write(path, trace(events=events))])
+
+
+def test_the_summary_counts_a_recvs_wait_for_its_peers_send_in_a_column_of_its_own(tmp_path: Path) -> None:
+    """HTA counts a recv kernel whole as communication; its time before the peer's send began is a wait for the
+    previous stage, which the summary gives apart (``recv wait``): 43 us on rank 1, none on rank 0, and '-' for a
+    rank whose peer's trace is not given."""
+    files = [write(tmp_path / f"rank{r}.json", trace(r, events)) for r, events in two_stage_p2p_traces().items()]
+    done = subprocess.run(
+        [sys.executable, "-m", "bubblescope.cli", "trace-summary", *map(str, files), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {row["rank"]: row for row in json.loads(done.stdout)}
+    ours = {rank: row["ours"] for rank, row in rows.items()}
+    assert ours[1]["p2p_wait_us"] == 43 and ours[0]["p2p_wait_us"] is None, ours
+    # the difference named: HTA's non-compute holds both recvs whole (50 + 23 us), 43 us of which we call a wait
+    assert rows[1]["hta"]["non_compute_us"] == 73 and ours[1]["communication_us"] == 73, rows[1]
+    alone = subprocess.run(
+        [sys.executable, "-m", "bubblescope.cli", "trace-summary", str(files[1])], capture_output=True, text=True
+    )
+    assert alone.returncode == 0 and "recv wait" in alone.stdout, alone.stderr
+    assert alone.stdout.splitlines()[1].rstrip().endswith("-"), alone.stdout

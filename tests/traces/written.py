@@ -47,3 +47,22 @@ def write(path: Path, document: Any, compress: bool = False) -> Path:
     data = (document if isinstance(document, str) else json.dumps(document)).encode()
     path.write_bytes(gzip.compress(data) if compress else data)
     return path
+
+
+def p2p_kernel(ts: float, dur: float, collective: str, peer: int, correlation: int) -> list[dict[str, Any]]:
+    """An NCCL P2P kernel as torch records it: ``Collective name`` send or recv, and the peer's global rank
+    (``Dst Rank`` for a send, ``Src Rank`` for a recv; torch/csrc/profiler/util.cpp)."""
+    events = kernel(ts, dur, "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", correlation, stream=11)
+    events[-1]["args"] |= {"Collective name": collective, "Dst Rank" if collective == "send" else "Src Rank": peer}
+    return events
+
+
+def two_stage_p2p_traces() -> dict[int, list[dict[str, Any]]]:
+    """Two pipeline stages, one step: rank 0 computes 110-150 us and 175-185 us, then sends at 150 and 185 us; rank
+    1's recvs were launched at 120 and 172 us, so each waits until rank 0's send starts (30 and 13 us: 43 in all)
+    and then transfers (20 and 10 us). The nth send from 0 to 1 is the nth recv on 1."""
+    step = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 100, "dur": 100}]
+    rank0 = step + kernel(110, 40, "sm80_gemm", 1) + p2p_kernel(150, 20, "send", 1, 2)
+    rank0 += kernel(175, 10, "sm80_gemm", 3) + p2p_kernel(185, 10, "send", 1, 4)
+    rank1 = step + p2p_kernel(120, 50, "recv", 0, 1) + p2p_kernel(172, 23, "recv", 0, 2)
+    return {0: rank0, 1: rank1}
