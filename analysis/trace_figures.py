@@ -212,10 +212,17 @@ def own_split(activities: list[GpuActivity]) -> OwnSplit:
 class P2pCall(Protocol):
     """An NCCL send or recv kernel: when it ran, which way, and the global rank at its other end."""
 
-    start: Any
-    end: Any
-    direction: str
-    peer: int
+    @property
+    def start(self) -> Any: ...
+
+    @property
+    def end(self) -> Any: ...
+
+    @property
+    def direction(self) -> str: ...
+
+    @property
+    def peer(self) -> int: ...
 
 
 def p2p_waits(calls_by_rank: Mapping[int, Sequence[P2pCall]]) -> dict[int, float]:
