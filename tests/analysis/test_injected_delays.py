@@ -154,13 +154,15 @@ def test_a_pause_in_no_span_is_idle_on_its_rank_and_dependency_wait_downstream(j
     1's first recv waits D longer for rank 0's send (dependency wait; its other recvs wait for the
     slow stage as on every step). Compared with the steps without the pause, medians over steps:
     at least 70% of D (the unpaused steps spread by about ±5 ms in trial runs; loaded CI machines read
-    88.6 and 76.0 ms of a 100-ms pause; counted as compute or a wait it would read 0), at most 20% more (oversleeping and scheduling delays of a loaded machine)."""
+    88.6 and 76.0 ms of a 100-ms pause; counted as compute or a wait it would read 0), at most 40% more
+    (oversleeping and scheduling delays of a loaded machine: rank 1's wait read 124.6 ms once; a pause counted
+    twice would read 200)."""
 
     def delta(rank: int, field: str) -> float:
         value = lambda step: job["breakdowns"][step][rank][field]
         return median_over(PAUSED, value) - median_over(UNPAUSED, value)
 
-    low, high = 0.7 * PAUSE_MS * MS, 1.2 * PAUSE_MS * MS
+    low, high = 0.7 * PAUSE_MS * MS, 1.4 * PAUSE_MS * MS
     idle, waited = delta(PAUSE_RANK, "idle_ns"), delta(PAUSE_RANK + 1, "dependency_wait_ns")
     assert low <= idle <= high, idle / MS
     assert low <= waited <= high, waited / MS
