@@ -320,7 +320,11 @@ class Shipper:
             if response.verdict is Verdict.REJECTED:  # for good: the same message would be refused again
                 self._dropped_here += message.span_count
                 kept = self.spool.keep_rejected(message)
-                where = f"kept as *.rejected in {self.spool.directory}" if kept else "not kept (too many refused)"
+                where = (
+                    f"kept as *.rejected in {self.spool.directory}"
+                    if kept
+                    else "not kept (the spool's bound, or its disk, has no room)"
+                )
                 self._warn_once(
                     f"rejected-{response.status}",
                     f"bubblescope: the service refused {message.method} {message.path} ({response.status}: "

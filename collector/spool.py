@@ -11,7 +11,8 @@ dropped). One small file outside the bound, ``COUNTERS_NAME``, holds the newest 
 the service learns about the loss even when the spool is full; it sorts after every message.
 A file that cannot be parsed is renamed ``*.bad`` so it never blocks the messages behind it. A message the
 service refused for good (a 4xx that no retry changes: a field an older service does not know, say) is kept as
-``*.rejected`` beside the pending ones, at most ``MAX_REJECTED`` of them: never sent again, but not lost.
+``*.rejected`` beside the pending ones, at most ``MAX_REJECTED`` of them and within the byte bound: never sent
+again, but not lost.
 """
 
 from __future__ import annotations
@@ -63,12 +64,18 @@ class Spool:
         return True
 
     def keep_rejected(self, message: Message) -> bool:
-        """Keep a refused message for a person (``*.rejected``, not pending); False past ``MAX_REJECTED`` or on a
-        disk error."""
-        if self.directory.exists() and len(list(self.directory.glob(f"*{REJECTED_SUFFIX}"))) >= MAX_REJECTED:
+        """Keep a refused message for a person (``*.rejected``, not pending); False past ``MAX_REJECTED`` files, past
+        the spool's byte bound (pending and refused together), or on a disk error."""
+        data = _encode(message)
+        kept = list(self.directory.glob(f"*{REJECTED_SUFFIX}")) if self.directory.exists() else []
+        try:
+            kept_bytes = sum(path.stat().st_size for path in kept)
+        except OSError:
+            return False
+        if len(kept) >= MAX_REJECTED or self._size() + kept_bytes + len(data) > self.max_bytes:
             return False
         name = f"{time.time_ns():020d}-{os.getpid()}-{next(_counter):08d}{_SUFFIX}{REJECTED_SUFFIX}"
-        return self._write_atomically(name, _encode(message))
+        return self._write_atomically(name, data)
 
     def write_counters(self, message: Message) -> bool:
         """Replace the one counters message (outside the bound: it is a few hundred bytes)."""

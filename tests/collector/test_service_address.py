@@ -80,3 +80,20 @@ def test_a_message_refused_for_good_is_kept_on_disk_and_said_in_one_readable_lin
     assert kept[0].read_bytes().split(b"\n", 1)[0].startswith((b"POST ", b"PUT ")), "the message as it was sent"
     assert not list((tmp_path / "spool").rglob("*.msg")), "a refused message is not pending: no retry would help"
     assert report.dropped_spans > 0  # the refused spans are counted as dropped
+
+
+def test_refused_messages_kept_stay_within_the_spools_bound_and_count(tmp_path: Path) -> None:
+    """Kept refused messages share the spool's byte bound with the pending ones, and are at most MAX_REJECTED."""
+    from bubblescope.collector.spool import Spool
+    from bubblescope.collector.transport import Message
+
+    message = Message("POST", "/api/v1/ingest", b"x" * 1000)
+    small = Spool(tmp_path / "small", max_bytes=2500)
+    assert small.keep_rejected(message) and small.keep_rejected(message)
+    assert not small.keep_rejected(message)  # a third would pass 2,500 bytes
+    assert len(list((tmp_path / "small").glob(f"*{REJECTED_SUFFIX}"))) == 2
+    roomy = Spool(tmp_path / "roomy", max_bytes=1 << 30)
+    assert (
+        sum(roomy.keep_rejected(Message("POST", "/api/v1/ingest", b"y")) for _ in range(MAX_REJECTED + 5))
+        == MAX_REJECTED
+    )
