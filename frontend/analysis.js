@@ -153,7 +153,9 @@ function renderBlocks(rows) {
   box.hidden = !rows.length;
   if (!rows.length) return;
   const total = (r) => r.forward_ns + r.backward_ns;
-  const heaviest = rows.reduce((a, b) => (total(b) > total(a) ? b : a));
+  // by the column the table shows: its share of the model's compute where every block has one, else its time
+  const weight = rows.every((r) => r.share_of_model !== null) ? (r) => r.share_of_model : total;
+  const heaviest = rows.reduce((a, b) => (weight(b) > weight(a) ? b : a));
   const layers = rows.some((r) => r.stage !== null && r.stage !== undefined);
   document.getElementById("blocks-source").textContent = layers
     ? "(each pipeline stage's layers, timed one by one: per step, median over ranks)"
