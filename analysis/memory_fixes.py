@@ -29,7 +29,7 @@ from bubblescope.analysis.planner import (
     search,
     step_time,
 )
-from bubblescope.analysis.planner.specs import PRECISIONS, boolean
+from bubblescope.analysis.planner.specs import PRECISIONS, boolean, one_of
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, lookup
 from bubblescope.analysis.suggestions import RunEvidence, Suggestion, build_suggestion
 
@@ -73,17 +73,11 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
                 config.get("sequence_parallel", tp > 1), "sequence_parallel"
             ),  # `plan`'s defaults
             flash_attention=boolean(config.get("flash_attention", True), "flash_attention"),
-            precision=_precision(config.get("precision", "bf16")),
+            precision=one_of(config.get("precision", "bf16"), PRECISIONS, "precision"),
         )
         return DeclaredPlan(model, cluster, parallel, int(config["global_batch"]))
     except (KeyError, TypeError, ValueError, PlanInputError):  # ScheduleError is a ValueError
         return None
-
-
-def _precision(value: Any) -> str:
-    if not isinstance(value, str) or value.lower() not in PRECISIONS:
-        raise PlanInputError("precision", f"expected one of {', '.join(PRECISIONS)}, got {value!r}")
-    return value.lower()
 
 
 def predicted_memory_per_pipeline_rank(config: Mapping[str, Any]) -> list[float] | None:

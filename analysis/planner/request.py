@@ -27,6 +27,7 @@ from bubblescope.analysis.planner.specs import (
     cluster_preset,
     make_cluster,
     model_from,
+    one_of,
     positive_float,
     positive_int,
 )
@@ -45,6 +46,7 @@ CONFIG_ALIASES = {
 }
 _INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs", "cp", "ep", "first_stage_layers", "last_stage_layers")
 MAX_STAGES = 4096
+CHOICES = {"recompute": RECOMPUTE, "cp_comm": CP_COMMS, "precision": PRECISIONS}  # fields of a few words
 #: What a configuration assumes where the request is silent, said in the answer (``assumed``).
 DEFAULTS_SAID = {
     "flash_attention": "flash_attention: true (fused attention that stores no s×s scores, as every 2026 run uses)",
@@ -69,10 +71,8 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
             if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
                 raise PlanInputError(at, f"expected 0, 1, 2 or 3, got {value!r}")
             fields[name] = int(zero)
-        elif name == "recompute":
-            if not isinstance(value, str) or value.lower() not in RECOMPUTE:
-                raise PlanInputError(at, f"expected one of {', '.join(RECOMPUTE)}, got {value!r}")
-            fields[name] = value.lower()
+        elif name in CHOICES:
+            fields[name] = one_of(value, CHOICES[name], at)
         elif name == "schedule":
             try:
                 fields[name] = lookup(value, at)
@@ -82,14 +82,6 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
             fields[name] = boolean(value, at)
         elif name == "capacity_factor":
             fields[name] = positive_float(value, at)
-        elif name == "cp_comm":
-            if not isinstance(value, str) or value.lower() not in CP_COMMS:
-                raise PlanInputError(at, f"expected one of {', '.join(CP_COMMS)}, got {value!r}")
-            fields[name] = value.lower()
-        elif name == "precision":
-            if not isinstance(value, str) or value.lower() not in PRECISIONS:
-                raise PlanInputError(at, f"expected one of {', '.join(PRECISIONS)}, got {value!r}")
-            fields[name] = value.lower()
         elif name == "layers_per_stage":
             if isinstance(value, str):  # the command line's 7/8/8/7
                 value = [part.strip() for part in value.replace(":", "/").split("/")]

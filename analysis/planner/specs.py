@@ -462,6 +462,13 @@ def positive_float(value: Any, where: str, most: float = math.inf) -> float:
     return float(value)
 
 
+def one_of(value: Any, choices: tuple[str, ...], where: str) -> str:
+    """One of ``choices``, in any case."""
+    if not isinstance(value, str) or value.lower() not in choices:
+        raise PlanInputError(where, f"expected one of {', '.join(choices)}, got {value!r}")
+    return value.lower()
+
+
 def boolean(value: Any, where: str) -> bool:
     """true/false, or the command line's words for them (on, off, yes, no, 1, 0)."""
     if isinstance(value, bool):
