@@ -321,7 +321,7 @@ def dp_seconds(
     before it, so only that pass can hide the reduction), plus the tied embedding's all-reduce
     between the first and the last stage."""
     params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage, cfg.ep)
-    experts = layers_on_stage(model, cfg.pp, cfg.layers_per_stage) * layer_params_on_gpu(model, cfg.tp, cfg.ep)[1]
+    experts = stage_expert_params(model, cfg)
     group_in_node = cfg.tp * cfg.pp * cfg.replicas <= cluster.gpus_per_node
     bandwidth, link_eff = (
         (cluster.gpu.nvlink_gbps, eff.nvlink) if group_in_node else (cluster.gpu.network_gbps, eff.network)
@@ -339,6 +339,11 @@ def dp_seconds(
         bw, link = (cluster.gpu.network_gbps, eff.network) if crosses else (cluster.gpu.nvlink_gbps, eff.nvlink)
         embedding = ring_seconds(2.0 * model.vocab * model.hidden / cfg.tp, 2, bw, link, eff, passes=2)
     return reduce + embedding
+
+
+def stage_expert_params(model: ModelSpec, cfg: ParallelConfig) -> float:
+    """The routed experts' parameters one GPU of the fullest stage holds (0 for a dense model)."""
+    return layers_on_stage(model, cfg.pp, cfg.layers_per_stage) * layer_params_on_gpu(model, cfg.tp, cfg.ep)[1]
 
 
 def dp_latency_seconds(grad_bytes: float, replicas: int, in_node: bool, eff: Efficiencies, passes: float) -> float:
@@ -382,7 +387,7 @@ def step_time(
     bubble = 0.0 if floor is None else floor.fraction
     busy = microbatches * (stage.seconds + p2p)
     held = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage, cfg.ep)
-    experts = layers_on_stage(model, cfg.pp, cfg.layers_per_stage) * layer_params_on_gpu(model, cfg.tp, cfg.ep)[1]
+    experts = stage_expert_params(model, cfg)
     sharded = cfg.zero >= 1  # the optimizer steps a rank's shard: dense over dp·cp ranks, an expert over dp·cp/ep
     local_params = (held - experts) / cfg.replicas + experts / (cfg.replicas // cfg.ep) if sharded else held
     optimizer = local_params * eff.optimizer_bytes_per_param / (cluster.gpu.hbm_gbps * 1e9 * eff.hbm)
