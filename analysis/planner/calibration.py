@@ -143,6 +143,14 @@ GRID: dict[str, tuple[float, ...]] = {
     "network": (0.6, 0.7, 0.8, 0.9),
     "dp_overlap": (0.25, 0.5, 0.75),
 }
+#: The grid for every published row at once (A100 and H100/H200): the GEMM efficiency reaches down to 0.40 (the
+#: torchtitan rows' 500 W H100s, whose peak is not published, sit far below the SXM figure) and the tensor-parallel
+#: overlap is chosen too (the A100 rows did not overlap; the H100 rows do).
+GRID_EVERY_ROW: dict[str, tuple[float, ...]] = {
+    **GRID,
+    "gemm": tuple(round(0.40 + 0.04 * i, 2) for i in range(12)),  # 0.40 ... 0.84
+    "tp_overlap": (0.4, 0.6, 0.8),
+}
 
 
 @dataclass(frozen=True)
@@ -158,13 +166,22 @@ def candidates(grid: Mapping[str, Sequence[float]] = GRID) -> list[Efficiencies]
     return [replace(DEFAULT_EFFICIENCIES, **dict(zip(names, values))) for values in itertools.product(*grid.values())]
 
 
+def _published(sources: Path | Sequence[Path]) -> list[dict[str, str]]:
+    """The rows of one published-runs file, or of several in turn."""
+    paths = [sources] if isinstance(sources, Path) else list(sources)
+    rows: list[dict[str, str]] = []
+    for path in paths:
+        with path.open(newline="") as handle:
+            rows.extend(csv.DictReader(handle))
+    return rows
+
+
 def _predictions(
-    csv_path: Path, grid: Mapping[str, Sequence[float]]
+    sources: Path | Sequence[Path], grid: Mapping[str, Sequence[float]]
 ) -> tuple[list[Efficiencies], list[list[CalibrationRow]]]:
     """Each candidate's prediction of each row, computed once (the table every fit picks from)."""
     options = candidates(grid)
-    with csv_path.open(newline="") as handle:
-        published = list(csv.DictReader(handle))
+    published = _published(sources)
     return options, [[predict_row(row, eff) for row in published] for eff in options]
 
 
@@ -173,18 +190,28 @@ def _best(table: list[list[CalibrationRow]], rows: Sequence[int]) -> int:
     return min(range(len(table)), key=lambda c: statistics.fmean(abs(table[c][r].error_pct) for r in rows))
 
 
-def fit(csv_path: Path, grid: Mapping[str, Sequence[float]] = GRID) -> Efficiencies:
+def fit(sources: Path | Sequence[Path], grid: Mapping[str, Sequence[float]] = GRID) -> Efficiencies:
     """The grid's constants with the least mean |error| over every row (in-sample)."""
-    options, table = _predictions(csv_path, grid)
+    options, table = _predictions(sources, grid)
     return options[_best(table, range(len(table[0])))]
 
 
-def leave_one_out(csv_path: Path, grid: Mapping[str, Sequence[float]] = GRID) -> list[HeldOut]:
-    """Each row predicted with the grid's constants fitted on the other rows alone."""
-    options, table = _predictions(csv_path, grid)
-    rows = range(len(table[0]))
+def leave_one_out(
+    sources: Path | Sequence[Path],
+    grid: Mapping[str, Sequence[float]] = GRID,
+    group: str | None = None,
+) -> list[HeldOut]:
+    """Each row (of one file, or of several together) predicted with the grid's constants fitted on the other rows
+    alone. With ``group`` (a column, e.g. ``gpu``), only on the other rows that share the held-out row's value there
+    (constants per GPU); on every other row where none does."""
+    options, table = _predictions(sources, grid)
+    published = _published(sources)
     held: list[HeldOut] = []
-    for index in rows:
-        chosen = _best(table, [other for other in rows if other != index])
+    for index, row in enumerate(published):
+        others = [other for other in range(len(published)) if other != index]
+        if group is not None:
+            alike = [other for other in others if published[other][group] == row[group]]
+            others = alike or others
+        chosen = _best(table, others)
         held.append(HeldOut(table[chosen][index], options[chosen]))
     return held

@@ -121,3 +121,21 @@ def test_the_h200_row_whose_peak_is_known_is_predicted_within_10_percent() -> No
 
     (row,) = [r for r in csv.DictReader(PUBLISHED_RUNS_H100.open(newline="")) if r["gpu"] == "H200"]
     assert abs(predict_row(row, fit(CSV)).error_pct) < 10
+
+
+def test_constants_per_gpu_are_fitted_on_that_gpus_other_rows_alone() -> None:
+    """Every published row left out in turn with constants per GPU (bench/planner_calibration.py): an A100 row is
+    predicted as if the H100 rows did not exist; the H200, alone of its kind, by the fit on every other row."""
+    from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS_H100
+
+    grid = {"gemm": (0.4, 0.56, 0.76), "tp_overlap": (0.4, 0.8)}
+    every = [CSV, PUBLISHED_RUNS_H100]
+    per_gpu = leave_one_out(every, grid, group="gpu")
+    a100_alone = leave_one_out(CSV, grid)
+    assert [h.row for h in per_gpu[: len(a100_alone)]] == [h.row for h in a100_alone]
+    rows = list(csv.DictReader(CSV.open(newline=""))) + list(csv.DictReader(PUBLISHED_RUNS_H100.open(newline="")))
+    (h200,) = [i for i, row in enumerate(rows) if row["gpu"] == "H200"]
+    assert per_gpu[h200].fitted == leave_one_out(every, grid)[h200].fitted
+    # the 500 W H100 rows choose a lower GEMM efficiency than the A100 rows: the one the catalog's SXM peak needs
+    assert {h.fitted.gemm for h, row in zip(per_gpu, rows) if row["gpu"] == "H100-HBM2e-500W"} == {0.4}
+    assert {h.fitted.gemm for h in per_gpu[: len(a100_alone)]} == {0.76}
