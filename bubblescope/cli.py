@@ -439,7 +439,14 @@ def _token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         help="take the token's text from this environment variable instead of generating one; "
         "nothing changes when that token exists already with this scope",
     )
-    listing = token_commands.add_parser("list", help="name, scope, prefix, created, last used, revoked")
+    create.add_argument(
+        "--runs",
+        metavar="KEYS",
+        help="bind the token to these runs: run keys or key prefixes ending in *, comma-separated "
+        "('team-a-*,nightly'); an ingest token then writes only those, a read token sees only those "
+        "(default: every run)",
+    )
+    listing = token_commands.add_parser("list", help="name, scope, runs, prefix, created, last used, revoked")
     revoke = token_commands.add_parser("revoke", help="revoke a token: refused within seconds")
     revoke.add_argument(
         "name_or_prefix", metavar="NAME_OR_PREFIX", help="the token's name, or its prefix as list shows it"

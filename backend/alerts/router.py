@@ -12,6 +12,7 @@ from bubblescope.backend.alerts.delivery import DELIVERY_TASK
 from bubblescope.backend.alerts.evaluator import ALERT_TASK, AlertEvaluator
 from bubblescope.backend.alerts.schemas import AlertList, AlertOut
 from bubblescope.backend.alerts.shape import alert_document
+from bubblescope.backend.auth.guard import require_run_in_scope, run_scope_of
 from bubblescope.backend.background import PeriodicTask
 from bubblescope.backend.db.models import Alert, Run
 from bubblescope.backend.db.session import DbSession
@@ -44,7 +45,11 @@ def list_alerts(
     limit: Annotated[int, Query(ge=1, le=MAX_ALERTS)] = 100,
 ) -> AlertList:
     query = select(Alert, Run.key).join(Run, Run.id == Alert.run_id)
+    scope = run_scope_of(request)
+    if scope is not None:  # a token bound to runs sees their alerts alone
+        query = query.where(run_queries.keys_in_scope(scope))
     if run is not None:
+        require_run_in_scope(request, run, ("query", "run"))
         found = run_queries.find_run(session, run)
         if found is None:
             raise NotFound("run", f"no run with key {run!r}")

@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bubblescope.backend.auth import queries
+from bubblescope.backend.auth.run_scope import RunScope
 from bubblescope.backend.auth.scopes import Scope
 from bubblescope.backend.auth.tokens import same_digest
 from bubblescope.backend.db.engine import transaction
@@ -39,6 +40,7 @@ class KnownToken:
     scope: Scope
     digest: str
     revoked: bool
+    runs: RunScope = None  # None: every run (``run_scope``)
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,14 @@ class TokenCache:
             token = (
                 None
                 if row is None
-                else KnownToken(row.id, row.name, Scope(row.scope), row.token_hash, row.revoked_at is not None)
+                else KnownToken(
+                    row.id,
+                    row.name,
+                    Scope(row.scope),
+                    row.token_hash,
+                    row.revoked_at is not None,
+                    None if row.runs is None else tuple(row.runs),
+                )
             )
         with self._lock:
             self._entries.pop(digest, None)  # re-inserted last: the oldest are first

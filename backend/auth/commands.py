@@ -75,19 +75,26 @@ def _create(session: Session, args: argparse.Namespace) -> None:
         problem = token_text_problem(text)
         if problem:
             raise CommandFailed(f"--value-env: the token in {args.value_env} {problem}")
-    created = service.create_token(session, args.name, args.scope, text)
+    runs = None if args.runs is None else [part.strip() for part in args.runs.split(",")]
+    created = service.create_token(session, args.name, args.scope, text, runs)
     row = created.row
     if not created.created:
         print(f"token {row.name!r} (scope {row.scope}, prefix {row.prefix}) exists already: nothing changed")
         return
+    what = f"scope {row.scope} for {'every run' if row.runs is None else 'the runs ' + _runs_shown(row)}"
     if args.value_env is None:
         print(text)  # the only time it is shown: stdout holds the token alone, for scripts
-        print(f"created token {row.name!r} with scope {row.scope}; it is shown only this once", file=sys.stderr)
+        print(f"created token {row.name!r} with {what}; it is shown only this once", file=sys.stderr)
     else:
-        print(f"created token {row.name!r} with scope {row.scope} (prefix {row.prefix}) from {args.value_env}")
+        print(f"created token {row.name!r} with {what} (prefix {row.prefix}) from {args.value_env}")
 
 
-LIST_COLUMNS = ("name", "scope", "prefix", "created", "last used", "revoked")
+def _runs_shown(token: ApiToken) -> str:
+    """The runs a token is bound to as ``--runs`` takes them; ``all`` for an unbound token."""
+    return "all" if token.runs is None else ",".join(token.runs)
+
+
+LIST_COLUMNS = ("name", "scope", "runs", "prefix", "created", "last used", "revoked")
 
 
 def _list(session: Session, _args: argparse.Namespace) -> None:
@@ -98,7 +105,7 @@ def _list(session: Session, _args: argparse.Namespace) -> None:
 
 def _listed(token: ApiToken) -> tuple[str, ...]:
     when = (_when(token.created_at), _when(token.last_used_at), _when(token.revoked_at))
-    return (token.name, token.scope, token.prefix, *when)
+    return (token.name, token.scope, _runs_shown(token), token.prefix, *when)
 
 
 def _when(moment: datetime | None) -> str:

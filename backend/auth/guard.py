@@ -26,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 
 from bubblescope.backend.auth.cache import KnownToken, TokenCache
 from bubblescope.backend.auth.route_access import access_of
+from bubblescope.backend.auth.run_scope import RunScope, run_in_scope, scope_text
 from bubblescope.backend.auth.scopes import PUBLIC, Access, Scope, grants
 from bubblescope.backend.auth.tokens import token_digest
 from bubblescope.backend.errors import ApiError, Loc
@@ -36,6 +37,8 @@ SESSION_COOKIE: Final = "bubblescope_session"
 REALM: Final = "bubblescope"
 AUTHORIZATION_LOC: Final = ("header", "Authorization")
 log = logging.getLogger("bubblescope.auth")
+SERVICE_WIDE: Final = frozenset({"/metrics"})
+"""Routes whose answer is every run's, which a token bound to runs may not call."""
 
 
 @dataclass(frozen=True)
@@ -69,15 +72,52 @@ async def authorize(request: Request) -> None:
     if token.revoked:
         raise refusal(401, needed, "revoked", credential.loc, f"the token {token.name!r} was revoked; {_needs(needed)}")
     _require_grant(needed, token.scope, f"the token {token.name!r}", credential.loc)
+    request.state.run_scope = token.runs
+    if token.runs is not None:
+        _require_route_in_scope(request, needed, token)
     cache: TokenCache = request.app.state.token_cache
     if cache.claim_touch(token.id):
         await run_in_threadpool(cache.touch, token.id)
 
 
+def run_scope_of(request: Request) -> RunScope:
+    """The runs the caller may touch (``run_scope``): None for every run (auth off, an unbound token, a proxy
+    user)."""
+    scope: RunScope = getattr(request.state, "run_scope", None)
+    return scope
+
+
+def require_run_in_scope(request: Request, run_key: str, loc: Loc) -> None:
+    """403 when the caller's token is bound to runs that do not include ``run_key`` (named at ``loc``)."""
+    scope = run_scope_of(request)
+    if scope is None or run_in_scope(scope, run_key):
+        return
+    needed = needed_access(request)
+    message = f"the token may touch only the runs {scope_text(scope)}; {run_key!r} is not one of them"
+    raise refusal(403, needed if isinstance(needed, Scope) else Scope.READ, "wrong_run", loc, message)
+
+
+def _require_route_in_scope(request: Request, needed: Scope, token: KnownToken) -> None:
+    """A token bound to runs reaches a run's routes for its runs only, and no service-wide figures."""
+    run_key = request.path_params.get("run_key")
+    if isinstance(run_key, str):
+        require_run_in_scope(request, run_key, ("path", "run_key"))
+    if _route_template(request) in SERVICE_WIDE:
+        message = (
+            f"the token {token.name!r} is bound to runs ({scope_text(token.runs or ())}); this endpoint shows every "
+            "run's: use a token for every run (Prometheus's, say)"
+        )
+        raise refusal(403, needed, "wrong_run", AUTHORIZATION_LOC, message)
+
+
+def _route_template(request: Request) -> str:
+    route = request.scope.get("route")
+    return str(getattr(route, "path_format", None) or request.url.path)
+
+
 def needed_access(request: Request) -> Access:
     """What the called route needs; a route missing from the table needs admin (and a test fails)."""
-    route = request.scope.get("route")
-    template = getattr(route, "path_format", None) or request.url.path
+    template = _route_template(request)
     access = access_of(request.method, template)
     if access is None:
         log.error("bubblescope: %s %s is not in auth.route_access.ROUTE_ACCESS; admin only", request.method, template)

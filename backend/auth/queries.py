@@ -43,8 +43,10 @@ def count_active(session: Session) -> int:
     return int(session.scalars(query).one())
 
 
-def insert(session: Session, name: str, scope: str, digest: str, prefix: str) -> ApiToken:
-    token = ApiToken(name=name, scope=scope, token_hash=digest, prefix=prefix)
+def insert(
+    session: Session, name: str, scope: str, digest: str, prefix: str, runs: list[str] | None = None
+) -> ApiToken:
+    token = ApiToken(name=name, scope=scope, token_hash=digest, prefix=prefix, runs=runs)
     session.add(token)
     session.flush()
     session.refresh(token)

@@ -84,7 +84,7 @@ def get_tokens(session: DbSession) -> list[ApiToken]:
 async def post_token(request: Request, session: DbSession) -> TokenCreatedOut:
     body = parse_document(TokenIn, await read_json(request))
     text = new_token_text()
-    created = await run_in_threadpool(service.create_token, session, body.name, body.scope, text)
+    created = await run_in_threadpool(service.create_token, session, body.name, body.scope, text, body.runs)
     return TokenCreatedOut.model_validate({**TokenOut.model_validate(created.row).model_dump(), "token": text})
 
 

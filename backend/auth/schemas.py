@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from bubblescope.backend.auth.run_scope import MAX_RUN_PATTERNS, RUN_PATTERN
 from bubblescope.backend.auth.tokens import MAX_TOKEN_CHARS, TOKEN_NAME_PATTERN
 from bubblescope.backend.db.timestamps import as_utc
 
@@ -29,6 +30,17 @@ class TokenIn(BaseModel):
 
     name: Annotated[str, Field(pattern=TOKEN_NAME_PATTERN, description="who or what holds it")]
     scope: ScopeName
+    runs: (
+        Annotated[
+            list[Annotated[str, Field(pattern=RUN_PATTERN)]],
+            Field(min_length=1, max_length=MAX_RUN_PATTERNS),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="the runs it may touch: run keys, or key prefixes ending in * ('team-a-*'); "
+        "left out, every run. Not for an admin token",
+    )
 
 
 class TokenOut(BaseModel):
@@ -36,6 +48,7 @@ class TokenOut(BaseModel):
 
     name: str
     scope: ScopeName
+    runs: list[str] | None = Field(description="the run keys or key prefixes* it may touch; null: every run")
     prefix: str = Field(description="the token's first characters, to tell it apart")
     created_at: datetime
     last_used_at: datetime | None = Field(description="updated at most once a minute")

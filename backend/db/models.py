@@ -198,6 +198,7 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    runs: Mapped[list[str] | None] = mapped_column(JSON)  # the run keys or key prefixes it may touch; None: every run
 
 
 class ProfileTrace(Base):

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
+from bubblescope.backend.auth.guard import require_run_in_scope
 from bubblescope.backend.body import BodyLimit, json_body_doc, parse_document, read_json
 from bubblescope.backend.db.engine import transaction
 from bubblescope.backend.db.session import database_answered
@@ -56,6 +57,7 @@ def _parse_and_store(request: Request, document: Any) -> IngestResult:
     a round trip; docs/scale.md). Committed before the answer, as ``DbSession`` does."""
     settings = settings_of(request)
     batch = parse_document(IngestBatchIn, document, batch_size_check(settings))
+    require_run_in_scope(request, batch.run_key, ("body", "run_key"))
     with transaction(request.app.state.session_factory) as session:
         result = ingest(session, batch, settings.ingest_batches_per_s, request.app.state.run_toucher)
     database_answered(request)

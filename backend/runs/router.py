@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
+from bubblescope.backend.auth.guard import run_scope_of
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.derived.answers import cached_answer
@@ -136,6 +137,7 @@ def get_runs(
         after=cursor,
         name=name,
         since=_moment("since", since),
+        run_scope=run_scope_of(request),
     )
     if following is not None:
         response.headers["X-Next-Cursor"] = str(following)

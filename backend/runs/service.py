@@ -7,6 +7,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import and_
 from sqlalchemy.orm import Session
 
 from bubblescope import analysis, wire
@@ -152,18 +153,23 @@ def list_runs(
     after: int | None = None,
     name: str | None = None,
     since: datetime | None = None,
+    run_scope: Sequence[str] | None = None,
 ) -> tuple[list[RunSummary], int | None]:
     """Runs most recently active first, and the cursor of the next page (None: no more).
 
     With ``states``, only runs in one of them: the state is worked out per run, so the list is
     scanned in chunks until ``offset + limit`` of them are found. ``after`` is a cursor: the id of
-    the last run of the page before (``run_queries.list_runs``)."""
+    the last run of the page before (``run_queries.list_runs``). ``run_scope``: only the runs a token bound to
+    runs may see (``auth.run_scope``)."""
     now = run_queries.database_now(session)
     found: list[RunSummary] = []
     ids: list[int] = []
     last = after
     chunk = SCAN_CHUNK if states else offset + limit + 1
     only = run_queries.may_be_in(states, now - timedelta(seconds=silent_after_s)) if states else None
+    if run_scope is not None:
+        in_scope = run_queries.keys_in_scope(run_scope)
+        only = in_scope if only is None else and_(only, in_scope)
     while len(found) < offset + limit + 1:
         listed = run_queries.list_runs(session, chunk, after=last, name=name, since=since, only=only)
         ends = rank_queries.rank_ends(session, [run.id for run, _ in listed])

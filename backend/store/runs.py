@@ -74,6 +74,13 @@ def touch_run(session: Session, run_id: int) -> None:
     session.execute(update(Run).where(Run.id == run_id).values(updated_at=func.now(), revision=Run.revision + 1))
 
 
+def keys_in_scope(patterns: Sequence[str]) -> ColumnElement[bool]:
+    """Runs whose key is one of ``patterns`` or starts with one's prefix (a pattern ending in ``*``), matched
+    case-sensitively on every database (SQLite's LIKE ignores case: not used)."""
+    matches = [func.substr(Run.key, 1, len(p) - 1) == p[:-1] if p.endswith("*") else Run.key == p for p in patterns]
+    return or_(*matches)
+
+
 LIKE_ESCAPE = "\\"
 
 

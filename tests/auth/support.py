@@ -16,14 +16,14 @@ from bubblescope.backend.db.engine import build_engine, build_session_factory, t
 TRUSTED_HEADER = "X-Forwarded-User"
 
 
-def make_token(db_url: str, scope: Scope, revoked: bool = False) -> str:
-    """A new token of ``scope`` stored in ``db_url`` (revoked at once when asked); its text."""
+def make_token(db_url: str, scope: Scope, revoked: bool = False, runs: list[str] | None = None) -> str:
+    """A new token of ``scope`` stored in ``db_url``, bound to ``runs`` (revoked at once when asked); its text."""
     name = f"{scope.value}-{uuid.uuid4().hex[:8]}"
     text = new_token_text()
     engine = build_engine(db_url)
     try:
         with transaction(build_session_factory(engine)) as session:
-            create_token(session, name, scope.value, text)
+            create_token(session, name, scope.value, text, runs)
             if revoked:
                 revoke_token(session, name)
     finally:
@@ -31,18 +31,28 @@ def make_token(db_url: str, scope: Scope, revoked: bool = False) -> str:
     return text
 
 
+BOUND_PREFIX = "matrix-"
+"""The runs the ``bound_here`` tokens may touch: keys starting with it."""
+
+
 @dataclass(frozen=True)
 class Tokens:
-    """A valid and a revoked token of each scope."""
+    """A valid and a revoked token of each scope; for ingest and read, one bound to the runs ``matrix-*`` and one
+    bound to another team's runs."""
 
     valid: dict[Scope, str]
     revoked: dict[Scope, str]
+    bound_here: dict[Scope, str]
+    bound_elsewhere: dict[Scope, str]
 
 
 def issue_tokens(db_url: str) -> Tokens:
+    bindable = (Scope.INGEST, Scope.READ)
     return Tokens(
         valid={scope: make_token(db_url, scope) for scope in Scope},
         revoked={scope: make_token(db_url, scope, revoked=True) for scope in Scope},
+        bound_here={scope: make_token(db_url, scope, runs=[BOUND_PREFIX + "*"]) for scope in bindable},
+        bound_elsewhere={scope: make_token(db_url, scope, runs=["other-team-*", "matrix"]) for scope in bindable},
     )
 
 

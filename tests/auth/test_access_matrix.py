@@ -106,6 +106,26 @@ def test_a_guarded_route_refuses_all_but_its_scope_and_admin(
             assert allowed.status_code < 500, allowed.text
 
 
+RUN_ROUTES = [(m, p, a) for m, p, a in GUARDED if "{run_key}" in p and a is not Scope.ADMIN]
+
+
+@pytest.mark.parametrize(("method", "template", "needed"), RUN_ROUTES, ids=[f"{m} {p}" for m, p, _ in RUN_ROUTES])
+def test_a_token_bound_to_runs_reaches_a_runs_routes_for_those_runs_alone(
+    service: Service, method: str, template: str, needed: Scope
+) -> None:
+    """Another team's token of the right scope is refused (403 naming the run key), whatever the route; the token
+    bound to this run's prefix passes. (A pattern is a whole key unless it ends in *: 'matrix' is not 'matrix-…'.)"""
+    path = concrete(template, service.run_key)
+    with service.server.client() as client:
+        elsewhere = call(client, method, path, bearer(service.tokens.bound_elsewhere[needed]))
+        assert elsewhere.status_code == 403, elsewhere.text
+        [detail] = elsewhere.json()["detail"]
+        assert detail["loc"] == ["path", "run_key"] and detail["type"] == "forbidden"
+        assert f"'{service.run_key}' is not one of them" in detail["msg"] and "'other-team-*'" in detail["msg"]
+        here = call(client, method, path, bearer(service.tokens.bound_here[needed]))
+        assert here.status_code not in (401, 403) and here.status_code < 500, here.text
+
+
 @pytest.mark.parametrize(("method", "template"), PUBLIC_ROUTES, ids=[f"{m} {p}" for m, p in PUBLIC_ROUTES])
 def test_a_public_route_answers_without_a_token(service: Service, method: str, template: str) -> None:
     method = "GET" if method == ANY_METHOD else method

@@ -80,8 +80,11 @@ def test_create_prints_the_token_once_and_stores_its_sha256(db: str) -> None:
     listed = token_cli("list", "--db", db)
     assert listed.returncode == 0, listed.stderr
     header, row = listed.stdout.splitlines()
-    assert header.split() == ["name", "scope", "prefix", "created", "last", "used", "revoked"]
-    assert row.split()[:3] == ["alice", "read", prefix] and row.split()[-2:] == ["-", "-"]  # never used, not revoked
+    assert header.split() == ["name", "scope", "runs", "prefix", "created", "last", "used", "revoked"]
+    assert row.split()[:4] == ["alice", "read", "all", prefix] and row.split()[-2:] == [
+        "-",
+        "-",
+    ]  # never used, not revoked
     assert token not in listed.stdout and digest not in listed.stdout
 
 
@@ -185,3 +188,26 @@ def test_the_commands_on_postgresql(cli: TokenCli, postgres_db: str) -> None:
     assert "pg" in cli("list", "--db", postgres_db).stdout
     assert cli("revoke", "pg", "--db", postgres_db).returncode == 0
     assert stored_tokens(postgres_db)[0][4] is True
+
+
+def test_a_token_bound_to_runs_is_listed_with_them_and_kept_so(cli: TokenCli, db: str) -> None:
+    """``--runs`` binds a token to run keys or prefixes (docs/access.md); ``--value-env`` again with other runs is
+    refused (revoke to change them), and an admin token is never bound."""
+    env = {"BS_TEAM_A": "team-a-ingest-token-0123456789abcdefghij"}
+    args = ("create", "--scope", "ingest", "--name", "team-a", "--value-env", "BS_TEAM_A", "--db", db)
+    first = cli(*args, "--runs", "team-a-*, nightly", env=env)
+    assert first.returncode == 0, first.stderr
+    assert "for the runs team-a-*,nightly" in first.stdout
+    row = cli("list", "--db", db).stdout.splitlines()[1].split()
+    assert row[:3] == ["team-a", "ingest", "team-a-*,nightly"]
+    other = cli(*args, "--runs", "team-b-*", env=env)
+    assert (
+        other.returncode == 2
+        and "runs: this token is stored as 'team-a' for runs 'team-a-*', 'nightly'" in other.stderr
+    )
+    unbound = cli(*args, env=env)
+    assert unbound.returncode == 2 and "runs:" in unbound.stderr
+    admin = cli("create", "--scope", "admin", "--name", "root", "--runs", "x-*", "--db", db)
+    assert admin.returncode == 2 and "runs: an admin token is not bound to runs" in admin.stderr
+    bad = cli("create", "--scope", "read", "--name", "r", "--runs", "a b", "--db", db)
+    assert bad.returncode == 2 and "'a b' is neither a run key nor a key prefix" in bad.stderr
