@@ -1,6 +1,11 @@
 """Backpressure: at most ``ingest_in_flight`` ingest requests are worked on at once, up to
 ``ingest_queue`` more wait their turn, and the next is told to retry.
 
+A request is admitted once its body has arrived (the ingest route reads it first): a sender dribbling its
+body costs one connection and its bytes (``body.BodyBudget``, ``--body-timeout``), never a slot, so slow
+uploads cannot keep everyone else's batches waiting or refused. A full gate still refuses before the body is
+read (``refuse_if_full``).
+
 Few at once: the work is Python holding the GIL between database round trips, so more threads add
 switching, not throughput (measured in docs/scale.md: 64 at once did 56 batches/s where 4 at once
 did 95). A short queue absorbs the bursts of a big job's ranks; past it a sender learns at once
@@ -29,10 +34,14 @@ class IngestGate:
         self.admitted = 0
         self._turns: asyncio.Semaphore | None = None  # made on the serving loop, at first use
 
-    @asynccontextmanager
-    async def admit(self) -> AsyncIterator[None]:
+    def refuse_if_full(self) -> None:
+        """503 now, before a body is read, when ``admit`` would refuse it: a sender learns at once under load."""
         if self.admitted >= self.limit + self.queue:
             raise busy(f"{self.limit} {self.what} in work and {self.queue} waiting (the limits)", self.retry_after_s)
+
+    @asynccontextmanager
+    async def admit(self) -> AsyncIterator[None]:
+        self.refuse_if_full()
         if self._turns is None:
             self._turns = asyncio.Semaphore(self.limit)
         self.admitted += 1

@@ -38,8 +38,9 @@ async def ingest_batch(request: Request) -> IngestResult:
     gate: IngestGate = request.app.state.ingest_gate
     with INGEST_DURATION.time():
         try:
+            gate.refuse_if_full()
+            document = await read_json(request, BodyLimit.for_ingest(settings))  # before a slot: slow bodies hold none
             async with gate.admit():
-                document = await read_json(request, BodyLimit.for_ingest(settings))
                 result = await run_in_threadpool(_parse_and_store, request, document)
         except Exception as error:
             INGEST_REJECTED.labels(error_type(error)).inc()

@@ -66,6 +66,33 @@ def test_a_stalled_upload_gets_408_and_frees_its_ingest_slot(impatient_server: L
         assert post_gzip(client, ingest_batch(key)).status_code == 202  # the slots were given back
 
 
+def test_slow_uploads_hold_no_ingest_slot(tmp_path: Path) -> None:
+    """The probe's finding: bodies sent a byte at a time took every ingest slot, so everyone else's batches got
+    503 until the body timeout. Now a slot is taken once a body has arrived: six stalled senders against one slot
+    and one queue place, and another client's batch is still stored at once (it used to get 503)."""
+    url = f"sqlite:///{tmp_path / 'bubblescope.db'}"
+    migrate.upgrade(url)
+    extra = ["--body-timeout", "8", "--ingest-in-flight", "1", "--ingest-queue", "1"]
+    live = start_server(url, tmp_path, extra_args=extra)
+    stalled: list[socket.socket] = []
+    try:
+        with live.client() as client:
+            key = register(client, world_size=1)
+            stalled = [_stalled_upload(live, b'{"run_key": ', 10_000) for _ in range(6)]
+            time.sleep(0.5)  # each is mid-body on the server
+            started = time.monotonic()
+            stored = post_gzip(client, ingest_batch(key))
+            waited = time.monotonic() - started
+            assert stored.status_code == 202, stored.text
+            assert waited < 8, f"{waited:.1f} s"  # before any stalled body timed out: it did not wait for them
+        for connection in stalled:
+            assert _answer(connection, 30).startswith(b"HTTP/1.1 408")
+    finally:
+        for connection in stalled:
+            connection.close()
+        live.stop()
+
+
 def test_a_client_that_goes_away_mid_body_leaves_no_traceback(impatient_server: LiveServer) -> None:
     for _ in range(3):
         _stalled_upload(impatient_server, b'{"run_key": "x", ', 10_000).close()
