@@ -26,8 +26,7 @@ from bubblescope.backend.hosts import HostAllowlist, JsonErrorCors
 from bubblescope.backend.ingest.gate import IngestGate
 from bubblescope.backend.ingest.router import router as ingest_router
 from bubblescope.backend.leadership import Leadership
-from bubblescope.backend.metrics.router import metrics_registry, router as metrics_router
-from bubblescope.backend.metrics.runs import RunMetrics
+from bubblescope.backend.metrics.router import install_run_series, router as metrics_router
 from bubblescope.backend.openapi import install_openapi
 from bubblescope.backend.plan.router import router as plan_router
 from bubblescope.backend.query_values import no_nul_characters, one_value_each
@@ -97,7 +96,7 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     if retention is not None:
         app.state.background.add(retention)
     evaluator = install_alert_rules(app)  # the alert rules, on the service's clock and after ingest
-    app.state.metrics = metrics_registry(RunMetrics(app.state.session_factory, settings, evaluator.figures))
+    install_run_series(app, evaluator.figures)  # /metrics' per-run series, rendered in the background
     install_delivery(app)  # alert webhooks and Alertmanager pushes, on their own threads
     install_view_warmer(app)  # a quiet run's page answers, stored before anyone asks
     install_error_handlers(app)

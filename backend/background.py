@@ -24,10 +24,15 @@ STOP_WAIT_S = 5.0
 
 
 class PeriodicTask:
-    def __init__(self, name: str, interval_s: float, work: Callable[[], None]) -> None:
+    def __init__(
+        self, name: str, interval_s: float, work: Callable[[], None], min_gap_s: Callable[[], float] | None = None
+    ) -> None:
+        """``min_gap_s``: the least pause after a round before news may start the next (a costly round woken by
+        every ingest would otherwise run back to back)."""
         self.name = name
         self.interval_s = interval_s
         self.work = work
+        self.min_gap_s = min_gap_s
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -55,6 +60,8 @@ class PeriodicTask:
                     self.work()
             except Exception:
                 log.exception("bubblescope: %s round failed; retrying in %.0f s", self.name, self.interval_s)
+            if self.min_gap_s is not None:
+                self._stop.wait(self.min_gap_s())  # news arriving meanwhile stays set: the next round follows it
             self._wake.wait(self.interval_s)
 
 
@@ -73,9 +80,11 @@ class BackgroundTasks:
     def on_stop(self, stopper: Callable[[], None]) -> None:
         self.stoppers.append(stopper)
 
-    def add(self, task: PeriodicTask, on_news: bool = False) -> PeriodicTask:
-        """Run ``task`` from the app's start; ``on_news``: also whenever ``news()`` is called."""
-        task.leads = self.leadership.leads
+    def add(self, task: PeriodicTask, on_news: bool = False, every_process: bool = False) -> PeriodicTask:
+        """Run ``task`` from the app's start; ``on_news``: also whenever ``news()`` is called; ``every_process``:
+        in every process, not only the leader (work whose result stays in the process's memory)."""
+        if not every_process:
+            task.leads = self.leadership.leads
         self.tasks[task.name] = task
         if on_news:
             self._on_news.append(task)

@@ -159,6 +159,17 @@ class ServiceSettings:
         metavar="SECONDS",
         option="--alert-interval",
     )
+    metrics_interval_s: float = _setting(
+        15.0,
+        "seconds between refreshes of /metrics' per-run series (computed in the background, served from memory)",
+        metavar="SECONDS",
+        option="--metrics-interval",
+    )
+    metrics_max_runs: int = _setting(
+        1000,
+        "most runs /metrics exports series for: those with a firing alert first, then the most recently heard",
+        metavar="N",
+    )
     hung_after_s: float = _setting(
         DEFAULT_THRESHOLDS.hung_after_s,
         "a run whose ranks are heard from but finish no step for this long (or 5 median steps, if longer) is hung",

@@ -245,6 +245,20 @@ def wait_until(condition: Any, timeout_s: float, what: str, interval_s: float = 
         time.sleep(interval_s)
 
 
+def scrape_until(client: httpx.Client, holds: Any, timeout_s: float = 30, headers: Any = None) -> str:
+    """/metrics once ``holds(text)`` is true of it: the per-run series are refreshed in the background (after
+    news, at least a second apart), so a scrape right after an event may not show it yet."""
+    scraped = ""
+
+    def fresh() -> bool:
+        nonlocal scraped
+        scraped = client.get("/metrics", headers=headers).text
+        return bool(holds(scraped))
+
+    wait_until(fresh, timeout_s, "/metrics to show it", interval_s=0.2)
+    return scraped
+
+
 def run_torchrun(
     url: str,
     script: str,

@@ -86,6 +86,16 @@ def rank_places(session: Session, run_id: int) -> list[RankPlace]:
     ]
 
 
+def dropped_spans_of(session: Session, run_ids: Collection[int]) -> dict[int, int]:
+    """Spans the collectors dropped, summed per run, for ``run_ids`` in one query (runs with none may be absent)."""
+    query = (
+        select(RankInfo.run_id, func.sum(RankInfo.dropped_spans))
+        .where(RankInfo.run_id.in_(run_ids))
+        .group_by(RankInfo.run_id)
+    )
+    return {run_id: int(total or 0) for run_id, total in session.execute(query)}
+
+
 def ranks_of(session: Session, run_id: int, only: Collection[int] | None = None) -> Sequence[RankInfo]:
     """The run's ranks in rank order (those in ``only``, when given)."""
     query = select(RankInfo).where(RankInfo.run_id == run_id).order_by(RankInfo.rank)

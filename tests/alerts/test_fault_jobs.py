@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.alerts.fault_jobs import STRAGGLER_JOB, alerts, fault_service, finish, launch, wait_for
-from tests.support import LiveServer, register
+from tests.support import LiveServer, register, scrape_until
 
 pytestmark = pytest.mark.slow
 HOST = socket.gethostname()
@@ -123,8 +123,7 @@ def test_a_stuck_rank_is_named_with_what_the_others_wait_in_and_the_alert_resolv
         assert run["state"] == "hung" and "wait for rank 1 (host" in run["state_detail"], run["state_detail"]
         listed = client.get("/api/v1/runs", params={"state": "hung"}).json()
         assert run_key in [r["key"] for r in listed], listed
-        metrics = client.get("/metrics").text
-        assert f'bubblescope_run_state{{run="{run_key}",state="hung"}} 1.0' in metrics
+        scrape_until(client, lambda text: f'bubblescope_run_state{{run="{run_key}",state="hung"}} 1.0' in text)
         wait_for(client, run_key, "BubblescopeRunHung", "resolved", timeout_s=60)
         assert client.get(f"/api/v1/runs/{run_key}").json()["state"] in ("running", "finished")
         output = finish(job)

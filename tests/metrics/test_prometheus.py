@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.dashboard.synthetic import synthetic_run
-from tests.support import LiveServer, free_port, require_program, wait_until
+from tests.support import LiveServer, free_port, require_program, scrape_until, wait_until
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
@@ -32,7 +32,7 @@ def series(text: str) -> list[tuple[str, dict[str, str], float]]:
 def test_the_exposition_follows_prometheus_conventions(sqlite_server: LiveServer) -> None:
     with sqlite_server.client() as client:
         key = synthetic_run(client, stages=4, microbatches=4, steps=6)
-        text = client.get("/metrics").text
+        text = scrape_until(client, lambda text: f'bubblescope_run_ranks_reporting{{run="{key}"}} 4.0' in text)
     names = {name for name, _, _ in series(text)}
     assert all(name.startswith("bubblescope_") for name in names), names
     assert {"bubblescope_ingest_batches_total", "bubblescope_ingest_spans_total"} <= names
@@ -67,7 +67,7 @@ def test_series_per_run_do_not_grow_with_its_ranks(sqlite_server: LiveServer) ->
     with sqlite_server.client() as client:
         small = synthetic_run(client, stages=2, microbatches=2, steps=3)
         large = synthetic_run(client, stages=64, microbatches=2, steps=3)
-        text = client.get("/metrics").text
+        text = scrape_until(client, lambda text: f'bubblescope_run_ranks_reporting{{run="{large}"}} 64.0' in text)
     samples = [(name, labels) for name, labels, _ in series(text)]
     counted = {
         key: sum(1 for name, labels in samples if labels.get("run") == key and name not in FROM_THE_RULES)
