@@ -49,8 +49,10 @@ def rank_and_world() -> tuple[int, int]:
 
 
 def _resolve_run_key(config: CollectorConfig) -> str:
-    """A key every rank agrees on: given, torchrun's run id, or rank 0's broadcast; URL-safe."""
-    return re.sub(r"[^A-Za-z0-9._:-]+", "-", _raw_run_key(config))[:128]
+    """A key every rank agrees on: given, torchrun's run id, or rank 0's broadcast; URL-safe, and not dots alone
+    (``.`` and ``..`` are path segments: the service refuses them)."""
+    key = re.sub(r"[^A-Za-z0-9._:-]+", "-", _raw_run_key(config))[:128]
+    return key if key.strip(".") else key.replace(".", "-")
 
 
 def _raw_run_key(config: CollectorConfig) -> str:

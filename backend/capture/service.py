@@ -36,6 +36,7 @@ from bubblescope.backend.capture.schemas import MAX_PROFILE_UPLOADS, CaptureRequ
 from bubblescope.backend.db.models import CaptureRequest
 from bubblescope.backend.db.timestamps import as_utc
 from bubblescope.backend.errors import Invalid, NotFound, TooMany
+from bubblescope.backend.fields import STEP_MAX
 from bubblescope.backend.settings import ServiceSettings
 from bubblescope.backend.store import runs as run_queries, steps as step_queries
 from bubblescope.backend.store.captures import CaptureOut, pending_captures
@@ -87,6 +88,8 @@ def request_capture(
             wait_s,
         )
     first = choose_from_step(newest, queries.steps_per_batch(session, run.id))
+    if first + body.steps - 1 > STEP_MAX:
+        raise Invalid("steps", f"steps {first}-{first + body.steps - 1} would pass the largest step, {STEP_MAX}")
     request = CaptureRequest(run_id=run.id, from_step=first, steps=body.steps, kind=kind, upload_ranks=uploads)
     session.add(request)
     session.flush()

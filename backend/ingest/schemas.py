@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from bubblescope import wire
-from bubblescope.backend.fields import ClockOffsetNs, ClockUncertaintyNs, Count, Nanos, NonNegativeInt as Index
+from bubblescope.backend.fields import ClockOffsetNs, ClockUncertaintyNs, Count, Nanos, NonNegativeInt as Index, Step
 from bubblescope.backend.store.captures import CaptureOut
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ class SpanColumns(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    step: Annotated[list[Count], FAIL_FAST]
+    step: Annotated[list[Step], FAIL_FAST]
     kind: Annotated[list[SpanKind], FAIL_FAST]
     start_ns: Annotated[list[Nanos], FAIL_FAST]
     end_ns: Annotated[list[Nanos], FAIL_FAST]
@@ -39,7 +39,7 @@ class SpanColumns(BaseModel):
 class StepAggregateIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    step: Count
+    step: Step
     start_ns: Nanos
     end_ns: Nanos
     compute_ns: Nanos
@@ -78,7 +78,7 @@ class InFlightIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    step: Count
+    step: Step
     in_step: bool = Field(description="false: between steps, after step - 1")
     elapsed_s: Seconds
     op: BlockedOpIn | None = Field(default=None, description="null: not in a communication op")

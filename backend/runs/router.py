@@ -15,7 +15,7 @@ from bubblescope.backend.body import json_body_doc, parse_document, read_json
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.derived.answers import cached_answer
 from bubblescope.backend.errors import Invalid
-from bubblescope.backend.fields import INT32_MAX, INT64_MAX, RankIndex, RunKey, StepIndex
+from bubblescope.backend.fields import INT32_MAX, INT64_MAX, STEP_MAX, RankIndex, RunKey, StepIndex
 from bubblescope.backend.runs import deletion, service
 from bubblescope.backend.runs.schemas import (
     RankEndIn,
@@ -207,8 +207,8 @@ def get_step(
 def get_trace(
     run_key: RunKey,
     session: DbSession,
-    from_step: Annotated[int | None, Query(ge=0, le=INT64_MAX, description="first step (default: the newest)")] = None,
-    to_step: Annotated[int | None, Query(ge=0, le=INT64_MAX, description="last step (default: from_step)")] = None,
+    from_step: Annotated[int | None, Query(ge=0, le=STEP_MAX, description="first step (default: the newest)")] = None,
+    to_step: Annotated[int | None, Query(ge=0, le=STEP_MAX, description="last step (default: from_step)")] = None,
     ranks: Annotated[
         str | None,
         Query(
