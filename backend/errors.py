@@ -171,15 +171,25 @@ def busy(what: str, retry_after_s: int) -> ApiError:
     )
 
 
-def database_unavailable_error(error: BaseException, retry_after_s: int, loc: Loc = ()) -> ApiError:
-    """The 503 for a database that cannot serve now: nothing was stored, retry."""
+def database_unavailable_error(
+    error: BaseException, retry_after_s: int, loc: Loc = (), detail: bool = True
+) -> ApiError:
+    """The 503 for a database that cannot serve now: nothing was stored, retry. ``detail``: with the database's
+    own words (its host and port among them), for a caller who may see them (``sees_internals``)."""
+    why = f": {first_line(error)}" if detail else " (send a token to see why)"
     return ApiError(
         503,
         loc,
-        f"database unavailable: {first_line(error)}; nothing was stored, retry after {retry_after_s} s",
+        f"database unavailable{why}; nothing was stored, retry after {retry_after_s} s",
         "database_unavailable",
         {"Retry-After": str(retry_after_s)},
     )
+
+
+def sees_internals(request: Request) -> bool:
+    """Whether the caller may read the database's own error words (its host and port): with ``--auth``, only a
+    caller that sent a valid credential (``auth.guard`` marks it); without, everyone who reaches the service."""
+    return not settings_of(request).auth or bool(getattr(request.state, "authenticated", False))
 
 
 def error_type(error: BaseException) -> str:
@@ -220,7 +230,9 @@ def install_error_handlers(app: FastAPI) -> None:
             log.error("%s %s failed", request.method, request.url.path, exc_info=error)
             return _internal(error)
         request.app.state.database.failed(first_line(error))
-        unavailable = database_unavailable_error(error, settings_of(request).retry_after_s)
+        unavailable = database_unavailable_error(
+            error, settings_of(request).retry_after_s, detail=sees_internals(request)
+        )
         return JSONResponse(status_code=503, content={"detail": unavailable.errors}, headers=unavailable.headers)
 
     @app.exception_handler(DomainError)

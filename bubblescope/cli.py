@@ -23,7 +23,7 @@ def schedule_argument(text: str) -> str:
 
 def _serve(args: argparse.Namespace) -> int:
     from bubblescope.backend.auth.commands import exposure_refusal, missing_token_warning
-    from bubblescope.backend.db.prepare import DatabaseNotReady, prepare_database
+    from bubblescope.backend.db.prepare import DatabaseNotReady, prepare_database, shown_url
     from bubblescope.backend.server import build_server
     from bubblescope.backend.settings import from_options
 
@@ -48,7 +48,7 @@ def _serve(args: argparse.Namespace) -> int:
     warning = missing_token_warning(url, args.db) if settings.auth else None
     if warning:
         print(f"bubblescope serve: {warning}", file=sys.stderr, flush=True)
-    print(f"bubblescope service on http://{args.host}:{args.port} (database {url})", flush=True)
+    print(f"bubblescope service on http://{args.host}:{args.port} (database {shown_url(url)})", flush=True)
     server.run()
     return 0
 
@@ -252,7 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the service: ingest from collectors, the dashboard, the API, /metrics and the alerts. "
         "The database is migrated first. A taken port is refused before anything starts (exit 2).",
     )
-    serve.add_argument("--db", help="SQLAlchemy URL or SQLite file path (default: bubblescope.db in the user data dir)")
+    serve.add_argument(
+        "--db",
+        help="SQLAlchemy URL or SQLite file path (default: $BUBBLESCOPE_DB, else bubblescope.db in the user data dir; "
+        "a URL with a password belongs in the environment, not on a command line)",
+    )
     serve.add_argument(
         "--host",
         default="127.0.0.1",
@@ -452,7 +456,7 @@ def _token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         "name_or_prefix", metavar="NAME_OR_PREFIX", help="the token's name, or its prefix as list shows it"
     )
     for sub in (create, listing, revoke):
-        sub.add_argument("--db", help="SQLAlchemy URL or SQLite file path (default: user data dir, as serve)")
+        sub.add_argument("--db", help="SQLAlchemy URL or SQLite file path (default: $BUBBLESCOPE_DB, as serve)")
         sub.set_defaults(handler=_token)
     token.set_defaults(handler=_help_of(token))
 

@@ -71,6 +71,13 @@ class TokenCache:
                 return False, None
         return True, _checked(entry.token, digest)
 
+    def remembered(self, digest: str) -> KnownToken | None:
+        """What the database last said of ``digest``, however long ago (None: nothing): for saying more to a
+        known caller while the database is away, never for granting access."""
+        with self._lock:
+            entry = self._entries.get(digest)
+        return None if entry is None else _checked(entry.token, digest)
+
     def load(self, digest: str) -> KnownToken | None:
         """The token of ``digest`` from the database (a worker thread's call), remembered."""
         with transaction(self.session_factory) as session:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from fastapi import FastAPI, Request
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope.backend.auth.cache import KnownToken, TokenCache
@@ -62,6 +63,7 @@ async def authorize(request: Request) -> None:
         if user is not None:
             name, header = user
             _require_grant(needed, Scope.READ, f"the user {name!r} signed in through the proxy", ("header", header))
+            request.state.authenticated = True
             return
         raise refusal(401, needed, "missing", AUTHORIZATION_LOC, _missing_message(needed))
     if credential.text == "":
@@ -73,11 +75,29 @@ async def authorize(request: Request) -> None:
         raise refusal(401, needed, "revoked", credential.loc, f"the token {token.name!r} was revoked; {_needs(needed)}")
     _require_grant(needed, token.scope, f"the token {token.name!r}", credential.loc)
     request.state.run_scope = token.runs
+    request.state.authenticated = True
     if token.runs is not None:
         _require_route_in_scope(request, needed, token)
     cache: TokenCache = request.app.state.token_cache
     if cache.claim_touch(token.id):
         await run_in_threadpool(cache.touch, token.id)
+
+
+async def note_credential(request: Request) -> None:
+    """For a public route that says more to a known caller (health, readiness): marks the request authenticated
+    when it carries a valid token (``errors.sees_internals``); refuses nothing."""
+    if not settings_of(request).auth:
+        return
+    credential = presented_credential(request)
+    if credential is not None and credential.text:
+        try:
+            token = await known_token(request.app, credential.text)
+        except SQLAlchemyError:  # the database is away: what it last said of this token
+            cache: TokenCache = request.app.state.token_cache
+            token = cache.remembered(token_digest(credential.text))
+        request.state.authenticated = token is not None and not token.revoked
+    elif trusted_user(request) is not None:
+        request.state.authenticated = True
 
 
 def run_scope_of(request: Request) -> RunScope:

@@ -1,8 +1,10 @@
 """Finding the database and making it ready, as ``serve`` and every command that opens it do: ``--db`` a
-URL or an SQLite file path, by default the user data directory's file; an SQLite file is created or
+URL or an SQLite file path, by default $BUBBLESCOPE_DB or else the user data directory's file; an SQLite file is created or
 upgraded here, a server database must already be at the current schema (``bubblescope db upgrade``)."""
 
 from __future__ import annotations
+
+import os
 
 from pathlib import Path
 
@@ -15,8 +17,21 @@ from bubblescope.backend.db.engine import is_sqlite, normalise_url
 from bubblescope.backend.errors import first_line
 
 
+DB_ENV = "BUBBLESCOPE_DB"
+"""The database when ``--db`` is not given: a URL with a password belongs here (or in the file named by
+``BUBBLESCOPE_DB_PASSWORD_FILE``), not on a command line, which ``ps`` and ``docker inspect`` show."""
+DB_PASSWORD_FILE_ENV = "BUBBLESCOPE_DB_PASSWORD_FILE"
+
+
 def default_db_url() -> str:
-    return normalise_url(str(Path(user_data_dir("bubblescope")) / "bubblescope.db"))
+    """``$BUBBLESCOPE_DB`` if set, else the user data directory's SQLite file; a password read from the file
+    ``$BUBBLESCOPE_DB_PASSWORD_FILE`` (a container secret) goes into the URL."""
+    url = normalise_url(os.environ.get(DB_ENV) or str(Path(user_data_dir("bubblescope")) / "bubblescope.db"))
+    secret_file = os.environ.get(DB_PASSWORD_FILE_ENV)
+    if secret_file and not is_sqlite(url):
+        password = Path(secret_file).read_text().strip()
+        url = make_url(url).set(password=password).render_as_string(hide_password=False)
+    return url
 
 
 class DatabaseNotReady(RuntimeError):

@@ -7,6 +7,9 @@
 - ``GET /api/v1/ready`` (readiness): the database answers within its timeout and its schema is at
   the revision this version needs. 503 with ``Retry-After`` otherwise: take this process out of
   rotation until it passes again (no restart needed; connections are re-made).
+
+Both are public. With ``--auth`` the database's own error words (its host and port among them) go only to a
+caller that sends a valid token; others learn that it is unavailable, not where it is.
 """
 
 from __future__ import annotations
@@ -15,16 +18,24 @@ import threading
 import time
 from typing import Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 from sqlalchemy import text
 
 from bubblescope import __version__, wire
 from bubblescope.backend.db import migrate
-from bubblescope.backend.errors import ApiError, database_unavailable, database_unavailable_error, first_line
+from bubblescope.backend.auth.guard import note_credential
+from bubblescope.backend.errors import (
+    ApiError,
+    database_unavailable,
+    database_unavailable_error,
+    first_line,
+    sees_internals,
+)
 from bubblescope.backend.settings import settings_of
 
-router = APIRouter(prefix=wire.API_PREFIX, tags=["meta"])
+router = APIRouter(prefix=wire.API_PREFIX, tags=["meta"], dependencies=[Depends(note_credential)])
+WITHHELD = "withheld: send a token to see the database's error"
 
 
 class DatabaseStatus:
@@ -73,7 +84,7 @@ async def health(request: Request) -> HealthOut:  # on the event loop: answers w
         version=__version__,
         database="ok" if since is None else "unavailable",
         database_unavailable_since=since,
-        database_error=status.reason or None,
+        database_error=(status.reason if sees_internals(request) else WITHHELD) if status.reason else None,
         background="leader" if request.app.state.background.leadership.leading else "standby",
     )
 
@@ -95,7 +106,7 @@ def ready(request: Request) -> ReadyOut:
         if not database_unavailable(error):
             raise
         status.failed(first_line(error))
-        raise database_unavailable_error(error, retry_after_s, ["database"]) from None
+        raise database_unavailable_error(error, retry_after_s, ["database"], sees_internals(request)) from None
     head: str = request.app.state.schema_head
     if revision is None or revision != head:
         status.failed(f"schema at revision {revision}, this version needs {head}")

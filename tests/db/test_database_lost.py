@@ -13,7 +13,9 @@ import httpx
 import psycopg
 import pytest
 
+from bubblescope.backend.auth.scopes import Scope
 from bubblescope.backend.db import migrate
+from tests.auth.support import bearer, make_token
 from tests.collector.jobs import launch, read_report
 from tests.support import (
     PG_ADMIN_DSN,
@@ -182,3 +184,37 @@ def test_collector_spools_through_the_outage_and_delivers_everything(
     assert report.dropped_spans == 0, report.figures()
     stored_steps = run_rows(live.db_url, run_key, "SELECT count(DISTINCT step) FROM steps WHERE run_id = {run}")
     assert stored_steps[0][0] == steps, log[-2000:]
+
+
+def test_with_auth_the_databases_words_go_only_to_a_caller_with_a_token(tmp_path: Path) -> None:
+    """The probe's finding: /ready is public and answered with the database's host and port when it was down.
+    With --auth, a caller without a token learns it is unavailable; one with a token, why."""
+    reason = postgres_unreachable_reason()
+    if reason:
+        pytest.skip(reason)
+    url, name = create_postgres_database()
+    migrate.upgrade(url)
+    token = make_token(url, Scope.READ)
+    live = start_server(url, tmp_path, extra_args=["--retry-after", "1", "--auth"])
+    try:
+        with live.client() as client:
+            assert client.get("/api/v1/ready", headers=bearer(token)).status_code == 200  # known to the service
+            _cut_off(name)
+            wait_until(lambda: client.get("/api/v1/ready").status_code == 503, 30, "readiness to fail")
+            for anonymous in (
+                client.get("/api/v1/ready"),
+                client.post("/api/v1/session", json={"token": "bs_" + "x" * 40}),
+            ):
+                _assert_unavailable(anonymous)
+                assert "5432" not in anonymous.text and "send a token to see why" in anonymous.text, anonymous.text
+            health = client.get("/api/v1/health").json()
+            assert health["database"] == "unavailable" and "5432" not in str(health["database_error"]), health
+            assert health["database_error"].startswith("withheld")
+            known = client.get("/api/v1/ready", headers=bearer(token))
+            _assert_unavailable(known)
+            assert "5432" in known.text, known.text
+            assert "5432" in client.get("/api/v1/health", headers=bearer(token)).json()["database_error"]
+    finally:
+        live.stop()
+        _admin(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        drop_postgres_database(name)
