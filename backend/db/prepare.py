@@ -5,7 +5,6 @@ upgraded here, a server database must already be at the current schema (``bubble
 from __future__ import annotations
 
 import os
-
 from pathlib import Path
 
 from platformdirs import user_data_dir
@@ -15,7 +14,6 @@ from sqlalchemy.exc import DBAPIError
 from bubblescope.backend.db import migrate
 from bubblescope.backend.db.engine import is_sqlite, normalise_url
 from bubblescope.backend.errors import first_line
-
 
 DB_ENV = "BUBBLESCOPE_DB"
 """The database when ``--db`` is not given: a URL with a password belongs here (or in the file named by

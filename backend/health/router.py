@@ -23,8 +23,8 @@ from pydantic import BaseModel, Field
 from sqlalchemy import text
 
 from bubblescope import __version__, wire
-from bubblescope.backend.db import migrate
 from bubblescope.backend.auth.guard import note_credential
+from bubblescope.backend.db import migrate
 from bubblescope.backend.errors import (
     ApiError,
     database_unavailable,
