@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 
 import uvicorn
 from fastapi import FastAPI
 from sqlalchemy.exc import DBAPIError
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from bubblescope.backend.app import create_app
 from bubblescope.backend.db import migrate
 from bubblescope.backend.db.prepare import DatabaseNotReady, shown_url
 from bubblescope.backend.errors import first_line
-from bubblescope.backend.settings import ServiceSettings
+from bubblescope.backend.settings import PEER_KEY, ServiceSettings
 
 
 def ready_app(url: str, settings: ServiceSettings | None = None) -> FastAPI:
@@ -34,8 +37,25 @@ def build_server(url: str, host: str, port: int, settings: ServiceSettings | Non
     external_url = settings.external_url or f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     settings = dataclasses.replace(settings, allowed_hosts=settings.hosts_for(host), external_url=external_url)
     app = ready_app(url, settings)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    # uvicorn's X-Forwarded-For handling, applied inside a wrapper that keeps the connection's own address first
+    forwarded = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")  # uvicorn's own default and variable
+    served = PeerAddress(ProxyHeadersMiddleware(app, trusted_hosts=forwarded))
+    config = uvicorn.Config(served, host=host, port=port, log_level="warning", access_log=False, proxy_headers=False)
     return uvicorn.Server(config)
+
+
+class PeerAddress:
+    """Keeps the address the connection came from (``PEER_KEY`` in the ASGI scope) before X-Forwarded-For may
+    replace the client's: what ``--trusted-proxy`` is checked against (a forwarded address is the client's word)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            client = scope.get("client")
+            scope[PEER_KEY] = client[0] if client else None
+        await self.app(scope, receive, send)
 
 
 def start_in_thread(server: uvicorn.Server, timeout_s: float = 20.0) -> threading.Thread:

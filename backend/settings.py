@@ -243,6 +243,15 @@ class ServiceSettings:
         metavar="HEADER",
         kind=str,
     )
+    trusted_proxies: tuple[str, ...] = _setting(
+        (),
+        "with --trusted-user-header: the address (or network, 10.0.0.0/8) of a proxy that sets it (repeat for "
+        "several); the header is honoured only on connections from these, and it is required",
+        metavar="ADDRESS",
+        many=True,
+        shown="none",
+        option="--trusted-proxy",
+    )
     retain_days: float | None = _setting(
         None, "delete runs not heard from for this many days (checked hourly)", metavar="DAYS", kind=float
     )
@@ -255,6 +264,16 @@ class ServiceSettings:
     )
 
     def __post_init__(self) -> None:
+        if self.trusted_user_header and not self.trusted_proxies:
+            raise ValueError(
+                "--trusted-user-header needs --trusted-proxy: the addresses of the proxies that set the header "
+                "(anyone else could send it and be let in)"
+            )
+        for proxy in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise ValueError(f"--trusted-proxy {proxy!r} is not an IP address or network") from None
         floor = max(self.max_json_bytes, SMALL_BODY_BYTES)
         if self.max_bodies_bytes < floor:
             raise ValueError(
@@ -273,6 +292,29 @@ def settings_of(request: Request) -> ServiceSettings:
     """The settings of the app serving ``request`` (set by ``create_app``)."""
     settings: ServiceSettings = request.app.state.settings
     return settings
+
+
+PEER_KEY = "bubblescope.peer"
+"""The ASGI scope's key for the address a connection came from (``server.PeerAddress``)."""
+
+
+def peer_address(request: Request) -> str | None:
+    """The address the request's connection came from, whatever X-Forwarded-For said."""
+    if PEER_KEY in request.scope:
+        peer: str | None = request.scope[PEER_KEY]
+        return peer
+    return request.client.host if request.client else None
+
+
+def from_trusted_proxy(settings: ServiceSettings, address: str | None) -> bool:
+    """Whether a connection from ``address`` comes from one of ``--trusted-proxy``."""
+    if address is None:
+        return False
+    try:
+        peer = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(peer in ipaddress.ip_network(proxy, strict=False) for proxy in settings.trusted_proxies)
 
 
 def is_loopback(host: str) -> bool:

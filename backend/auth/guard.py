@@ -32,7 +32,7 @@ from bubblescope.backend.auth.scopes import PUBLIC, Access, Scope, grants
 from bubblescope.backend.auth.tokens import token_digest
 from bubblescope.backend.errors import ApiError, Loc
 from bubblescope.backend.service_metrics import AUTH_FAILURES
-from bubblescope.backend.settings import settings_of
+from bubblescope.backend.settings import from_trusted_proxy, peer_address, settings_of
 
 SESSION_COOKIE: Final = "bubblescope_session"
 REALM: Final = "bubblescope"
@@ -96,8 +96,11 @@ async def note_credential(request: Request) -> None:
             cache: TokenCache = request.app.state.token_cache
             token = cache.remembered(token_digest(credential.text))
         request.state.authenticated = token is not None and not token.revoked
-    elif trusted_user(request) is not None:
-        request.state.authenticated = True
+    else:
+        try:
+            request.state.authenticated = trusted_user(request) is not None
+        except ApiError:  # the header from elsewhere: not known, and a public route answers anyway
+            request.state.authenticated = False
 
 
 def run_scope_of(request: Request) -> RunScope:
@@ -158,12 +161,23 @@ def presented_credential(request: Request) -> Credential | None:
 
 
 def trusted_user(request: Request) -> tuple[str, str] | None:
-    """(the user, the header) when ``--trusted-user-header`` names a header the request carries, non-empty."""
-    header = settings_of(request).trusted_user_header
+    """(the user, the header) when ``--trusted-user-header`` names a header the request carries, non-empty, on a
+    connection from a ``--trusted-proxy``. The header from anyone else, or twice, is refused (401)."""
+    settings = settings_of(request)
+    header = settings.trusted_user_header
     if not header:
         return None
-    user = request.headers.get(header, "").strip()
-    return (user, header) if user else None
+    values = request.headers.getlist(header)
+    if not any(value.strip() for value in values):
+        return None
+    loc = ("header", header)
+    peer = peer_address(request)
+    if not from_trusted_proxy(settings, peer):
+        message = f"{header} is honoured only from the proxies of --trusted-proxy; this connection came from {peer}"
+        raise refusal(401, Scope.READ, "untrusted_proxy", loc, message)
+    if len(values) > 1:
+        raise refusal(401, Scope.READ, "malformed", loc, f"{header} came {len(values)} times; a proxy sets it once")
+    return values[0].strip(), header
 
 
 async def known_token(app: FastAPI, text: str) -> KnownToken | None:

@@ -13,14 +13,12 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from bubblescope.backend.fields import RUN_KEY_PATTERN
-
 RunScope = tuple[str, ...] | None
 """None: every run; else the patterns (at least one)."""
 
 MAX_RUN_PATTERNS: Final = 32
-RUN_PATTERN: Final = RUN_KEY_PATTERN.removesuffix("+$") + r"{1,128}\*?$"
-"""A run key (the key's own characters), or a prefix of one followed by ``*``."""
+RUN_PATTERN: Final = r"^[A-Za-z0-9._:-]{1,128}\*?$"
+"""A run key (the characters of ``fields.RUN_KEY_PATTERN``), or a prefix of one followed by ``*``."""
 
 
 def run_patterns_problem(patterns: Sequence[str]) -> str | None:

@@ -1,4 +1,5 @@
-"""The access tests' service: ``serve --auth --trusted-user-header X-Forwarded-User`` on an SQLite
+"""The access tests' service: ``serve --auth --trusted-user-header X-Forwarded-User --trusted-proxy 127.0.0.1`` on
+an SQLite
 database of its own, with a valid and a revoked token of each scope."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def tokens(auth_db: str) -> Tokens:
 
 @pytest.fixture(scope="module")
 def auth_server(auth_db: str, tokens: Tokens, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    extra = ["--auth", "--trusted-user-header", TRUSTED_HEADER]
+    extra = ["--auth", "--trusted-user-header", TRUSTED_HEADER, "--trusted-proxy", "127.0.0.1"]
     live = start_server(auth_db, tmp_path_factory.mktemp("auth-server"), extra_args=extra)
     yield live
     live.stop()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +96,45 @@ def test_the_header_means_nothing_unless_serve_names_it(server_without_proxy_hea
     with server_without_proxy_header.client() as client:
         answer = client.get("/api/v1/runs", headers={TRUSTED_HEADER: "mallory"})
     assert answer.status_code == 401, answer.text
+
+
+@pytest.fixture(scope="module")
+def server_behind_another_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The header is honoured from 10.9.9.9 alone: these tests connect from 127.0.0.1."""
+    with migrated_database("sqlite", tmp_path_factory.mktemp("other-proxy-db")) as url:
+        extra = ["--auth", "--trusted-user-header", TRUSTED_HEADER, "--trusted-proxy", "10.9.9.9"]
+        live = start_server(url, tmp_path_factory.mktemp("other-proxy"), extra_args=extra)
+        yield live
+        live.stop()
+
+
+def test_the_header_from_an_address_that_is_no_trusted_proxy_is_refused(
+    server_behind_another_proxy: LiveServer,
+) -> None:
+    """The probe's finding: the header was honoured from any client. Now only on connections from --trusted-proxy;
+    an X-Forwarded-For naming the proxy does not make a connection come from it."""
+    with server_behind_another_proxy.client() as client:
+        direct = client.get("/api/v1/runs", headers={TRUSTED_HEADER: "mallory"})
+        assert_names(direct, 401, ["header", TRUSTED_HEADER], "honoured only from the proxies of --trusted-proxy")
+        assert "came from 127.0.0.1" in direct.text
+        spoofed = client.get("/api/v1/runs", headers={TRUSTED_HEADER: "mallory", "X-Forwarded-For": "10.9.9.9"})
+        assert spoofed.status_code == 401, spoofed.text
+        assert client.get("/api/v1/health", headers={TRUSTED_HEADER: "mallory"}).status_code == 200  # public
+
+
+def test_the_header_sent_twice_is_refused(auth_server: LiveServer) -> None:
+    """The probe's finding: with the header twice, the first won (a proxy that appends lets a client choose)."""
+    with auth_server.client() as client:
+        twice = client.get("/api/v1/runs", headers=[(TRUSTED_HEADER, "mallory"), (TRUSTED_HEADER, "alice")])
+    assert_names(twice, 401, ["header", TRUSTED_HEADER], "came 2 times")
+
+
+def test_serve_refuses_the_header_without_the_proxies_that_set_it(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bubblescope.cli", "serve", "--db", str(tmp_path / "x.db"), "--auth"]
+        + ["--trusted-user-header", TRUSTED_HEADER],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "--trusted-user-header needs --trusted-proxy" in done.stderr, done.stderr

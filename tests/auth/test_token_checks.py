@@ -56,10 +56,12 @@ def test_every_refusal_is_counted_by_reason(auth_server: LiveServer, tokens: Tok
         client.get("/api/v1/runs", headers=bearer("bs_" + "0" * 43))  # unknown again (from the cache)
         client.get("/api/v1/runs", headers=bearer(tokens.revoked[Scope.READ]))  # revoked
         client.get("/api/v1/tokens", headers=bearer(tokens.valid[Scope.READ]))  # wrong_scope
+        client.get("/api/v1/runs/team-z-1", headers=bearer(tokens.bound_elsewhere[Scope.READ]))  # wrong_run
         client.get("/api/v1/runs", headers=bearer(tokens.valid[Scope.READ]))  # allowed: not counted
         after = auth_failures(client, tokens.valid[Scope.READ])
     counted = {reason: after[reason] - before.get(reason, 0.0) for reason in after}
-    assert counted == {"missing": 1, "malformed": 1, "unknown": 2, "revoked": 1, "wrong_scope": 1}
+    expected = {"missing": 1, "malformed": 1, "unknown": 2, "revoked": 1, "wrong_scope": 1, "wrong_run": 1}
+    assert counted == {**expected, "untrusted_proxy": 0}  # every reason exported from the start
 
 
 def test_a_token_revoked_through_the_api_is_refused_at_once(auth_server: LiveServer, tokens: Tokens) -> None:
