@@ -6,6 +6,7 @@ import dataclasses
 import os
 import threading
 import time
+from typing import Any, cast
 
 import uvicorn
 from fastapi import FastAPI
@@ -39,7 +40,8 @@ def build_server(url: str, host: str, port: int, settings: ServiceSettings | Non
     app = ready_app(url, settings)
     # uvicorn's X-Forwarded-For handling, applied inside a wrapper that keeps the connection's own address first
     forwarded = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")  # uvicorn's own default and variable
-    served = PeerAddress(ProxyHeadersMiddleware(app, trusted_hosts=forwarded))
+    # (uvicorn's and Starlette's ASGI type hints differ; both are ASGI 3)
+    served = PeerAddress(cast(ASGIApp, ProxyHeadersMiddleware(cast(Any, app), trusted_hosts=forwarded)))
     config = uvicorn.Config(served, host=host, port=port, log_level="warning", access_log=False, proxy_headers=False)
     return uvicorn.Server(config)
 
