@@ -13,6 +13,7 @@ from bubblescope.backend.analysis.router import router as analysis_router
 from bubblescope.backend.auth.cache import TokenCache
 from bubblescope.backend.auth.guard import authorize
 from bubblescope.backend.auth.router import router as auth_router
+from bubblescope.backend.auth.throttle import FailedAttempts
 from bubblescope.backend.background import BackgroundTasks, lifespan
 from bubblescope.backend.body import BodyBudget
 from bubblescope.backend.capture.router import router as capture_router
@@ -90,6 +91,7 @@ def create_app(db_url: str, settings: ServiceSettings | None = None) -> FastAPI:
     app.state.session_factory = build_session_factory(engine)
     app.state.background = BackgroundTasks(Leadership(engine))  # periodic tasks, run by one process of a deployment
     app.state.token_cache = TokenCache(app.state.session_factory)
+    app.state.failed_attempts = FailedAttempts()  # token guessing slowed per client (auth.throttle)
     app.state.answers = AnswerStore()  # cached reads per run revision (derived.answers)
     app.state.run_toucher = RunToucher(app.state.session_factory)  # revision bumps after ingest (store.touch)
     retention = retention_task(app.state.session_factory, settings)

@@ -46,10 +46,19 @@ for _target, _outcome in ALERT_DELIVERY_SERIES:
 
 AUTH_FAILURES = Counter(
     "bubblescope_auth_failures",
-    "Requests refused by serve --auth, by reason (missing, malformed, unknown, revoked, wrong_scope, wrong_run, untrusted_proxy)",
+    "Requests refused by serve --auth, by reason (missing, malformed, unknown, revoked, wrong_scope, wrong_run, untrusted_proxy, throttled)",
     ["reason"],
     registry=SERVICE_REGISTRY,
 )
-AUTH_FAILURE_REASONS = ("missing", "malformed", "unknown", "revoked", "wrong_scope", "wrong_run", "untrusted_proxy")
+AUTH_FAILURE_REASONS = (
+    "missing",
+    "malformed",
+    "unknown",
+    "revoked",
+    "wrong_scope",
+    "wrong_run",
+    "untrusted_proxy",
+    "throttled",
+)
 for _reason in AUTH_FAILURE_REASONS:
     AUTH_FAILURES.labels(_reason)  # every series exported from the start, at 0

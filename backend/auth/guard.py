@@ -29,6 +29,7 @@ from bubblescope.backend.auth.cache import KnownToken, TokenCache
 from bubblescope.backend.auth.route_access import access_of
 from bubblescope.backend.auth.run_scope import RunScope, run_in_scope, scope_text
 from bubblescope.backend.auth.scopes import PUBLIC, Access, Scope, grants
+from bubblescope.backend.auth.throttle import MAX_FAILURES, WINDOW_S, FailedAttempts
 from bubblescope.backend.auth.tokens import token_digest
 from bubblescope.backend.errors import ApiError, Loc
 from bubblescope.backend.service_metrics import AUTH_FAILURES
@@ -68,9 +69,11 @@ async def authorize(request: Request) -> None:
         raise refusal(401, needed, "missing", AUTHORIZATION_LOC, _missing_message(needed))
     if credential.text == "":
         raise refusal(401, needed, "malformed", credential.loc, f"send 'Bearer <token>'; {_needs(needed)}")
-    token = await known_token(request.app, credential.text)
+    token = await checked_token(request, credential.text, credential.loc, needed)
     if token is None:
-        raise refusal(401, needed, "unknown", credential.loc, f"the token is not known; {_needs(needed)}")
+        raise failed_attempt(
+            request, 401, needed, "unknown", credential.loc, f"the token is not known; {_needs(needed)}"
+        )
     if token.revoked:
         raise refusal(401, needed, "revoked", credential.loc, f"the token {token.name!r} was revoked; {_needs(needed)}")
     _require_grant(needed, token.scope, f"the token {token.name!r}", credential.loc)
@@ -190,6 +193,36 @@ async def known_token(app: FastAPI, text: str) -> KnownToken | None:
     return await run_in_threadpool(cache.load, digest)
 
 
+async def checked_token(request: Request, text: str, loc: Loc, needed: Scope) -> KnownToken | None:
+    """The token ``text`` is (``known_token``), unless its client failed too often lately (``throttle``): then 429
+    without a lookup, save for a token the service has already seen valid."""
+    client = client_address(request)
+    attempts: FailedAttempts = request.app.state.failed_attempts
+    wait_s = attempts.wait_s(client)
+    if wait_s:
+        cache: TokenCache = request.app.state.token_cache
+        seen = cache.remembered(token_digest(text))
+        if seen is None or seen.revoked:
+            message = f"{MAX_FAILURES} failed token attempts from {client} within {WINDOW_S:g} s; retry in {wait_s} s"
+            error = refusal(429, needed, "throttled", loc, message)
+            error.headers = {**(error.headers or {}), "Retry-After": str(wait_s)}
+            raise error
+    return await known_token(request.app, text)
+
+
+def failed_attempt(request: Request, status: int, needed: Scope, reason: str, loc: Loc, message: str) -> ApiError:
+    """``refusal`` of a token the service does not know (what guessing yields, each a lookup), counted against
+    its client (``throttle``)."""
+    attempts: FailedAttempts = request.app.state.failed_attempts
+    attempts.failed(client_address(request))
+    return refusal(status, needed, reason, loc, message)
+
+
+def client_address(request: Request) -> str:
+    """The client as uvicorn sees it (X-Forwarded-For's word from a proxy it trusts)."""
+    return request.client.host if request.client else "unknown"
+
+
 def refusal(status: int, needed: Scope, reason: str, loc: Loc, message: str) -> ApiError:
     """A 401 or 403 naming the scope needed, counted by ``reason``."""
     AUTH_FAILURES.labels(reason).inc()
@@ -198,7 +231,7 @@ def refusal(status: int, needed: Scope, reason: str, loc: Loc, message: str) -> 
         challenge += ', error="insufficient_scope"'
     elif reason in ("unknown", "revoked", "malformed"):
         challenge += ', error="invalid_token"'
-    error_type = "forbidden" if status == 403 else "unauthorized"
+    error_type = {403: "forbidden", 429: "rate_limited"}.get(status, "unauthorized")
     return ApiError(status, loc, message, error_type, headers={"WWW-Authenticate": challenge})
 
 

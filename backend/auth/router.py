@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from bubblescope import wire
 from bubblescope.backend.auth import service
 from bubblescope.backend.auth.cache import TokenCache
-from bubblescope.backend.auth.guard import SESSION_COOKIE, known_token, refusal
+from bubblescope.backend.auth.guard import SESSION_COOKIE, checked_token, failed_attempt, refusal
 from bubblescope.backend.auth.schemas import SessionIn, SessionOut, TokenCreatedOut, TokenIn, TokenOut
 from bubblescope.backend.auth.scopes import SIGN_IN_SCOPES, Scope
 from bubblescope.backend.auth.tokens import new_token_text
@@ -34,13 +34,17 @@ router = APIRouter(prefix=wire.API_PREFIX, tags=["access"])
     response_model=SessionOut,
     openapi_extra=json_body_doc(SessionIn),
     summary="Sign in: a read or admin token becomes the dashboard's session cookie (HttpOnly, SameSite=Strict)",
-    responses={401: {"description": "an unknown or revoked token"}, 403: {"description": "an ingest token"}},
+    responses={
+        401: {"description": "an unknown or revoked token"},
+        403: {"description": "an ingest token"},
+        429: {"description": "too many failed token attempts from this client lately (Retry-After)"},
+    },
 )
 async def sign_in(request: Request, response: Response) -> SessionOut:
     body = parse_document(SessionIn, await read_json(request))
-    token = await known_token(request.app, body.token)
+    token = await checked_token(request, body.token, TOKEN_LOC, Scope.READ)
     if token is None:
-        raise refusal(401, Scope.READ, "unknown", TOKEN_LOC, "the token is not known")
+        raise failed_attempt(request, 401, Scope.READ, "unknown", TOKEN_LOC, "the token is not known")
     if token.revoked:
         raise refusal(401, Scope.READ, "revoked", TOKEN_LOC, f"the token {token.name!r} was revoked")
     if token.scope not in SIGN_IN_SCOPES:

@@ -1,0 +1,36 @@
+"""Token guessing slowed per client (``auth.throttle``): past 20 unknown tokens a minute from one client, 429 with
+Retry-After and no lookup; a token the service has seen valid still passes. Real server, SQLite."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from bubblescope.backend.auth.scopes import Scope
+from bubblescope.backend.auth.throttle import MAX_FAILURES
+from tests.auth.support import bearer, make_token
+from tests.support import LiveServer, assert_names, migrated_database, start_server
+
+
+@pytest.fixture
+def guessed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
+    with migrated_database("sqlite", tmp_path_factory.mktemp("guess-db")) as url:
+        token = make_token(url, Scope.READ)
+        live = start_server(url, tmp_path_factory.mktemp("guess"), extra_args=["--auth"])
+        yield live, token
+        live.stop()
+
+
+def test_guessing_tokens_is_slowed_but_a_known_token_passes(guessed_server: tuple[LiveServer, str]) -> None:
+    live, token = guessed_server
+    with live.client() as client:
+        assert client.get("/api/v1/runs", headers=bearer(token)).status_code == 200  # seen valid
+        answers = [client.get("/api/v1/runs", headers=bearer(f"bs_guess{i:040d}")) for i in range(MAX_FAILURES)]
+        assert [a.status_code for a in answers] == [401] * MAX_FAILURES
+        throttled = client.get("/api/v1/runs", headers=bearer("bs_guess" + "9" * 40))
+        assert_names(throttled, 429, ["header", "Authorization"], f"{MAX_FAILURES} failed token attempts from")
+        assert 0 < int(throttled.headers["Retry-After"]) <= 60
+        signing_in = client.post("/api/v1/session", json={"token": "bs_guess" + "8" * 40})
+        assert_names(signing_in, 429, ["body", "token"], "retry in")
+        assert client.get("/api/v1/runs", headers=bearer(token)).status_code == 200  # the team's token still works
