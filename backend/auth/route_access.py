@@ -74,6 +74,7 @@ ROUTE_ACCESS: Final[dict[RouteKey, Access]] = {
     ("GET", "/runs/{run_key}"): PUBLIC,
     ("GET", "/compare"): PUBLIC,
     ("GET", "/signin"): PUBLIC,
+    ("POST", "/signin"): PUBLIC,  # the form without JavaScript: stores nothing (the token never goes in a URL)
     ("GET", "/vendor/{name}"): PUBLIC,
     ("GET", "/docs"): PUBLIC,
     ("GET", "/openapi.json"): PUBLIC,

@@ -68,6 +68,19 @@ def signin_page() -> FileResponse:
     return FileResponse(FRONTEND_DIR / "signin.html")
 
 
+NEEDS_SCRIPT_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Bubblescope: sign in</title>
+<link rel="stylesheet" href="/static/style.css"></head><body><main><h1>Sign in</h1><div class="card signin">
+<p>The dashboard needs JavaScript: nothing was stored. Turn it on and <a href="/signin">sign in</a> again.</p>
+</div></main></body></html>"""
+
+
+@router.post("/signin", status_code=400, response_class=HTMLResponse)
+def signin_without_script() -> HTMLResponse:
+    """The sign-in form posted by a browser without JavaScript (or before the page's script loaded): the token
+    is not read, not stored and not echoed; the form posts rather than gets so that it never lands in an address."""
+    return HTMLResponse(NEEDS_SCRIPT_PAGE, status_code=400)
+
+
 @router.get("/vendor/{name}")
 def vendor_file(name: str, request: Request) -> Response:
     """Compressed once per process, not per request: the gzip middleware spent 170 ms of the event

@@ -68,6 +68,7 @@ def test_health_pages_and_assets_are_public_and_the_api_behind_them_is_not() -> 
             "/runs",
             "/runs/{run_key}",
             "/signin",
+            "/signin",  # GET the page, POST the form without JavaScript (stores nothing)
             "/static/{path}",
             "/vendor/{name}",
         ]

@@ -100,3 +100,23 @@ def test_next_never_leads_to_another_site(browser: Any, auth_server: LiveServer,
         sign_in(page, tokens.valid[Scope.READ])
         page.wait_for_url(f"{auth_server.url}/", timeout=15_000)
     context.close()
+
+
+def test_without_javascript_the_token_never_lands_in_the_address(
+    browser: Any, auth_server: LiveServer, tokens: Tokens
+) -> None:
+    """The probe's finding: with JavaScript off (or before the script loads) the form was sent by GET,
+    /signin?token=bs_...: browser history and proxy logs. It posts now, and the answer stores nothing."""
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    page.goto(f"{auth_server.url}/signin?next=%2F")
+    token = tokens.valid[Scope.READ]
+    page.fill("#token", token)
+    with page.expect_response(lambda response: response.url.startswith(f"{auth_server.url}/signin")) as posted:
+        page.click("#signin-submit")
+    answer = posted.value
+    assert answer.request.method == "POST" and answer.status == 400
+    assert token not in page.url and "token=" not in page.url
+    assert "needs JavaScript" in page.content() and token not in page.content()
+    assert not [c for c in context.cookies() if c["name"] == "bubblescope_session"]
+    context.close()
