@@ -28,6 +28,8 @@ from bubblescope.backend.auth.tokens import same_digest
 from bubblescope.backend.db.engine import transaction
 
 TTL_S = 5.0
+SESSION_KEY = "session:"
+"""A dashboard session's cache key: this and its digest (``cached(SESSION_KEY + digest)``)."""
 MAX_ENTRIES = 10_000
 TOUCH_EVERY_S = 60.0
 log = logging.getLogger("bubblescope.auth")
@@ -63,19 +65,40 @@ class TokenCache:
         self._entries: dict[str, _Entry] = {}
         self._touched_at: dict[int, float] = {}
 
-    def cached(self, digest: str) -> tuple[bool, KnownToken | None]:
-        """(known here, the token): (False, None) when the database must be asked."""
+    def cached(self, digest: str, session: bool = False) -> tuple[bool, KnownToken | None]:
+        """(known here, the token; of a dashboard session's digest with ``session``): (False, None) when the
+        database must be asked."""
         with self._lock:
-            entry = self._entries.get(digest)
+            entry = self._entries.get(SESSION_KEY + digest if session else digest)
             if entry is None or self.clock() - entry.fetched_at > self.ttl_s:
                 return False, None
         return True, _checked(entry.token, digest)
 
-    def remembered(self, digest: str) -> KnownToken | None:
+    def load_session(self, digest: str) -> KnownToken | None:
+        """The token of the dashboard session ``digest`` (None: no such session, ended or expired), from the
+        database, remembered like a token (under ``SESSION_KEY`` + digest, so the two never mix)."""
+        with transaction(self.session_factory) as session:
+            found = queries.find_session(session, digest)
+            token = (
+                None
+                if found is None
+                else KnownToken(
+                    found[1].id,
+                    found[1].name,
+                    Scope(found[1].scope),
+                    digest,  # the session's: what ``_checked`` compares with what was presented
+                    found[1].revoked_at is not None,
+                    None if found[1].runs is None else tuple(found[1].runs),
+                )
+            )
+        self._remember(SESSION_KEY + digest, token)
+        return _checked(token, digest)
+
+    def remembered(self, digest: str, session: bool = False) -> KnownToken | None:
         """What the database last said of ``digest``, however long ago (None: nothing): for saying more to a
-        known caller while the database is away, never for granting access."""
+        known caller while the database is away, or to a throttled client, never for granting access alone."""
         with self._lock:
-            entry = self._entries.get(digest)
+            entry = self._entries.get(SESSION_KEY + digest if session else digest)
         return None if entry is None else _checked(entry.token, digest)
 
     def load(self, digest: str) -> KnownToken | None:
@@ -94,12 +117,15 @@ class TokenCache:
                     None if row.runs is None else tuple(row.runs),
                 )
             )
+        self._remember(digest, token)
+        return _checked(token, digest)
+
+    def _remember(self, key: str, token: KnownToken | None) -> None:
         with self._lock:
-            self._entries.pop(digest, None)  # re-inserted last: the oldest are first
+            self._entries.pop(key, None)  # re-inserted last: the oldest are first
             if len(self._entries) >= MAX_ENTRIES:
                 self._entries.pop(next(iter(self._entries)))
-            self._entries[digest] = _Entry(token, self.clock())
-        return _checked(token, digest)
+            self._entries[key] = _Entry(token, self.clock())
 
     def forget(self) -> None:
         """Ask the database again next time (a token was revoked in this process)."""

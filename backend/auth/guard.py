@@ -4,8 +4,9 @@ token whose scope grants what the route needs (``route_access.ROUTE_ACCESS``).
 A request is authenticated by the first of these it carries:
 
 1. ``Authorization: Bearer <token>``;
-2. the dashboard's session cookie (``SESSION_COOKIE``, set by ``POST /api/v1/session``), which holds
-   a token and counts as one;
+2. the dashboard's session cookie (``SESSION_COOKIE``, set by ``POST /api/v1/session``), which names a
+   session the server keeps (ended by signing out, expired by the server, ended with its token's revocation)
+   and counts as its token;
 3. with ``--trusted-user-header H``: a non-empty header ``H``, set by a reverse proxy that signed the
    user in (SSO); it gives ``read``. The proxy must remove ``H`` from what clients send.
 
@@ -47,6 +48,7 @@ SERVICE_WIDE: Final = frozenset({"/metrics"})
 class Credential:
     text: str
     loc: Loc  # where the request carried it
+    session: bool = False  # a dashboard session's cookie, not a token
 
 
 async def authorize(request: Request) -> None:
@@ -69,10 +71,10 @@ async def authorize(request: Request) -> None:
         raise refusal(401, needed, "missing", AUTHORIZATION_LOC, _missing_message(needed))
     if credential.text == "":
         raise refusal(401, needed, "malformed", credential.loc, f"send 'Bearer <token>'; {_needs(needed)}")
-    token = await checked_token(request, credential.text, credential.loc, needed)
+    token = await checked_token(request, credential.text, credential.loc, needed, credential.session)
     if token is None:
         raise failed_attempt(
-            request, 401, needed, "unknown", credential.loc, f"the token is not known; {_needs(needed)}"
+            request, 401, needed, "unknown", credential.loc, f"{_unknown(credential)}; {_needs(needed)}"
         )
     if token.revoked:
         raise refusal(401, needed, "revoked", credential.loc, f"the token {token.name!r} was revoked; {_needs(needed)}")
@@ -94,10 +96,10 @@ async def note_credential(request: Request) -> None:
     credential = presented_credential(request)
     if credential is not None and credential.text:
         try:
-            token = await known_token(request.app, credential.text)
+            token = await known_token(request.app, credential.text, credential.session)
         except SQLAlchemyError:  # the database is away: what it last said of this token
             cache: TokenCache = request.app.state.token_cache
-            token = cache.remembered(token_digest(credential.text))
+            token = cache.remembered(token_digest(credential.text), credential.session)
         request.state.authenticated = token is not None and not token.revoked
     else:
         try:
@@ -159,7 +161,7 @@ def presented_credential(request: Request) -> Credential | None:
         return Credential(text.strip() if scheme.lower() == "bearer" else "", AUTHORIZATION_LOC)
     cookie = request.cookies.get(SESSION_COOKIE)
     if cookie:
-        return Credential(cookie, ("cookie", SESSION_COOKIE))
+        return Credential(cookie, ("cookie", SESSION_COOKIE), session=True)
     return None
 
 
@@ -183,17 +185,20 @@ def trusted_user(request: Request) -> tuple[str, str] | None:
     return values[0].strip(), header
 
 
-async def known_token(app: FastAPI, text: str) -> KnownToken | None:
-    """The token ``text`` is, from the cache or the database (on a worker thread); None: unknown."""
+async def known_token(app: FastAPI, text: str, session: bool = False) -> KnownToken | None:
+    """The token ``text`` is (with ``session``: the token of the dashboard session ``text`` names), from the cache
+    or the database (on a worker thread); None: unknown (or an ended or expired session)."""
     cache: TokenCache = app.state.token_cache
     digest = token_digest(text)
-    found, token = cache.cached(digest)
+    found, token = cache.cached(digest, session)
     if found:
         return token
-    return await run_in_threadpool(cache.load, digest)
+    return await run_in_threadpool(cache.load_session if session else cache.load, digest)
 
 
-async def checked_token(request: Request, text: str, loc: Loc, needed: Scope) -> KnownToken | None:
+async def checked_token(
+    request: Request, text: str, loc: Loc, needed: Scope, session: bool = False
+) -> KnownToken | None:
     """The token ``text`` is (``known_token``), unless its client failed too often lately (``throttle``): then 429
     without a lookup, save for a token the service has already seen valid."""
     client = client_address(request)
@@ -201,13 +206,13 @@ async def checked_token(request: Request, text: str, loc: Loc, needed: Scope) ->
     wait_s = attempts.wait_s(client)
     if wait_s:
         cache: TokenCache = request.app.state.token_cache
-        seen = cache.remembered(token_digest(text))
+        seen = cache.remembered(token_digest(text), session)
         if seen is None or seen.revoked:
             message = f"{MAX_FAILURES} failed token attempts from {client} within {WINDOW_S:g} s; retry in {wait_s} s"
             error = refusal(429, needed, "throttled", loc, message)
             error.headers = {**(error.headers or {}), "Retry-After": str(wait_s)}
             raise error
-    return await known_token(request.app, text)
+    return await known_token(request.app, text, session)
 
 
 def failed_attempt(request: Request, status: int, needed: Scope, reason: str, loc: Loc, message: str) -> ApiError:
@@ -239,6 +244,12 @@ def _require_grant(needed: Scope, held: Scope, who: str, loc: Loc) -> None:
     if not grants(held, needed):
         message = f"this endpoint needs scope {needed.value!r}; {who} has scope {held.value!r}"
         raise refusal(403, needed, "wrong_scope", loc, message)
+
+
+def _unknown(credential: Credential) -> str:
+    if credential.session:
+        return "the session is not known (signed out, expired, or its token revoked): sign in again"
+    return "the token is not known"
 
 
 def _needs(needed: Scope) -> str:

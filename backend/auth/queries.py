@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from bubblescope.backend.db.models import ApiToken
+from bubblescope.backend.db.models import ApiToken, DashboardSession
 
 
 def find_by_digest(session: Session, digest: str) -> ApiToken | None:
@@ -60,3 +61,35 @@ def revoke(session: Session, token_id: int) -> None:
 def touch(session: Session, token_id: int) -> None:
     """Record that the token was used now (the database's clock)."""
     session.execute(update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=func.now()))
+
+
+def insert_session(session: Session, token_id: int, digest: str, expires_at: datetime) -> None:
+    session.add(DashboardSession(token_id=token_id, session_hash=digest, expires_at=expires_at))
+    session.flush()
+
+
+def find_session(session: Session, digest: str) -> tuple[DashboardSession, ApiToken] | None:
+    """The session of ``digest`` with its token, while it is neither ended nor expired (the database's clock)."""
+    query = (
+        select(DashboardSession, ApiToken)
+        .join(ApiToken, ApiToken.id == DashboardSession.token_id)
+        .where(
+            DashboardSession.session_hash == digest,
+            DashboardSession.ended_at.is_(None),
+            DashboardSession.expires_at > func.now(),
+        )
+    )
+    row = session.execute(query).one_or_none()
+    return None if row is None else (row[0], row[1])
+
+
+def end_session(session: Session, digest: str) -> None:
+    query = update(DashboardSession).where(DashboardSession.session_hash == digest, DashboardSession.ended_at.is_(None))
+    session.execute(query.values(ended_at=func.now()))
+
+
+def purge_sessions(session: Session, before: datetime) -> None:
+    """Forget sessions that expired, or ended, before ``before``."""
+    session.execute(
+        delete(DashboardSession).where(or_(DashboardSession.expires_at < before, DashboardSession.ended_at < before))
+    )

@@ -22,6 +22,14 @@ def new_token_text() -> str:
     return TOKEN_MARK + secrets.token_urlsafe(32)
 
 
+SESSION_MARK: Final = "bss_"
+
+
+def new_session_text() -> str:
+    """A dashboard session's cookie: ``bss_`` and 256 random bits (the database keeps its SHA-256)."""
+    return SESSION_MARK + secrets.token_urlsafe(32)
+
+
 def token_digest(text: str) -> str:
     """The SHA-256 of the token's text, hex: what the database stores and is searched by."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

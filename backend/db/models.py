@@ -201,6 +201,21 @@ class ApiToken(Base):
     runs: Mapped[list[str] | None] = mapped_column(JSON)  # the run keys or key prefixes it may touch; None: every run
 
 
+class DashboardSession(Base):
+    """A signed-in browser: the cookie holds the session's text, the database its SHA-256 and its token."""
+
+    __tablename__ = "sessions"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    token_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), ForeignKey("api_tokens.id", ondelete="CASCADE")
+    )
+    session_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
 class ProfileTrace(Base):
     """One rank's torch.profiler trace of a profile request, as uploaded by its collector: imported as a run of its
     own (``trace_run_id``), listed on the profiled run's page."""

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
+from bubblescope.backend.auth.cache import TTL_S
 from bubblescope.backend.auth.scopes import Scope
-from tests.auth.support import TRUSTED_HEADER, Tokens, bearer
+from bubblescope.backend.db.engine import build_engine
+from tests.auth.support import TRUSTED_HEADER, Tokens, bearer, make_token
 from tests.support import LiveServer, assert_names, migrated_database, start_server
 
 COOKIE = "bubblescope_session"
@@ -58,11 +63,50 @@ def test_sign_in_refuses_an_ingest_unknown_or_revoked_token(auth_server: LiveSer
         assert "set-cookie" not in ingest.headers and "set-cookie" not in revoked.headers
 
 
-def test_a_cookie_holding_a_revoked_token_is_refused(auth_server: LiveServer, tokens: Tokens) -> None:
+def test_the_session_is_the_servers_ended_by_sign_out_expiry_and_revocation(
+    auth_server: LiveServer, auth_db: str, tokens: Tokens
+) -> None:
+    """The probe's finding: the cookie was the raw API token, so signing out did not end the session and its
+    7 days were the browser's word. Now the cookie names a server-side session."""
+    token = make_token(auth_db, Scope.READ)
     with auth_server.client() as client:
-        client.cookies.set(COOKIE, tokens.revoked[Scope.ADMIN])
+        signed_in = client.post("/api/v1/session", json={"token": token})
+        assert signed_in.status_code == 200, signed_in.text
+        held = client.cookies[COOKIE]
+        assert held.startswith("bss_") and token not in signed_in.headers["set-cookie"]  # not the token
+        assert client.get("/api/v1/runs").status_code == 200
+        assert client.delete("/api/v1/session").status_code == 204
+    with auth_server.client() as replay:  # the cookie kept by someone, sent after signing out
+        replay.cookies.set(COOKIE, held)
+        assert_names(replay.get("/api/v1/runs"), 401, ["cookie", COOKIE], "signed out, expired")
+
+    with auth_server.client() as client:  # expired on the server, whatever the browser keeps
+        assert client.post("/api/v1/session", json={"token": token}).status_code == 200
+        assert client.get("/api/v1/runs").status_code == 200
+        engine = build_engine(auth_db)
+        with engine.begin() as connection:
+            digest = hashlib.sha256(client.cookies[COOKIE].encode()).hexdigest()
+            connection.execute(
+                text("UPDATE sessions SET expires_at = '2000-01-01 00:00:00' WHERE session_hash = :digest"),
+                {"digest": digest},
+            )
+        engine.dispose()
+        time.sleep(TTL_S + 0.5)  # what the service remembered of it
+        assert client.get("/api/v1/runs").status_code == 401
+
+    with auth_server.client() as client:  # revoking the token ends its sessions
+        assert client.post("/api/v1/session", json={"token": token}).status_code == 200
+        admin = bearer(tokens.valid[Scope.ADMIN])
+        name = next(t["name"] for t in client.get("/api/v1/tokens", headers=admin).json() if t["prefix"] == token[:10])
+        assert client.delete(f"/api/v1/tokens/{name}", headers=admin).status_code == 200
+        assert client.get("/api/v1/runs").status_code == 401
+
+
+def test_a_cookie_holding_a_token_is_not_a_session(auth_server: LiveServer, tokens: Tokens) -> None:
+    with auth_server.client() as client:
+        client.cookies.set(COOKIE, tokens.valid[Scope.ADMIN])
         answer = client.get("/api/v1/runs")
-    assert_names(answer, 401, ["cookie", COOKIE], "revoked")
+    assert_names(answer, 401, ["cookie", COOKIE], "sign in again")
 
 
 def test_the_proxy_user_header_gives_read(auth_server: LiveServer, tokens: Tokens) -> None:
