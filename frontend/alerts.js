@@ -110,7 +110,8 @@ export function alertsCell(alerts) {
   const names = sorted.map((a) => `${severityOf(a)}: ${a.annotations.summary || a.labels.alertname}`).join("\n");
   td.append(
     el("span", { class: `alert-count sev-${severityOf(worst)}`, title: names }, String(alerts.length)), " ",
-    el("a", { class: "alert-link", href: evidenceHref(worst) }, worst.annotations.summary || worst.labels.alertname || "alert"),
+    el("a", { class: "alert-link", href: evidenceHref(worst), title: worst.annotations.summary || "" },
+      worst.annotations.summary || worst.labels.alertname || "alert"),
   );
   if (alerts.length > 1) td.append(" ", el("span", { class: "muted" }, `+${alerts.length - 1} more`));
   return td;

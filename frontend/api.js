@@ -2,6 +2,8 @@
 // An error answer, {"detail": [{"loc", "msg", "type"}]}, becomes an ApiError with its status and
 // the messages; a service that cannot be reached, an ApiError with status 0.
 
+import { parseVisible } from "./format.js";
+
 export const API_PREFIX = "/api/v1"; // bubblescope.wire.API_PREFIX (tests/dashboard/test_span_kinds.py checks)
 
 export class ApiError extends Error {
@@ -16,7 +18,7 @@ export class ApiError extends Error {
 async function failure(response) {
   let detail = [];
   try {
-    const body = await response.json();
+    const body = await readJson(response);
     if (Array.isArray(body.detail)) detail = body.detail;
   } catch (_) { /* not JSON: the status line says it */ }
   const message = detail.length ? detail.map((d) => d.msg).join("; ") : `${response.status} ${response.statusText}`;
@@ -35,7 +37,10 @@ async function get(path) {
   return response;
 }
 
-const getJson = async (path) => (await get(path)).json();
+// Every answer's strings are shown as the job wrote them, save direction controls, made visible (format.js).
+const readJson = async (response) => parseVisible(await response.text());
+
+const getJson = async (path) => readJson(await get(path));
 
 // A request the page makes (a profile): its JSON answer, and whether it was new (201) or already waiting (200).
 async function postJson(path, body) {
@@ -49,13 +54,13 @@ async function postJson(path, body) {
   }
   if (response.status === 401) toSignIn();
   if (!response.ok) throw await failure(response);
-  return { answer: await response.json(), created: response.status === 201 };
+  return { answer: await readJson(response), created: response.status === 201 };
 }
 
 // A page of a listing: its items, and the cursor of the next page (X-Next-Cursor; null: the last).
 async function getPage(path) {
   const response = await get(path);
-  return { items: await response.json(), next: response.headers.get("X-Next-Cursor") };
+  return { items: await readJson(response), next: response.headers.get("X-Next-Cursor") };
 }
 
 // serve --auth (docs/access.md): an API answer of 401 sends the browser to the sign-in page, which
@@ -78,7 +83,7 @@ async function session(method, body) {
     throw new ApiError(0, `the service did not answer (${error.message})`);
   }
   if (!response.ok) throw await failure(response);
-  return response.status === 204 ? null : response.json();
+  return response.status === 204 ? null : readJson(response);
 }
 
 export const signIn = (token) => session("POST", { token });

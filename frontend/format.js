@@ -36,3 +36,27 @@ export function rankLabel(run, rank, stage = null) {
 // Plotly knows no &quot;. Markup the page itself writes (the "<br>" between hover lines) goes around it.
 const ENTITIES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;" };
 export const plotText = (value) => String(value).replace(/[&<>"']/g, (c) => ENTITIES[c]);
+
+// Unicode's direction controls (U+202E and its kin; backend/visible_text.py BIDI_CONTROLS, the same list) shown as
+// visible escapes: a job's "report\u202egnp.exe" would read "reportexe.png", and the page's words after it reversed.
+const BIDI_CONTROL = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+// What may hold one in an answer's JSON text: the character itself, or its \uXXXX escape.
+const BIDI_IN_JSON = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]|\\u(?:061c|200[ef]|202[a-e]|206[6-9])/i;
+
+export const visible = (text) => text.replace(BIDI_CONTROL, (c) => `<U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}>`);
+
+// Every string of a parsed answer (keys too) made visible.
+function visibleDeep(value) {
+  if (typeof value === "string") return visible(value);
+  if (Array.isArray(value)) return value.map(visibleDeep);
+  if (value && typeof value === "object") {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [visible(k), visibleDeep(v)]));
+  }
+  return value;
+}
+
+// An answer's JSON text parsed, its strings made visible: walked only when the text may hold a control (rare).
+export const parseVisible = (text) => {
+  const data = JSON.parse(text);
+  return BIDI_IN_JSON.test(text) ? visibleDeep(data) : data;
+};

@@ -39,9 +39,9 @@ function row(run, alerts) {
   pick.append(box);
   const tr = el("tr", { "data-run": run.key });
   tr.append(
-    pick, name, state, alerts, cell(run.key, "text wrap"), cell(run.world_size), cell(c.schedule || "—", "text"),
+    pick, name, state, alerts, el("td", { class: "text key", title: run.key }, run.key), cell(run.world_size), cell(c.schedule || "—", "text"),
     cell(c.num_stages ? `${c.num_stages} × ${c.num_microbatches}` : "—"), cell(run.step_count),
-    cell(new Date(run.updated_at).toLocaleString(), "text wrap"),
+    cell(new Date(run.updated_at).toLocaleString(), "text when"),
   );
   return tr;
 }

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from bubblescope.backend.db.models import Alert
+from bubblescope.backend.visible_text import visible_values
 
 AlertStatus = Literal["firing", "resolved"]
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's "not set" for endsAt
@@ -47,8 +48,8 @@ def alert_document(alert: Alert, external_url: str, *, ends_at: datetime | None 
     ended = alert.ends_at if alert.ends_at is not None else ends_at
     return {
         "status": status_of(alert),
-        "labels": dict(alert.labels),
-        "annotations": dict(alert.annotations),
+        "labels": visible_values(alert.labels),  # the job's words (a host, an error) cannot reorder the reader's
+        "annotations": visible_values(alert.annotations),
         "startsAt": iso(alert.starts_at),
         "endsAt": iso(ended) if ended is not None else ZERO_TIME,
         "generatorURL": generator_url(external_url, alert),

@@ -37,6 +37,7 @@ from bubblescope.backend.settings import ServiceSettings
 from bubblescope.backend.store import ranks as rank_queries, runs as run_queries
 from bubblescope.backend.store.state import RunStateName, run_state
 from bubblescope.backend.store.steps import RECENT_STEPS, recent_steps
+from bubblescope.backend.visible_text import visible
 
 ACTIVE_FOR = timedelta(hours=6)
 STATES: tuple[str, ...] = get_args(RunStateName)
@@ -139,7 +140,7 @@ class RunSeries:
         for run in runs:
             key = [run.key]
             config = run.config or {}
-            info.add_metric([run.key, run.name, str(config.get("schedule") or "")], 1)
+            info.add_metric([run.key, visible(run.name), visible(str(config.get("schedule") or ""))], 1)
             current = run_state(run.world_size, ends[run.id], run.updated_at, now, self.settings.silent_after_s, config)
             for name in STATES:
                 state.add_metric([run.key, name], 1 if current.state == name else 0)
@@ -172,7 +173,7 @@ class RunSeries:
             firing.add_metric([keys[alert.run_id], alert.alertname, alert.severity], 1)
             if "rank" in labels:
                 reason = alert.alertname.removeprefix("Bubblescope")
-                flagged.add_metric([keys[alert.run_id], labels["rank"], labels.get("host", ""), reason], 1)
+                flagged.add_metric([keys[alert.run_id], labels["rank"], visible(labels.get("host", "")), reason], 1)
         yield from (info, state, heard, step, idle, floor, exposed, reporting, expected, dropped)
         yield from (bubble, simulated, firing, flagged)
 
