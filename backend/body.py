@@ -13,7 +13,8 @@ In order, each refusal a 4xx naming the field (docs/limits.md):
    whole body must arrive within ``--body-timeout`` (408); a client gone mid-body is a 400.
 3. In a worker thread, not on the event loop, two documents at a time (the wait for a turn is on
    the event loop, so it holds no worker thread): strict UTF-8 (400), then
-   ``json.loads`` (400, and 400 for nesting deeper than the interpreter's recursion limit), then no
+   ``json.loads`` (400, and 400 for nesting deeper than the interpreter's recursion limit; a number without
+   a fractional part, ``5.0``, read as the integer it is), then no
    NUL character and no unpaired surrogate in any string or key (422 naming where: PostgreSQL
    cannot store either).
 """
@@ -257,11 +258,13 @@ def _not_json(name: str) -> float:
     raise ApiError(400, ["body"], f"{name} is not a JSON number", "json_invalid")
 
 
-def _finite(text: str) -> float:
+def _finite(text: str) -> float | int:
+    """A JSON number written with a fraction or an exponent: refused past a double; ``5.0`` or ``5e3`` is an
+    integer, as JSON Schema (and so the OpenAPI document) counts them, so a strict integer field takes it."""
     value = float(text)
     if not math.isfinite(value):
         raise ApiError(400, ["body"], f"{text} is beyond the largest number a double holds", "json_invalid")
-    return value
+    return int(value) if value.is_integer() else value
 
 
 def _refuse_bad_text(document: Any) -> None:

@@ -39,6 +39,7 @@ from sqlalchemy.exc import (
     TimeoutError as PoolTimeout,
 )
 from starlette.exceptions import HTTPException
+from starlette.routing import compile_path
 
 from bubblescope.analysis import InputError
 from bubblescope.backend.settings import settings_of
@@ -192,6 +193,20 @@ def sees_internals(request: Request) -> bool:
     return not settings_of(request).auth or bool(getattr(request.state, "authenticated", False))
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app answers at the request's path, sorted (a route per method: Starlette's
+    405 names only the first one it met)."""
+    from bubblescope.backend.auth.route_access import app_routes  # the app's routes, included routers flattened
+
+    path = request.scope["path"]
+    methods: set[str] = set()
+    for route, template in app_routes(request.app):
+        route_methods = getattr(route, "methods", None)
+        if route_methods and compile_path(template)[0].match(path):
+            methods |= set(route_methods)
+    return sorted(methods)
+
+
 def error_type(error: BaseException) -> str:
     """The ``type`` the answer to ``error`` carries (a metric's reason label)."""
     if isinstance(error, ApiError):
@@ -222,7 +237,11 @@ def install_error_handlers(app: FastAPI) -> None:
                 return _missing_page(request.url.path)
             msg = f"no such path: {request.url.path}"
         error_type = _HTTP_ERROR_TYPES.get(error.status_code, "http_error")
-        return _response(error.status_code, ["path"], msg, error_type, dict(error.headers or {}) or None)
+        headers = dict(error.headers or {})
+        if error.status_code == 405:  # Starlette names the first matching route's methods; the path has more
+            headers["Allow"] = ", ".join(allowed_methods(request))
+            msg = f"{request.method} is not allowed here; allowed: {headers['Allow']}"
+        return _response(error.status_code, ["path"], msg, error_type, headers or None)
 
     @app.exception_handler(SQLAlchemyError)
     async def database_error(request: Request, error: SQLAlchemyError) -> JSONResponse:

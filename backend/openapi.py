@@ -91,7 +91,8 @@ def finish_document(app: FastAPI, document: Json) -> None:
         has_body = "requestBody" in (route.openapi_extra or {})
         for method, operation in _operations(path, route, document):
             _document_errors(route, operation, has_body, error_ref)
-            document_security(document, operation, method, path, error_ref)
+            if getattr(app.state, "settings", None) and app.state.settings.auth:  # without --auth nothing is asked
+                document_security(document, operation, method, path, error_ref)
     for name in _FASTAPI_ERROR_SCHEMAS:  # unused once 422 is an ErrorResponse
         if name in components and PREFIX + name not in set(_refs(document)):
             del components[name]

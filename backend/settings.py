@@ -252,6 +252,12 @@ class ServiceSettings:
         shown="none",
         option="--trusted-proxy",
     )
+    unknown_tokens_per_minute: int = _setting(
+        20,
+        "with --auth: unknown tokens one client may send in a minute; past it 429 until the minute is over "
+        "(token guessing, each a database lookup); a token already seen valid still passes",
+        metavar="N",
+    )
     retain_days: float | None = _setting(
         None, "delete runs not heard from for this many days (checked hourly)", metavar="DAYS", kind=float
     )

@@ -275,8 +275,8 @@ class WhatIfIn(BaseModel):
     )
     stages_per_rank: Annotated[int, Strict(), Field(ge=1, le=64)] | None = None
     layers_per_stage: Annotated[list[Count], Field(min_length=1, max_length=4096)] | None = None
-    slowest_rank_to_median: bool = False
-    overlap_communication: bool = False
+    slowest_rank_to_median: Annotated[bool, Strict()] = False  # 0 and 1 are not booleans
+    overlap_communication: Annotated[bool, Strict()] = False
     from_step: Annotated[int, Strict(), Field(ge=0)] | None = None
     to_step: Annotated[int, Strict(), Field(ge=0)] | None = None
 

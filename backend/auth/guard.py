@@ -30,7 +30,7 @@ from bubblescope.backend.auth.cache import KnownToken, TokenCache
 from bubblescope.backend.auth.route_access import access_of
 from bubblescope.backend.auth.run_scope import RunScope, run_in_scope, scope_text
 from bubblescope.backend.auth.scopes import PUBLIC, Access, Scope, grants
-from bubblescope.backend.auth.throttle import MAX_FAILURES, WINDOW_S, FailedAttempts
+from bubblescope.backend.auth.throttle import WINDOW_S, FailedAttempts
 from bubblescope.backend.auth.tokens import token_digest
 from bubblescope.backend.errors import ApiError, Loc
 from bubblescope.backend.service_metrics import AUTH_FAILURES
@@ -208,7 +208,7 @@ async def checked_token(
         cache: TokenCache = request.app.state.token_cache
         seen = cache.remembered(token_digest(text), session)
         if seen is None or seen.revoked:
-            message = f"{MAX_FAILURES} failed token attempts from {client} within {WINDOW_S:g} s; retry in {wait_s} s"
+            message = f"{attempts.max_failures} unknown tokens from {client} within {WINDOW_S:g} s; retry in {wait_s} s"
             error = refusal(429, needed, "throttled", loc, message)
             error.headers = {**(error.headers or {}), "Retry-After": str(wait_s)}
             raise error

@@ -1,7 +1,8 @@
 """The access rules in the OpenAPI document: the two credentials (a bearer token, the dashboard's
 session cookie) as security schemes, and on each operation the scope it needs (``ROUTE_ACCESS``) and
-its 401 and 403. Public operations carry ``security: []``. The rules hold when the service runs with
-``--auth``; without it every call is let through (docs/access.md)."""
+its 401, 403 and 429. Public operations carry ``security: []``. Only the document of a service run with
+``--auth`` has them: without it every call is let through, and the document says no credential is asked
+(docs/access.md)."""
 
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ SECURITY_SCHEMES: Final[Json] = {
     },
 }
 REFUSALS: Final = {
-    "401": "No token, or an unknown, malformed or revoked one (only with --auth): the message names the scope needed",
-    "403": "The token's scope does not grant this operation (only with --auth): the message names both scopes",
+    "401": "No token, or an unknown, malformed or revoked one: the message names the scope needed",
+    "403": "The token's scope does not grant this operation, or it is bound to other runs: the message names both",
+    "429": "Too many unknown tokens from this client within a minute (token guessing): retry after Retry-After",
 }
 
 

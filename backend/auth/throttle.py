@@ -2,7 +2,7 @@
 
 A token the service does not know costs a database lookup, and guessing tokens is a loop of them: the probe
 measured 112 guesses a second, each a query, counted and never slowed. A client (its address as uvicorn sees it)
-that sends ``MAX_FAILURES`` unknown tokens within ``WINDOW_S`` seconds is answered 429 with
+that sends ``--unknown-tokens-per-minute`` (20) unknown tokens within ``WINDOW_S`` seconds is answered 429 with
 ``Retry-After`` until the oldest of those failures is ``WINDOW_S`` old, without a lookup; a token the service has
 already seen valid still passes, so a team's collectors behind the same address as a guesser keep working.
 At most ``MAX_CLIENTS`` clients are remembered, the least recent forgotten first (memory bounded).
@@ -17,13 +17,13 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Final
 
-MAX_FAILURES: Final = 20
 WINDOW_S: Final = 60.0
 MAX_CLIENTS: Final = 10_000
 
 
 class FailedAttempts:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, max_failures: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_failures = max_failures
         self.clock = clock
         self._lock = threading.Lock()
         self._failures: OrderedDict[str, deque[float]] = OrderedDict()
@@ -33,7 +33,7 @@ class FailedAttempts:
         now = self.clock()
         with self._lock:
             failures = self._failures.get(client)
-            if failures is None or len(failures) < MAX_FAILURES:
+            if failures is None or len(failures) < self.max_failures:
                 return 0
             remaining = failures[0] + WINDOW_S - now
         return max(0, math.ceil(remaining))
@@ -41,7 +41,7 @@ class FailedAttempts:
     def failed(self, client: str) -> None:
         now = self.clock()
         with self._lock:
-            failures = self._failures.pop(client, None) or deque(maxlen=MAX_FAILURES)
+            failures = self._failures.pop(client, None) or deque(maxlen=self.max_failures)
             failures.append(now)
             self._failures[client] = failures  # the most recent last
             while len(self._failures) > MAX_CLIENTS:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from bubblescope import wire
 from bubblescope.backend.fields import ClockOffsetNs, ClockUncertaintyNs, Count, Nanos, NonNegativeInt as Index, Step
@@ -79,7 +79,7 @@ class InFlightIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     step: Step
-    in_step: bool = Field(description="false: between steps, after step - 1")
+    in_step: Annotated[bool, Strict()] = Field(description="false: between steps, after step - 1")
     elapsed_s: Seconds
     op: BlockedOpIn | None = Field(default=None, description="null: not in a communication op")
 

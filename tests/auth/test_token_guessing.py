@@ -8,9 +8,11 @@ from collections.abc import Iterator
 import pytest
 
 from bubblescope.backend.auth.scopes import Scope
-from bubblescope.backend.auth.throttle import MAX_FAILURES
+from bubblescope.backend.settings import ServiceSettings
 from tests.auth.support import bearer, make_token
 from tests.support import LiveServer, assert_names, migrated_database, start_server
+
+MAX_FAILURES = ServiceSettings().unknown_tokens_per_minute  # the default
 
 
 @pytest.fixture
@@ -29,7 +31,7 @@ def test_guessing_tokens_is_slowed_but_a_known_token_passes(guessed_server: tupl
         answers = [client.get("/api/v1/runs", headers=bearer(f"bs_guess{i:040d}")) for i in range(MAX_FAILURES)]
         assert [a.status_code for a in answers] == [401] * MAX_FAILURES
         throttled = client.get("/api/v1/runs", headers=bearer("bs_guess" + "9" * 40))
-        assert_names(throttled, 429, ["header", "Authorization"], f"{MAX_FAILURES} failed token attempts from")
+        assert_names(throttled, 429, ["header", "Authorization"], f"{MAX_FAILURES} unknown tokens from")
         assert 0 < int(throttled.headers["Retry-After"]) <= 60
         signing_in = client.post("/api/v1/session", json={"token": "bs_guess" + "8" * 40})
         assert_names(signing_in, 429, ["body", "token"], "retry in")
