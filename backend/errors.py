@@ -189,14 +189,15 @@ def database_unavailable_error(
 
 def sees_internals(request: Request) -> bool:
     """Whether the caller may read the database's own error words (its host and port): with ``--auth``, only a
-    caller that sent a valid credential (``auth.guard`` marks it); without, everyone who reaches the service."""
+    caller that sent a valid credential (``auth.guard`` marks it on ``request.state``); without, everyone who
+    reaches the service."""
     return not settings_of(request).auth or bool(getattr(request.state, "authenticated", False))
 
 
 def allowed_methods(request: Request) -> list[str]:
     """Every method some route of the app answers at the request's path, sorted (a route per method: Starlette's
     405 names only the first one it met)."""
-    from bubblescope.backend.auth.route_access import app_routes  # the app's routes, included routers flattened
+    from bubblescope.backend.routes import app_routes  # the app's routes, included routers flattened
 
     path = request.scope["path"]
     methods: set[str] = set()

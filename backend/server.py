@@ -38,26 +38,32 @@ def build_server(url: str, host: str, port: int, settings: ServiceSettings | Non
     external_url = settings.external_url or f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     settings = dataclasses.replace(settings, allowed_hosts=settings.hosts_for(host), external_url=external_url)
     app = ready_app(url, settings)
-    # uvicorn's X-Forwarded-For handling, applied inside a wrapper that keeps the connection's own address first
-    forwarded = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")  # uvicorn's own default and variable
-    # (uvicorn's and Starlette's ASGI type hints differ; both are ASGI 3)
-    served = PeerAddress(cast(ASGIApp, ProxyHeadersMiddleware(cast(Any, app), trusted_hosts=forwarded)))
-    config = uvicorn.Config(served, host=host, port=port, log_level="warning", access_log=False, proxy_headers=False)
+    config = uvicorn.Config(
+        PeerAddress(app), host=host, port=port, log_level="warning", access_log=False, proxy_headers=False
+    )
     return uvicorn.Server(config)
 
 
 class PeerAddress:
-    """Keeps the address the connection came from (``PEER_KEY`` in the ASGI scope) before X-Forwarded-For may
-    replace the client's: what ``--trusted-proxy`` is checked against (a forwarded address is the client's word)."""
+    """The app as uvicorn serves it: X-Forwarded-For handled as uvicorn would (``FORWARDED_ALLOW_IPS``, default
+    127.0.0.1), after keeping the address the connection came from (``PEER_KEY`` in the ASGI scope): what
+    ``--trusted-proxy`` is checked against (a forwarded address is the client's word). Reads of other attributes
+    (``state``) reach the app."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def __init__(self, app: FastAPI) -> None:
+        self.fastapi_app = app
+        forwarded = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+        # (uvicorn's and Starlette's ASGI type hints differ; both are ASGI 3)
+        self.forwarding = cast(ASGIApp, ProxyHeadersMiddleware(cast(Any, app), trusted_hosts=forwarded))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fastapi_app, name)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
             client = scope.get("client")
             scope[PEER_KEY] = client[0] if client else None
-        await self.app(scope, receive, send)
+        await self.forwarding(scope, receive, send)
 
 
 def start_in_thread(server: uvicorn.Server, timeout_s: float = 20.0) -> threading.Thread:

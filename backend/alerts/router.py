@@ -12,8 +12,8 @@ from bubblescope.backend.alerts.delivery import DELIVERY_TASK
 from bubblescope.backend.alerts.evaluator import ALERT_TASK, AlertEvaluator
 from bubblescope.backend.alerts.schemas import AlertList, AlertOut
 from bubblescope.backend.alerts.shape import alert_document
-from bubblescope.backend.auth.guard import require_run_in_scope, run_scope_of
 from bubblescope.backend.background import PeriodicTask
+from bubblescope.backend.caller import require_run_in_scope, run_scope_of
 from bubblescope.backend.db.models import Alert, Run
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.derived.figure_worker import FigureWorker, can_run_apart

@@ -22,9 +22,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bubblescope.backend.auth import queries
-from bubblescope.backend.auth.run_scope import RunScope
 from bubblescope.backend.auth.scopes import Scope
 from bubblescope.backend.auth.tokens import same_digest
+from bubblescope.backend.caller import RunScope
 from bubblescope.backend.db.engine import transaction
 
 TTL_S = 5.0

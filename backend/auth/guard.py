@@ -28,19 +28,20 @@ from starlette.concurrency import run_in_threadpool
 
 from bubblescope.backend.auth.cache import KnownToken, TokenCache
 from bubblescope.backend.auth.route_access import access_of
-from bubblescope.backend.auth.run_scope import RunScope, run_in_scope, scope_text
 from bubblescope.backend.auth.scopes import PUBLIC, Access, Scope, grants
 from bubblescope.backend.auth.throttle import WINDOW_S, FailedAttempts
 from bubblescope.backend.auth.tokens import token_digest
+from bubblescope.backend.caller import REALM, require_run_in_scope, scope_text
 from bubblescope.backend.errors import ApiError, Loc
 from bubblescope.backend.service_metrics import AUTH_FAILURES
 from bubblescope.backend.settings import from_trusted_proxy, peer_address, settings_of
 
 SESSION_COOKIE: Final = "bubblescope_session"
-REALM: Final = "bubblescope"
 AUTHORIZATION_LOC: Final = ("header", "Authorization")
 log = logging.getLogger("bubblescope.auth")
 SERVICE_WIDE: Final = frozenset({"/metrics"})
+SAYS_MORE_TO_KNOWN: Final = frozenset({"/api/v1/health", "/api/v1/ready"})
+"""Public routes that tell a caller with a valid token more (the database's error words): ``note_credential``."""
 """Routes whose answer is every run's, which a token bound to runs may not call."""
 
 
@@ -58,6 +59,8 @@ async def authorize(request: Request) -> None:
         return
     needed = needed_access(request)
     if needed == PUBLIC:
+        if _route_template(request) in SAYS_MORE_TO_KNOWN:
+            await note_credential(request)
         return
     assert isinstance(needed, Scope)
     credential = presented_credential(request)
@@ -106,23 +109,6 @@ async def note_credential(request: Request) -> None:
             request.state.authenticated = trusted_user(request) is not None
         except ApiError:  # the header from elsewhere: not known, and a public route answers anyway
             request.state.authenticated = False
-
-
-def run_scope_of(request: Request) -> RunScope:
-    """The runs the caller may touch (``run_scope``): None for every run (auth off, an unbound token, a proxy
-    user)."""
-    scope: RunScope = getattr(request.state, "run_scope", None)
-    return scope
-
-
-def require_run_in_scope(request: Request, run_key: str, loc: Loc) -> None:
-    """403 when the caller's token is bound to runs that do not include ``run_key`` (named at ``loc``)."""
-    scope = run_scope_of(request)
-    if scope is None or run_in_scope(scope, run_key):
-        return
-    needed = needed_access(request)
-    message = f"the token may touch only the runs {scope_text(scope)}; {run_key!r} is not one of them"
-    raise refusal(403, needed if isinstance(needed, Scope) else Scope.READ, "wrong_run", loc, message)
 
 
 def _require_route_in_scope(request: Request, needed: Scope, token: KnownToken) -> None:

@@ -15,14 +15,12 @@ a plain Starlette route) unless it is public. HEAD is looked up as GET.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Final
 
-import fastapi.routing
-from fastapi import FastAPI
 from starlette.routing import BaseRoute, Mount
 
 from bubblescope.backend.auth.scopes import PUBLIC, Access, Scope
+from bubblescope.backend.routes import app_routes  # noqa: F401 (this table's users walk the app with it)
 from bubblescope.wire import API_PREFIX as API
 
 ANY_METHOD: Final = "*"
@@ -96,15 +94,3 @@ def route_keys(route: BaseRoute, path_template: str) -> list[RouteKey]:
     if "GET" in methods:
         methods.discard("HEAD")
     return [(method, path_template) for method in sorted(methods)]
-
-
-def app_routes(app: FastAPI) -> Iterator[tuple[BaseRoute, str]]:
-    """Every route of ``app`` with its full path template, included routers flattened (recent FastAPI
-    keeps them nested in ``app.routes``; older releases have them flat)."""
-    iter_route_contexts = getattr(fastapi.routing, "iter_route_contexts", None)
-    if iter_route_contexts is None:
-        for route in app.routes:
-            yield route, str(getattr(route, "path_format", getattr(route, "path", "")))
-        return
-    for context in iter_route_contexts(app.routes):
-        yield context.original_route, str(context.path_format)

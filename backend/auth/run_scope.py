@@ -13,9 +13,6 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-RunScope = tuple[str, ...] | None
-"""None: every run; else the patterns (at least one)."""
-
 MAX_RUN_PATTERNS: Final = 32
 RUN_PATTERN: Final = r"^[A-Za-z0-9._:-]{1,128}\*?$"
 """A run key (the characters of ``fields.RUN_KEY_PATTERN``), or a prefix of one followed by ``*``."""
@@ -34,14 +31,3 @@ def run_patterns_problem(patterns: Sequence[str]) -> str | None:
                 "(letters, digits and . _ : -, at most 128, then an optional *)"
             )
     return None
-
-
-def run_in_scope(scope: RunScope, run_key: str) -> bool:
-    """Whether a token bound to ``scope`` may touch the run ``run_key``."""
-    if scope is None:
-        return True
-    return any(run_key.startswith(p[:-1]) if p.endswith("*") else run_key == p for p in scope)
-
-
-def scope_text(scope: Sequence[str]) -> str:
-    return ", ".join(repr(pattern) for pattern in scope)

@@ -9,9 +9,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from bubblescope.backend.auth import queries
-from bubblescope.backend.auth.run_scope import run_patterns_problem, scope_text
+from bubblescope.backend.auth.run_scope import run_patterns_problem
 from bubblescope.backend.auth.scopes import SCOPE_NAMES, Scope
 from bubblescope.backend.auth.tokens import token_digest, token_name_problem, token_prefix
+from bubblescope.backend.caller import scope_text
 from bubblescope.backend.db.models import ApiToken
 from bubblescope.backend.errors import Invalid, NotFound
 

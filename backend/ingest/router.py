@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
-from bubblescope.backend.auth.guard import require_run_in_scope
 from bubblescope.backend.body import BodyLimit, json_body_doc, parse_document, read_json
+from bubblescope.backend.caller import require_run_in_scope
 from bubblescope.backend.db.engine import transaction
 from bubblescope.backend.db.session import database_answered
 from bubblescope.backend.errors import error_type

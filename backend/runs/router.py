@@ -10,8 +10,8 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope import wire
-from bubblescope.backend.auth.guard import run_scope_of
 from bubblescope.backend.body import json_body_doc, parse_document, read_json
+from bubblescope.backend.caller import run_scope_of
 from bubblescope.backend.db.session import DbSession
 from bubblescope.backend.derived.answers import cached_answer
 from bubblescope.backend.errors import Invalid

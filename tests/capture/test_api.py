@@ -48,7 +48,7 @@ BAD_BODIES: list[tuple[str, Any, int, list[Any], str]] = [
     ("zero", {"steps": 0}, 422, ["body", "steps"], "greater than or equal to 1"),
     ("too many", {"steps": 10_001}, 422, ["body", "steps"], "less than or equal to 10000"),
     ("string", {"steps": "5"}, 422, ["body", "steps"], "valid integer"),
-    ("float", {"steps": 5.0}, 422, ["body", "steps"], "valid integer"),
+    ("fraction", {"steps": 5.5}, 422, ["body", "steps"], "valid integer"),
     ("bool", {"steps": True}, 422, ["body", "steps"], "valid integer"),
     ("missing", {}, 422, ["body", "steps"], "Field required"),
     ("extra field", {"steps": 5, "ranks": [0]}, 422, ["body", "ranks"], "Extra inputs"),
