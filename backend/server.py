@@ -18,6 +18,7 @@ from bubblescope.backend.app import create_app
 from bubblescope.backend.db import migrate
 from bubblescope.backend.db.prepare import DatabaseNotReady, shown_url
 from bubblescope.backend.errors import first_line
+from bubblescope.backend.header_deadline import HeaderDeadline
 from bubblescope.backend.settings import PEER_KEY, ServiceSettings
 
 
@@ -39,7 +40,13 @@ def build_server(url: str, host: str, port: int, settings: ServiceSettings | Non
     settings = dataclasses.replace(settings, allowed_hosts=settings.hosts_for(host), external_url=external_url)
     app = ready_app(url, settings)
     config = uvicorn.Config(
-        PeerAddress(app), host=host, port=port, log_level="warning", access_log=False, proxy_headers=False
+        PeerAddress(app),
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        proxy_headers=False,
+        http=HeaderDeadline.with_timeout(settings.header_timeout_s),  # uvicorn's h11, with a header timeout
     )
     return uvicorn.Server(config)
 

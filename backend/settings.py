@@ -108,6 +108,13 @@ class ServiceSettings:
         metavar="SECONDS",
         option="--body-timeout",
     )
+    header_timeout_s: float = _setting(
+        10.0,
+        "seconds a client has to send a request's headers; the connection is closed after (a client sending them "
+        "a byte at a time holds no connection for long)",
+        metavar="SECONDS",
+        option="--header-timeout",
+    )
     ingest_in_flight: int = _setting(
         4, "ingest requests worked on at once; up to --ingest-queue more wait their turn", metavar="N"
     )

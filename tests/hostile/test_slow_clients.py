@@ -93,6 +93,37 @@ def test_slow_uploads_hold_no_ingest_slot(tmp_path: Path) -> None:
         live.stop()
 
 
+def test_headers_sent_a_byte_at_a_time_lose_their_connection(tmp_path: Path) -> None:
+    """uvicorn has no header timeout: a request's headers trickled in held a connection for good. Now the
+    connection is closed --header-timeout after it opened (or after a next request's first byte) while its
+    headers are incomplete; a kept-alive connection still serves request after request."""
+    url = f"sqlite:///{tmp_path / 'bubblescope.db'}"
+    migrate.upgrade(url)
+    live = start_server(url, tmp_path, extra_args=["--header-timeout", "1"])
+    try:
+        host, port = httpx.URL(live.url).host, httpx.URL(live.url).port
+        with socket.create_connection((host, port)) as trickle:
+            trickle.sendall(b"GET /api/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never the blank line
+            started = time.monotonic()
+            trickle.settimeout(30)
+            for _ in range(5):  # a header line a little at a time, as a slow sender does
+                time.sleep(0.3)
+                try:
+                    trickle.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    break
+            closed = trickle.recv(1024) == b""
+            waited = time.monotonic() - started
+        assert closed and waited < 20, f"closed {closed} after {waited:.1f} s"
+        with live.client() as client:  # one connection, kept alive across requests and a pause
+            assert client.get("/api/v1/health").status_code == 200
+            time.sleep(1.5)  # longer than the header timeout, between requests (the keep-alive timer's time)
+            assert client.get("/api/v1/health").status_code == 200
+            assert client.get("/api/v1/health").status_code == 200
+    finally:
+        live.stop()
+
+
 def test_a_client_that_goes_away_mid_body_leaves_no_traceback(impatient_server: LiveServer) -> None:
     for _ in range(3):
         _stalled_upload(impatient_server, b'{"run_key": "x", ', 10_000).close()
