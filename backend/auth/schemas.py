@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from bubblescope.backend.auth.run_scope import MAX_RUN_PATTERNS, RUN_PATTERN
-from bubblescope.backend.auth.tokens import MAX_TOKEN_CHARS, TOKEN_NAME_PATTERN
+from bubblescope.backend.auth.tokens import MAX_TOKEN_CHARS, TOKEN_NAME_PATTERN, TOKEN_TEXT_PATTERN
 from bubblescope.backend.db.timestamps import as_utc
 
 ScopeName = Literal["ingest", "read", "admin"]  # scopes.Scope's values (tests/auth checks)
@@ -17,7 +17,15 @@ ScopeName = Literal["ingest", "read", "admin"]  # scopes.Scope's values (tests/a
 class SessionIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    token: Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS, description="a read or admin token")]
+    token: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=MAX_TOKEN_CHARS,
+            pattern=TOKEN_TEXT_PATTERN,
+            description="a read or admin token (printable ASCII, no space: what fits an Authorization header)",
+        ),
+    ]
 
 
 class SessionOut(BaseModel):

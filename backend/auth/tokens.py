@@ -14,7 +14,9 @@ PREFIX_CHARS: Final = 10
 """``bs_`` and 7 characters of the secret: enough to tell tokens apart, far too few to guess the rest."""
 MIN_TOKEN_CHARS: Final = 32
 MAX_TOKEN_CHARS: Final = 256
-_TOKEN_TEXT = re.compile(r"[\x21-\x7e]+")  # printable ASCII without space: fits an Authorization header
+TOKEN_TEXT_PATTERN: Final = r"^[!-~]+$"
+"""A token's characters: printable ASCII without space (what fits an Authorization header)."""
+_TOKEN_TEXT = re.compile(TOKEN_TEXT_PATTERN)
 
 
 def new_token_text() -> str:
