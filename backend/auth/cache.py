@@ -26,6 +26,7 @@ from bubblescope.backend.auth.scopes import Scope
 from bubblescope.backend.auth.tokens import same_digest
 from bubblescope.backend.caller import RunScope
 from bubblescope.backend.db.engine import transaction
+from bubblescope.backend.db.models import ApiToken
 
 TTL_S = 5.0
 SESSION_KEY = "session:"
@@ -79,18 +80,8 @@ class TokenCache:
         database, remembered like a token (under ``SESSION_KEY`` + digest, so the two never mix)."""
         with transaction(self.session_factory) as session:
             found = queries.find_session(session, digest)
-            token = (
-                None
-                if found is None
-                else KnownToken(
-                    found[1].id,
-                    found[1].name,
-                    Scope(found[1].scope),
-                    digest,  # the session's: what ``_checked`` compares with what was presented
-                    found[1].revoked_at is not None,
-                    None if found[1].runs is None else tuple(found[1].runs),
-                )
-            )
+            # under the session's digest: what ``_checked`` compares with what was presented
+            token = None if found is None else _known(found[1], digest)
         self._remember(SESSION_KEY + digest, token)
         return _checked(token, digest)
 
@@ -105,18 +96,7 @@ class TokenCache:
         """The token of ``digest`` from the database (a worker thread's call), remembered."""
         with transaction(self.session_factory) as session:
             row = queries.find_by_digest(session, digest)
-            token = (
-                None
-                if row is None
-                else KnownToken(
-                    row.id,
-                    row.name,
-                    Scope(row.scope),
-                    row.token_hash,
-                    row.revoked_at is not None,
-                    None if row.runs is None else tuple(row.runs),
-                )
-            )
+            token = None if row is None else _known(row, row.token_hash)
         self._remember(digest, token)
         return _checked(token, digest)
 
@@ -149,6 +129,12 @@ class TokenCache:
                 queries.touch(session, token_id)
         except SQLAlchemyError as error:
             log.warning("bubblescope: could not record the use of token %d: %s", token_id, error)
+
+
+def _known(row: ApiToken, digest: str) -> KnownToken:
+    """What the cache keeps of a token's row, found by ``digest`` (its own, or a session's of it)."""
+    runs = None if row.runs is None else tuple(row.runs)
+    return KnownToken(row.id, row.name, Scope(row.scope), digest, row.revoked_at is not None, runs)
 
 
 def _checked(token: KnownToken | None, digest: str) -> KnownToken | None:
