@@ -264,7 +264,8 @@ def _finite(text: str) -> float | int:
     value = float(text)
     if not math.isfinite(value):
         raise ApiError(400, ["body"], f"{text} is beyond the largest number a double holds", "json_invalid")
-    return int(value) if value.is_integer() else value
+    # past 2^53 a double no longer holds every integer: 123456789012345678.0 may not be the number written
+    return int(value) if value.is_integer() and abs(value) <= 2**53 else value
 
 
 def _refuse_bad_text(document: Any) -> None:

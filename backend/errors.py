@@ -240,7 +240,7 @@ def install_error_handlers(app: FastAPI) -> None:
         error_type = _HTTP_ERROR_TYPES.get(error.status_code, "http_error")
         headers = dict(error.headers or {})
         if error.status_code == 405:  # Starlette names the first matching route's methods; the path has more
-            headers["Allow"] = ", ".join(allowed_methods(request))
+            headers["Allow"] = ", ".join(allowed_methods(request)) or headers.get("Allow", "")
             msg = f"{request.method} is not allowed here; allowed: {headers['Allow']}"
         return _response(error.status_code, ["path"], msg, error_type, headers or None)
 

@@ -34,6 +34,8 @@ class HeaderDeadline(H11Protocol):
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:
             self._disarm()  # the headers are in (h11 leaves IDLE once it has parsed the whole request line and headers)
+        elif self.header_timer is None and self.conn.trailing_data[0]:
+            self._arm()  # a next request's first bytes came with the end of the last one: its headers have a deadline
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

@@ -327,6 +327,8 @@ def from_trusted_proxy(settings: ServiceSettings, address: str | None) -> bool:
         peer = ipaddress.ip_address(address)
     except ValueError:
         return False
+    if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped is not None:
+        peer = peer.ipv4_mapped  # a dual-stack listener shows an IPv4 proxy as ::ffff:10.0.0.5
     return any(peer in ipaddress.ip_network(proxy, strict=False) for proxy in settings.trusted_proxies)
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from bubblescope.analysis import NAMES
-from bubblescope.backend.fields import FromAnalysis
+from bubblescope.backend.fields import STEP_MAX, FromAnalysis
 
 Count = Annotated[int, Strict(), Field(ge=1, le=100_000)]
 
@@ -277,8 +277,8 @@ class WhatIfIn(BaseModel):
     layers_per_stage: Annotated[list[Count], Field(min_length=1, max_length=4096)] | None = None
     slowest_rank_to_median: Annotated[bool, Strict()] = False  # 0 and 1 are not booleans
     overlap_communication: Annotated[bool, Strict()] = False
-    from_step: Annotated[int, Strict(), Field(ge=0)] | None = None
-    to_step: Annotated[int, Strict(), Field(ge=0)] | None = None
+    from_step: Annotated[int, Strict(), Field(ge=0, le=STEP_MAX)] | None = None
+    to_step: Annotated[int, Strict(), Field(ge=0, le=STEP_MAX)] | None = None
 
 
 class PredictionOut(BaseModel):

@@ -107,6 +107,11 @@ class TokenCache:
                 self._entries.pop(next(iter(self._entries)))
             self._entries[key] = _Entry(token, self.clock())
 
+    def forget_session(self, digest: str) -> None:
+        """Ask the database again about this session (signed out here); the rest stays."""
+        with self._lock:
+            self._entries.pop(SESSION_KEY + digest, None)
+
     def forget(self) -> None:
         """Ask the database again next time (a token was revoked in this process)."""
         with self._lock:

@@ -22,8 +22,7 @@ import logging
 from dataclasses import dataclass
 from typing import Final
 
-from fastapi import FastAPI, Request
-from sqlalchemy.exc import SQLAlchemyError
+from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from bubblescope.backend.auth.cache import KnownToken, TokenCache
@@ -40,9 +39,9 @@ SESSION_COOKIE: Final = "bubblescope_session"
 AUTHORIZATION_LOC: Final = ("header", "Authorization")
 log = logging.getLogger("bubblescope.auth")
 SERVICE_WIDE: Final = frozenset({"/metrics"})
+"""Routes whose answer is every run's, which a token bound to runs may not call."""
 SAYS_MORE_TO_KNOWN: Final = frozenset({"/api/v1/health", "/api/v1/ready"})
 """Public routes that tell a caller with a valid token more (the database's error words): ``note_credential``."""
-"""Routes whose answer is every run's, which a token bound to runs may not call."""
 
 
 @dataclass(frozen=True)
@@ -93,22 +92,20 @@ async def authorize(request: Request) -> None:
 
 async def note_credential(request: Request) -> None:
     """For a public route that says more to a known caller (health, readiness): marks the request authenticated
-    when it carries a valid token (``errors.sees_internals``); refuses nothing."""
+    when it carries a token this process has already seen valid. No lookup (these answer without the database,
+    and guessing here is not a way round the throttle); refuses nothing."""
     if not settings_of(request).auth:
         return
     credential = presented_credential(request)
     if credential is not None and credential.text:
-        try:
-            token = await known_token(request.app, credential.text, credential.session)
-        except SQLAlchemyError:  # the database is away: what it last said of this token
-            cache: TokenCache = request.app.state.token_cache
-            token = cache.remembered(token_digest(credential.text), credential.session)
+        cache: TokenCache = request.app.state.token_cache
+        token = cache.remembered(token_digest(credential.text), credential.session)
         request.state.authenticated = token is not None and not token.revoked
-    else:
-        try:
-            request.state.authenticated = trusted_user(request) is not None
-        except ApiError:  # the header from elsewhere: not known, and a public route answers anyway
-            request.state.authenticated = False
+        return
+    try:
+        request.state.authenticated = trusted_user(request) is not None
+    except ApiError:  # the header from elsewhere: not known, and a public route answers anyway
+        request.state.authenticated = False
 
 
 def _require_route_in_scope(request: Request, needed: Scope, token: KnownToken) -> None:
@@ -171,41 +168,42 @@ def trusted_user(request: Request) -> tuple[str, str] | None:
     return values[0].strip(), header
 
 
-async def known_token(app: FastAPI, text: str, session: bool = False) -> KnownToken | None:
-    """The token ``text`` is (with ``session``: the token of the dashboard session ``text`` names), from the cache
-    or the database (on a worker thread); None: unknown (or an ended or expired session)."""
-    cache: TokenCache = app.state.token_cache
-    digest = token_digest(text)
-    found, token = cache.cached(digest, session)
-    if found:
-        return token
-    return await run_in_threadpool(cache.load_session if session else cache.load, digest)
-
-
 async def checked_token(
     request: Request, text: str, loc: Loc, needed: Scope, session: bool = False
 ) -> KnownToken | None:
-    """The token ``text`` is (``known_token``), unless its client failed too often lately (``throttle``): then 429
-    without a lookup, save for a token the service has already seen valid."""
+    """The token ``text`` is (with ``session``: the token of the dashboard session ``text`` names), from the cache
+    or the database (on a worker thread), None when unknown (or an ended or expired session); unless its client
+    sent too many unknown tokens lately
+    (``throttle``): then 429 without a lookup, save for a token the service has already seen valid.
+
+    A token that needs a lookup counts against its client before the lookup, and is forgiven once found, so
+    guesses sent all at once are counted as they arrive. A session cookie never counts (256 random bits: nobody
+    guesses one; an old tab's expired cookie must not throttle its neighbours)."""
     client = client_address(request)
     attempts: FailedAttempts = request.app.state.failed_attempts
+    cache: TokenCache = request.app.state.token_cache
+    digest = token_digest(text)
     wait_s = attempts.wait_s(client)
     if wait_s:
-        cache: TokenCache = request.app.state.token_cache
-        seen = cache.remembered(token_digest(text), session)
+        seen = cache.remembered(digest, session)
         if seen is None or seen.revoked:
             message = f"{attempts.max_failures} unknown tokens from {client} within {WINDOW_S:g} s; retry in {wait_s} s"
             error = refusal(429, needed, "throttled", loc, message)
             error.headers = {**(error.headers or {}), "Retry-After": str(wait_s)}
             raise error
-    return await known_token(request.app, text, session)
+    found, token = cache.cached(digest, session)
+    if found:
+        return token  # no lookup: nothing to count
+    if not session:
+        attempts.failed(client)  # counted now: a burst of guesses cannot all pass before the first is refused
+    token = await run_in_threadpool(cache.load_session if session else cache.load, digest)
+    if token is not None and not session:
+        attempts.forgive(client)
+    return token
 
 
 def failed_attempt(request: Request, status: int, needed: Scope, reason: str, loc: Loc, message: str) -> ApiError:
-    """``refusal`` of a token the service does not know (what guessing yields, each a lookup), counted against
-    its client (``throttle``)."""
-    attempts: FailedAttempts = request.app.state.failed_attempts
-    attempts.failed(client_address(request))
+    """``refusal`` of a token the service does not know (counted against its client in ``checked_token``)."""
     return refusal(status, needed, reason, loc, message)
 
 

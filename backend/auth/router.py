@@ -75,10 +75,11 @@ async def sign_in(request: Request, response: Response) -> SessionOut:
 def sign_out(request: Request) -> Response:
     text = request.cookies.get(SESSION_COOKIE)
     if text:
+        digest = token_digest(text)
         with transaction(request.app.state.session_factory) as session:
-            queries.end_session(session, token_digest(text))
+            queries.end_session(session, digest)
         cache: TokenCache = request.app.state.token_cache
-        cache.forget()  # this process refuses it from now on, the others within the cache's TTL
+        cache.forget_session(digest)  # this process refuses it from now on, the others within the cache's TTL
     response = Response(status_code=204)
     response.delete_cookie(
         SESSION_COOKIE, path="/", httponly=True, samesite="strict", secure=request.url.scheme == "https"

@@ -38,6 +38,13 @@ class FailedAttempts:
             remaining = failures[0] + WINDOW_S - now
         return max(0, math.ceil(remaining))
 
+    def forgive(self, client: str) -> None:
+        """The newest attempt counted for ``client`` was a valid token after all (``guard.checked_token``)."""
+        with self._lock:
+            failures = self._failures.get(client)
+            if failures:
+                failures.pop()
+
     def failed(self, client: str) -> None:
         now = self.clock()
         with self._lock:

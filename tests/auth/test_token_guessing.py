@@ -3,8 +3,10 @@ Retry-After and no lookup; a token the service has seen valid still passes. Real
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from bubblescope.backend.auth.scopes import Scope
@@ -36,3 +38,16 @@ def test_guessing_tokens_is_slowed_but_a_known_token_passes(guessed_server: tupl
         signing_in = client.post("/api/v1/session", json={"token": "bs_guess" + "8" * 40})
         assert_names(signing_in, 429, ["body", "token"], "retry in")
         assert client.get("/api/v1/runs", headers=bearer(token)).status_code == 200  # the team's token still works
+
+
+def test_guesses_sent_at_once_are_counted_as_they_arrive(guessed_server: tuple[LiveServer, str]) -> None:
+    """The review's finding: counted only after the lookup, a burst sent at once all passed the count. Each
+    unknown token counts before its lookup now: of 60 sent at once, at most the limit are looked up (401)."""
+    live, _token = guessed_server
+
+    def guess(index: int) -> int:
+        return httpx.get(f"{live.url}/api/v1/runs", headers=bearer(f"bs_burst{index:040d}"), timeout=60).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(30) as pool:
+        statuses = list(pool.map(guess, range(60)))
+    assert statuses.count(401) <= MAX_FAILURES and statuses.count(429) >= 60 - MAX_FAILURES, statuses

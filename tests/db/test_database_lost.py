@@ -198,7 +198,7 @@ def test_with_auth_the_databases_words_go_only_to_a_caller_with_a_token(tmp_path
     live = start_server(url, tmp_path, extra_args=["--retry-after", "1", "--auth"])
     try:
         with live.client() as client:
-            assert client.get("/api/v1/ready", headers=bearer(token)).status_code == 200  # known to the service
+            assert client.get("/api/v1/runs", headers=bearer(token)).status_code == 200  # now known to the service
             _cut_off(name)
             wait_until(lambda: client.get("/api/v1/ready").status_code == 503, 30, "readiness to fail")
             for anonymous in (

@@ -36,5 +36,7 @@ def test_a_step_past_what_a_browser_holds_is_refused(sqlite_server: LiveServer) 
         last["spans"]["step"] = [STEP_MAX] * len(last["spans"]["step"])
         assert post_gzip(client, last).status_code == 202  # the largest is stored, and a browser reads it back
         assert client.get(f"/api/v1/runs/{key}/steps/{STEP_MAX}").status_code == 200
+        whatif = client.post(f"/api/v1/runs/{key}/whatif", json={"to_step": 2**64})  # a 500 on SQLite before
+        assert_names(whatif, 422, ["body", "to_step"], "")
         capture = client.post(f"/api/v1/runs/{key}/capture", json={"steps": 2})
         assert_names(capture, 422, ["body", "steps"], "would pass the largest step")
