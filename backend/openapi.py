@@ -20,7 +20,7 @@ the same way, rebuilt when routes change):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Final
 
 import fastapi.routing
 from fastapi import FastAPI
@@ -29,12 +29,37 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 from pydantic.json_schema import models_json_schema
 
+from bubblescope import wire
 from bubblescope.backend.auth.openapi_security import document_security
 from bubblescope.backend.body import BODY_MODELS
 from bubblescope.backend.db.session import get_session
 
 Json = dict[str, Any]
 PREFIX = "#/components/schemas/"
+API = wire.API_PREFIX
+RULES_BEYOND_THE_SCHEMA: Final[dict[tuple[str, str], str]] = {
+    ("PUT", f"{API}/runs/{{run_key}}/ranks/{{rank}}"): "stage_layers and stage_params: one per stage of stages",
+    ("PUT", f"{API}/runs/{{run_key}}"): "a config's merged size and the stages × micro-batches replayable",
+    ("PUT", f"{API}/runs/{{run_key}}/ranks/{{rank}}/end"): "the rank is below the run's world_size",
+    ("POST", f"{API}/ingest"): "span columns of one length, end_ns not before start_ns, ranks below world_size",
+    ("GET", f"{API}/runs"): "since: a real date (2026-02-31 matches the pattern)",
+    ("GET", f"{API}/runs/{{run_key}}/steps/{{step}}"): "ranks: within the run, ranges not backwards, at most 64",
+    ("GET", f"{API}/runs/{{run_key}}/trace"): "ranks and steps: within the run",
+    ("GET", f"{API}/runs/{{run_key}}/stragglers"): "from_step not after to_step",
+    ("GET", f"{API}/runs/{{run_key}}/analysis"): "from_step not after to_step; the run replayable",
+    ("POST", f"{API}/runs/{{run_key}}/whatif"): "the run replayable over its steps with spans",
+    ("POST", f"{API}/runs/{{run_key}}/profile"): "upload_ranks within the run's world_size",
+    ("POST", f"{API}/runs/{{run_key}}/capture"): "the steps asked stay below the largest step",
+    ("POST", f"{API}/runs/{{run_key}}/traces"): "the body is a trace: a JSON object with traceEvents",
+    ("POST", f"{API}/runs/{{run_key}}/flight-recorder"): "the body is a Flight Recorder dump (pickle or JSON)",
+    ("POST", f"{API}/runs/{{run_key}}/profiles/{{profile_id}}"): "the body is the trace of the profiled steps",
+    ("POST", f"{API}/plan"): "a known model preset and cluster; the layout fits the model and the cluster",
+    ("POST", f"{API}/tokens"): "the name is not held by another token",
+}
+"""Per operation, what a request must also satisfy that JSON Schema cannot state (between fields, or against what
+is stored): written into the operation's description, answered with a 422 naming the rule (the fuzz test's
+positive_data_acceptance does not hold these operations to the schema alone)."""
+
 REF_TEMPLATE = PREFIX + "{model}"
 _FASTAPI_ERROR_SCHEMAS = ("HTTPValidationError", "ValidationError")
 
@@ -91,6 +116,10 @@ def finish_document(app: FastAPI, document: Json) -> None:
         has_body = "requestBody" in (route.openapi_extra or {})
         for method, operation in _operations(path, route, document):
             _document_errors(route, operation, has_body, error_ref)
+            rule = RULES_BEYOND_THE_SCHEMA.get((method.upper(), path))
+            if rule:
+                checked = f"Also checked (422 naming it): {rule}."
+                operation["description"] = f"{operation.get('description', '').rstrip()}\n\n{checked}".strip()
             if getattr(app.state, "settings", None) and app.state.settings.auth:  # without --auth nothing is asked
                 document_security(document, operation, method, path, error_ref)
     for name in _FASTAPI_ERROR_SCHEMAS:  # unused once 422 is an ErrorResponse

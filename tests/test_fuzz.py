@@ -12,8 +12,8 @@ Checks (``CHECKS``): every check schemathesis has that applies to one request at
   are what it says for that status.
 - ``negative_data_rejection``: a request the document calls invalid gets a 4xx.
 - ``positive_data_acceptance``: a request the document calls valid is not refused with 400 or 422, save on the
-  operations of ``RULES_BEYOND_THE_SCHEMA``, each with the rule JSON Schema cannot state (between fields, or
-  against what is stored); their answer names the rule.
+  operations of ``openapi.RULES_BEYOND_THE_SCHEMA``, each with the rule JSON Schema cannot state (between
+  fields, or against what is stored), which the operation's description says in words; their answer names it.
 - ``missing_required_header``, ``unsupported_method`` and ``allow_header_conformance``: a method the path
   does not answer is a 405 whose ``Allow`` lists every method it does.
 - ``ignored_auth`` (with ``--auth``): every guarded operation refuses a request without the token.
@@ -67,6 +67,7 @@ from bubblescope import wire
 from bubblescope.analysis.planner import GPU_CATALOG, MODEL_PRESETS
 from bubblescope.analysis.schedules import NAMES as SCHEDULES
 from bubblescope.backend.auth.scopes import Scope
+from bubblescope.backend.openapi import RULES_BEYOND_THE_SCHEMA
 from tests.auth.support import bearer, make_token
 from tests.dashboard.synthetic import BASE_NS, ingest_steps, register_run
 from tests.support import LiveServer, migrated_database, start_server
@@ -89,26 +90,6 @@ CHECKS = [
     allow_header_conformance,
     ignored_auth,
 ]
-API = wire.API_PREFIX
-RULES_BEYOND_THE_SCHEMA = {
-    ("PUT", f"{API}/runs/{{run_key}}/ranks/{{rank}}"): "stage_layers and stage_params: one per stage of stages",
-    ("PUT", f"{API}/runs/{{run_key}}"): "a config's merged size and the stages × micro-batches replayable",
-    ("PUT", f"{API}/runs/{{run_key}}/ranks/{{rank}}/end"): "the rank is below the run's world_size",
-    ("POST", f"{API}/ingest"): "span columns of one length, end_ns not before start_ns, ranks below world_size",
-    ("GET", f"{API}/runs"): "since: a real date (2026-02-31 matches the pattern)",
-    ("GET", f"{API}/runs/{{run_key}}/steps/{{step}}"): "ranks: within the run, ranges not backwards, at most 64",
-    ("GET", f"{API}/runs/{{run_key}}/trace"): "ranks and steps: within the run",
-    ("GET", f"{API}/runs/{{run_key}}/stragglers"): "from_step not after to_step",
-    ("GET", f"{API}/runs/{{run_key}}/analysis"): "from_step not after to_step; the run replayable",
-    ("POST", f"{API}/runs/{{run_key}}/whatif"): "the run replayable over its steps with spans",
-    ("POST", f"{API}/runs/{{run_key}}/profile"): "upload_ranks within the run's world_size",
-    ("POST", f"{API}/runs/{{run_key}}/capture"): "the steps asked stay below the largest step",
-    ("POST", f"{API}/runs/{{run_key}}/traces"): "the body is a trace: a JSON object with traceEvents",
-    ("POST", f"{API}/runs/{{run_key}}/flight-recorder"): "the body is a Flight Recorder dump (pickle or JSON)",
-    ("POST", f"{API}/runs/{{run_key}}/profiles/{{profile_id}}"): "the body is the trace of the profiled steps",
-    ("POST", f"{API}/plan"): "a known model preset and cluster; the layout fits the model and the cluster",
-    ("POST", f"{API}/tokens"): "the name is not held by another token",
-}
 CONFIG = {
     "seed": SEED,
     "suppress-health-check": ["too_slow", "filter_too_much", "data_too_large", "large_base_example"],

@@ -202,3 +202,12 @@ def test_without_auth_the_document_asks_for_no_credential(document: dict[str, An
         assert "security" not in operation, (method, path)
         if not path.endswith("/session"):  # signing in checks the token it is given, auth or not
             assert "401" not in operation["responses"], (method, path)
+
+
+def test_rules_beyond_the_schema_are_in_the_operations_descriptions(document: dict[str, Any]) -> None:
+    """What JSON Schema cannot state is said in words on the operation (the fuzz test exempts those operations
+    from positive_data_acceptance, and nothing else)."""
+    from bubblescope.backend.openapi import RULES_BEYOND_THE_SCHEMA
+
+    for (method, path), rule in RULES_BEYOND_THE_SCHEMA.items():
+        assert rule in document["paths"][path][method.lower()]["description"], (method, path)
