@@ -75,9 +75,7 @@ async def authorize(request: Request) -> None:
         raise refusal(401, needed, "malformed", credential.loc, f"send 'Bearer <token>'; {_needs(needed)}")
     token = await checked_token(request, credential.text, credential.loc, needed, credential.session)
     if token is None:
-        raise failed_attempt(
-            request, 401, needed, "unknown", credential.loc, f"{_unknown(credential)}; {_needs(needed)}"
-        )
+        raise refusal(401, needed, "unknown", credential.loc, f"{_unknown(credential)}; {_needs(needed)}")
     if token.revoked:
         raise refusal(401, needed, "revoked", credential.loc, f"the token {token.name!r} was revoked; {_needs(needed)}")
     _require_grant(needed, token.scope, f"the token {token.name!r}", credential.loc)
@@ -200,11 +198,6 @@ async def checked_token(
     if token is not None and not session:
         attempts.forgive(client)
     return token
-
-
-def failed_attempt(request: Request, status: int, needed: Scope, reason: str, loc: Loc, message: str) -> ApiError:
-    """``refusal`` of a token the service does not know (counted against its client in ``checked_token``)."""
-    return refusal(status, needed, reason, loc, message)
 
 
 def client_address(request: Request) -> str:

@@ -20,7 +20,6 @@ from typing import Final
 from starlette.routing import BaseRoute, Mount
 
 from bubblescope.backend.auth.scopes import PUBLIC, Access, Scope
-from bubblescope.backend.routes import app_routes  # noqa: F401 (this table's users walk the app with it)
 from bubblescope.wire import API_PREFIX as API
 
 ANY_METHOD: Final = "*"

@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from bubblescope import wire
 from bubblescope.backend.auth import queries, service
 from bubblescope.backend.auth.cache import TokenCache
-from bubblescope.backend.auth.guard import SESSION_COOKIE, checked_token, failed_attempt, refusal
+from bubblescope.backend.auth.guard import SESSION_COOKIE, checked_token, refusal
 from bubblescope.backend.auth.schemas import SessionIn, SessionOut, TokenCreatedOut, TokenIn, TokenOut
 from bubblescope.backend.auth.scopes import SIGN_IN_SCOPES, Scope
 from bubblescope.backend.auth.tokens import new_session_text, new_token_text, token_digest
@@ -49,7 +49,7 @@ async def sign_in(request: Request, response: Response) -> SessionOut:
     body = parse_document(SessionIn, await read_json(request))
     token = await checked_token(request, body.token, TOKEN_LOC, Scope.READ)
     if token is None:
-        raise failed_attempt(request, 401, Scope.READ, "unknown", TOKEN_LOC, "the token is not known")
+        raise refusal(401, Scope.READ, "unknown", TOKEN_LOC, "the token is not known")
     if token.revoked:
         raise refusal(401, Scope.READ, "revoked", TOKEN_LOC, f"the token {token.name!r} was revoked")
     if token.scope not in SIGN_IN_SCOPES:

@@ -12,9 +12,10 @@ from fastapi.routing import APIRoute
 
 from bubblescope.backend.app import create_app
 from bubblescope.backend.auth.guard import authorize
-from bubblescope.backend.auth.route_access import ROUTE_ACCESS, RouteKey, access_of, app_routes, route_keys
+from bubblescope.backend.auth.route_access import ROUTE_ACCESS, RouteKey, access_of, route_keys
 from bubblescope.backend.auth.schemas import ScopeName
 from bubblescope.backend.auth.scopes import PUBLIC, SCOPE_NAMES, Scope, grants
+from bubblescope.backend.routes import app_routes
 from bubblescope.backend.settings import ServiceSettings
 from tests.support import migrated_database
 
