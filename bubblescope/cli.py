@@ -279,10 +279,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="|".join(NAMES),
         help="pipeline schedule, any of these or torch's class name (default: %(default)s)",
     )
-    demo.add_argument("--stages", type=int, default=4, help="pipeline stages = processes (default: %(default)s)")
-    demo.add_argument("--microbatches", type=int, default=8, help="micro-batches per step (default: %(default)s)")
+    demo.add_argument(
+        "--stages",
+        type=int,
+        default=None,
+        help="pipeline stages = processes (default: 4, or fewer on a machine of fewer cores, at least 2)",
+    )
+    demo.add_argument(
+        "--microbatches", type=int, default=None, help="micro-batches per step (default: as many as stages)"
+    )
     demo.add_argument("--steps", type=int, default=20, help="training steps (default: %(default)s)")
-    demo.add_argument("--hidden", type=int, default=512, help="the MLP's width (default: %(default)s)")
+    demo.add_argument(
+        "--hidden", type=int, default=2048, help="the MLP's width: compute outweighs the runtime (default: %(default)s)"
+    )
     demo.add_argument(
         "--layers-per-stage", type=int, default=2, help="linear layers on each stage (default: %(default)s)"
     )

@@ -15,6 +15,34 @@ from bubblescope.analysis import lookup
 from bubblescope.ports import can_listen, free_port, taken_message
 
 DEFAULT_PORT = 8765
+DEFAULT_STAGES = 4
+"""Stages (one process each) when the machine has the cores for them; fewer cores, fewer stages (at least 2)."""
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the system has one, as in a container)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def size_to_machine(args: argparse.Namespace, cores: int) -> str | None:
+    """Fills the sizes left unset: ``DEFAULT_STAGES`` stages, no more than ``cores`` (more processes than cores
+    time-share them, and the page then shows the runtime's jitter, not the pipeline), and as many micro-batches as
+    stages (a bubble of (p−1)/(2p−1): the schedule's fill and drain, and a fix worth pricing). Returns the line that
+    says why the stages were lowered, else None."""
+    note = None
+    if args.stages is None:
+        args.stages = max(2, min(DEFAULT_STAGES, cores))
+        if args.stages < DEFAULT_STAGES:
+            note = (
+                f"{args.stages} stages, not {DEFAULT_STAGES}: this machine has {cores} core{'s' if cores > 1 else ''} "
+                "and one process per stage (--stages to choose)"
+            )
+    if args.microbatches is None:
+        args.microbatches = args.stages
+    return note
 
 
 def job_command(args: argparse.Namespace) -> list[str]:
@@ -51,6 +79,7 @@ def run_job(args: argparse.Namespace, url: str, run_key: str) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    lowered = size_to_machine(args, usable_cores())
     if args.stages < 2:
         print("bubblescope demo: --stages must be at least 2 (one pipeline stage per process)", file=sys.stderr)
         return 2
@@ -82,6 +111,8 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if lowered:
+        print(lowered, flush=True)
     run_key = f"demo-{args.schedule}-p{args.stages}m{args.microbatches}-{uuid.uuid4().hex[:8]}"
     if args.url:  # a running service: stream into it, start none
         page = f"{args.url.rstrip('/')}/runs/{run_key}"

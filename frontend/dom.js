@@ -49,3 +49,9 @@ export function plotly() {
 export function plot(id, traces, layout) {
   return plotly().then((Plotly) => Plotly.react(id, traces, layout, PLOT_CONFIG));
 }
+
+// A re-run (config compare_with: the run it changes) links to the two side by side, the earlier one first.
+export function comparedLink(before, after) {
+  const href = `/compare?${new URLSearchParams({ a: before, b: after })}`;
+  return el("a", { class: "compare-pair", href, title: `${before} (before) and ${after} (after), side by side` }, "compare with the run before");
+}

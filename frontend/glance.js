@@ -1,4 +1,5 @@
-// The run page's first card: the on-call questions answered in one screen, from what the page already
+// The run page's first card: one sentence of what the page shows (verdict.js), then the on-call questions
+// answered in one screen, from what the page already
 // loads (the run, its analysis, its stragglers, its alerts): step time now against the run's own
 // baseline with the trend, the bubble against its floor, the largest cause, the slowest rank, the
 // first thing to do and the alerts firing (a run without a pipeline: its compute share and the largest
@@ -7,6 +8,7 @@ import { el } from "./dom.js";
 import { ms, percent } from "./format.js";
 import { cause } from "./causes.js";
 import { overheadsDominate, unevenOutsideWork } from "./overhead.js";
+import { verdict } from "./verdict.js";
 
 // The warm-up and the baseline's length come with the run (warmup_until_step, baseline_steps).
 const NOW_STEPS = 5; // "now": median of the newest complete steps
@@ -239,7 +241,9 @@ function render() {
   if (!known.run) return;
   const stopped = trouble(); // a hung or failed run's culprit, read once for the cards and the straggler section
   stragglerCulprit(stopped);
+  const sentence = verdict(known, stopped);
   box.replaceChildren(
+    ...(sentence ? [el("p", { class: "glance-verdict", id: "glance-verdict" }, sentence)] : []),
     stepItem(known.run),
     known.analysis ? bubbleItem(known.analysis) : waiting("glance-bubble", known.run.config.schedule ? "Bubble" : "Compute"),
     known.analysis ? causeItem(known.analysis) : waiting("glance-cause", "Largest cause"),

@@ -1,6 +1,6 @@
 // The top of the run page: name, state and facts of the run; the step picker and the step's bubble (or, for a
 // run without a pipeline, its compute and exposed communication).
-import { el, fact, stateBadge } from "./dom.js";
+import { comparedLink, el, fact, stateBadge } from "./dom.js";
 import { ms, percent } from "./format.js";
 import { isComplete, isWarmup } from "./glance.js";
 
@@ -12,6 +12,7 @@ export function renderRun(run) {
   const state = document.getElementById("run-state");
   state.replaceChildren(stateBadge(run), el("span", { class: run.state === "failed" ? "detail error" : "detail muted" }, run.state_detail));
   state.hidden = false;
+  renderPurpose(c, run.key);
   const source = importedFrom(c.imported_from);
   renderSource(source);
   const dropped = run.dropped_spans;
@@ -24,6 +25,15 @@ export function renderRun(run) {
     fact("Dropped spans", String(dropped)),
     fact("Run key", run.key, true),
   );
+}
+
+// What the run tried (config title) and the run it re-runs with a change (compare_with), under the name.
+function renderPurpose(c, key) {
+  const line = document.getElementById("run-purpose");
+  const title = typeof c.title === "string" ? c.title : "";
+  const before = typeof c.compare_with === "string" ? c.compare_with : "";
+  line.replaceChildren(...[title, before && title ? " · " : "", before ? comparedLink(before, key) : ""].filter(Boolean));
+  line.hidden = !title && !before;
 }
 
 // The config's imported_from where it has the shape the importer writes (any client may set config keys), else null.

@@ -4,7 +4,7 @@
 // the page of runs and, once for the whole list, for the firing alerts.
 import { alertsCell } from "./alerts.js";
 import { api } from "./api.js";
-import { cell, el, say, stateBadge } from "./dom.js";
+import { cell, comparedLink, el, say, stateBadge } from "./dom.js";
 import { poll } from "./poll.js";
 
 const EVERY_MS = 5000;
@@ -30,6 +30,8 @@ function row(run, alerts) {
   const c = run.config;
   const name = cell("", "text");
   name.append(el("a", { href: `/runs/${encodeURIComponent(run.key)}` }, run.name));
+  if (typeof c.title === "string") name.append(el("div", { class: "run-title muted" }, c.title));
+  if (typeof c.compare_with === "string") name.append(comparedLink(c.compare_with, run.key));
   const state = cell("", "text");
   state.append(stateBadge(run));
   const pick = cell("", "text");

@@ -17,6 +17,7 @@ from bubblescope.backend.fields import (
     Nanos,
     NonNegativeInt,
     PositiveInt,
+    RUN_KEY_PATTERN,
 )
 from bubblescope.backend.store.state import RankOutcome, RunStateName
 
@@ -71,6 +72,14 @@ class RunConfig(BaseModel):
     zero: Annotated[int, Strict(), Field(ge=0, le=3)] | None = None
     recompute: Annotated[str, Field(max_length=32)] | None = None
     alerts: AlertOverrides | None = Field(default=None, description="this run's alert thresholds (docs/alerts.md)")
+    title: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        default=None, description="one line on what this run tried: the run list shows it under the name"
+    )
+    compare_with: Annotated[str, Field(min_length=1, max_length=128, pattern=RUN_KEY_PATTERN)] | None = Field(
+        default=None,
+        description="the key of the run this one re-runs with a change: the run list and the run page link to the "
+        "two side by side (/compare)",
+    )
 
 
 class RunRegistration(BaseModel):
