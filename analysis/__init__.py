@@ -153,6 +153,20 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         warmup_steps_of as warmup_steps_of,
         warmup_until as warmup_until,
     )
+    from bubblescope.analysis.schedule_orders import BACKWARD as BACKWARD
+    from bubblescope.analysis.schedule_orders import FORWARD as FORWARD
+    from bubblescope.analysis.simulator import (
+        PipelineSetup as PipelineSetup,
+    )
+    from bubblescope.analysis.simulator import (
+        SimulationResult as SimulationResult,
+    )
+    from bubblescope.analysis.simulator import (
+        StageCost as StageCost,
+    )
+    from bubblescope.analysis.simulator import (
+        simulate as simulate,
+    )
     from bubblescope.analysis.whatif import (
         Change as Change,
     )
@@ -210,6 +224,8 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "what_if",
     ),
     "sampling": ("median_and_slowest",),
+    "schedule_orders": ("BACKWARD", "FORWARD"),
+    "simulator": ("PipelineSetup", "SimulationResult", "StageCost", "simulate"),
     "schedules": (
         "DEFAULT_SCHEDULE",
         "NAIVE",

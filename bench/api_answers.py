@@ -34,7 +34,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.synthetic_run import SyntheticJob, register_job, send_job  # noqa: E402
+from bubblescope.synthetic_run import SyntheticJob, register_job, send_job  # noqa: E402
 
 BIG_RUN = "big-1024"
 BIG_JOB = SyntheticJob(stages=8, replicas=128, steps=16, full_every=5, slow=((341, 1.3),))

@@ -1,7 +1,7 @@
 """A big synthetic run through one service: ingest over HTTP, then every request the run page makes,
 timed and sized, and (``--page``) the run page itself in Chromium.
 
-The run comes from ``bench/synthetic_run.py`` (stages × replicas ranks, a schedule replayed by the
+The run comes from ``bubblescope/synthetic_run.py`` (stages × replicas ranks, a schedule replayed by the
 analysis's simulator, injected slow ranks) and is sent as the collector sends it: gzip JSON batches,
 full spans every 10th step, aggregates every step. ``--steps-per-batch 1`` is the collector's cadence
 at a ~1 s step (one batch per rank and flush); a larger value sends fewer, bigger batches.
@@ -32,7 +32,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.synthetic_run import SyntheticJob, register_job, send_job
+from bubblescope.synthetic_run import SyntheticJob, register_job, send_job
 from tests.support import LiveServer, migrated_database, start_server
 
 

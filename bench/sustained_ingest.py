@@ -1,4 +1,4 @@
-"""Can one service keep up with a big job's collectors? A synthetic run (``bench/synthetic_run.py``) of
+"""Can one service keep up with a big job's collectors? A synthetic run (``bubblescope/synthetic_run.py``) of
 ``stages × replicas`` ranks, each rank sending what its collector would: every flush interval, a batch of
 the steps it finished since (aggregates of every step, full spans of every 10th), for ``--seconds``.
 
@@ -33,7 +33,7 @@ from sqlalchemy import create_engine, text
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.scale import services
-from bench.synthetic_run import GZIP_JSON, SyntheticJob, aggregate, register_job
+from bubblescope.synthetic_run import GZIP_JSON, SyntheticJob, aggregate, register_job
 from bubblescope import wire
 
 SLOW_S = 0.2  # the p99 goal

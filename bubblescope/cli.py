@@ -312,6 +312,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="service port (default: 8765, or a free one if taken; a taken --port: exit 2)",
     )
     demo.add_argument("--exit-after-job", action="store_true", help="stop serving when the job ends")
+    demo.add_argument(
+        "--tour",
+        action="store_true",
+        help="instead of one job, the textbook lessons one after another (naive split and pipelined, unequal "
+        "stages and rebalanced, DDP with a late rank, FSDP2, DP×PP, a crash, a hang, 1,024 ranks replayed): a few "
+        "minutes; the job's size options do not apply",
+    )
     demo.set_defaults(handler=_demo)
 
     db = commands.add_parser("db", help="database schema (Alembic migrations)", description="The database's schema.")

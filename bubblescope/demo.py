@@ -78,6 +78,28 @@ def run_job(args: argparse.Namespace, url: str, run_key: str) -> int:
     return subprocess.call(job_command(args), env=env)
 
 
+def say_how_the_job_ended(code: int) -> None:
+    if code == 0:
+        print("training job finished", flush=True)
+        return
+    print(
+        f"bubblescope demo: the training job FAILED (exit code {code}); its error is above. The "
+        f"dashboard shows only what it streamed before failing.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def run_tour(base: str) -> int:
+    """Every stop of the tour (``bubblescope.tour``) into the service at ``base``; 1 when a stop went wrong."""
+    from bubblescope.tour import STOPS, Tour
+
+    print(f"the tour: {len(STOPS)} runs, one after another; watch them arrive in the run list: {base}/", flush=True)
+    wrong = Tour(base, lambda line: print(line, flush=True)).run()
+    print(f"tour over: {len(STOPS) - wrong} of {len(STOPS)} runs as planned; the run list: {base}/", flush=True)
+    return 1 if wrong else 0
+
+
 def main(args: argparse.Namespace) -> int:
     lowered = size_to_machine(args, usable_cores())
     if args.stages < 2:
@@ -115,6 +137,8 @@ def main(args: argparse.Namespace) -> int:
         print(lowered, flush=True)
     run_key = f"demo-{args.schedule}-p{args.stages}m{args.microbatches}-{uuid.uuid4().hex[:8]}"
     if args.url:  # a running service: stream into it, start none
+        if args.tour:
+            return run_tour(args.url.rstrip("/"))
         page = f"{args.url.rstrip('/')}/runs/{run_key}"
         print(f"streaming into the service at {args.url}; run page: {page}", flush=True)
         code = run_job(args, args.url, run_key)
@@ -135,22 +159,17 @@ def main(args: argparse.Namespace) -> int:
     start_in_thread(server)
     base = f"http://{args.host}:{port}"
     print(f"bubblescope service on {base} (database {url_db})", flush=True)
-    print(f"dashboard: {base}/runs/{run_key}", flush=True)
-    code = run_job(args, base, run_key)
-    if code == 0:
-        print("training job finished", flush=True)
+    if args.tour:
+        code, page = run_tour(base), f"{base}/"
     else:
-        print(
-            f"bubblescope demo: the training job FAILED (exit code {code}); its error is above. The "
-            f"dashboard shows only what it streamed before failing.",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"dashboard: {base}/runs/{run_key}", flush=True)
+        code, page = run_job(args, base, run_key), f"{base}/runs/{run_key}"
+        say_how_the_job_ended(code)
     if args.exit_after_job:
         print(f"the service stops (--exit-after-job); the run stays in the database {url_db}", flush=True)
         server.should_exit = True
         return code
-    print(f"open the dashboard: {base}/runs/{run_key} (serving until Ctrl-C)", flush=True)
+    print(f"open the dashboard: {page} (serving until Ctrl-C)", flush=True)
     try:
         while True:
             time.sleep(3600)

@@ -98,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
         "ranks than cores then still run side by side (default: %(default)s, none)",
     )
     parser.add_argument(
+        "--dp",
+        type=positive_int,
+        default=1,
+        help="data-parallel replicas of the pipeline (a dp × pp DeviceMesh; the gradients all-reduced over dp) "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
         "--threads", type=positive_int, default=1, help="torch's intra-op threads (default: %(default)s)"
     )
     parser.add_argument(
@@ -316,6 +323,7 @@ class PipelinePart:
     indices: list[int]
     num_stages: int
     modules: list[nn.Module]
+    group: Any = None  # the pipeline's process group (a dp × pp mesh's "pp"); None: the default group
 
     @property
     def parameters(self) -> list[torch.nn.Parameter]:
@@ -323,7 +331,9 @@ class PipelinePart:
 
     def make_schedule(self) -> Any:
         stages = [
-            PipelineStage(module, stage_index=index, num_stages=self.num_stages, device=torch.device("cpu"))
+            PipelineStage(
+                module, stage_index=index, num_stages=self.num_stages, device=torch.device("cpu"), group=self.group
+            )
             for module, index in zip(self.modules, self.indices)
         ]
         return build_schedule(self.schedule, stages, self.microbatches, nn.functional.mse_loss)
@@ -341,10 +351,16 @@ class PipelinePart:
 
 
 def pipeline_part(
-    schedule_name: str, microbatches: int, layers: list[int] | None, layers_per_stage: int, args: argparse.Namespace
+    schedule_name: str,
+    microbatches: int,
+    layers: list[int] | None,
+    layers_per_stage: int,
+    args: argparse.Namespace,
+    group: Any = None,
 ) -> PipelinePart:
-    """This rank's stages of ``schedule_name`` with ``layers`` per (virtual) stage, or ``layers_per_stage`` each."""
-    rank, world = dist.get_rank(), dist.get_world_size()
+    """This rank's stages of ``schedule_name`` with ``layers`` per (virtual) stage, or ``layers_per_stage`` each,
+    over the ranks of ``group`` (default: every rank)."""
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
     schedule_kind = lookup(schedule_name)
     try:
         indices = schedule_kind.local_stages(rank, world, args.stages_per_rank)
@@ -353,21 +369,42 @@ def pipeline_part(
     num_stages = world * len(indices)
     split = layer_split(layers, layers_per_stage, num_stages)
     modules = [build_stage_module(args.hidden, split[index], seed=index, device_ms=args.device_ms) for index in indices]
-    return PipelinePart(schedule_kind, microbatches, indices, num_stages, modules)
+    return PipelinePart(schedule_kind, microbatches, indices, num_stages, modules, group)
+
+
+def replica_groups(dp: int) -> tuple[Any, Any]:
+    """The (dp, pp) process groups of a dp × pp DeviceMesh (registered with the collector), or (None, None)."""
+    if dp == 1:
+        return None, None
+    world = dist.get_world_size()
+    if world % dp or world // dp < 2:
+        raise SystemExit(f"--dp {dp}: {world} ranks do not split into {dp} replicas of at least 2 stages")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = collector.register_mesh(init_device_mesh("cpu", (dp, world // dp), mesh_dim_names=("dp", "pp")))
+    return mesh.get_group("dp"), mesh.get_group("pp")
 
 
 def train(args: argparse.Namespace) -> list[StepTiming]:
     """Train ``args.steps`` steps; returns each step's timing (rank-local)."""
     if args.schedule == NAIVE.name:
+        if args.dp > 1:
+            raise SystemExit("--dp: needs a pipelining schedule, not --schedule naive")
         if args.ab_block:
             raise SystemExit("--ab-block: needs a pipelining schedule, not --schedule naive")
         return train_naive(args)
-    part = pipeline_part(args.schedule, args.microbatches, args.layers, args.layers_per_stage, args)
+    dp_group, pp_group = replica_groups(args.dp)
+    part = pipeline_part(args.schedule, args.microbatches, args.layers, args.layers_per_stage, args, pp_group)
     schedule = collector.instrument(part.make_schedule())
     plain_schedule = part.make_schedule() if args.ab_block else schedule  # the baseline: not instrumented
 
     def forward_backward(inputs: torch.Tensor, targets: torch.Tensor, collected: bool) -> None:
         part.step(schedule if collected else plain_schedule, inputs, targets)
+        if dp_group is not None:  # data parallelism: each replica's gradients averaged over the replicas
+            for parameter in part.parameters:
+                if parameter.grad is not None:
+                    dist.all_reduce(parameter.grad, group=dp_group)
+                    parameter.grad.div_(args.dp)
 
     return run_steps(args, part.parameters, forward_backward)
 

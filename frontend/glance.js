@@ -8,7 +8,7 @@ import { el } from "./dom.js";
 import { ms, percent } from "./format.js";
 import { cause } from "./causes.js";
 import { overheadsDominate, unevenOutsideWork } from "./overhead.js";
-import { verdict } from "./verdict.js";
+import { lateCulprit, verdict } from "./verdict.js";
 
 // The warm-up and the baseline's length come with the run (warmup_until_step, baseline_steps).
 const NOW_STEPS = 5; // "now": median of the newest complete steps
@@ -177,7 +177,7 @@ function culpritItem(t) {
 function slowestItem(view, analysis) {
   const finding = view.findings[0];
   const split = analysis ? analysis.step_split : null;
-  const culprit = split && split.compute_instrumented ? split.culprit : null; // without compute, waits mislead
+  const culprit = split && split.compute_instrumented ? lateCulprit(split) : null; // without compute, waits mislead
   if (culprit && !(finding && finding.verdict === "persistent")) {
     const where = culprit.host ? `host ${culprit.host}; ` : "";
     return item("glance-slowest", "Slowest", `rank ${culprit.rank}`,

@@ -41,11 +41,16 @@ function pipelineSentence(analysis, config) {
   return `${bubble}; its largest part is jitter (slow micro-batches, per-action overhead, other load): ${share}.`;
 }
 
+// The culprit of a run without a pipeline, where its lateness is worth a line: at least LATE_SHARE of the step
+// (the analysis names one even when it kept its peers waiting a fraction of a millisecond).
+const LATE_SHARE = 0.02;
+export const lateCulprit = (split) => (split.culprit && split.culprit.lateness_ns >= LATE_SHARE * split.window_ns ? split.culprit : null);
+
 function splitSentence(split) {
   const compute = split.parts.find((p) => p.name === "model_compute");
   const head = `Compute is ${percent(compute.fraction_of_step)} of the step`;
-  if (split.culprit) {
-    const c = split.culprit;
+  const c = lateCulprit(split);
+  if (c) {
     return `Rank ${c.rank} is late to the collectives: each of its peers waits ${ms(c.lateness_ns)} ms a step for it. ${head}.`;
   }
   const others = split.parts.filter((p) => !["model_compute", "optimizer"].includes(p.name) && p.ns > 0);

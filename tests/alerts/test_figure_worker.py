@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.synthetic_run import SyntheticJob, register_job, send_job
+from bubblescope.synthetic_run import SyntheticJob, register_job, send_job
 from bubblescope.analysis.alert_rules import Thresholds
 from bubblescope.backend.db.engine import build_engine, build_session_factory, transaction
 from bubblescope.backend.derived.figure_worker import FigureWorker

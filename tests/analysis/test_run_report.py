@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from bench.synthetic_run import SyntheticJob, aggregate, register_job, send_job
+from bubblescope.synthetic_run import SyntheticJob, aggregate, register_job, send_job
 from bubblescope import analysis
 from bubblescope.backend.analysis.service import analysis_out
 from tests.support import LiveServer

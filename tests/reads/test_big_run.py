@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bench.synthetic_run import SyntheticJob, register_job, send_job
+from bubblescope.synthetic_run import SyntheticJob, register_job, send_job
 from tests.support import LiveServer
 
 SLOW_RANK = 341  # stage 5 of replica 42

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.synthetic_run import SyntheticJob, register_job, send_job
+from bubblescope.synthetic_run import SyntheticJob, register_job, send_job
 from bubblescope.analysis.sampling import SAMPLE_REPLICAS, SPANS_OF_EVERY_RANK_UP_TO
 from bubblescope.analysis.stragglers import MIN_VERDICT_STEPS
 from tests.support import LiveServer

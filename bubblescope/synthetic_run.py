@@ -24,8 +24,7 @@ from typing import Any
 import httpx
 
 from bubblescope import wire
-from bubblescope.analysis.schedule_orders import BACKWARD, FORWARD
-from bubblescope.analysis.simulator import PipelineSetup, SimulationResult, StageCost, simulate
+from bubblescope.analysis import BACKWARD, FORWARD, PipelineSetup, SimulationResult, StageCost, simulate
 
 MS = 1_000_000
 EPOCH_NS = 1_770_000_000_000_000_000
@@ -272,3 +271,14 @@ def send_job(
         "p50_ms": 1000 * latencies[len(latencies) // 2],
         "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)],
     }
+
+
+def end_job(client: httpx.Client, job: SyntheticJob, run_key: str, senders: int) -> None:
+    """Every rank reports it finished, as the collector does on exit (else the run turns silent)."""
+    end = {"outcome": "finished", "end_ns": job.step_start(job.steps)}
+
+    def put(rank: int) -> None:
+        client.put(f"/api/v1/runs/{run_key}/ranks/{rank}/end", json=end).raise_for_status()
+
+    with concurrent.futures.ThreadPoolExecutor(senders) as pool:
+        list(pool.map(put, range(job.world_size)))
