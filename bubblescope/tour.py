@@ -47,7 +47,7 @@ class Stop:
 
 
 def pipeline(*options: str) -> tuple[str, ...]:
-    return ("bubblescope.demo_job", f"--hidden={WIDTH}", f"--batch-size={BATCH}", "--steps=12", *options)
+    return ("bubblescope.demo_job", f"--hidden={WIDTH}", f"--batch-size={BATCH}", "--steps=20", *options)
 
 
 def data_parallel(*options: str) -> tuple[str, ...]:
@@ -64,8 +64,7 @@ STOPS: tuple[Stop, ...] = (
     ),
     Stop(
         "pipelined",
-        "The same model and batch pipelined: 1F1B over 8 micro-batches shrinks the bubble toward "
-        "(p−1)/(m+p−1) = 11%",
+        "The same model and batch pipelined: 1F1B over 8 micro-batches shrinks the bubble toward (p−1)/(m+p−1) = 11%",
         2,
         pipeline("--schedule=1f1b", "--microbatches=8"),
         compare_with="naive",
@@ -106,8 +105,15 @@ STOPS: tuple[Stop, ...] = (
         "hybrid",
         "DP × PP: 2 replicas of a 2-stage 1F1B pipeline on 4 ranks; each layer's compute is time asleep, as a GPU's",
         4,
-        ("bubblescope.demo_job", "--dp=2", "--schedule=1f1b", "--microbatches=4", "--hidden=256", "--device-ms=10",
-         "--steps=12"),
+        (
+            "bubblescope.demo_job",
+            "--dp=2",
+            "--schedule=1f1b",
+            "--microbatches=4",
+            "--hidden=256",
+            "--device-ms=10",
+            "--steps=12",
+        ),
     ),
     Stop(
         "crash",
@@ -120,8 +126,9 @@ STOPS: tuple[Stop, ...] = (
         "hang",
         "A hang: rank 1 stops before the gradient all-reduce at step 4; the alert names it, then the tour ends the job",
         2,
-        pipeline("--schedule=1f1b", "--microbatches=2", "--inject=hang-collective", "--inject-rank=1",
-                 "--inject-step=4"),
+        pipeline(
+            "--schedule=1f1b", "--microbatches=2", "--inject=hang-collective", "--inject-rank=1", "--inject-step=4"
+        ),
         config={"alerts": {"hung_after_s": HUNG_AFTER_S}},
         hang=True,
     ),
@@ -138,8 +145,16 @@ SYNTHETIC_SLOW_RANK = 517
 
 def job_command(stop: Stop) -> list[str]:
     module, *options = stop.job
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={stop.ranks}",
-            "-m", module, *options]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={stop.ranks}",
+        "-m",
+        module,
+        *options,
+    ]
 
 
 class Tour:
@@ -218,8 +233,9 @@ class Tour:
     def synthetic(self, key: str, stop: Stop) -> bool:
         from bubblescope.synthetic_run import SyntheticJob, end_job, register_job, send_job
 
-        job = SyntheticJob(stages=8, replicas=stop.ranks // 8, steps=12, full_every=4,
-                           slow=((SYNTHETIC_SLOW_RANK, 1.3),))
+        job = SyntheticJob(
+            stages=8, replicas=stop.ranks // 8, steps=12, full_every=4, slow=((SYNTHETIC_SLOW_RANK, 1.3),)
+        )
         register_job(self.client, job, key, senders=4)
         send_job(self.client, job, key, steps_per_batch=job.steps, senders=4)
         end_job(self.client, job, key, senders=4)

@@ -66,9 +66,9 @@ function fixSentence(analysis) {
 
 // The sentence for `known` ({ run, analysis, stragglers }) and the stopped run's culprit `stopped` (glance.js), or null.
 export function verdict(known, stopped) {
-  if (stopped) {
-    const detail = stopped.detail ? `: ${stopped.detail}` : "";
-    return `The run ${stopped.how}: ${stopped.who} ${WHY[stopped.how]}${detail}.`;
+  if (stopped) { // the run's own account where its state says the same (step, how long, who), else the alert's culprit
+    const detail = stopped.detail || (known.run.state === stopped.how ? known.run.state_detail : "");
+    return `The run ${stopped.how}: ${detail || `${stopped.who} ${WHY[stopped.how]}`}.`;
   }
   const finding = known.stragglers ? known.stragglers.findings[0] : null;
   const analysis = known.analysis;
