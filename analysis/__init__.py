@@ -98,6 +98,7 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
     from bubblescope.analysis.sampling import (
         median_and_slowest as median_and_slowest,
     )
+    from bubblescope.analysis.schedule_orders import BACKWARD as BACKWARD, FORWARD as FORWARD
     from bubblescope.analysis.schedules import (
         DEFAULT_SCHEDULE as DEFAULT_SCHEDULE,
         NAIVE as NAIVE,
@@ -106,6 +107,12 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         ScheduleError as ScheduleError,
         lookup as lookup,
         stages_floor as stages_floor,
+    )
+    from bubblescope.analysis.simulator import (
+        PipelineSetup as PipelineSetup,
+        SimulationResult as SimulationResult,
+        StageCost as StageCost,
+        simulate as simulate,
     )
     from bubblescope.analysis.step_record import (
         BrokenDownStep as BrokenDownStep,
@@ -152,20 +159,6 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         usual_steps as usual_steps,
         warmup_steps_of as warmup_steps_of,
         warmup_until as warmup_until,
-    )
-    from bubblescope.analysis.schedule_orders import BACKWARD as BACKWARD
-    from bubblescope.analysis.schedule_orders import FORWARD as FORWARD
-    from bubblescope.analysis.simulator import (
-        PipelineSetup as PipelineSetup,
-    )
-    from bubblescope.analysis.simulator import (
-        SimulationResult as SimulationResult,
-    )
-    from bubblescope.analysis.simulator import (
-        StageCost as StageCost,
-    )
-    from bubblescope.analysis.simulator import (
-        simulate as simulate,
     )
     from bubblescope.analysis.whatif import (
         Change as Change,

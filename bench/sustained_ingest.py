@@ -33,8 +33,8 @@ from sqlalchemy import create_engine, text
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.scale import services
-from bubblescope.synthetic_run import GZIP_JSON, SyntheticJob, aggregate, register_job
 from bubblescope import wire
+from bubblescope.synthetic_run import GZIP_JSON, SyntheticJob, aggregate, register_job
 
 SLOW_S = 0.2  # the p99 goal
 TEMPLATE_STEPS = 2  # steps are replayed from this many simulated ones (the load, not the shape, matters here)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -25,12 +26,14 @@ def build_model(mode: str, width: int, layers: int) -> nn.Module:
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        return collector.instrument_ddp(DistributedDataParallel(model))
+        ddp: nn.Module = collector.instrument_ddp(DistributedDataParallel(model))
+        return ddp
     from torch.distributed.fsdp import fully_shard
 
     for block in model:
         fully_shard(block)
-    return collector.instrument_model(fully_shard(model))
+    sharded: nn.Module = collector.instrument_model(fully_shard(model))
+    return sharded
 
 
 def batches(steps: int, batch: int, width: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     for inputs, targets in collector.timed_batches(batches(args.steps, args.batch, args.width)):
         with collector.step():
             optimizer.zero_grad()
-            loss = nn.functional.mse_loss(model(inputs), targets)
+            loss: Any = nn.functional.mse_loss(model(inputs), targets)  # torch's backward() is untyped
             if late:  # host work outside the model: the others wait for it in the all-reduce
                 time.sleep(args.late_ms / 1e3)
             loss.backward()

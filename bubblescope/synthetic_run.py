@@ -211,7 +211,8 @@ def batches(job: SyntheticJob, steps_per_batch: int) -> Iterator[tuple[int, dict
         chunk = range(first, min(job.steps, first + steps_per_batch))
         timelines = {step: job.timeline(step) for step in chunk}
         for rank in range(job.world_size):
-            steps, spans = [], []
+            steps: list[dict[str, Any]] = []
+            spans: list[tuple[Any, ...]] = []
             for step in chunk:
                 rows = timelines[step][rank]
                 offset = job.step_start(step)

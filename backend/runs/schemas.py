@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, field
 from bubblescope.analysis import MAX_LAYERS, RULES
 from bubblescope.backend.fields import (
     INT64_MAX,
+    RUN_KEY_PATTERN,
     ClockOffsetNs,
     ClockUncertaintyNs,
     Count,
@@ -17,7 +18,6 @@ from bubblescope.backend.fields import (
     Nanos,
     NonNegativeInt,
     PositiveInt,
-    RUN_KEY_PATTERN,
 )
 from bubblescope.backend.store.state import RankOutcome, RunStateName
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bubblescope.synthetic_run import SyntheticJob, register_job, send_job
 from bubblescope.analysis.alert_rules import Thresholds
 from bubblescope.backend.db.engine import build_engine, build_session_factory, transaction
 from bubblescope.backend.derived.figure_worker import FigureWorker
 from bubblescope.backend.derived.figures import FigureRequest, compute_figures
 from bubblescope.backend.store.runs import find_run
+from bubblescope.synthetic_run import SyntheticJob, register_job, send_job
 from tests.support import LiveServer, migrated_database
 
 JOB = SyntheticJob(stages=2, replicas=2, microbatches=4, steps=20, slow=((1, 1.5),))

@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from bubblescope.synthetic_run import SyntheticJob, aggregate, register_job, send_job
 from bubblescope import analysis
 from bubblescope.backend.analysis.service import analysis_out
+from bubblescope.synthetic_run import SyntheticJob, aggregate, register_job, send_job
 from tests.support import LiveServer
 
 SLOW_RANK = 5  # replica 1, stage 1

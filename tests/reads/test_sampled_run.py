@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from bubblescope.synthetic_run import SyntheticJob, register_job, send_job
 from bubblescope.analysis.sampling import SAMPLE_REPLICAS, SPANS_OF_EVERY_RANK_UP_TO
 from bubblescope.analysis.stragglers import MIN_VERDICT_STEPS
+from bubblescope.synthetic_run import SyntheticJob, register_job, send_job
 from tests.support import LiveServer
 
 pytestmark = pytest.mark.slow
