@@ -71,6 +71,8 @@ def run_job(args: argparse.Namespace, url: str, run_key: str) -> int:
         "OMP_NUM_THREADS": "1",
         "PYTHONUNBUFFERED": "1",
     }
+    if args.lowered:
+        print(args.lowered, flush=True)
     print(
         f"training: {args.stages} stages, {args.schedule}, {args.microbatches} micro-batches, {args.steps} steps",
         flush=True,
@@ -101,7 +103,7 @@ def run_tour(base: str) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    lowered = size_to_machine(args, usable_cores())
+    args.lowered = size_to_machine(args, usable_cores())  # said when the job starts (the tour sizes its own jobs)
     if args.stages < 2:
         print("bubblescope demo: --stages must be at least 2 (one pipeline stage per process)", file=sys.stderr)
         return 2
@@ -133,8 +135,6 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if lowered and not args.tour:  # the tour sizes its own jobs
-        print(lowered, flush=True)
     run_key = f"demo-{args.schedule}-p{args.stages}m{args.microbatches}-{uuid.uuid4().hex[:8]}"
     if args.url:  # a running service: stream into it, start none
         if args.tour:
