@@ -166,7 +166,8 @@ def main(args: argparse.Namespace) -> int:
         code, page = run_job(args, base, run_key), f"{base}/runs/{run_key}"
         say_how_the_job_ended(code)
     if args.exit_after_job:
-        print(f"the service stops (--exit-after-job); the run stays in the database {url_db}", flush=True)
+        kept = "the runs stay" if args.tour else "the run stays"
+        print(f"the service stops (--exit-after-job); {kept} in the database {url_db}", flush=True)
         server.should_exit = True
         return code
     print(f"open the dashboard: {page} (serving until Ctrl-C)", flush=True)
