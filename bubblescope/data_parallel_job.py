@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch import nn
 
 from bubblescope import collector
+from bubblescope.collector.config import env_setting
 
 
 def build_model(mode: str, width: int, layers: int) -> nn.Module:
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    collector.init(run=args.run_name or None)
+    collector.init(run=args.run_name or env_setting("run_name") or args.mode)
     model = build_model(args.mode, args.width, args.layers)
     optimizer = collector.instrument_optimizer(torch.optim.SGD(model.parameters(), lr=1e-3))
     late = dist.get_rank() == args.late_rank

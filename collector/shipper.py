@@ -377,9 +377,16 @@ class Shipper:
                 f"{response.status}): set BUBBLESCOPE_TOKEN to an ingest token (bubblescope token create --scope "
                 f"ingest); {keep}"
             )
+        bound_elsewhere = response.status == 403 and "run_key" in answer  # a valid token, bound to other runs
+        fix = (
+            "BUBBLESCOPE_TOKEN is bound to other runs: run under a key it allows (BUBBLESCOPE_RUN_ID), or use a "
+            "token bound to this one"
+            if bound_elsewhere
+            else "BUBBLESCOPE_TOKEN must be an ingest token that is not revoked"
+        )
         return (
             f"bubblescope: the service refused this job's token ({message.method} {message.path}: {answer}): "
-            f"BUBBLESCOPE_TOKEN must be an ingest token that is not revoked; {keep}"
+            f"{fix}; {keep}"
         )
 
     def _attempt_timeout(self) -> float | None:
