@@ -2,7 +2,7 @@
 Chromium's screenshots of the run list and of some stops' pages (the glance card, and the first screen) at 1440 and
 900 px. Prints how long the tour took and each page's first line (the verdict, in that run's own figures).
 
-    python bench/tour_pages.py [--out docs/dashboard] [--pages naive,late-rank,hang,1024-ranks]
+    python bench/tour_pages.py [--out docs/dashboard] [--pages naive,imbalanced,late-rank,hang,1024-ranks]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bubblescope.demo import TOUR_SILENT_AFTER_S
 from tests.support import migrated_database, start_server
 
 WIDTHS = (1440, 900)
@@ -51,7 +52,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="bubblescope-tour-"))
     with migrated_database("sqlite", folder) as db:
-        live = start_server(db, folder)
+        live = start_server(
+            db, folder, extra_args=["--silent-after", str(TOUR_SILENT_AFTER_S)]
+        )  # as the demo serves it
         try:
             began = time.monotonic()
             done = subprocess.run(

@@ -11,10 +11,11 @@ import time
 import urllib.parse
 import uuid
 
-from bubblescope.analysis import lookup
+from bubblescope.analysis import Schedule, lookup
 from bubblescope.ports import can_listen, free_port, taken_message
 
 DEFAULT_PORT = 8765
+TOUR_SILENT_AFTER_S = 3600.0
 DEFAULT_STAGES = 4
 """Stages (one process each) when the machine has the cores for them; fewer cores, fewer stages (at least 2)."""
 
@@ -29,9 +30,9 @@ def usable_cores() -> int:
 
 def size_to_machine(args: argparse.Namespace, cores: int) -> str | None:
     """Fills the sizes left unset: ``DEFAULT_STAGES`` stages, no more than ``cores`` (more processes than cores
-    time-share them, and the page then shows the runtime's jitter, not the pipeline), and as many micro-batches as
-    stages (a bubble of (p−1)/(2p−1): the schedule's fill and drain, and a fix worth pricing). Returns the line that
-    says why the stages were lowered, else None."""
+    time-share them, and the page then shows the runtime's jitter, not the pipeline), and as few micro-batches as the
+    schedule allows, at least as many as stages (1F1B's bubble is then (p−1)/(2p−1): the schedule's fill and drain,
+    and a fix worth pricing). Returns the line that says why the stages were lowered, else None."""
     note = None
     if args.stages is None:
         args.stages = max(2, min(DEFAULT_STAGES, cores))
@@ -41,8 +42,18 @@ def size_to_machine(args: argparse.Namespace, cores: int) -> str | None:
                 "and one process per stage (--stages to choose)"
             )
     if args.microbatches is None:
-        args.microbatches = args.stages
+        args.microbatches = default_microbatches(lookup(args.schedule), args.stages)
     return note
+
+
+def default_microbatches(schedule: Schedule, stages: int) -> int:
+    """As many micro-batches as stages, or what the schedule needs: 1 for the layer-wise split, one per stage for
+    those that run several stages a rank."""
+    if schedule.min_microbatches == "one":
+        return 1
+    if schedule.min_microbatches == "stages":
+        return stages * schedule.default_stages_per_rank
+    return stages
 
 
 def job_command(args: argparse.Namespace) -> list[str]:
@@ -109,7 +120,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     schedule = lookup(args.schedule)
     problem = schedule.shape_problem(args.stages, args.microbatches, schedule.default_stages_per_rank)
-    if problem is not None:  # what torch would refuse, said before a job starts
+    if problem is not None and not args.tour:  # what torch would refuse, said before a job starts (the tour: its own)
         option = {"microbatches": "--microbatches", "ranks": "--stages"}.get(problem.field, "--schedule")
         print(f"bubblescope demo: {option}: {problem.message}", file=sys.stderr)
         return 2
@@ -147,6 +158,7 @@ def main(args: argparse.Namespace) -> int:
 
     from bubblescope.backend.db.prepare import prepare_database
     from bubblescope.backend.server import build_server, start_in_thread
+    from bubblescope.backend.settings import ServiceSettings
 
     if args.port and not can_listen(args.host, args.port):
         print(taken_message("demo", args.host, args.port), file=sys.stderr)
@@ -155,7 +167,9 @@ def main(args: argparse.Namespace) -> int:
     port = args.port or free_port(args.host, preferred=DEFAULT_PORT)
     if not args.port and port != DEFAULT_PORT:
         print(f"port {DEFAULT_PORT} is taken on {args.host}: serving on {port} instead (--port to choose)", flush=True)
-    server = build_server(url_db, args.host, port)
+    # The tour's hung run, its job ended, stays hung on its page for an hour before it reads as silent.
+    settings = ServiceSettings(silent_after_s=TOUR_SILENT_AFTER_S) if args.tour else None
+    server = build_server(url_db, args.host, port, settings)
     start_in_thread(server)
     base = f"http://{args.host}:{port}"
     print(f"bubblescope service on {base} (database {url_db})", flush=True)

@@ -222,10 +222,12 @@ def build_stage_module(hidden: int, layers: int, seed: int, device_ms: float = 0
     return nn.Sequential(*blocks)
 
 
-def clip_grad_norm_across_stages(parameters: list[torch.nn.Parameter], max_norm: float) -> float:
+def clip_grad_norm_across_stages(parameters: list[torch.nn.Parameter], max_norm: float, replicas: int = 1) -> float:
     """Global gradient-norm clipping over every pipeline stage, as real trainers do.
 
-    The all-reduce of the squared norm also ends every rank's step together, as in training. It runs on
+    The all-reduce of the squared norm also ends every rank's step together, as in training. With ``replicas``
+    data-parallel copies of the pipeline (their gradients already averaged), each stage's norm is summed once per
+    copy, and divided back. It runs on
     the default group, and its span says so (``wire.WORLD_GROUP``), so that the analysis can tell the
     ranks that waited in it for the last one to arrive (a "pp" label, with no mesh registered, named a
     group it could not identify: their wait read as transfer).
@@ -236,7 +238,7 @@ def clip_grad_norm_across_stages(parameters: list[torch.nn.Parameter], max_norm:
             squared += parameter.grad.detach().pow(2).sum()
     with collector.span("all_reduce", group=wire.WORLD_GROUP, name="grad_norm", bytes=squared.element_size()):
         dist.all_reduce(squared)
-    norm = float(squared.sqrt())
+    norm = float((squared / replicas).sqrt())  # each of the ``replicas`` data-parallel copies counted once
     if norm > max_norm:
         for parameter in parameters:
             if parameter.grad is not None:
@@ -260,7 +262,8 @@ def run_steps(
     """The training loop every mode shares: data, ``forward_backward``, clipping, optimizer."""
     optimizer = torch.optim.SGD(parameters, lr=1e-3)
     batch_size = args.microbatches * args.microbatch_size
-    generator = torch.Generator().manual_seed(1234)
+    replica = dist.get_rank() // (dist.get_world_size() // args.dp)  # a dp × pp mesh: rank = replica · pp + stage
+    generator = torch.Generator().manual_seed(1234 + replica)  # each replica its own data, each stage alike
     timings: list[StepTiming] = []
     fault = Fault.for_rank(args, dist.get_rank(), dist.get_world_size())
     for index in range(args.steps):
@@ -280,7 +283,7 @@ def run_steps(
             forward_backward(inputs, targets, collected)
             if fault is not None:
                 fault.before_collective(index)
-            clip_grad_norm_across_stages(parameters, max_norm=1.0)
+            clip_grad_norm_across_stages(parameters, max_norm=1.0, replicas=args.dp)
             with collector.span("optimizer"):
                 optimizer.step()
         timings.append(StepTiming(time.perf_counter() - started, time.thread_time() - started_cpu, collected))
@@ -431,7 +434,7 @@ def main(argv: list[str] | None = None) -> None:
                 "model": "mlp",
                 "hidden": args.hidden,
                 "microbatch_size": args.microbatch_size,
-                "global_batch": args.microbatches * args.microbatch_size,
+                "global_batch": args.dp * args.microbatches * args.microbatch_size,
             },
         )
     if args.torch_profiler:

@@ -4,8 +4,9 @@ Each stop is a real torchrun job (gloo, CPU) but the last, a 1,024-rank run repl
 sent over the API, which its title calls synthetic. Before its job starts, the tour registers each run with a
 ``title`` (what was done, what the page shows) and, for a re-run, ``compare_with`` (the run it changes), so that the
 run list reads like the lessons and links each pair to its comparison. The hang's job is ended once its alert
-fires. Every job stays within the machine's cores but the hybrid's four ranks, whose compute is time asleep, as a
-GPU's is to its CPU (``demo_job --device-ms``).
+fires. Every job runs 2 ranks but the hybrid's 4, whose compute is time asleep, as a GPU's is to its CPU
+(``demo_job --device-ms``), so that they run side by side on 2 cores. Each run's state is checked once its job is
+over (finished, failed, or hung until its alert fired), and a stop that ends otherwise prints its job's output.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import httpx
 
@@ -42,8 +45,8 @@ class Stop:
     job: tuple[str, ...]  # a module run under torchrun and its options; empty: the synthetic replay
     compare_with: str | None = None  # the slug of the stop this one re-runs with a change
     config: dict[str, object] = dataclasses.field(default_factory=dict)
-    hang: bool = False  # ended once its hung alert fires
-    fails: bool = False  # its job is meant to exit non-zero
+    expect: Literal["finished", "failed", "hung"] = "finished"  # the run's state once its job is over (hung: ended
+    # by the tour once its alert fired)
 
 
 def pipeline(*options: str) -> tuple[str, ...]:
@@ -120,7 +123,7 @@ STOPS: tuple[Stop, ...] = (
         "A crash: rank 1 raises at step 4; the page names it as the culprit and says what to read first",
         2,
         pipeline("--schedule=1f1b", "--microbatches=2", "--inject=raise", "--inject-rank=1", "--inject-step=4"),
-        fails=True,
+        expect="failed",
     ),
     Stop(
         "hang",
@@ -130,7 +133,7 @@ STOPS: tuple[Stop, ...] = (
             "--schedule=1f1b", "--microbatches=2", "--inject=hang-collective", "--inject-rank=1", "--inject-step=4"
         ),
         config={"alerts": {"hung_after_s": HUNG_AFTER_S}},
-        hang=True,
+        expect="hung",
     ),
     Stop(
         "1024-ranks",
@@ -155,6 +158,16 @@ def job_command(stop: Stop) -> list[str]:
         module,
         *options,
     ]
+
+
+def end_group(process: subprocess.Popen[bytes]) -> None:
+    """Kills the job's whole process group (torchrun and its workers) unless it has ended."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait()
 
 
 class Tour:
@@ -189,7 +202,7 @@ class Tour:
             if not stop.job:  # the replay registers the run as the bench does: its name and title again
                 self.register(key, index, stop)
             wrong += not ok
-            outcome = "done" if ok else "did NOT go as planned (its output is above)"
+            outcome = "done" if ok else "did NOT go as planned"
             self.say(f"    {outcome} in {time.monotonic() - began:.0f} s: {self.base}/runs/{key}")
         return wrong
 
@@ -205,20 +218,31 @@ class Tour:
         }
 
     def job(self, key: str, index: int, stop: Stop) -> bool:
-        process = subprocess.Popen(
-            job_command(stop),
-            env=self.environment(key, index, stop),
-            stdout=subprocess.DEVNULL if (stop.fails or stop.hang) else None,
-            stderr=subprocess.DEVNULL if (stop.fails or stop.hang) else None,
-            start_new_session=True,  # the hang's job is ended as a whole: torchrun and its workers
-        )
-        if stop.hang:
-            fired = self.wait_for_alert(key, "BubblescopeRunHung", process)
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            return fired
-        code = process.wait()
-        return code != 0 if stop.fails else code == 0
+        """Runs the stop's job, its output kept in a file (its tail printed when the run did not end as expected);
+        however the tour ends (Ctrl-C included), no process of the job outlives it."""
+        with tempfile.TemporaryFile("w+") as log:
+            process = subprocess.Popen(
+                job_command(stop),
+                env=self.environment(key, index, stop),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # ended as a whole (torchrun and its workers), and spared the tour's Ctrl-C
+            )
+            try:
+                fired = self.wait_for_alert(key, "BubblescopeRunHung", process) if stop.expect == "hung" else None
+                if fired is None:
+                    process.wait()
+            finally:
+                end_group(process)
+            ok = fired if fired is not None else self.state_of(key) == stop.expect
+            if not ok:
+                log.seek(0)
+                self.say("    its output ended with:\n" + "".join(log.readlines()[-30:]))
+            return ok
+
+    def state_of(self, key: str) -> str | None:
+        response = self.client.get(f"{wire.API_PREFIX}/runs/{key}")
+        return str(response.json()["state"]) if response.status_code == 200 else None
 
     def wait_for_alert(self, key: str, name: str, process: subprocess.Popen[bytes]) -> bool:
         deadline = time.monotonic() + HANG_ALERT_WITHIN_S

@@ -8,7 +8,7 @@ import { el } from "./dom.js";
 import { ms, percent } from "./format.js";
 import { cause } from "./causes.js";
 import { overheadsDominate, unevenOutsideWork } from "./overhead.js";
-import { lateCulprit, verdict } from "./verdict.js";
+import { largestOtherPart, lateCulprit, verdict } from "./verdict.js";
 
 // The warm-up and the baseline's length come with the run (warmup_until_step, baseline_steps).
 const NOW_STEPS = 5; // "now": median of the newest complete steps
@@ -126,13 +126,9 @@ function computeItem(split) {
   return item("glance-bubble", "Compute", percent(part("model_compute").fraction_of_step), `of the step; ${rest.join(", ") || "nothing else"}`);
 }
 
-// The largest part of a step without a pipeline that is not the model's own work; host gaps counted as those
-// every rank has (one rank's own gaps are what its peers wait for: the waiting is the cause to show).
 function largestPart(split) {
-  const parts = split.parts.filter((p) => !["model_compute", "optimizer"].includes(p.name) && p.ns > 0)
-    .map((p) => (p.name === "host_gaps" ? { ...p, ns: split.shared_gaps_ns, fraction_of_step: split.shared_gaps_ns / split.window_ns } : p));
-  if (!split.compute_instrumented || !parts.length) return item("glance-cause", "Largest cause", "—", split.compute_instrumented ? "the step is all compute" : "compute is not instrumented");
-  const top = parts.reduce((a, b) => (b.ns > a.ns ? b : a));
+  const top = split.compute_instrumented ? largestOtherPart(split) : null;
+  if (!top) return item("glance-cause", "Largest cause", "—", split.compute_instrumented ? "the step is all compute" : "compute is not instrumented");
   return item("glance-cause", "Largest cause", cause(top.name).label, `${ms(top.ns)} ms per rank per step (${percent(top.fraction_of_step)} of the step)`);
 }
 
