@@ -2,7 +2,7 @@
 Chromium's screenshots of the run list and of some stops' pages (the glance card, and the first screen) at 1440 and
 900 px. Prints how long the tour took and each page's first line (the verdict, in that run's own figures).
 
-    python bench/tour_pages.py [--out docs/dashboard] [--pages naive,imbalanced,late-rank,hang,1024-ranks]
+    python bench/tour_pages.py [--out docs/dashboard] [--pages layerwise,imbalanced,late-rank,hang,1024-ranks]
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def screenshots(url: str, keys: dict[str, str], pages: list[str], out: Path) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("test-output/dashboard"))
-    parser.add_argument("--pages", default="naive,imbalanced,late-rank,hang,1024-ranks")
+    parser.add_argument("--pages", default="layerwise,imbalanced,late-rank,hang,1024-ranks")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="bubblescope-tour-"))

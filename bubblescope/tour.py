@@ -59,7 +59,7 @@ def data_parallel(*options: str) -> tuple[str, ...]:
 
 STOPS: tuple[Stop, ...] = (
     Stop(
-        "naive",
+        "layerwise",
         "Layer-wise split over 2 ranks, the whole batch at once: one rank works while the other waits, "
         "a bubble near (p−1)/p = 50%",
         2,
@@ -70,7 +70,7 @@ STOPS: tuple[Stop, ...] = (
         "The same model and batch pipelined: 1F1B over 8 micro-batches shrinks the bubble toward (p−1)/(m+p−1) = 11%",
         2,
         pipeline("--schedule=1f1b", "--microbatches=8"),
-        compare_with="naive",
+        compare_with="layerwise",
     ),
     Stop(
         "imbalanced",

@@ -79,7 +79,7 @@ def test_each_run_says_what_it_tried_and_pairs_link_to_the_run_they_change(tour:
 
 
 def test_the_naive_split_idles_half_the_step_and_pipelining_is_suggested(tour: tuple[str, Any]) -> None:
-    analysis = tour[1]["naive"]["analysis"]
+    analysis = tour[1]["layerwise"]["analysis"]
     bubble = analysis["attribution"]["measured_bubble_fraction"]
     assert 0.40 <= bubble <= 0.60, bubble  # (p−1)/p = 0.5 for 2 stages
     assert analysis["attribution"]["closed_form_formula"] == "(p-1)/p"
@@ -143,7 +143,7 @@ def test_each_page_opens_with_its_lesson_in_its_own_figures(
 ) -> None:
     _, runs = tour
     expected = {
-        "naive": [
+        "layerwise": [
             r"^Layer-wise split: one stage works at a time\. The bubble is \d+\.\d% of the step, against \(p−1\)/p = 50\.0%",
             "Do first: Pipeline the layer-wise split",
         ],
@@ -168,6 +168,6 @@ def test_each_page_opens_with_its_lesson_in_its_own_figures(
         href = page.locator(f"#runs tbody tr[data-run='{runs['pipelined']['key']}'] a.compare-pair").get_attribute(
             "href"
         )
-        assert href == f"/compare?a={runs['naive']['key']}&b={runs['pipelined']['key']}"
+        assert href == f"/compare?a={runs['layerwise']['key']}&b={runs['pipelined']['key']}"
     finally:
         page.close()
