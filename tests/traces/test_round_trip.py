@@ -113,10 +113,12 @@ def test_an_imported_job_finds_every_wait_for_a_peer_the_collector_measured(
     # may see more: the collector counts the time a rank is blocked on a posted send+recv pair as the send's
     # (transfer) and starts the recv at its own wait; the trace starts the recv where it was posted, so the time
     # before the peer's send began is a wait there (docs/traces.md, "Waits for a peer").
+    # The bound is the shares' (8 points): on an idle machine the import's dependency wait is 1.5-2 points under the
+    # collector's, and a loaded CI once put it 5.3 points under (28.5% against 33.8%).
     for rank in (0, 1):
         for what, ours, theirs in zip(WAITS, imported[rank], collected[rank]):
             if what != "transfer":
-                assert ours >= theirs - 0.05, (rank, what, f"imported {ours:.1%}, collected {theirs:.1%}")
+                assert ours >= theirs - 0.08, (rank, what, f"imported {ours:.1%}, collected {theirs:.1%}")
 
 
 @pytest.mark.parametrize(
