@@ -401,7 +401,8 @@ class _SpilledCollected(_Collected):
             self._flush()
 
     def _spill(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="bubblescope-summary-"))
+        with stop_signal.deferred():  # a SIGTERM before the name is kept would leave the folder behind
+            self.folder = Path(tempfile.mkdtemp(prefix="bubblescope-summary-"))
         self.db = sqlite3.connect(self.folder / "events.sqlite")
         self.db.executescript(
             "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -16384;"

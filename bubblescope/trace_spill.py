@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
+from bubblescope import stop_signal
+
 ROWS_PER_WRITE: Final = 20_000
 BUCKET_SHIFT: Final = 16  # intervals bucketed by length: under 65 µs, then each bucket twice as long
 CACHE_KIB: Final = 16_384  # SQLite's page cache per connection: the store's memory, whatever the file's size
@@ -58,8 +60,9 @@ class TraceStore:
     calls) and CPU operators. ``add_*`` while reading, ``finish`` once, then the range queries."""
 
     def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="bubblescope-trace-"))
-        self._removal = weakref.finalize(self, shutil.rmtree, self.folder, True)
+        with stop_signal.deferred():  # a SIGTERM between the two would leave the folder behind
+            self.folder = Path(tempfile.mkdtemp(prefix="bubblescope-trace-"))
+            self._removal = weakref.finalize(self, shutil.rmtree, self.folder, True)
         self.db = _connect(self.folder / "events.sqlite")
         for table in _TABLES:
             self.db.execute(table)
