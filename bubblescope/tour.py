@@ -161,13 +161,27 @@ def job_command(stop: Stop) -> list[str]:
 
 
 def end_group(process: subprocess.Popen[bytes]) -> None:
-    """Kills the job's whole process group (torchrun and its workers) unless it has ended."""
+    """Kills the job unless it has ended: torchrun's process group, and each worker's, since torchrun starts its
+    workers in sessions of their own (a hung worker, blocked in a collective, would outlive torchrun's group)."""
     if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for group in (process.pid, *_children(process.pid)):
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
     process.wait()
+
+
+def _children(pid: int) -> list[int]:
+    """The process's children (Linux's /proc; none where it cannot be read)."""
+    children: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as listing:
+                children += [int(child) for child in listing.read().split()]
+    except OSError:
+        pass
+    return children
 
 
 class Tour:

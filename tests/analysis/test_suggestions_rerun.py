@@ -119,4 +119,9 @@ def test_imbalanced_pipeline_rebalanced_as_suggested_has_balanced_stages(sqlite_
     assert after["imbalance"]["layers_per_stage"] == split
     assert after["imbalance"]["slowest_excess"] <= predicted + 0.15, (predicted, after["imbalance"])
     assert causes(after)["stage_imbalance"] <= causes(before)["stage_imbalance"] / 2, (causes(before), causes(after))
-    assert not any(s["kind"] == "rebalance_stages" for s in after["suggestions"])
+    # The re-run converges on 3+3. After 3+3 nothing is left to move (four loaded trials: excess 1-5%, the
+    # balanced split 3+3 each time); after a load-distorted 4+2 (four layers against two and the loss), the
+    # re-run's own timings may finish the job, and then only by moving back to 3+3
+    again = [s["apply"]["layers_per_stage"] for s in after["suggestions"] if s["kind"] == "rebalance_stages"]
+    allowed = ([],) if split == [3, 3] else ([], [[3, 3]])
+    assert again in allowed, (split, again, after["imbalance"])

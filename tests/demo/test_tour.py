@@ -1,6 +1,6 @@
 """``bubblescope demo --tour`` as a newcomer runs it, into a real service: every stop's run carries its title and
 pair, and each page's figures show its lesson — the naive split's bubble near (p−1)/p with pipelining suggested,
-the rebalanced re-run faster, the late rank named with its peers' wait, the crash's and the hang's culprits, the
+the rebalanced re-run balanced, the late rank named with its peers' wait, the crash's and the hang's culprits, the
 DDP job's compute, the replayed 1,024-rank run's slow rank; in Chromium, each page's first line says so."""
 
 from __future__ import annotations
@@ -89,22 +89,28 @@ def test_the_naive_split_idles_half_the_step_and_pipelining_is_suggested(tour: t
     assert pipelined < bubble - 0.15, (pipelined, bubble)
 
 
-def test_the_rebalanced_re_run_is_faster_than_the_imbalanced_one(tour: tuple[str, Any]) -> None:
+def test_the_rebalanced_re_run_has_balanced_stages(tour: tuple[str, Any]) -> None:
+    """The 1+3 split's slowest stage costs well over the mean and imbalance is its bubble's first cause; the 2+2
+    re-run's stages cost about the same (the loss still on the last). Its step is not compared: with the two stage
+    processes sharing two loaded cores they cannot run side by side, the step nears the sum of the stages' work, and
+    rebalancing does not change that sum (a loaded CI run read 503 ms against 514)."""
     imbalanced, rebalanced = (tour[1][slug]["analysis"] for slug in ("imbalanced", "rebalanced"))
     top = max(imbalanced["attribution"]["causes"], key=lambda c: c["ns"])
     assert top["name"] == "stage_imbalance", imbalanced["attribution"]["causes"]
-    assert rebalanced["step_ns"] < 0.9 * imbalanced["step_ns"], (rebalanced["step_ns"], imbalanced["step_ns"])
+    before, after = (run["imbalance"] for run in (imbalanced, rebalanced))
+    assert before["layers_per_stage"] == [1, 3] and after["layers_per_stage"] == [2, 2], (before, after)
+    excess = (before["slowest_excess"], after["slowest_excess"])
+    assert excess[0] > 0.3 and excess[1] < 0.5 * excess[0], (excess, before, after)
 
 
 def test_the_late_rank_is_named_and_its_peer_waits_for_it(tour: tuple[str, Any]) -> None:
-    late, plain = tour[1]["late-rank"]["analysis"]["step_split"], tour[1]["ddp"]["analysis"]["step_split"]
+    """40 ms a step injected on rank 1: rank 0 waits about that for it, a mean of about 20 ms a rank. Plain DDP is
+    no baseline on a loaded machine: in one CI run its own ranks were 66 ms apart, with waits of 20.5 ms a rank."""
+    late = tour[1]["late-rank"]["analysis"]["step_split"]
     assert late["culprit"]["rank"] == 1 and late["culprit"]["victims"] == [0], late["culprit"]
-    assert late["culprit"]["lateness_ns"] >= 20e6, late["culprit"]  # 40 ms injected a step
-    waits = {
-        split_name: {p["name"]: p["ns"] for p in split["parts"]}
-        for split_name, split in (("late", late), ("plain", plain))
-    }
-    assert waits["late"]["collective_wait"] > waits["plain"]["collective_wait"] + 10e6, waits
+    assert late["culprit"]["lateness_ns"] >= 20e6, late["culprit"]
+    waits = {part["name"]: part["ns"] for part in late["parts"]}
+    assert waits["collective_wait"] >= 14e6, waits
 
 
 def test_the_data_parallel_jobs_show_their_compute(tour: tuple[str, Any]) -> None:
@@ -150,7 +156,7 @@ def test_each_page_opens_with_its_lesson_in_its_own_figures(
         "imbalanced": [r"^Unequal stages\. Stage 1 computes \d+\.\d× stage 0's work"],
         "late-rank": [r"^Rank 1 is late to the collectives: each of its peers waits \d+\.\d ms a step for it"],
         "crash": [r"^The run failed: rank 1 failed first: RuntimeError"],
-        "hang": [r"^The run hung: step \d+ has run for \d+ s: the others wait for rank 1"],
+        "hang": [r"^The run hung: step \d+ has run for (\d+ min )?\d+ s: the others wait for rank 1"],
         "1024-ranks": [rf"^Rank {SYNTHETIC_SLOW_RANK} of 1024 is persistently slow: \d\.\d\d× "],
     }
     page = browser.new_page(viewport={"width": 1440, "height": 900})
