@@ -3,9 +3,10 @@
 The run's config names ``model`` (a planner preset or its fields) and ``cluster`` (a preset like
 ``a100-80gb-x64``, or {gpu, gpus, gpus_per_node}) beside its parallel layout (``tp``, ``pp``,
 ``dp``, ``microbatch_size``, ``schedule``, ``zero``, ``recompute``, ``global_batch``; ``flash_attention`` defaults
-to true, ``precision`` to bf16, as the planner's). When the
+to true, ``precision`` to bf16, ``grad_reduce`` to fp32, ``compile`` to true, as the planner's). When the
 planner puts memory per GPU above 90% of what is usable (or over it), each of ZeRO one stage higher,
-selective and full recompute, and twice the pipeline stages is evaluated; those that fit and need less are offered
+each recompute mode that keeps less than the run's (selective, torchtitan's per-op, full), and twice the pipeline
+stages is evaluated; those that fit and need less are offered
 with the measured step scaled by the planner's ratio new/current (its absolute error cancels).
 """
 
@@ -29,7 +30,14 @@ from bubblescope.analysis.planner import (
     search,
     step_time,
 )
-from bubblescope.analysis.planner.specs import PRECISIONS, boolean, one_of
+from bubblescope.analysis.planner.specs import (
+    GRAD_REDUCES,
+    PRECISIONS,
+    RECOMPUTE,
+    boolean,
+    fp8_all_gather_problem,
+    one_of,
+)
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, lookup
 from bubblescope.analysis.suggestions import RunEvidence, Suggestion, build_suggestion
 
@@ -68,13 +76,19 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
             mbs=int(config.get("microbatch_size", 1)),
             schedule=schedule,
             zero=int(config.get("zero", 0)),
-            recompute=str(config.get("recompute", "none")),
+            recompute=one_of(config.get("recompute", "none"), RECOMPUTE, "recompute"),
             sequence_parallel=boolean(
                 config.get("sequence_parallel", tp > 1), "sequence_parallel"
             ),  # `plan`'s defaults
             flash_attention=boolean(config.get("flash_attention", True), "flash_attention"),
             precision=one_of(config.get("precision", "bf16"), PRECISIONS, "precision"),
+            grad_reduce=one_of(config.get("grad_reduce", "fp32"), GRAD_REDUCES, "grad_reduce"),
+            compile=boolean(config.get("compile", True), "compile"),
         )
+        # torchtitan's flag does nothing without Float8 linears and weights to gather: kept only where it acts
+        wanted = boolean(config.get("fp8_all_gather", False), "fp8_all_gather")
+        acts = fp8_all_gather_problem(parallel.precision, parallel.zero) is None
+        parallel = replace(parallel, fp8_all_gather=wanted and acts)
         return DeclaredPlan(model, cluster, parallel, int(config["global_batch"]))
     except (KeyError, TypeError, ValueError, PlanInputError):  # ScheduleError is a ValueError
         return None
@@ -145,8 +159,11 @@ def memory_suggestions(
                 megatron,
             )
         )
-    if not out:  # no single change fits: the planner's fastest layout that does
-        for plan in search(model, cluster, batch, top=1):
+    if not out:  # no single change fits: the planner's fastest layout that does, with the run's own numerics and code
+        kept = ("precision", "fp8_all_gather", "flash_attention", "compile", "grad_reduce")
+        runs_own = current.config.as_dict()
+        fixed = {field: runs_own[field] for field in kept}
+        for plan in search(model, cluster, batch, top=1, fixed=fixed):
             if plan.step is not None and plan.memory is not None:
                 out.append(
                     build_suggestion(
@@ -168,8 +185,9 @@ def memory_suggestions(
                             f"--pipeline-model-parallel-size {plan.config.pp}",
                             f"--micro-batch-size {plan.config.mbs}",
                             f"--recompute-granularity {plan.config.recompute}"
-                            if plan.config.recompute != "none"
+                            if plan.config.recompute in ("selective", "full")
                             else "",
+                            "--fp8-param-gather" if plan.config.fp8_all_gather else "",
                         ],
                     )
                 )
@@ -188,16 +206,19 @@ def _candidates(config: ParallelConfig) -> list[tuple[str, ParallelConfig, dict[
                 ["--use-distributed-optimizer"] if zero == 1 else [f"(ZeRO-{zero}: use FSDP2 fully_shard)"],
             )
         )
-    for mode in ("selective", "full"):
-        if config.recompute != mode and not (mode == "selective" and config.recompute == "full"):
-            out.append(
-                (
-                    f"Recompute activations ({mode})",
-                    replace(config, recompute=mode),
-                    {"activation_checkpoint.mode": mode},
-                    [f"--recompute-granularity {mode}"],
-                )
+    for mode in RECOMPUTE[RECOMPUTE.index(config.recompute) + 1 :]:  # each keeps less than the one before
+        torchtitan: dict[str, Any] = {"activation_checkpoint.mode": "selective" if mode == "op" else mode}
+        if mode == "op":
+            torchtitan["activation_checkpoint.selective_ac_option"] = "op"
+        megatron = ["(per-op checkpointing is torchtitan's; Megatron-LM has no flag for it)"] if mode == "op" else []
+        out.append(
+            (
+                f"Recompute activations ({mode})",
+                replace(config, recompute=mode),
+                torchtitan,
+                megatron or [f"--recompute-granularity {mode}"],
             )
+        )
     if config.dp % 2 == 0:
         out.append(
             (

@@ -161,6 +161,19 @@ class Schedule:
     def build_orders(self, ranks: int, microbatches: int, stages_per_rank: int = 1) -> dict[int, list[Action]]:
         """Every rank's actions in the order it runs them; ``ScheduleError`` for a shape torch refuses
         (``stages_per_rank`` is ignored by ``single`` schedules)."""
+        v = self._orderable(ranks, microbatches, stages_per_rank)
+        return {rank: self.orders(rank, ranks, microbatches, v) for rank in range(ranks)}
+
+    def rank_order(self, rank: int, ranks: int, microbatches: int, stages_per_rank: int = 1) -> list[Action]:
+        """One rank's actions in the order it runs them (``build_orders``'s, for that rank alone)."""
+        v = self._orderable(ranks, microbatches, stages_per_rank)
+        if not 0 <= rank < ranks:
+            raise ScheduleError("rank", f"must be in 0..{ranks - 1}, got {rank}")
+        return self.orders(rank, ranks, microbatches, v)
+
+    def _orderable(self, ranks: int, microbatches: int, stages_per_rank: int) -> int:
+        """The stages per rank the orders use; ``ScheduleError`` for a shape torch refuses or one past the size
+        a replay takes."""
         v = 1 if self.placement == "single" else stages_per_rank
         problem = self.shape_problem(ranks, microbatches, v)
         if problem is not None:
@@ -172,7 +185,7 @@ class Schedule:
                 f"{microbatches} micro-batches on {ranks * v} stages make {actions:,} actions, above the "
                 f"{MAX_ACTIONS:,} a replay takes",
             )
-        return {rank: self.orders(rank, ranks, microbatches, v) for rank in range(ranks)}
+        return v
 
 
 def _naive(p: int, m: int, v: int) -> BubbleFloor:

@@ -6,7 +6,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bubblescope.analysis.planner.memory import GIB, MemoryBreakdown, memory_per_gpu
-from bubblescope.analysis.planner.specs import RECOMPUTE, ClusterSpec, ModelSpec, ParallelConfig
+from bubblescope.analysis.planner.specs import (
+    GRAD_REDUCES,
+    RECOMPUTE,
+    ClusterSpec,
+    ModelSpec,
+    ParallelConfig,
+    fp8_all_gather_problem,
+)
 from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficiencies, StepTime, step_time
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, INTERLEAVED_1F1B
 
@@ -107,20 +114,25 @@ def structural_problems(
         return problems
     if cfg.recompute not in RECOMPUTE:
         problems.append(("recompute", f"must be one of {', '.join(RECOMPUTE)}, got {cfg.recompute!r}"))
+    if cfg.grad_reduce not in GRAD_REDUCES:
+        problems.append(("grad_reduce", f"must be one of {', '.join(GRAD_REDUCES)}, got {cfg.grad_reduce!r}"))
     if cfg.zero not in (0, 1, 2, 3):
         problems.append(("zero", f"must be 0, 1, 2 or 3, got {cfg.zero}"))
-    elif cfg.zero >= 2 and cfg.pp > 1:
+    elif cfg.zero == 2 and cfg.pp > 1:
         problems.append(
             (
                 "zero",
-                "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "
-                "micro-batches; use zero ≤ 1 with pp > 1",
+                "ZeRO-2 shards gradients that pipeline parallelism accumulates over micro-batches; use zero ≤ 1, "
+                "or 3 (FSDP as torchtitan runs it with a pipeline: weights and gradients whole during the step)",
             )
         )
     if cfg.sequence_parallel and cfg.tp == 1:
         problems.append(("sequence_parallel", "sequence parallelism needs tp > 1"))
     if cfg.precision == "fp8" and not cluster.gpu.fp8_tflops:
         problems.append(("precision", f"{cluster.gpu.name} has no FP8 tensor cores; use bf16"))
+    fp8_gathers = fp8_all_gather_problem(cfg.precision, cfg.zero) if cfg.fp8_all_gather else None
+    if fp8_gathers:
+        problems.append(("fp8_all_gather", fp8_gathers))
     layout = layout_problem(cfg, model.layers)
     if layout:
         problems.append(layout)

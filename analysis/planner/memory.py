@@ -1,8 +1,11 @@
 """Memory per GPU by part (docs/planner.md), on the worst pipeline stage.
 
-Model state: mixed-precision Adam keeps 16 bytes per parameter, 2 weights + 2 gradients + 12
-optimizer (fp32 master weights, momentum, variance); ZeRO-1/2/3 shard the 12, 14 or 16 of them over
-the data-parallel group. Weights of GEMMs are split over tensor parallelism; norms and biases of
+Model state: mixed-precision Adam keeps 2 bytes of weights, the gradients in ``grad_reduce``'s type (4 in fp32, the
+default: Megatron-LM's main_grad buffer, FSDP2's gradients under a ``reduce_dtype`` of fp32; 2 in bf16 or fp16;
+ZeRO-3's sharded gradients are FSDP2's, in its fp32 parameters' type whatever it reduces in) and
+12 of optimizer state (fp32 master weights, momentum, variance): 18 bytes per parameter, 16 with 2-byte gradients
+(the ZeRO paper's figure); ZeRO-1/2/3 shard the optimizer, then the gradients, then the weights over the
+data-parallel group. Weights of GEMMs are split over tensor parallelism; norms and biases of
 width h are replicated (as Megatron does). The word embedding lives on the first stage and the output
 layer on the last (Megatron keeps a copy of a tied embedding there when p > 1).
 
@@ -17,6 +20,11 @@ The 34 = 10 replicated + 24 split generalises to other FFN widths and grouped-qu
 where k is the K/V width and f the FFN width; of these, 10h (norm inputs, the two block inputs, the
 two dropout masks) are replicated across t unless sequence parallelism splits them.
 
+The loss's buffers, on the last stage: the cross-entropy runs on fp32 logits, and at the start of the backward torch's
+holds the saved log-probabilities, the loss's gradient and log-softmax's input gradient, 3 × 4 bytes per logit
+(b·s/cp tokens × V/t logits; torchtitan computes ``cross_entropy(pred.float(), labels)``; Megatron-LM's in-place
+vocab-parallel cross-entropy holds less). At 32k tokens and Llama 3's 128,256 words that is 47 GiB.
+
 Activations in flight on the first stage, in micro-batch·layers: 1F1B p·L/p, GPipe m·L/p,
 interleaved 1F1B (p·v + p − 1) chunks of L/(p·v) layers. Full recompute also rebuilds one layer's
 whole activations during its backward: one layer's no-recompute activations are added.
@@ -24,15 +32,17 @@ whole activations during its backward: one layer's no-recompute activations are 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
-from bubblescope.analysis.planner.specs import ClusterSpec, ModelSpec, ParallelConfig
+from bubblescope.analysis.planner.specs import GRAD_REDUCE_BYTES, ClusterSpec, ModelSpec, ParallelConfig
 from bubblescope.analysis.schedule_orders import BACKWARD, BACKWARD_INPUT, FORWARD, Action
-from bubblescope.analysis.schedules import ScheduleError
+from bubblescope.analysis.schedules import Schedule, ScheduleError
 
 GIB = 1024**3
-BYTES_WEIGHTS, BYTES_GRADS, BYTES_OPTIMIZER = 2, 2, 12
+BYTES_WEIGHTS, BYTES_OPTIMIZER = 2, 12
+LOSS_BYTES_PER_LOGIT = 12
 #: Kept free of model state and activations: CUDA context, NCCL buffers, allocator fragmentation and
 #: temporary buffers (logits, communication staging). 10 % of the GPU, at least 4 GiB.
 RESERVE_FRACTION, RESERVE_MIN_GIB = 0.10, 4.0
@@ -48,10 +58,11 @@ class MemoryBreakdown:
     activations: float
     params_on_gpu: float
     available: float
+    loss: float = 0.0  # the loss's buffers, on the last stage
 
     @property
     def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations
+        return self.weights + self.gradients + self.optimizer + self.activations + self.loss
 
     @property
     def fits(self) -> bool:
@@ -63,6 +74,7 @@ class MemoryBreakdown:
             "gradients": self.gradients / GIB,
             "optimizer": self.optimizer / GIB,
             "activations": self.activations / GIB,
+            "loss": self.loss / GIB,
             "total": self.total / GIB,
         }
 
@@ -111,10 +123,13 @@ def activation_bytes_per_layer(
     sb = local * b
     if recompute == "full":
         return 2 * sb * h / (tp if sequence_parallel else 1)
-    mlp_width: float = (6 if model.gated_mlp else 4) * model.ffn_hidden
+    copies = model.top_k * capacity_factor + model.shared_experts if model.moe else 1.0
+    ffn = model.moe_ffn_hidden if model.moe else model.ffn_hidden
+    if recompute == "op":
+        return op_checkpoint_bytes(model, sb, tp, sequence_parallel, copies * ffn)
+    mlp_width: float = (6 if model.gated_mlp else 4) * ffn
     if model.moe:  # each token's copies in its routed experts (and the shared ones), and their dispatched inputs
-        copies = model.top_k * capacity_factor + model.shared_experts
-        mlp_width = copies * ((6 if model.gated_mlp else 4) * model.moe_ffn_hidden + 2 * h)
+        mlp_width = copies * (mlp_width + 2 * h)
     linear_total = sb * (4 * h + 7 * h + 4 * model.kv_dim + 3 * h + mlp_width)
     replicated = 10 * sb * h
     if sequence_parallel:
@@ -123,6 +138,21 @@ def activation_bytes_per_layer(
         linear = replicated + (linear_total - replicated) / tp
     scores = 0.0 if recompute == "selective" or flash_attention else 5 * a * local * s * b / tp
     return linear + scores
+
+
+def op_checkpoint_bytes(model: ModelSpec, tokens: float, tp: int, sequence_parallel: bool, ffn: float) -> float:
+    """What torchtitan's per-op selective checkpointing keeps of a layer, in bf16: its input, the attention's output
+    and the outputs of every second matmul (Llama's wq, wk, wv, wo, w1, w3, w2 keep wq, wv, w1 and w2; a plain MLP's
+    w1, w2 keep w1), and, with sequence parallelism, the reduce-scatters' outputs (its save list holds them).
+    Column-parallel outputs and the attention's are split over tensor parallelism; w2's is a row-parallel GEMM's
+    partial sums, whole on every rank; the layer's input is split only with sequence parallelism. A mixture of
+    experts' is approximate (its router's matmul shifts which are kept)."""
+    h = model.hidden
+    split = h + model.kv_dim + ffn + h  # wq, wv, w1 and the attention's output
+    block_input = h / (tp if sequence_parallel else 1)
+    w2_output = h if model.gated_mlp else 0.0  # row-parallel: each rank's partial sums, whole
+    reduce_scattered = 2 * h / tp if sequence_parallel and tp > 1 else 0.0  # wo's and w2's, kept as collectives
+    return 2.0 * tokens * (split / tp + block_input + w2_output + reduce_scattered)
 
 
 def in_flight_microbatch_layers(cfg: ParallelConfig, microbatches: int, layers: int) -> float:
@@ -144,7 +174,19 @@ def memory_per_gpu(
     in_flight = in_flight_microbatch_layers(cfg, microbatches, layers)
     experts = layers * layer_params_on_gpu(model, cfg.tp, cfg.ep)[1]
     params = stage_params(model, cfg.tp, cfg.pp, ep=cfg.ep)
-    return _breakdown(model, cluster, cfg, params, in_flight, experts)
+    first = _breakdown(model, cluster, cfg, params, in_flight, experts, last_stage=cfg.pp == 1)
+    if cfg.pp == 1:
+        return first
+    last_rank = _last_rank(cfg)  # it holds the output layer and the loss's buffers
+    chunks = _chunks_held(cfg, microbatches, last_rank)
+    last = _rank_memory(model, cluster, cfg, last_rank, cfg.stage_layers(model.layers)[last_rank], chunks)
+    return max(first, last, key=lambda part: part.total)
+
+
+def _last_rank(cfg: ParallelConfig) -> int:
+    """The pipeline rank running the last stage: p − 1, or rank 0 for a V-shaped schedule."""
+    stages = cfg.pp * (1 if cfg.schedule.placement == "single" else cfg.vpp)
+    return cfg.schedule.stage_rank(cfg.pp, stages - 1)
 
 
 def memory_per_pipeline_rank(
@@ -157,27 +199,46 @@ def memory_per_pipeline_rank(
     cfg = config.with_dp(cluster.gpus)
     if cfg.pp == 1:
         return [memory_per_gpu(model, cluster, cfg, microbatches)]
+    return [
+        _rank_memory(model, cluster, cfg, rank, layers, _chunks_held(cfg, microbatches, rank))
+        for rank, layers in enumerate(cfg.stage_layers(model.layers))
+    ]
+
+
+def _rank_memory(
+    model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, rank: int, layers: int, chunks: int
+) -> MemoryBreakdown:
+    """One pipeline rank's memory: its ``layers``, the embedding on the first, the output layer and the loss's
+    buffers on the last, ``chunks`` activation chunks held at once."""
     h = model.hidden
     per_layer, experts_per_layer = layer_params_on_gpu(model, cfg.tp, cfg.ep)
     embedding = model.vocab * h / cfg.tp + (model.embedding_params - model.vocab * h)
     output = model.vocab * h / cfg.tp + 2 * h  # the output layer (a tied embedding's copy) and the final norm
-    chunks = _chunks_held(cfg, microbatches)
-    out = []
-    for rank, layers in enumerate(cfg.stage_layers(model.layers)):
-        params = layers * per_layer + (embedding if rank == 0 else 0.0) + (output if rank == cfg.pp - 1 else 0.0)
-        in_flight = chunks[rank] * layers / cfg.vpp
-        out.append(_breakdown(model, cluster, cfg, params, in_flight, layers * experts_per_layer))
-    return out
+    last = rank == _last_rank(cfg)
+    params = layers * per_layer + (embedding if rank == 0 else 0.0) + (output if last else 0.0)
+    in_flight = chunks * layers / cfg.vpp
+    return _breakdown(model, cluster, cfg, params, in_flight, layers * experts_per_layer, last_stage=last)
 
 
-def _chunks_held(cfg: ParallelConfig, microbatches: int) -> list[int]:
-    """Each pipeline rank's activation chunks held at once, from its action order; past the orders' size limit (a
-    very large global batch) every rank is taken to hold what the worst does (the schedule's closed form)."""
-    try:
-        orders = cfg.schedule.build_orders(cfg.pp, microbatches, cfg.vpp)
-        return [_peak_chunks(orders[rank]) for rank in range(cfg.pp)]
-    except ScheduleError:
-        return [cfg.schedule.in_flight(cfg.pp, microbatches, cfg.vpp)] * cfg.pp
+def _chunks_held(cfg: ParallelConfig, microbatches: int, rank: int) -> int:
+    return _chunks_held_by_schedule(cfg.schedule, cfg.pp, microbatches, cfg.vpp, rank)
+
+
+@functools.lru_cache(maxsize=4096)
+def _chunks_held_by_schedule(schedule: Schedule, pp: int, microbatches: int, vpp: int, rank: int) -> int:
+    """A pipeline rank's activation chunks held at once, from its action order. Past the orders' size limit (a very
+    large global batch) the order of fewer micro-batches stands in where the worst rank's closed form has stopped
+    growing by then (1F1B and the interleaved schedules hold at most p·v-ish chunks); otherwise every rank is taken
+    to hold what the worst does. Cached: the search asks for the same few shapes across thousands of layouts."""
+    worst = schedule.in_flight(pp, microbatches, vpp)
+    for fewer in (microbatches, 4 * pp * vpp, 2 * pp * vpp):
+        if fewer > microbatches or (fewer < microbatches and schedule.in_flight(pp, fewer, vpp) != worst):
+            continue
+        try:
+            return _peak_chunks(schedule.rank_order(rank, pp, fewer, vpp))
+        except ScheduleError:
+            continue
+    return worst
 
 
 def _peak_chunks(actions: list[Action]) -> int:
@@ -199,11 +260,19 @@ def _breakdown(
     params: float,
     in_flight: float,
     expert_params: float = 0.0,
+    *,
+    last_stage: bool,
 ) -> MemoryBreakdown:
-    """``expert_params`` of ``params`` are routed experts', whose replicas (and ZeRO shards) are dp·cp/ep."""
+    """``expert_params`` of ``params`` are routed experts', whose replicas (and ZeRO shards) are dp·cp/ep. ZeRO-3 with
+    a pipeline keeps the weights gathered and the gradients whole through the step (FSDP under torchtitan's pipeline
+    schedules: no reshard after forward, one reduction at the last micro-batch), so it holds what ZeRO-1 holds."""
+    zero = 1 if cfg.zero == 3 and cfg.pp > 1 else cfg.zero
+    # FSDP2 (ZeRO-3) keeps the sharded gradients in the sharded fp32 parameters' type, whatever it reduces in
+    gradient_bytes = 4 if zero == 3 else GRAD_REDUCE_BYTES[cfg.grad_reduce]
+    sizes = (BYTES_WEIGHTS, gradient_bytes, BYTES_OPTIMIZER)
     weights, gradients, optimizer = (
-        _state(params - expert_params, cfg.replicas, cfg.zero, part)
-        + _state(expert_params, cfg.replicas // cfg.ep, cfg.zero, part)
+        _state(params - expert_params, cfg.replicas, zero, part, sizes[part])
+        + _state(expert_params, cfg.replicas // cfg.ep, zero, part, sizes[part])
         for part in range(3)
     )
     per_layer = activation_bytes_per_layer(
@@ -223,12 +292,17 @@ def _breakdown(
         activations=activations,
         params_on_gpu=params,
         available=capacity - reserve,
+        loss=loss_bytes(model, cfg) if last_stage else 0.0,
     )
 
 
-def _state(params: float, replicas: int, zero: int, part: int) -> float:
-    """Bytes of weights (``part`` 0), gradients (1) or optimizer state (2) for ``params`` held by ``replicas``
-    ranks: ZeRO-1/2/3 shard the optimizer, then the gradients, then the weights over them."""
+def loss_bytes(model: ModelSpec, cfg: ParallelConfig) -> float:
+    """The loss's buffers at the start of the backward, for one micro-batch (module docstring)."""
+    return LOSS_BYTES_PER_LOGIT * cfg.mbs * model.seq / cfg.cp * model.vocab / cfg.tp
+
+
+def _state(params: float, replicas: int, zero: int, part: int, size: int) -> float:
+    """Bytes of weights (``part`` 0), gradients (1) or optimizer state (2), ``size`` bytes a parameter, for
+    ``params`` held by ``replicas`` ranks: ZeRO-1/2/3 shard the optimizer, then the gradients, then the weights."""
     sharded = {0: (), 1: (2,), 2: (1, 2), 3: (0, 1, 2)}[zero]
-    size = (BYTES_WEIGHTS, BYTES_GRADS, BYTES_OPTIMIZER)[part]
     return params * size / (max(1, replicas) if part in sharded else 1)

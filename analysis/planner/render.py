@@ -14,6 +14,9 @@ def config_label(plan: Plan) -> str:
     flags += "+flash" if c.flash_attention else ""
     flags += "+fp8" if c.precision == "fp8" else ""
     flags += "+tp-overlap" if c.tp_comm_overlap else ""
+    flags += "+eager" if not c.compile else ""
+    flags += "+fp8-all-gather" if c.fp8_all_gather else ""
+    flags += f"+grad-{c.grad_reduce}" if c.grad_reduce != "fp32" else ""
     stages = f" layers={'/'.join(map(str, c.layers_per_stage))}" if c.layers_per_stage else ""
     context = f" cp={c.cp}({c.cp_comm})" if c.cp > 1 else ""
     context += f" ep={c.ep}" if c.ep > 1 else ""
@@ -50,7 +53,9 @@ def render_outcome(outcome: PlanOutcome) -> str:
     verdict = "fits" if plan.fits else "does NOT fit"
     lines.append(
         f"memory per GPU {memory['total']:.1f} GiB ({verdict} in {plan.memory.available / GIB:.1f} GiB): "
-        + ", ".join(f"{part} {memory[part]:.1f}" for part in ("weights", "gradients", "optimizer", "activations"))
+        + ", ".join(
+            f"{part} {memory[part]:.1f}" for part in ("weights", "gradients", "optimizer", "activations", "loss")
+        )
     )
     step = plan.step
     parts = {

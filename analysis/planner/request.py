@@ -17,6 +17,7 @@ from bubblescope.analysis.planner.evaluate import Plan, evaluate, structural_pro
 from bubblescope.analysis.planner.search import search
 from bubblescope.analysis.planner.specs import (
     CP_COMMS,
+    GRAD_REDUCES,
     PRECISIONS,
     RECOMPUTE,
     ClusterSpec,
@@ -25,6 +26,7 @@ from bubblescope.analysis.planner.specs import (
     PlanInputError,
     boolean,
     cluster_preset,
+    fp8_all_gather_problem,
     make_cluster,
     model_from,
     one_of,
@@ -43,15 +45,23 @@ CONFIG_ALIASES = {
     "sp": "sequence_parallel",
     "flash": "flash_attention",
     "tp_overlap": "tp_comm_overlap",
+    "enable_fsdp_float8_all_gather": "fp8_all_gather",
+    "fp8_param_gather": "fp8_all_gather",
 }
 _INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs", "cp", "ep", "first_stage_layers", "last_stage_layers")
 MAX_STAGES = 4096
-CHOICES = {"recompute": RECOMPUTE, "cp_comm": CP_COMMS, "precision": PRECISIONS}  # fields of a few words
+CHOICES = {  # fields of a few words
+    "recompute": RECOMPUTE,
+    "cp_comm": CP_COMMS,
+    "precision": PRECISIONS,
+    "grad_reduce": GRAD_REDUCES,
+}
 #: What a configuration assumes where the request is silent, said in the answer (``assumed``).
 DEFAULTS_SAID = {
     "flash_attention": "flash_attention: true (fused attention that stores no s×s scores, as every 2026 run uses)",
     "precision": "precision: bf16 (fp8 runs the linear GEMMs at the FP8 peak)",
     "sequence_parallel": "sequence_parallel: on when tp > 1",
+    "grad_reduce": "grad_reduce: fp32 (gradients reduced in fp32, as Megatron-LM and torchtitan do by default)",
 }
 MAX_TOP = 1000
 
@@ -78,7 +88,7 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
                 fields[name] = lookup(value, at)
             except ScheduleError as error:
                 raise PlanInputError(at, error.message) from None
-        elif name in ("sequence_parallel", "flash_attention", "tp_comm_overlap"):
+        elif name in ("sequence_parallel", "flash_attention", "tp_comm_overlap", "compile", "fp8_all_gather"):
             fields[name] = boolean(value, at)
         elif name == "capacity_factor":
             fields[name] = positive_float(value, at)
@@ -93,7 +103,7 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
                 at,
                 "unknown field; expected tp, pp, dp, vpp, mbs, schedule, zero, recompute, sequence_parallel, "
                 "flash_attention, precision, layers_per_stage, first_stage_layers, last_stage_layers, tp_comm_overlap, cp, "
-                "cp_comm, ep or capacity_factor",
+                "cp_comm, ep, capacity_factor, grad_reduce, compile or fp8_all_gather",
             )
     if ("first_stage_layers" in fields or "last_stage_layers" in fields) and "layers_per_stage" in fields:
         raise PlanInputError(f"{where}.layers_per_stage", "give layers_per_stage or first/last_stage_layers, not both")
@@ -228,6 +238,11 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
     fixed = stage_layout(config_fields(document.get("fixed") or {}, "fixed"), model.layers, "fixed")
     if "layers_per_stage" in fixed and "pp" not in fixed:
         raise PlanInputError("fixed.pp", "give pp with layers_per_stage (or first/last_stage_layers)")
+    fp8_gathers = (
+        fp8_all_gather_problem(fixed.get("precision"), fixed.get("zero")) if fixed.get("fp8_all_gather") else None
+    )
+    if fp8_gathers:
+        raise PlanInputError("fixed.fp8_all_gather", fp8_gathers)
     return PlanOutcome(model, cluster, batch, True, search(model, cluster, batch, top, fixed), _assumed(fixed))
 
 

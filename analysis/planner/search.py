@@ -5,8 +5,8 @@ sequences of 16k tokens or more every power of two keeping t·c inside a node; p
 the layers (uneven stages allowed); d the rest; for a mixture of experts, e (expert parallel) every power of two
 (any divisor of d·c that divides the experts); micro-batch sizes powers of two
 dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that splits the
-stage's layers evenly, up to 8); ZeRO 0–3 (0–1 with pipelining); recompute none, selective, full;
-sequence parallelism whenever t > 1 (same communication volume, less memory); flash attention on and bf16
+stage's layers evenly, up to 8); ZeRO 0–3 (0, 1 and 3 with pipelining); recompute none, selective, op (torchtitan's
+per-op), full; sequence parallelism whenever t > 1 (same communication volume, less memory); flash attention on and bf16
 unless fixed otherwise. Any field given in ``fixed`` is held at that value (``layers_per_stage`` with its ``pp``,
 and one stage a rank).
 """
@@ -70,7 +70,7 @@ def candidates(
                 for b in choose("mbs", [b for b in _powers_of_two(per_replica) if per_replica % b == 0])
             ):
                 for schedule, vpp in _schedules(model, pp, fix):
-                    zeros = [0, 1] if pp > 1 else [0, 1, 2, 3]
+                    zeros = [0, 1, 3] if pp > 1 else [0, 1, 2, 3]
                     for zero in choose("zero", zeros if dp > 1 else [0]):
                         for recompute in choose("recompute", list(RECOMPUTE)):
                             yield ParallelConfig(
@@ -91,6 +91,9 @@ def candidates(
                                 str(fix.get("cp_comm", "p2p")),
                                 ep,
                                 float(fix.get("capacity_factor", 1.0)),
+                                str(fix.get("grad_reduce", "fp32")),
+                                bool(fix.get("compile", True)),
+                                bool(fix.get("fp8_all_gather", False)),
                             )
 
 

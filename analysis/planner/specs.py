@@ -17,9 +17,16 @@ from typing import Any
 from bubblescope.analysis.errors import InputError
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, Schedule
 
-RECOMPUTE = ("none", "selective", "full")
+#: Activation recomputation: ``selective`` is Megatron-LM's (the attention core: nothing more under fused attention),
+#: ``op`` torchtitan's per-op selective checkpointing (``selective_ac_option = "op"``: every second matmul's output
+#: and the other element-wise ops recomputed), ``full`` each layer from its input.
+RECOMPUTE = ("none", "selective", "op", "full")
 PRECISIONS = ("bf16", "fp8")
 CP_COMMS = ("p2p", "allgather")
+#: The data type gradients are reduced in, and its bytes: fp32 is what Megatron-LM (bf16 training, unless
+#: --grad-reduce-in-bf16) and torchtitan (``mixed_precision_reduce``) do by default; fp16 training reduced in fp16.
+GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+GRAD_REDUCES = tuple(GRAD_REDUCE_BYTES)
 
 
 class PlanInputError(InputError):
@@ -215,6 +222,14 @@ class ParallelConfig:
     ``ep``: expert parallelism, a mixture of experts' routed experts split over ``ep`` of the dp·cp ranks that
     hold the same dense weights (their expert weights replicated over the other dp·cp/ep); ``capacity_factor``:
     the routed tokens an expert is sized for, over an even share (1.0: balanced and dropless).
+    ``grad_reduce``: the type gradients are reduced (and reduce-scattered) in over data parallelism
+    (``GRAD_REDUCE_BYTES``).
+    ``compile``: the element-wise kernels (norms, activations, residual adds, rotary embeddings) fused, by
+    ``torch.compile`` or by hand as Megatron-LM's and Transformer Engine's are; off, eager PyTorch runs each as its
+    own kernel and moves ``Efficiencies.eager_traffic`` times the bytes.
+    ``fp8_all_gather``: with ``precision="fp8"``, the layers' linear weights are gathered over data parallelism in
+    FP8, one byte a weight (torchtitan's ``enable_fsdp_float8_all_gather``, Megatron-LM's ``--fp8-param-gather``); the
+    embedding, the output layer and the norms still travel in bf16. It needs weights to gather (zero ≥ 1).
     """
 
     tp: int = 1
@@ -234,6 +249,9 @@ class ParallelConfig:
     cp_comm: str = "p2p"
     ep: int = 1
     capacity_factor: float = 1.0
+    grad_reduce: str = "fp32"
+    compile: bool = True
+    fp8_all_gather: bool = False
 
     def with_dp(self, gpus: int) -> ParallelConfig:
         return self if self.dp else replace(self, dp=gpus // (self.tp * self.cp * self.pp))
@@ -268,6 +286,9 @@ class ParallelConfig:
             "cp_comm": self.cp_comm,
             "ep": self.ep,
             "capacity_factor": self.capacity_factor,
+            "grad_reduce": self.grad_reduce,
+            "compile": self.compile,
+            "fp8_all_gather": self.fp8_all_gather,
         }
 
 
@@ -313,6 +334,8 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         _llama("llama-2-70b", 80, 8192, 64, 8, 28672, 4096, 32000),
         _llama("llama-3-8b", 32, 4096, 32, 8, 14336, 8192, 128256),
         _llama("llama-3-70b", 80, 8192, 64, 8, 28672, 8192, 128256),
+        # Llama 3.1 405B (Llama 3 herd paper, Table 3; torchtitan's llama3 "405B" flavor)
+        _llama("llama-3.1-405b", 126, 16384, 128, 8, 53248, 8192, 128256),
         # Mixtral of Experts (Jiang et al. 2024, arXiv:2401.04088, Table 1): 8 experts, 2 per token
         replace(_llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 4096, 32000), experts=8, top_k=2),
     )
@@ -460,6 +483,16 @@ def positive_float(value: Any, where: str, most: float = math.inf) -> float:
     if value > most:
         raise PlanInputError(where, f"at most {most:g}, got {value!r}")
     return float(value)
+
+
+def fp8_all_gather_problem(precision: str | None, zero: int | None) -> str | None:
+    """Why the FP8 weight gathers (``ParallelConfig.fp8_all_gather``) cannot act, or None: they gather the FP8 linears'
+    weights, so they need FP8, and weights that ZeRO shards (``zero`` None: not known yet, as in a search)."""
+    if precision != "fp8":
+        return "gathers the FP8 linears' weights: needs precision fp8 (precision=fp8)"
+    if zero == 0:
+        return "without ZeRO no weights are gathered: needs zero ≥ 1"
+    return None
 
 
 def one_of(value: Any, choices: tuple[str, ...], where: str) -> str:

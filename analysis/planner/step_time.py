@@ -5,24 +5,31 @@ also runs the output layer and the loss):
 
 * **GEMMs** — every matrix product of a layer (QKV, projection, MLP; attention scores and
   attention·V per head) is timed on the roofline: max(FLOPs / (peak·gemm), bytes / (HBM·hbm)); with
-  ``precision="fp8"`` the four linear GEMMs (QKV, projection, the MLP's two) use the FP8 peak. The
+  ``precision="fp8"`` the four linear GEMMs (QKV, projection, the MLP's two) use the FP8 peak and pay for their
+  dynamic scaling's casts in HBM traffic (``fp8_cast_seconds``). The
   backward pass runs two GEMMs of the same shape per forward GEMM (input and weight gradients).
   Small heads (head dim 64–160) make the attention GEMMs memory-bound; that is where size matters.
+* **Fused (flash) attention** — the causal half of the two products' FLOPs at ``attention`` of the peak,
+  backward 2.5× forward (``attention_seconds``).
 * **Memory-bound kernels** (norms, softmax, dropout, GeLU, bias and residual adds) move about
   ``elementwise_traffic`` bytes of HBM per byte of the activations they leave behind (the
-  Korthikanti stored-activation count, which is what those kernels write), twice that backward.
+  Korthikanti stored-activation count, which is what those kernels write), twice that backward;
+  ``eager_traffic`` times that without fused kernels (``compile=False``).
 * **Tensor parallelism** — per layer, two all-reduces forward and two backward (with sequence
   parallelism, all-gather + reduce-scatter pairs of the same volume), ring cost
   2(t−1)/t·bytes / (bandwidth·efficiency) + latency, over NVLink inside a node, else the network.
   Exposed in full unless ``tp_comm_overlap``: then up to ``tp_overlap`` of the layer's linear GEMM time hides them.
 * **Recompute** — full: the whole forward again (with its all-reduces); selective: the attention
-  scores, softmax, dropout and attention·V again.
+  scores, softmax, dropout and attention·V again; op (torchtitan's per-op checkpointing): the matmuls it does not
+  keep (wk, wo, w3; ``op_recomputed_gemm_seconds``) with their FP8 casts, every element-wise op, and the TP
+  collectives whose outputs it does not keep (the all-gathers with sequence parallelism, else the all-reduces).
 * **Pipeline** — two blocking point-to-point transfers (activation in, gradient in) per model chunk,
   each 1/t of the activation (Megatron's scatter/gather), over the network when stages sit in
   different nodes.
 
 Step = m·T_stage / (1 − bubble) with the bubble from the schedule's closed form (for 1F1B:
-(m + p − 1)·T_stage), then the exposed part of the data-parallel gradient reduction, the tied
+(m + p − 1)·T_stage), then the exposed part of the data-parallel gradient reduction (in ``grad_reduce``'s type;
+ZeRO-3's gathers and reductions one layer ahead of each micro-batch's compute: ``zero3_exposed_seconds``), the tied
 embedding's gradient all-reduce between the first and last stage, and the optimizer step
 (memory-bound: ``optimizer_bytes_per_param`` of HBM traffic per local parameter).
 """
@@ -38,7 +45,7 @@ from bubblescope.analysis.planner.memory import (
     layers_on_stage,
     stage_params,
 )
-from bubblescope.analysis.planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelConfig
+from bubblescope.analysis.planner.specs import GRAD_REDUCE_BYTES, ClusterSpec, GpuSpec, ModelSpec, ParallelConfig
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,14 @@ class Efficiencies:
       (clocks, the OS, the network); a synchronous step waits for the slowest of n ranks, about σ·√(2 ln n)
       above the mean. Chosen among 0, 0.1, 0.2 and 0.4 % by the A100 rows' leave-one-out error (3.31, 3.21, 3.19
       and 4.04 % mean); how it grows with n is the model's, not a fit.
+
+    Chosen on the H100/H200 rows (the A100 rows never exercise them; ``calibration.GRID_EVERY_ROW``):
+    attention 0.5: fraction of the bf16 peak fused (flash) attention sustains over the FLOPs a causal mask leaves
+      (FlashAttention-2 reaches 50–73 % of an A100's forward peak, FlashAttention-3 75 % of an H100's); the
+      torchtitan rows' SDPA on 500 W H100s choose 0.2, Megatron-LM's H100 rows 0.5–0.6.
+    eager_traffic 3.0: how many times the element-wise bytes eager PyTorch moves against fused kernels (each
+      norm, activation and rotary embedding op its own kernel, the norms upcast to fp32); torchtitan's eager and
+      compiled rows choose 3.
     """
 
     gemm: float = 0.74
@@ -90,6 +105,8 @@ class Efficiencies:
     hop_latency_s: float = 5e-6
     bucket_bytes: float = 100e6
     rank_jitter: float = 0.002
+    attention: float = 0.5
+    eager_traffic: float = 3.0
 
 
 DEFAULT_EFFICIENCIES = Efficiencies()
@@ -135,13 +152,15 @@ class StepTime:
 
 @dataclass(frozen=True)
 class _Cost:
-    """One piece of work per micro-batch: compute, recompute and communication seconds."""
+    """One piece of work per micro-batch: compute (``forward`` of it in the forward pass), recompute and
+    communication seconds."""
 
     compute: float = 0.0
     recompute: float = 0.0
     comm: float = 0.0
     context: float = 0.0  # exposed context-parallel communication
     experts: float = 0.0  # expert parallelism's all-to-alls
+    forward: float = 0.0  # the forward pass's share of ``compute``
 
     def __add__(self, other: _Cost) -> _Cost:
         return _Cost(
@@ -150,6 +169,7 @@ class _Cost:
             self.comm + other.comm,
             self.context + other.context,
             self.experts + other.experts,
+            self.forward + other.forward,
         )
 
     def scale(self, factor: float) -> _Cost:
@@ -159,7 +179,13 @@ class _Cost:
             self.comm * factor,
             self.context * factor,
             self.experts * factor,
+            self.forward * factor,
         )
+
+    @property
+    def backward(self) -> float:
+        """The backward pass, with what it recomputes."""
+        return self.compute - self.forward + self.recompute
 
     @property
     def seconds(self) -> float:
@@ -203,18 +229,14 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     local = s / cfg.cp  # context parallelism: this GPU's queries; its attention reads every key
     tokens = cfg.mbs * local
     peak = linear_peak_tflops(gpu, cfg.precision)
-    dense = (
-        gemm_seconds(tokens, (h + 2 * model.kv_dim) / t, h, gpu, eff, peak_tflops=peak)
-        + gemm_seconds(tokens, h, h / t, gpu, eff, peak_tflops=peak)
-        + mlp_seconds(model, cfg, gpu, eff, tokens, peak)
-    )
+    gemms = [
+        gemm_seconds(rows, n, k, gpu, eff, peak_tflops=peak) for rows, k, n, _ in linear_shapes(model, cfg, tokens)
+    ]
+    dense = sum(gemms)
+    if model.moe:  # the router, in bf16
+        dense += gemm_seconds(tokens, model.experts, h, gpu, eff)
     heads = cfg.mbs * model.heads / t
-    if cfg.flash_attention:  # scores stay on chip: compute-bound, at the GEMM efficiency
-        attention = 4.0 * local * s * model.head_dim * heads / (gpu.peak_tflops * 1e12 * eff.gemm)
-    else:
-        attention = gemm_seconds(local, s, model.head_dim, gpu, eff, heads) + gemm_seconds(
-            local, model.head_dim, s, gpu, eff, heads
-        )
+    attention, attention_backward = attention_seconds(model, cfg, gpu, eff, local, heads)
     capacity = cfg.capacity_factor
     stored = activation_bytes_per_layer(
         model, cfg.mbs, t, cfg.sequence_parallel, "none", cfg.flash_attention, cfg.cp, capacity
@@ -223,40 +245,98 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
         model, cfg.mbs, t, cfg.sequence_parallel, "selective", cp=cfg.cp, capacity_factor=capacity
     )
     hbm = gpu.hbm_gbps * 1e9 * eff.hbm
-    elementwise = eff.elementwise_traffic * stored / hbm
-    score_elementwise = eff.elementwise_traffic * stored_scores / hbm
+    traffic = eff.elementwise_traffic * (1.0 if cfg.compile else eff.eager_traffic)
+    elementwise = traffic * stored / hbm
+    score_elementwise = traffic * stored_scores / hbm
     bandwidth, link_eff = _tp_bandwidth(cluster, t, eff)
     # two all-reduces (or all-gather + reduce-scatter pairs: the same ring volume) per pass
     tp_pass = 2 * ring_seconds(2.0 * tokens * h, t, bandwidth, link_eff, eff, passes=2)
-    forward = dense + attention + elementwise
-    backward = 2 * (dense + attention) + 2 * elementwise
-    passes = 3 if cfg.recompute == "full" else 2  # the recomputed forward repeats its all-reduces
+    cast_forward, cast_backward = fp8_cast_seconds(model, cfg, hbm, tokens)
+    forward = dense + attention + elementwise + cast_forward
+    backward = 2 * dense + attention_backward + 2 * elementwise + cast_backward
+    rerun_gemms = {"full": dense, "op": op_recomputed_gemm_seconds(model, gemms)}.get(cfg.recompute, 0.0)
+    # the recomputed forward repeats its collectives: all of them (full; per-op without sequence parallelism, whose
+    # all-reduces' outputs are not kept), or the two all-gathers (per-op keeps the reduce-scatters' outputs)
+    rerun_passes = {"full": 1.0, "op": 0.5 if cfg.sequence_parallel else 1.0}.get(cfg.recompute, 0.0)
     # overlapped, a pass's TP collectives run under that pass's linear GEMMs (forward 1×, backward 2× the GEMM time)
-    hidden_under = eff.tp_overlap * (3 + (1 if cfg.recompute == "full" else 0)) * dense if cfg.tp_comm_overlap else 0
-    comm = max(0.0, passes * tp_pass - hidden_under)
-    context = cp_seconds(model, cluster, cfg, eff, attention)
+    hidden_under = eff.tp_overlap * (3 * dense + rerun_gemms) if cfg.tp_comm_overlap else 0
+    comm = max(0.0, (2 + rerun_passes) * tp_pass - hidden_under)
+    context = cp_seconds(model, cluster, cfg, eff, attention, attention_backward)
     experts = ep_seconds(model, cluster, cfg, eff)
     if cfg.recompute == "full":
-        return _Cost(forward + backward, forward, comm, context, experts)
+        return _Cost(forward + backward, forward, comm, context, experts, forward)
     if cfg.recompute == "selective":
-        return _Cost(forward + backward, attention + score_elementwise, comm, context, experts)
-    return _Cost(forward + backward, 0.0, comm, context, experts)
+        return _Cost(forward + backward, attention + score_elementwise, comm, context, experts, forward)
+    if cfg.recompute == "op":  # the rerun matmuls with their FP8 casts, every element-wise op, unfused attention
+        casts = cast_forward * rerun_gemms / dense if dense else 0.0
+        unfused = 0.0 if cfg.flash_attention else attention + score_elementwise
+        return _Cost(forward + backward, rerun_gemms + casts + elementwise + unfused, comm, context, experts, forward)
+    return _Cost(forward + backward, 0.0, comm, context, experts, forward)
 
 
-def mlp_seconds(
-    model: ModelSpec, cfg: ParallelConfig, gpu: GpuSpec, eff: Efficiencies, tokens: float, peak: float
-) -> float:
-    """The MLP's GEMMs forward. A mixture of experts: each token's ``top_k`` routed copies (times the capacity
-    factor) and its pass through the shared experts, as one GEMM of that many rows (the experts' grouped GEMM on
-    the roofline), plus the router."""
+def op_recomputed_gemm_seconds(model: ModelSpec, gemms: list[float]) -> float:
+    """The matmuls torchtitan's per-op checkpointing runs again in the backward (``memory.op_checkpoint_bytes`` keeps
+    the others'), from ``linear_shapes``' four GEMM times: wk's share of the QKV GEMM, the projection wo, and w3 (half
+    the gated MLP's first GEMM) or a plain MLP's w2."""
+    qkv, projection, up, down = gemms
+    h, k = model.hidden, model.kv_dim
+    return qkv * k / (h + 2 * k) + projection + (up / 2 if model.gated_mlp else down)
+
+
+#: FP8 with dynamic (tensor-wise) scaling, as Transformer Engine's and torchao's Float8 linears do: every bf16 operand
+#: of a linear GEMM is read once for its absolute maximum and once to cast, and written back in one byte (5 bytes an
+#: element); the backward's transposed copies of the FP8 input and weight read and write one byte each (2).
+FP8_CAST_BYTES = 5.0
+FP8_TRANSPOSE_BYTES = 2.0
+
+
+def linear_shapes(model: ModelSpec, cfg: ParallelConfig, tokens: float) -> list[tuple[float, float, float, float]]:
+    """(rows, k, n, weights) of a layer's four linear GEMMs on one GPU: QKV, the projection, the MLP's two (a mixture
+    of experts' routed and shared rows as one grouped GEMM); ``weights`` is how many k×n matrices the GPU holds for it
+    (the experts it hosts, ``experts/ep``, plus the shared ones)."""
     h, t = model.hidden, cfg.tp
     width = model.moe_ffn_hidden if model.moe else model.ffn_hidden
     rows = tokens * (model.top_k * cfg.capacity_factor + model.shared_experts) if model.moe else tokens
+    held = model.experts / cfg.ep + model.shared_experts if model.moe else 1.0
     up = width * (2 if model.gated_mlp else 1)
-    seconds = gemm_seconds(rows, up / t, h, gpu, eff, peak_tflops=peak) + gemm_seconds(
-        rows, h, width / t, gpu, eff, peak_tflops=peak
+    return [
+        (tokens, h, (h + 2 * model.kv_dim) / t, 1.0),
+        (tokens, h / t, h, 1.0),
+        (rows, h, up / t, held),
+        (rows, width / t, h, held),
+    ]
+
+
+def fp8_cast_seconds(model: ModelSpec, cfg: ParallelConfig, hbm_bytes_s: float, tokens: float) -> tuple[float, float]:
+    """The HBM time of FP8's casts around a layer's linear GEMMs, forward and backward (0 in bf16): forward casts each
+    input and weight; backward casts each output gradient (``FP8_CAST_BYTES``) and transposes the FP8 input and
+    weight for the weight and input gradients (``FP8_TRANSPOSE_BYTES``)."""
+    if cfg.precision != "fp8":
+        return 0.0, 0.0
+    shapes = linear_shapes(model, cfg, tokens)
+    operands = sum(rows * k + weights * k * n for rows, k, n, weights in shapes)
+    gradients = sum(rows * n for rows, _, n, _ in shapes)
+    forward = FP8_CAST_BYTES * operands / hbm_bytes_s
+    backward = (FP8_CAST_BYTES * gradients + FP8_TRANSPOSE_BYTES * operands) / hbm_bytes_s
+    return forward, backward
+
+
+def attention_seconds(
+    model: ModelSpec, cfg: ParallelConfig, gpu: GpuSpec, eff: Efficiencies, queries: float, heads: float
+) -> tuple[float, float]:
+    """Attention's forward and backward seconds for ``queries`` queries against the sequence's keys, ``heads`` heads.
+
+    Fused (flash) attention keeps the scores on chip and skips the blocks a causal mask hides: half of the
+    4·q·s·d FLOPs a head's two products take forward, at ``eff.attention`` of the peak; its backward recomputes the
+    scores and runs four more products, 2.5× the forward (FlashAttention-2, §3.1). Unfused attention writes the
+    full s×s scores (the mask applied after): two GEMMs on the roofline forward, twice that backward."""
+    if cfg.flash_attention:
+        forward = 2.0 * queries * model.seq * model.head_dim * heads / (gpu.peak_tflops * 1e12 * eff.attention)
+        return forward, 2.5 * forward
+    forward = gemm_seconds(queries, model.seq, model.head_dim, gpu, eff, heads) + gemm_seconds(
+        queries, model.head_dim, model.seq, gpu, eff, heads
     )
-    return seconds + (gemm_seconds(tokens, model.experts, h, gpu, eff) if model.moe else 0.0)
+    return forward, 2 * forward
 
 
 def ep_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies) -> float:
@@ -273,13 +353,18 @@ def ep_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
 
 
 def cp_seconds(
-    model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies, attention_s: float
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cfg: ParallelConfig,
+    eff: Efficiencies,
+    attention_s: float,
+    attention_backward_s: float,
 ) -> float:
     """Exposed context-parallel communication of one layer and micro-batch: every rank needs the sequence's keys
     and values, 4·b·s·k/t bytes (K and V, bf16), gathered over the cp ranks' ring once forward and once backward,
     whose key and value gradients go back the same way (three ring passes; four with full recompute). ``p2p``
     (ring attention) passes each block on while attending the previous one: only what attention does not cover
-    (forward 1×, backward 2× its time) is exposed. ``allgather``: all of it."""
+    (forward and backward) is exposed. ``allgather``: all of it."""
     if cfg.cp == 1:
         return 0.0
     kv_bytes = 4.0 * cfg.mbs * model.seq * model.kv_dim / cfg.tp
@@ -289,17 +374,18 @@ def cp_seconds(
     forward_passes = 2 if cfg.recompute == "full" else 1
     if cfg.cp_comm == "allgather":
         return (forward_passes + 2) * one
-    return forward_passes * max(0.0, one - attention_s) + max(0.0, 2 * one - 2 * attention_s)
+    return forward_passes * max(0.0, one - attention_s) + max(0.0, 2 * one - attention_backward_s)
 
 
 def output_layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies) -> _Cost:
     """Logits GEMM forward and backward plus the fp32 softmax cross-entropy, on the last stage."""
     gpu, t, h = cluster.gpu, cfg.tp, model.hidden
     tokens = cfg.mbs * model.seq / cfg.cp
-    gemm = 3 * gemm_seconds(tokens, model.vocab / t, h, gpu, eff)
-    softmax = 3 * eff.elementwise_traffic * tokens * model.vocab / t * 4 / (gpu.hbm_gbps * 1e9 * eff.hbm)
+    gemm = gemm_seconds(tokens, model.vocab / t, h, gpu, eff)
+    softmax = eff.elementwise_traffic * tokens * model.vocab / t * 4 / (gpu.hbm_gbps * 1e9 * eff.hbm)
     bandwidth, link_eff = _tp_bandwidth(cluster, t, eff)
-    return _Cost(gemm + softmax, 0.0, 2 * ring_seconds(2.0 * tokens * h, t, bandwidth, link_eff, eff, passes=1))
+    comm = 2 * ring_seconds(2.0 * tokens * h, t, bandwidth, link_eff, eff, passes=1)
+    return _Cost(3 * (gemm + softmax), 0.0, comm, forward=gemm + softmax)
 
 
 def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies) -> float:
@@ -314,14 +400,25 @@ def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff
 
 
 def dp_seconds(
-    model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies, last_backward_s: float
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cfg: ParallelConfig,
+    eff: Efficiencies,
+    last_backward_s: float,
+    forward_s: float,
+    microbatches: int,
 ) -> float:
-    """Gradient reduction over data parallelism (ZeRO-3 also gathers weights: 1.5× the volume), the
-    part not hidden under the last micro-batch's backward pass (gradients are accumulated locally
-    before it, so only that pass can hide the reduction), plus the tied embedding's all-reduce
-    between the first and the last stage."""
+    """Data parallelism's exposed communication per step, plus the tied embedding's all-reduce between the first
+    and the last stage. Gradients travel in ``grad_reduce``'s type, weights in bf16 (the layers' linear weights in FP8
+    with ``fp8_all_gather``: ``gathered_weight_bytes``). ZeRO 0–2: the gradients'
+    all-reduce (or reduce-scatter, then the weights' all-gather), of which ``dp_overlap`` of the last micro-batch's
+    backward hides some (gradients are accumulated locally before it, so only that pass can). ZeRO-3: per
+    micro-batch, ``zero3_exposed_seconds``; under a pipeline, torchtitan's way: the weights gathered once under the
+    first micro-batch's forward and kept, the gradients reduced once after the last backward, where torch's schedules
+    run FSDP's post-backward (``perform_reduce_grad``), with nothing left to hide it."""
     params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage, cfg.ep)
     experts = stage_expert_params(model, cfg)
+    layers = layers_on_stage(model, cfg.pp, cfg.layers_per_stage)
     group_in_node = cfg.tp * cfg.pp * cfg.replicas <= cluster.gpus_per_node
     bandwidth, link_eff = (
         (cluster.gpu.nvlink_gbps, eff.nvlink) if group_in_node else (cluster.gpu.network_gbps, eff.network)
@@ -329,16 +426,49 @@ def dp_seconds(
     if not group_in_node and min(cfg.replicas, cluster.nodes) > cluster.nodes_per_leaf:
         bandwidth /= cluster.oversubscription  # the group spans more nodes than a leaf holds: shared uplinks
     passes = 3.0 if cfg.zero == 3 else 2.0
-    reduce = ring_seconds(2.0 * (params - experts), cfg.replicas, bandwidth, link_eff, eff, passes)
-    reduce += ring_seconds(2.0 * experts, cfg.replicas // cfg.ep, bandwidth, link_eff, eff, passes)  # expert replicas
-    reduce += dp_latency_seconds(2.0 * params, cfg.replicas, group_in_node, eff, passes)
-    reduce = max(0.0, reduce - eff.dp_overlap * last_backward_s)
+
+    def one_pass(dense_bytes: float, expert_bytes: float) -> float:
+        dense = ring_seconds(dense_bytes, cfg.replicas, bandwidth, link_eff, eff, 1)
+        return dense + ring_seconds(expert_bytes, cfg.replicas // cfg.ep, bandwidth, link_eff, eff, 1)
+
+    grad_bytes = GRAD_REDUCE_BYTES[cfg.grad_reduce]
+    latency = dp_latency_seconds(grad_bytes * params, cfg.replicas, group_in_node, eff, passes)
+    gather = one_pass(*gathered_weight_bytes(model, cfg, params, experts))
+    reduce_scatter = one_pass(grad_bytes * (params - experts), grad_bytes * experts)
+    if cfg.zero == 3 and cfg.pp > 1:  # gathered once for the step, reduced once after its last micro-batch
+        reduce = max(0.0, gather - forward_s) + gather / max(layers, 1) + reduce_scatter + latency
+    elif cfg.zero == 3:  # every micro-batch gathers and reduces
+        exposed = zero3_exposed_seconds(gather, reduce_scatter, forward_s, last_backward_s, layers)
+        reduce = microbatches * (exposed + latency)
+    elif cfg.zero == 0:  # an all-reduce: two passes of the gradients
+        reduce = max(0.0, 2 * reduce_scatter + latency - eff.dp_overlap * last_backward_s)
+    else:  # the gradients' shards reduce-scattered, the updated weights all-gathered
+        reduce = max(0.0, reduce_scatter + gather + latency - eff.dp_overlap * last_backward_s)
     embedding = 0.0
     if cfg.pp > 1 and model.tied_embeddings:
         crosses = cfg.tp * cfg.cp * cfg.pp > cluster.gpus_per_node
         bw, link = (cluster.gpu.network_gbps, eff.network) if crosses else (cluster.gpu.nvlink_gbps, eff.nvlink)
-        embedding = ring_seconds(2.0 * model.vocab * model.hidden / cfg.tp, 2, bw, link, eff, passes=2)
+        embedding = ring_seconds(grad_bytes * model.vocab * model.hidden / cfg.tp, 2, bw, link, eff, passes=2)
     return reduce + embedding
+
+
+def gathered_weight_bytes(model: ModelSpec, cfg: ParallelConfig, params: float, experts: float) -> tuple[float, float]:
+    """Bytes one all-gather of a stage's weights moves per GPU's shard group, (dense, routed experts'): bf16, 2 bytes a
+    weight; with ``fp8_all_gather`` the layers' linear weights (and every expert's) in FP8, one byte, the embedding,
+    output layer and norms still in bf16."""
+    if not cfg.fp8_all_gather:
+        return 2.0 * (params - experts), 2.0 * experts
+    linear = layers_on_stage(model, cfg.pp, cfg.layers_per_stage) * model.layer_dense_matmul_params / cfg.tp
+    return 2.0 * (params - experts) - linear, experts
+
+
+def zero3_exposed_seconds(gather_s: float, reduce_s: float, forward_s: float, backward_s: float, layers: int) -> float:
+    """ZeRO-3 (FSDP) per micro-batch: each layer's weights are gathered before its forward and again before its
+    backward, and its gradients reduce-scattered after it, one layer ahead of the compute (FSDP2's prefetch,
+    DeepSpeed's): the gathers hide under the forward, the gathers and reductions under the backward, except the first
+    layer's gather and the last layer's reduction."""
+    edges = (gather_s + reduce_s) / max(layers, 1)
+    return max(0.0, gather_s - forward_s) + max(0.0, gather_s + reduce_s - backward_s) + edges
 
 
 def stage_expert_params(model: ModelSpec, cfg: ParallelConfig) -> float:
@@ -391,7 +521,7 @@ def step_time(
     sharded = cfg.zero >= 1  # the optimizer steps a rank's shard: dense over dp·cp ranks, an expert over dp·cp/ep
     local_params = (held - experts) / cfg.replicas + experts / (cfg.replicas // cfg.ep) if sharded else held
     optimizer = local_params * eff.optimizer_bytes_per_param / (cluster.gpu.hbm_gbps * 1e9 * eff.hbm)
-    dp_comm = dp_seconds(model, cluster, cfg, eff, stage.compute * 2 / 3 + stage.recompute)
+    dp_comm = dp_seconds(model, cluster, cfg, eff, stage.backward, stage.forward, microbatches)
     before = busy / (1.0 - bubble) + dp_comm + optimizer
     return StepTime(
         compute=microbatches * stage.compute,

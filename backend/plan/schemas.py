@@ -73,7 +73,7 @@ class ConfigIn(BaseModel):
     mbs: PositiveInt | None = None
     schedule: str | None = Field(default=None, description=f"{', '.join(NAMES)}, or torch's class name")
     zero: Literal[0, 1, 2, 3] | None = None
-    recompute: Literal["none", "selective", "full"] | None = None
+    recompute: Literal["none", "selective", "op", "full"] | None = None
     sequence_parallel: Annotated[bool, Strict()] | None = None
     flash_attention: Annotated[bool, Strict()] | None = Field(default=None, description="default true")
     precision: Literal["bf16", "fp8"] | None = Field(default=None, description="fp8: the linear GEMMs at FP8")
@@ -90,6 +90,17 @@ class ConfigIn(BaseModel):
     )
     tp_comm_overlap: Annotated[bool, Strict()] | None = Field(
         default=None, description="TP collectives under the GEMMs (--tp-comm-overlap, async TP); default false"
+    )
+    compile: Annotated[bool, Strict()] | None = Field(
+        default=None, description="element-wise kernels fused (torch.compile, Megatron's fused kernels); default true"
+    )
+    grad_reduce: Literal["fp32", "bf16", "fp16"] | None = Field(
+        default=None, description="type gradients are reduced in over data parallelism (default fp32)"
+    )
+    fp8_all_gather: Annotated[bool, Strict()] | None = Field(
+        default=None,
+        description="with precision fp8 and zero ≥ 1, the linear weights gathered in FP8 (torchtitan's "
+        "enable_fsdp_float8_all_gather, Megatron's --fp8-param-gather); default false",
     )
 
 

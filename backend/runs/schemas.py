@@ -71,6 +71,15 @@ class RunConfig(BaseModel):
     dp: PositiveInt | None = None
     zero: Annotated[int, Strict(), Field(ge=0, le=3)] | None = None
     recompute: Annotated[str, Field(max_length=32)] | None = None
+    grad_reduce: Literal["fp32", "bf16", "fp16"] | None = Field(
+        default=None, description="the type gradients are reduced in (the planner's suggestions; default fp32)"
+    )
+    compile: Annotated[bool, Strict()] | None = Field(
+        default=None, description="element-wise kernels fused (torch.compile or Megatron's); default true"
+    )
+    fp8_all_gather: Annotated[bool, Strict()] | None = Field(
+        default=None, description="FP8 weights gathered in one byte (the planner's suggestions; default false)"
+    )
     alerts: AlertOverrides | None = Field(default=None, description="this run's alert thresholds (docs/alerts.md)")
     title: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
         default=None, description="one line on what this run tried: the run list shows it under the name"

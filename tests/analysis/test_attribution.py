@@ -316,8 +316,32 @@ def test_memory_pressure_is_priced_by_the_planner() -> None:
     pressed = {**config, "flash_attention": True, "sequence_parallel": False}  # still under pressure, no scores
     with_flash = memory_suggestions(pressed, 2e9)  # no scores stored: selective recompute has nothing to drop
     assert with_flash and not any(s.apply == {"recompute": "selective"} for s in with_flash), with_flash
+    per_op = next(s for s in with_flash if s.apply == {"recompute": "op"})  # torchtitan's: keeps half the matmuls
+    assert per_op.torchtitan == {
+        "activation_checkpoint.mode": "selective",
+        "activation_checkpoint.selective_ac_option": "op",
+    }
+    assert not any("--recompute-granularity" in flag for flag in per_op.megatron), per_op.megatron
     assert memory_suggestions({**config, "microbatch_size": 1, "recompute": "full"}, 2e9) == []  # no pressure
     assert memory_suggestions({"schedule": "1f1b"}, 2e9) == []  # no model declared
+
+
+def test_a_re_planned_layout_keeps_the_runs_own_numerics() -> None:
+    """Llama 3.1 405B on 128 H100s at tp 1 with ZeRO-3 and full recompute: no single change fits, so the planner's
+    fastest layout is suggested, searched with the run's FP8 linears and FP8 weight gathers held (a layout in bf16
+    would be a different job); its Megatron-LM flags say so. A run that declares torchtitan's flag without Float8 is
+    still planned, the flag dropped (it does nothing there)."""
+    from bubblescope.analysis.memory_fixes import declared_plan, memory_suggestions
+
+    run = {"model": "llama-3.1-405b", "cluster": "h100-sxm-x128", "tp": 1, "zero": 3, "recompute": "full"}
+    run |= {"precision": "fp8", "fp8_all_gather": True, "microbatch_size": 1, "global_batch": 128}
+    found = memory_suggestions(run, 2e9)
+    replanned = [s for s in found if s.title.startswith("Re-plan the layout")]
+    assert replanned, [s.title for s in found]
+    assert replanned[0].apply["precision"] == "fp8" and replanned[0].apply["fp8_all_gather"] is True
+    assert "--fp8-param-gather" in replanned[0].megatron
+    in_bf16 = declared_plan({**run, "precision": "bf16"})
+    assert in_bf16 is not None and not in_bf16.config.fp8_all_gather
 
 
 def test_memory_pressure_of_a_v_shaped_run_is_priced_at_its_stages_per_rank() -> None:

@@ -45,10 +45,14 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         "cp_comm": "p2p",
         "ep": 1,
         "capacity_factor": 1.0,
+        "grad_reduce": "fp32",
+        "compile": True,
+        "fp8_all_gather": False,
     }
     assert answer["assumed"] == [  # what the request left to the defaults, in words
         "precision: bf16 (fp8 runs the linear GEMMs at the FP8 peak)",
         "sequence_parallel: on when tp > 1",
+        "grad_reduce: fp32 (gradients reduced in fp32, as Megatron-LM and torchtitan do by default)",
     ]
     p, v, m = 8, 3, 64
     assert plan["bubble_fraction"] == pytest.approx(((p - 1) / v) / (m + (p - 1) / v))

@@ -36,12 +36,15 @@ def test_fixed_configuration_prints_one_object_with_memory_by_part() -> None:
     result = json.loads(lines[0])
     assert result["config"]["tp"] == 8 and result["config"]["sequence_parallel"] is True
     assert result["fits"] is True and result["bubble_fraction"] == 0.0
-    # hand count (22B, t=8): params per GPU, 16 bytes each, plus 48 layers of 34·s·b·h/t activations
-    h, s, layers = 6144, 2048, 48
-    params = layers * (12 * h * h / 8 + 13 * h) + 51200 * h / 8 + s * h + 2 * h
-    expected_gib = (16 * params + layers * 34 * s * 4 * h / 8) / 2**30
+    # hand count (22B, t=8): params per GPU, 18 bytes each (fp32 gradients), 48 layers of 34·s·b·h/t activations,
+    # and the loss's 12 bytes per logit (b·s tokens × V/t)
+    h, s, layers, vocab = 6144, 2048, 48, 51200
+    params = layers * (12 * h * h / 8 + 13 * h) + vocab * h / 8 + s * h + 2 * h
+    loss = 12 * 4 * s * vocab / 8
+    expected_gib = (18 * params + layers * 34 * s * 4 * h / 8 + loss) / 2**30
     assert result["memory_gib_per_gpu"] == pytest.approx(expected_gib, rel=1e-9)
     parts = result["memory_gib"]
+    assert parts["loss"] == pytest.approx(loss / 2**30, rel=1e-9)
     assert parts["optimizer"] == pytest.approx(6 * parts["weights"])
     # Korthikanti et al. measured 1.10 s for this run
     assert result["step_time_s"] == pytest.approx(1.10, rel=0.10)

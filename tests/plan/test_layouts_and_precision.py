@@ -34,10 +34,12 @@ LLAMA_405B = {  # Llama 3.1 405B (torchtitan's llama3 405B configuration)
 }
 
 
-def test_fp8_runs_the_four_linear_gemms_at_the_fp8_peak_and_nothing_else() -> None:
+def test_fp8_runs_the_four_linear_gemms_at_the_fp8_peak_and_pays_for_its_casts() -> None:
     """Llama 3 70B, tp 8 on 8 H100s, seq 8192: every linear GEMM is compute-bound at both precisions, so FP8 saves,
     per layer and pass, its FLOPs F = 2·tokens·h·((h + 2k) + h + 2f + f)/t times 1/(bf16·gemm) − 1/(fp8·gemm); a
-    layer runs three passes (forward, two backward), 80 layers, 2 micro-batches."""
+    layer runs three passes (forward, two backward), 80 layers, 2 micro-batches. It pays for its dynamic scaling in
+    HBM traffic: forward, 5 bytes an element of each GEMM's input and weight (read for the maximum, read to cast,
+    written in one byte); backward, 5 of each output gradient and 2 of each input and weight (the FP8 transposes)."""
     model = model_from("llama-3-70b")
     cluster = make_cluster("H100-SXM", 8)
     plans = {
@@ -48,7 +50,12 @@ def test_fp8_runs_the_four_linear_gemms_at_the_fp8_peak_and_nothing_else() -> No
     flops = 2 * tokens * h * ((h + 2 * k) + h + 2 * f + f) / t
     gemm = DEFAULT_EFFICIENCIES.gemm
     saved_per_pass = flops * (1 / (989e12 * gemm) - 1 / (1979e12 * gemm))
-    expected = 2 * 80 * 3 * saved_per_pass
+    shapes = [(tokens, h, (h + 2 * k) / t), (tokens, h / t, h), (tokens, h, 2 * f / t), (tokens, f / t, h)]
+    operands = sum(rows * inner + inner * out for rows, inner, out in shapes)
+    gradients = sum(rows * out for rows, _, out in shapes)
+    cast_bytes = 5 * operands + 5 * gradients + 2 * operands
+    cast_s = cast_bytes / (3350e9 * DEFAULT_EFFICIENCIES.hbm)
+    expected = 2 * 80 * (3 * saved_per_pass - cast_s)
     bf16, fp8 = (plans[p].step for p in ("bf16", "fp8"))
     assert bf16 is not None and fp8 is not None
     assert bf16.compute - fp8.compute == pytest.approx(expected, rel=1e-9)
@@ -133,6 +140,9 @@ def test_flash_attention_is_on_unless_asked_off_and_the_answer_says_what_it_assu
         ({"cp": 2, "cp_comm": "ring"}, "config.cp_comm", "expected one of p2p, allgather"),
         ({"tp": 8, "cp": 16}, "config.cp", "does not divide the 64 GPUs"),
         ({"tp": 8, "pp": 4, "last_stage_layers": 3}, "config.last_stage_layers", "do not split evenly"),
+        ({"zero": 3, "fp8_all_gather": True}, "config.fp8_all_gather", "needs precision fp8"),
+        ({"precision": "fp8", "fp8_all_gather": True}, "config.fp8_all_gather", "needs zero ≥ 1"),
+        ({"fp8_all_gather": "sometimes"}, "config.fp8_all_gather", "true or false"),
     ],
 )
 def test_each_new_knob_out_of_range_is_refused_by_name(config: dict[str, Any], field: str, words: str) -> None:
@@ -140,6 +150,19 @@ def test_each_new_knob_out_of_range_is_refused_by_name(config: dict[str, Any], f
     with pytest.raises(PlanInputError) as refused:
         plan_document(body)
     assert refused.value.field == field and words in refused.value.message, (refused.value.field, refused.value)
+
+
+def test_a_search_holding_fp8_all_gather_needs_fp8_and_keeps_to_zero_stages_that_gather() -> None:
+    body = {"model": "llama-3-8b", "cluster": "h100-sxm-x64", "global_batch": 64, "fixed": {"fp8_all_gather": True}}
+    with pytest.raises(PlanInputError) as refused:
+        plan_document(body)
+    assert refused.value.field == "fixed.fp8_all_gather" and "precision=fp8" in refused.value.message
+    no_zero = {**body, "fixed": {"fp8_all_gather": True, "precision": "fp8", "zero": 0}}
+    with pytest.raises(PlanInputError) as refused:
+        plan_document(no_zero)
+    assert refused.value.field == "fixed.fp8_all_gather" and "zero ≥ 1" in refused.value.message
+    found = plan_document({**body, "fixed": {"fp8_all_gather": True, "precision": "fp8"}, "top": 50}).plans
+    assert found and all(plan.config.fp8_all_gather and plan.config.zero >= 1 for plan in found)
 
 
 def test_fp8_on_a_gpu_without_fp8_is_refused_by_the_api(server: LiveServer) -> None:
@@ -189,12 +212,21 @@ def test_context_parallelism_splits_the_sequence_and_prices_its_key_value_exchan
 
 
 def test_a_long_sequence_is_searched_with_context_parallelism() -> None:
-    """128k tokens, 8 H100s, 2 sequences a step: the fastest layouts split the sequence (torchtitan's own 8B run at
-    131,072 tokens used FSDP 2 × CP 4)."""
+    """128k tokens, 8 H100s, 2 sequences a step. On torchtitan's own 96 GB parts the layout torchtitan ran (FSDP 2 ×
+    CP 4, full AC) is among the three fastest, and each of them splits the sequence, over CP or over TP with sequence
+    parallelism. On 80 GB parts that layout does not fit: the loss's buffers alone are 12 bytes × 32k tokens × 128,256
+    logits a GPU, 47 GiB."""
+    model = {"preset": "llama-3-8b", "seq": 131072}
+    torchtitans = {"tp": 1, "cp": 4, "zero": 3, "recompute": "full"}
     answer = plan_document(
-        {"model": {"preset": "llama-3-8b", "seq": 131072}, "cluster": "h100-sxm-x8", "global_batch": 2, "top": 3}
+        {"model": model, "cluster": {"gpu": "H100-HBM2e-500W", "gpus": 8}, "global_batch": 2, "top": 3}
     )
-    assert answer.plans and all(plan.config.cp > 1 for plan in answer.plans), [p.config for p in answer.plans]
+    layouts = [(p.config.tp, p.config.cp, p.config.dp, p.config.zero, p.config.recompute) for p in answer.plans]
+    assert (1, 4, 2, 3, "full") in layouts, layouts
+    assert all(cp > 1 or tp > 1 for tp, cp, *_ in layouts), layouts
+    on_80gb = plan_document({"model": model, "cluster": "h100-sxm-x8", "global_batch": 2, "config": torchtitans})
+    memory = on_80gb.plans[0].memory
+    assert memory is not None and not memory.fits and memory.loss / 2**30 == pytest.approx(47.0, abs=0.1), memory
     refused = {"model": "llama-3-8b", "cluster": "h100-sxm-x8", "global_batch": 8, "config": {"cp": 3}}
     with pytest.raises(PlanInputError) as error:
         plan_document(refused)
@@ -202,21 +234,22 @@ def test_a_long_sequence_is_searched_with_context_parallelism() -> None:
 
 
 def test_expert_parallelism_splits_the_experts_and_prices_the_all_to_alls() -> None:
-    """Mixtral 8x7B (8 experts of 3·4096·14336 weights a layer, 2 per token) on 16 H100s, ep 8 of dp 16, ZeRO-1: a
-    GPU holds one expert a layer, and its optimizer state is sharded over the 2 ranks holding that expert while the
-    dense part's is sharded 16 ways. Each layer sends a token's two routed copies, 4096·2·4096·2 bytes, 7/8 of them away,
-    four times (dispatch and combine, forward and backward) and twice more for the recomputed forward (full recompute,
+    """Mixtral 8x7B (8 experts of 3·4096·14336 weights a layer, 2 per token) on 16 H100s, ep 8 of dp 16, ZeRO-2: a
+    GPU holds one expert a layer, and its optimizer state and fp32 gradients are sharded over the 2 ranks holding that
+    expert while the dense part's are sharded 16 ways (with ZeRO-1's whole fp32 gradients it needs 75 of 72 GiB).
+    Each layer sends a token's two routed copies, 4096·2·4096·2 bytes, 7/8 of them away, four times (dispatch and combine, forward and backward) and twice more for the recomputed forward (full recompute,
     so that it fits): (7/8)·bytes / (450 GB/s·0.65) + 10 µs each."""
     model = model_from("mixtral-8x7b")
     assert model.params == pytest.approx(46.7e9, rel=0.01) and model.active_params == pytest.approx(12.9e9, rel=0.01)
     cluster = make_cluster("H100-SXM", 16)
-    plan = evaluate(model, cluster, ParallelConfig(tp=1, mbs=1, zero=1, ep=8, recompute="full"), 16)
+    plan = evaluate(model, cluster, ParallelConfig(tp=1, mbs=1, zero=2, ep=8, recompute="full"), 16)
     assert plan.feasible and plan.memory is not None and plan.step is not None, plan.problems
     expert = 3 * 4096 * 14336
     experts_on_gpu = 32 * expert  # one of 8 experts a layer
     dense_on_gpu = plan.memory.params_on_gpu - experts_on_gpu
     assert model.params == pytest.approx(dense_on_gpu + 32 * 8 * expert, rel=1e-9)
     assert plan.memory.optimizer == pytest.approx(12 * (dense_on_gpu / 16 + experts_on_gpu / 2), rel=1e-9)
+    assert plan.memory.gradients == pytest.approx(4 * (dense_on_gpu / 16 + experts_on_gpu / 2), rel=1e-9)
     routed_bytes = 4096 * 2 * 4096 * 2
     one = 10e-6 + 7 / 8 * routed_bytes / (450e9 * DEFAULT_EFFICIENCIES.nvlink)
     assert plan.step.ep_comm == pytest.approx(1 * 32 * 6 * one, rel=1e-9)  # 1 micro-batch, 32 layers, recomputed
@@ -224,7 +257,7 @@ def test_expert_parallelism_splits_the_experts_and_prices_the_all_to_alls() -> N
     assert plan.mfu == pytest.approx(
         tokens * (6 * model.active_params + 12 * 32 * 4096 * 4096) / (plan.step.total * 16 * 989e12), rel=1e-9
     )
-    replicated = evaluate(model, cluster, ParallelConfig(tp=1, mbs=1, zero=1, ep=1, recompute="full"), 16)
+    replicated = evaluate(model, cluster, ParallelConfig(tp=1, mbs=1, zero=2, ep=1, recompute="full"), 16)
     assert replicated.memory is not None and replicated.memory.total > plan.memory.total
 
 

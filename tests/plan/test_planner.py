@@ -4,6 +4,7 @@ step-time structure, search results feasible and ranked, input errors that name 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -51,9 +52,10 @@ def test_memory_tp8_selective_sp_by_hand() -> None:
     # GEMM weights split over t; biases and norms (13h per layer) replicated; embedding rows split
     params = L * (12 * h * h / t + 13 * h) + V * h / t + s * h + 2 * h
     assert mem.weights == pytest.approx(2 * params)
-    assert mem.gradients == pytest.approx(2 * params)
+    assert mem.gradients == pytest.approx(4 * params)  # fp32 (grad_reduce's default): Megatron-LM's main_grad
     assert mem.optimizer == pytest.approx(12 * params)
     assert mem.activations == pytest.approx(L * 34 * s * b * h / t)  # 34·s·b·h/t per layer, all layers
+    assert mem.loss == pytest.approx(12 * s * b * V / t)  # fp32 cross-entropy's buffers, 12 bytes per logit
     assert mem.available == pytest.approx(72 * GIB)  # 80 GiB less the 10 % reserve
     assert mem.fits
 
@@ -90,14 +92,21 @@ def test_memory_full_recompute_keeps_layer_inputs_plus_one_layer_rebuilt() -> No
     assert mem.activations == pytest.approx(L * 2 * s * b * h + s * b * h * (10 + 24 / 8 + 5 * a * s / (h * 8)))
 
 
+@pytest.mark.parametrize("grad_reduce,grad_bytes", [("fp32", 4), ("bf16", 2), ("fp16", 2)])
 @pytest.mark.parametrize("zero,shards", [(0, (1, 1, 1)), (1, (1, 1, 8)), (2, (1, 8, 8)), (3, (8, 8, 8))])
-def test_zero_stages_shard_12_14_16_bytes_over_dp(zero: int, shards: tuple[int, int, int]) -> None:
+def test_zero_stages_shard_optimizer_then_gradients_then_weights_over_dp(
+    zero: int, shards: tuple[int, int, int], grad_reduce: str, grad_bytes: int
+) -> None:
+    """18 bytes a parameter with fp32 gradients (Megatron-LM's main_grad, FSDP2's reduce_dtype fp32), 16 with
+    2-byte ones (the ZeRO paper's); ZeRO-1/2/3 shard the 12, then the gradients, then the 2 of weights. ZeRO-3 is
+    FSDP2's, whose sharded gradients take its fp32 parameters' type whatever it reduces in."""
     model = MODEL_PRESETS["gpt-1.7b"]
-    config = ParallelConfig(tp=1, pp=1, dp=8, mbs=1, zero=zero)
+    config = ParallelConfig(tp=1, pp=1, dp=8, mbs=1, zero=zero, grad_reduce=grad_reduce)
     mem = memory_per_gpu(model, A100_X8, config, microbatches=4)
     n = model.params
+    kept = 4 if zero == 3 else grad_bytes
     assert (mem.weights, mem.gradients, mem.optimizer) == pytest.approx(
-        (2 * n / shards[0], 2 * n / shards[1], 12 * n / shards[2])
+        (2 * n / shards[0], kept * n / shards[1], 12 * n / shards[2])
     )
 
 
@@ -238,3 +247,46 @@ def test_model_json_fields_override_a_preset() -> None:
 def test_explicit_cluster_equals_the_preset() -> None:
     assert make_cluster("A100-80GB", 64, 8) == cluster_preset("a100-80gb-x64")
     assert math.isclose(cluster_preset("h100-sxm-x16").gpu.peak_tflops, 989.0)
+
+
+def test_per_op_checkpointing_under_tensor_and_sequence_parallelism_keeps_w2s_partial_sums_whole() -> None:
+    """Llama 3 8B, tp 2 with sequence parallelism, recompute=op, one sequence of 8,192 tokens: per layer wq's, wv's,
+    w1's outputs and the attention's split over t, the layer's input split (sequence parallel), w2's partial sums
+    whole on each rank, and the two reduce-scatters' outputs split: 2·s·((2h + k + f)/t + h/t + h + 2h/t) bytes."""
+    from bubblescope.analysis.planner.memory import activation_bytes_per_layer
+
+    llama = model_from("llama-3-8b")
+    s, h, k, f, t = 8192, 4096, 1024, 14336, 2
+    kept = activation_bytes_per_layer(llama, 1, t, True, "op")
+    assert kept == 2 * s * ((2 * h + k + f) / t + h / t + h + 2 * h / t)
+    assert activation_bytes_per_layer(llama, 1, 1, False, "op") == 2 * s * (4 * h + k + f)  # t = 1: nothing split
+
+
+@pytest.mark.parametrize(("schedule", "last_rank"), [("1f1b", 3), ("zbv", 0)])
+def test_the_rank_running_the_last_stage_holds_the_loss_buffers_and_can_be_the_fullest(
+    schedule: str, last_rank: int
+) -> None:
+    """Llama 3 8B at 32k tokens on 4 pipeline ranks: the loss's buffers (12 bytes × 32,768 × 128,256 logits, 47 GiB)
+    sit on the rank running the last stage (the last rank; rank 0 for a V schedule), which is then the fullest."""
+    from bubblescope.analysis.planner.memory import memory_per_pipeline_rank
+
+    llama = replace(model_from("llama-3-8b"), seq=32768)
+    cluster = make_cluster("H200", 4)
+    vpp = 2 if schedule == "zbv" else 1
+    cfg = ParallelConfig(pp=4, schedule=lookup(schedule), vpp=vpp, recompute="full")
+    ranks = memory_per_pipeline_rank(llama, cluster, cfg, microbatches=8)
+    losses = [rank.loss for rank in ranks]
+    assert losses[last_rank] == pytest.approx(12 * 32768 * 128256) and sum(losses) == losses[last_rank], losses
+    worst = memory_per_gpu(llama, cluster, cfg, microbatches=8)
+    assert worst.total == pytest.approx(max(rank.total for rank in ranks)) and worst.loss == losses[last_rank]
+
+
+def test_memory_past_the_schedule_orders_limit_does_not_jump() -> None:
+    """1F1B on 8 ranks: 5,000 micro-batches are ordered action by action, 5,001 pass the orders' limit and take
+    fewer micro-batches' order, which holds as many (the ranks hold min(p − r, m) whatever m above p)."""
+    llama = model_from("llama-3-8b")
+    cluster = make_cluster("H100-SXM", 8)
+    cfg = ParallelConfig(pp=8, recompute="full")
+    assert memory_per_gpu(llama, cluster, cfg, 5000).total == pytest.approx(
+        memory_per_gpu(llama, cluster, cfg, 5001).total
+    )

@@ -1,0 +1,286 @@
+"""The step-time terms the H100-era rows called for (docs/planner.md, "The model"): ZeRO-3's gathers one layer ahead
+of the compute, the type gradients are reduced in, causal fused attention, FP8's casts (test_layouts_and_precision),
+eager PyTorch's element-wise traffic. Each against a hand count from the documented formula."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from bubblescope.analysis.planner import ParallelConfig, evaluate, make_cluster, model_from
+from bubblescope.analysis.planner.memory import activation_bytes_per_layer, layer_params_on_gpu, stage_params
+from bubblescope.analysis.planner.request import plan_document
+from bubblescope.analysis.planner.specs import PlanInputError
+from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, StepTime, layer_cost, output_layer_cost
+
+LLAMA_8B = model_from("llama-3-8b")
+_SLOW_NIC = {"name": "h100", "peak_tflops": 989, "memory_gib": 80, "hbm_gbps": 3350, "nvlink_gbps": 450}
+
+
+def _step(cfg: ParallelConfig, gpus: int, batch: int, gpu: str = "H100-SXM", **eff: float) -> StepTime:
+    plan = evaluate(LLAMA_8B, make_cluster(gpu, gpus), cfg, batch, replace(DEFAULT_EFFICIENCIES, **eff))
+    assert plan.step is not None, plan.problems
+    return plan.step
+
+
+def _ring_pass(bytes_: float, ranks: int, gbps: float, link_eff: float) -> float:
+    return DEFAULT_EFFICIENCIES.collective_latency_s + (ranks - 1) / ranks * bytes_ / (gbps * 1e9 * link_eff)
+
+
+@pytest.mark.parametrize("network_gbps", [50.0, 2.0])  # hidden under the compute; then mostly exposed
+def test_zero3_gathers_one_layer_ahead_and_exposes_only_what_the_compute_does_not_cover(network_gbps: float) -> None:
+    """FSDP on 128 GPUs (16 nodes), 2 micro-batches: per micro-batch, the weights' gather (bf16) under the forward,
+    gather and fp32 reduce-scatter under the backward, the first layer's gather and the last layer's reduction
+    always exposed: m·[max(0, G − F) + max(0, G + R − B) + (G + R)/L + the tree latency], F and B the layers'
+    forward and backward (with recompute) plus the output layer's."""
+    gpu = {"name": "h100", "peak_tflops": 989, "memory_gib": 80, "hbm_gbps": 3350, "nvlink_gbps": 450}
+    cfg = ParallelConfig(mbs=2, zero=3, recompute="selective")  # torchtitan's local batch 2, accumulated twice
+    cluster = make_cluster({**gpu, "network_gbps": network_gbps}, 128)
+    plan = evaluate(LLAMA_8B, cluster, cfg, 512)
+    step = plan.step
+    assert step is not None and step.microbatches == 2
+    params, ranks, eff = stage_params(LLAMA_8B, 1, 1), 128, DEFAULT_EFFICIENCIES
+    gather = _ring_pass(2 * params, ranks, network_gbps, eff.network)
+    reduce = _ring_pass(4 * params, ranks, network_gbps, eff.network)
+    layer, output = layer_cost(LLAMA_8B, cluster, cfg.with_dp(128), eff), output_layer_cost(LLAMA_8B, cluster, cfg, eff)
+    forward = LLAMA_8B.layers * layer.forward + output.forward
+    backward = LLAMA_8B.layers * layer.backward + output.backward
+    assert backward > 2 * forward  # fused attention's backward is 2.5 forwards
+    exposed = max(0, gather - forward) + max(0, gather + reduce - backward) + (gather + reduce) / LLAMA_8B.layers
+    buckets = math.ceil(4 * params / eff.bucket_bytes)
+    latency = buckets * 3 / 2 * 2 * math.ceil(math.log2(ranks)) * eff.hop_latency_s
+    assert step.dp_comm == pytest.approx(2 * (exposed + latency), rel=1e-9)
+    if network_gbps == 50.0:  # torchtitan's 8B on 128 GPUs: the prefetch hides most of it
+        assert step.dp_comm < 0.2 * 2 * (2 * gather + reduce)
+    else:
+        assert gather + reduce > backward and step.dp_comm > 0.5 * step.total
+
+
+def test_gradients_reduced_in_fp32_move_twice_the_bytes_of_bf16() -> None:
+    """ZeRO-1 and plain data parallelism on 64 A100s (a 25 GB/s NIC each; the reduction exposed): in fp32
+    (Megatron-LM's and torchtitan's default) the reduce-scatter costs (4 − 2)·P·(n−1)/n / (NIC · network) more than in
+    bf16 (--grad-reduce-in-bf16), the all-reduce twice that, and the buckets' tree latency grows with the bytes; the
+    weights' all-gather is bf16 either way."""
+    eff = DEFAULT_EFFICIENCIES
+    params = stage_params(LLAMA_8B, 1, 1)
+    levels = math.ceil(math.log2(64))  # 64 replicas over 8 nodes: every bucket walks the tree
+
+    def latency(bytes_per_param: int) -> float:
+        return math.ceil(bytes_per_param * params / eff.bucket_bytes) * 2 * levels * eff.hop_latency_s
+
+    one_pass_extra = (64 - 1) / 64 * 2 * params / (25e9 * eff.network)
+    for zero, passes in ((1, 1), (0, 2)):  # a reduce-scatter; an all-reduce
+        cfg = ParallelConfig(mbs=1, zero=zero, recompute="selective")
+        fp32, bf16 = (_step(replace(cfg, grad_reduce=kind), 64, 64, "A100-80GB") for kind in ("fp32", "bf16"))
+        extra = passes * one_pass_extra + latency(4) - latency(2)
+        assert bf16.dp_comm > 0 and fp32.dp_comm - bf16.dp_comm == pytest.approx(extra, rel=1e-9), zero
+        fp16 = _step(replace(cfg, grad_reduce="fp16"), 64, 64, "A100-80GB")
+        assert fp16.dp_comm == bf16.dp_comm
+
+
+def test_fused_attention_is_causal_with_a_backward_of_two_and_a_half_forwards_at_its_own_efficiency() -> None:
+    """Fused attention forward: 2·q·s·d per head (half of the two products' 4·q·s·d: the causal mask skips the rest)
+    at ``attention`` of the peak; backward 2.5×. Halving that efficiency adds 3.5 forwards' worth a layer."""
+    cfg = ParallelConfig(mbs=1)
+    fast, slow = (_step(cfg, 1, 1, attention=a) for a in (0.5, 0.25))
+    s, d, heads = LLAMA_8B.seq, LLAMA_8B.head_dim, LLAMA_8B.heads
+    forward_at = {a: 2 * s * s * d * heads / (989e12 * a) for a in (0.5, 0.25)}
+    expected = LLAMA_8B.layers * 3.5 * (forward_at[0.25] - forward_at[0.5])
+    assert slow.compute - fast.compute == pytest.approx(expected, rel=1e-9)
+    unfused = _step(replace(cfg, flash_attention=False), 1, 1, attention=0.25)
+    assert unfused.compute == _step(replace(cfg, flash_attention=False), 1, 1, attention=0.5).compute
+
+
+def test_eager_pytorch_moves_eager_traffic_times_the_element_wise_bytes() -> None:
+    """compile=false: each layer's element-wise kernels move ``eager_traffic`` times the fused bytes, forward once
+    and backward twice: (eager − 1)·traffic·stored·3 / (HBM·hbm) more a layer."""
+    cfg = ParallelConfig(mbs=1)
+    fused, eager = (_step(replace(cfg, compile=flag), 1, 1) for flag in (True, False))
+    eff = DEFAULT_EFFICIENCIES
+    stored = activation_bytes_per_layer(LLAMA_8B, 1, 1, False, "none", True)
+    per_layer = (eff.eager_traffic - 1) * eff.elementwise_traffic * stored * 3 / (3350e9 * eff.hbm)
+    assert eager.compute - fused.compute == pytest.approx(LLAMA_8B.layers * per_layer, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("config", "field", "words"),
+    [
+        ({"grad_reduce": "int8"}, "config.grad_reduce", "expected one of fp32, bf16, fp16"),
+        ({"compile": "sometimes"}, "config.compile", "true or false"),
+    ],
+)
+def test_the_new_knobs_are_refused_by_name(config: dict[str, object], field: str, words: str) -> None:
+    with pytest.raises(PlanInputError) as refused:
+        plan_document({"model": "llama-3-8b", "cluster": "h100-sxm-x8", "global_batch": 8, "config": config})
+    assert refused.value.field == field and words in refused.value.message
+
+
+def test_the_answer_says_which_reduction_type_it_assumed() -> None:
+    silent = plan_document({"model": "llama-3-8b", "cluster": "h100-sxm-x8", "global_batch": 8, "config": {}})
+    assert any(said.startswith("grad_reduce: fp32") for said in silent.assumed), silent.assumed
+    given = {"model": "llama-3-8b", "cluster": "h100-sxm-x8", "global_batch": 8, "config": {"grad_reduce": "bf16"}}
+    told = plan_document(given)
+    assert not any(said.startswith("grad_reduce") for said in told.assumed)
+    assert told.plans[0].config.grad_reduce == "bf16"
+
+
+def test_a_collected_run_declares_the_same_knobs_the_planner_takes() -> None:
+    """A run's config (docs/planner.md: the same model for a collected run's suggestions) reads ``grad_reduce`` and
+    ``compile`` with the planner's defaults; a value the planner refuses leaves the run without a declared plan."""
+    from bubblescope.analysis.memory_fixes import declared_plan
+
+    config = {"model": "llama-3-8b", "cluster": "h100-sxm-x16", "global_batch": 32, "zero": 3}
+    default = declared_plan(config)
+    assert default is not None and (default.config.grad_reduce, default.config.compile) == ("fp32", True)
+    told = declared_plan({**config, "grad_reduce": "bf16", "compile": False})
+    assert told is not None and (told.config.grad_reduce, told.config.compile) == ("bf16", False)
+    assert declared_plan({**config, "grad_reduce": "int4"}) is None
+
+
+def test_fp8_all_gather_gathers_the_layers_linear_weights_in_one_byte() -> None:
+    """ZeRO-1 over two nodes of one GPU each on a 1 GB/s network, where nothing hides the reduction: with
+    ``fp8_all_gather`` (torchtitan's enable_fsdp_float8_all_gather, Megatron-LM's --fp8-param-gather) the updated
+    weights' all-gather moves one byte less for each of the layers' linear weights, (n−1)/n · L·W bytes at 1 GB/s ·
+    network efficiency; the embedding and the norms still travel in bf16, and the gradients' reduce-scatter is
+    unchanged. The API carries the knob both ways; a run's config declares it."""
+    from bubblescope.analysis.memory_fixes import declared_plan
+
+    gpu = {"name": "slow", "peak_tflops": 989, "fp8_tflops": 1979, "memory_gib": 80, "hbm_gbps": 3350}
+    cluster = make_cluster({**gpu, "nvlink_gbps": 450, "network_gbps": 1}, 2, gpus_per_node=1)
+    base = ParallelConfig(mbs=1, zero=1, precision="fp8")
+    plans = {flag: evaluate(LLAMA_8B, cluster, replace(base, fp8_all_gather=flag), 2) for flag in (False, True)}
+    bf16, fp8 = plans[False].step, plans[True].step
+    assert bf16 is not None and fp8 is not None
+    linear_bytes = LLAMA_8B.layers * LLAMA_8B.layer_dense_matmul_params  # one byte less each
+    expected = 0.5 * linear_bytes / (1e9 * DEFAULT_EFFICIENCIES.network)
+    assert bf16.dp_comm - fp8.dp_comm == pytest.approx(expected, rel=1e-9)
+    assert bf16.compute == fp8.compute
+    # Mixtral at tp 2, ep 2 over 4 replicas: each GPU's half of the dense linears over the 4, its experts over 2
+    mixtral = model_from("mixtral-8x7b")
+    nodes = make_cluster({**gpu, "nvlink_gbps": 450, "network_gbps": 1}, 8, gpus_per_node=2)
+    moe = replace(base, tp=2, ep=2, sequence_parallel=True)
+    moe_plans = {flag: evaluate(mixtral, nodes, replace(moe, fp8_all_gather=flag), 4) for flag in (False, True)}
+    moe_bf16, moe_fp8 = moe_plans[False].step, moe_plans[True].step
+    assert moe_bf16 is not None and moe_fp8 is not None, moe_plans[False].problems
+    dense = mixtral.layers * mixtral.layer_dense_matmul_params / 2
+    experts = mixtral.layers * layer_params_on_gpu(mixtral, 2, 2)[1]
+    saved = (3 / 4 * dense + 1 / 2 * experts) / (1e9 * DEFAULT_EFFICIENCIES.network)
+    assert moe_bf16.dp_comm - moe_fp8.dp_comm == pytest.approx(saved, rel=1e-9)
+    document = {"model": "llama-3-8b", "cluster": "h100-sxm-x8", "global_batch": 8}
+    told = plan_document({**document, "config": {"zero": 3, "precision": "fp8", "enable_fsdp_float8_all_gather": True}})
+    assert told.plans[0].config.fp8_all_gather and told.plans[0].as_dict()["config"]["fp8_all_gather"] is True
+    run = {"model": "llama-3-8b", "cluster": "h100-sxm-x16", "global_batch": 32, "zero": 3, "precision": "fp8"}
+    declared = declared_plan({**run, "fp8_all_gather": True})
+    assert declared is not None and declared.config.fp8_all_gather
+    assert declared_plan({**run, "fp8_all_gather": "sometimes"}) is None
+
+
+def test_ring_attention_exposes_only_what_attention_does_not_cover_forward_and_backward() -> None:
+    """Context parallelism over a slow link (cp 2 across two nodes of one GPU each, 20 GB/s): ring attention (p2p)
+    exposes, a layer, max(0, P − A) forward and max(0, 2P − A_b) backward, P one ring pass of the keys and values
+    (4·b·s·k bytes), A and A_b fused attention's forward and backward (2.5 A)."""
+    gpu = {"name": "slow", "peak_tflops": 989, "memory_gib": 80, "hbm_gbps": 3350, "nvlink_gbps": 450}
+    cluster = make_cluster({**gpu, "network_gbps": 20}, 2, gpus_per_node=1)
+    plan = evaluate(LLAMA_8B, cluster, ParallelConfig(mbs=1, cp=2, cp_comm="p2p"), 1)
+    assert plan.step is not None, plan.problems
+    eff = DEFAULT_EFFICIENCIES
+    one = _ring_pass(4 * LLAMA_8B.seq * LLAMA_8B.kv_dim, 2, 20, eff.network)
+    s, d, heads = LLAMA_8B.seq, LLAMA_8B.head_dim, LLAMA_8B.heads
+    attention = 2 * (s / 2) * s * d * heads / (989e12 * eff.attention)
+    assert attention < one and 2 * one - 2.5 * attention < one  # partly hidden, both ways
+    expected = max(0, one - attention) + max(0, 2 * one - 2.5 * attention)
+    assert plan.step.cp_comm == pytest.approx(LLAMA_8B.layers * expected, rel=1e-9)
+
+
+def test_fp8_casts_every_expert_weight_a_gpu_holds() -> None:
+    """Mixtral 8x7B in FP8, tp 2: each GPU casts the weights of every expert it hosts (experts/ep), so halving the
+    experts a GPU holds (ep 2) saves, a layer and micro-batch, 7 bytes of each of the 4 experts' MLP weights no
+    longer there, forward (5) and backward (2)."""
+    mixtral = model_from("mixtral-8x7b")
+    cluster = make_cluster("H100-SXM", 16)
+    plans = {
+        ep: evaluate(mixtral, cluster, ParallelConfig(tp=2, mbs=1, ep=ep, precision="fp8", sequence_parallel=True), 8)
+        for ep in (1, 2)
+    }
+    width, h = mixtral.moe_ffn_hidden, mixtral.hidden
+    per_expert = h * 2 * width / 2 + width / 2 * h  # the gated up GEMM's and the down GEMM's weights, split by tp 2
+    saved = 4 * per_expert * 7 / (3350e9 * DEFAULT_EFFICIENCIES.hbm) * mixtral.layers
+    one, two = plans[1].step, plans[2].step
+    assert one is not None and two is not None
+    assert one.compute - two.compute == pytest.approx(saved * one.microbatches, rel=1e-9)
+
+
+def test_the_reduction_types_the_service_accepts_are_the_planners() -> None:
+    """The plan request and a run's config take the same ``grad_reduce`` words as the planner; a run's config
+    refuses a mistyped ``compile`` or ``grad_reduce`` at registration, naming it."""
+    import typing
+
+    from pydantic import ValidationError
+
+    from bubblescope.analysis.planner.specs import GRAD_REDUCES, RECOMPUTE
+    from bubblescope.backend.plan.schemas import ConfigIn
+    from bubblescope.backend.runs.schemas import RunConfig
+
+    for schema in (ConfigIn, RunConfig):
+        annotation = schema.model_fields["grad_reduce"].annotation
+        words = [arg for member in typing.get_args(annotation) for arg in typing.get_args(member)]
+        assert tuple(words) == GRAD_REDUCES, schema
+    recompute = typing.get_args(ConfigIn.model_fields["recompute"].annotation)
+    assert tuple(arg for member in recompute for arg in typing.get_args(member)) == RECOMPUTE  # "op" included
+    for field, value in (("compile", "yes"), ("grad_reduce", "int8")):
+        with pytest.raises(ValidationError) as refused:
+            RunConfig.model_validate({field: value})
+        assert refused.value.errors()[0]["loc"] == (field,)
+    from bubblescope.analysis.planner import evaluate as evaluate_plan
+
+    bad = evaluate_plan(LLAMA_8B, make_cluster("H100-SXM", 8), ParallelConfig(grad_reduce="int8"), 8)
+    assert bad.step is None and bad.problems == ("must be one of fp32, bf16, fp16, got 'int8'",)
+
+
+def test_zero3_under_a_pipeline_gathers_once_and_reduces_once_a_step() -> None:
+    """FSDP with pipeline parallelism, as torchtitan runs it (Llama 3.1 405B, FSDP 8 × TP 8 × PP 8, 8 micro-batches
+    of 4): the weights are gathered once under the first micro-batch's forward and kept, the gradients reduced once
+    after the last backward (torch's schedules call FSDP's post-backward then: ``perform_reduce_grad``):
+    max(0, G − F) + G/L + R + the tree latency, whatever the micro-batches; memory holds what ZeRO-1 holds (weights
+    and gradients whole, the optimizer's state sharded)."""
+    model = model_from("llama-3.1-405b")
+    cluster = make_cluster({**_SLOW_NIC, "network_gbps": 19.0}, 512)  # the gather outlasts the forward
+    stages = (15, 16, 16, 16, 16, 16, 16, 15)
+    fsdp = ParallelConfig(tp=8, pp=8, dp=8, mbs=4, zero=3, recompute="full", sequence_parallel=True)
+    fsdp = replace(fsdp, layers_per_stage=stages)
+    plan, zero1 = (evaluate(model, cluster, replace(fsdp, zero=zero), 256) for zero in (3, 1))
+    assert plan.step is not None and zero1.step is not None, plan.problems
+    assert plan.step.microbatches == 8 and plan.memory == zero1.memory
+    eff = DEFAULT_EFFICIENCIES
+    params = stage_params(model, 8, 8, stages)
+    gather = _ring_pass(2 * params, 8, 19.0, eff.network)
+    reduce = _ring_pass(4 * params, 8, 19.0, eff.network)
+    layer = layer_cost(model, cluster, fsdp, eff)
+    forward, backward = 16 * layer.forward, 16 * layer.backward  # the fullest stage: 16 layers
+    assert gather > forward and reduce < backward  # the reduction could have hidden, but does not
+    buckets = math.ceil(4 * params / eff.bucket_bytes)
+    latency = buckets * 3 / 2 * 2 * math.ceil(math.log2(8)) * eff.hop_latency_s
+    expected = gather - forward + gather / 16 + reduce + latency
+    assert plan.step.dp_comm == pytest.approx(expected, rel=1e-9)
+    refused = evaluate(model, cluster, replace(fsdp, zero=2), 256)
+    assert refused.step is None and any("ZeRO-2" in problem for problem in refused.problems)
+
+
+def test_torchtitan_per_op_checkpointing_keeps_every_second_matmul_and_runs_the_others_again() -> None:
+    """recompute=op, Llama 3 8B, local batch 2 of 8,192 tokens on one H100: each layer keeps its input, the attention's
+    output and wq's, wv's, w1's and w2's outputs in bf16, 2·b·s·(4h + k + f) bytes; its backward runs wk, wo and w3
+    again (compute-bound GEMMs at the GEMM efficiency) and every element-wise op (the layer's forward traffic)."""
+    cluster = make_cluster("H100-SXM", 8)
+    cfg = ParallelConfig(mbs=2, zero=3, recompute="op").with_dp(8)
+    tokens, h, k, f = 2 * 8192, 4096, 1024, 14336
+    assert activation_bytes_per_layer(LLAMA_8B, 2, 1, False, "op") == 2 * tokens * (4 * h + k + f)
+    eff = DEFAULT_EFFICIENCIES
+    rerun = 2 * tokens * (h * k + h * h + h * f) / (989e12 * eff.gemm)
+    stored = activation_bytes_per_layer(LLAMA_8B, 2, 1, False, "none", flash_attention=True)
+    elementwise = eff.elementwise_traffic * stored / (3350e9 * eff.hbm)
+    layer = layer_cost(LLAMA_8B, cluster, cfg, eff)
+    assert layer.recompute == pytest.approx(rerun + elementwise, rel=1e-6)
+    full = layer_cost(LLAMA_8B, cluster, replace(cfg, recompute="full"), eff)
+    assert 0 < layer.recompute < full.recompute  # less than the whole forward again
