@@ -83,8 +83,10 @@ def test_the_naive_split_idles_half_the_step_and_pipelining_is_suggested(tour: t
     bubble = analysis["attribution"]["measured_bubble_fraction"]
     assert 0.40 <= bubble <= 0.60, bubble  # (p−1)/p = 0.5 for 2 stages
     assert analysis["attribution"]["closed_form_formula"] == "(p-1)/p"
-    kinds = [s["kind"] for s in analysis["suggestions"] if not s["within_noise"]]
-    assert kinds and kinds[0] == "pipeline_naive_split", analysis["suggestions"]
+    first = analysis["suggestions"][0]  # the largest gain, and the first that clears the noise if any does
+    assert first["kind"] == "pipeline_naive_split", analysis["suggestions"]
+    # 1F1B over p = 2 micro-batches takes (m+p−1)/(m·p) = 3/4 of the naive step
+    assert 0.65 <= first["predicted_step_ns"] / first["current_step_ns"] <= 0.85, first
     pipelined = tour[1]["pipelined"]["analysis"]["attribution"]["measured_bubble_fraction"]
     assert pipelined < bubble - 0.15, (pipelined, bubble)
 
@@ -150,8 +152,7 @@ def test_each_page_opens_with_its_lesson_in_its_own_figures(
     _, runs = tour
     expected = {
         "layerwise": [
-            r"^Layer-wise split: one stage works at a time\. The bubble is \d+\.\d% of the step, against \(p−1\)/p = 50\.0%",
-            "Do first: Pipeline the layer-wise split",
+            r"^Layer-wise split: one stage works at a time\. The bubble is \d+\.\d% of the step, against \(p−1\)/p = 50\.0%"
         ],
         "imbalanced": [r"^Unequal stages\. Stage 1 computes \d+\.\d× stage 0's work"],
         "late-rank": [r"^Rank 1 is late to the collectives: each of its peers waits \d+\.\d ms a step for it"],
@@ -167,6 +168,15 @@ def test_each_page_opens_with_its_lesson_in_its_own_figures(
             line = page.locator("#glance-verdict").inner_text()
             for pattern in patterns:
                 assert re.search(pattern, line), (slug, line)
+        # Pipelining is the thing to do, but on a loaded machine one step's 95% range can exceed its 25% gain (a CI
+        # run): then the line names no fix and the "Do first" card names it as the best within noise
+        page.goto(f"{tour_server.url}/runs/{runs['layerwise']['key']}")
+        page.wait_for_selector("body[data-drawn='true']", timeout=120_000)
+        line, card = (page.locator(f"#{where}").inner_text() for where in ("glance-verdict", "glance-do"))
+        if runs["layerwise"]["analysis"]["suggestions"][0]["within_noise"]:
+            assert "Do first" not in line and "the best, pipeline the layer-wise split" in card, (line, card)
+        else:
+            assert "Do first: Pipeline the layer-wise split" in line and "Pipeline the layer-wise split" in card
         page.goto(f"{tour_server.url}/?name=tour-")
         page.wait_for_selector("#runs tbody tr .run-title", timeout=60_000)
         pairs = page.locator("#runs tbody a.compare-pair")
