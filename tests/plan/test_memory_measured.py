@@ -30,7 +30,7 @@ def planned_gib(row: dict[str, str]) -> tuple[float, bool]:
 
 
 def test_every_torchtitan_table_gives_its_memory() -> None:
-    assert len(MEASURED) == 13, [row["model"] for row in MEASURED]
+    assert len(MEASURED) == 17, [row["model"] for row in MEASURED]
 
 
 @pytest.mark.parametrize("row", [r for r in MEASURED if r["tp"] == "1"], ids=lambda row: row["model"])
@@ -43,7 +43,7 @@ def test_fsdp_and_context_parallel_runs_planned_within_20_percent_below_what_the
 
 @pytest.mark.parametrize("row", [r for r in MEASURED if r["tp"] != "1"], ids=lambda row: row["model"])
 def test_tensor_parallel_runs_are_planned_below_what_they_reserved(row: dict[str, str]) -> None:
-    """The 70B and 405B runs hold 15-22 GiB more than the model counts (async TP's and Float8's buffers are not in
+    """The 70B and 405B runs hold 15-24 GiB more than the model counts (async TP's and Float8's buffers are not in
     it): the planner's figure is under theirs, by at most a third."""
     planned, fits = planned_gib(row)
     measured = float(row["measured_memory_gib"])
