@@ -107,7 +107,7 @@ def test_a_run_hung_on_two_ranks_names_both_everywhere(browser: Any, service: Li
             assert "the others wait for them: the run is hung" in glance(page, "slowest")
             do_first = glance(page, "do")
             assert "Find why ranks 1, 3 are stuck" in do_first and "py-spy dump --pid" in do_first, do_first
-            assert "2 ranks" in page.locator("#alert-banner").inner_text()
+            expect(page.locator("#alert-banner")).to_contain_text("2 ranks", timeout=20_000)  # its own request
             assert_stragglers_name(page, "hung on ranks 1, 3", "the others wait for them")
             page.screenshot(path=str(output_dir / f"hung-two-ranks-{width}.png"), full_page=True)
             assert errors == []
