@@ -1,12 +1,14 @@
 """Memory-pressure fixes for a run that declares its model and cluster, priced by the planner.
 
 The run's config names ``model`` (a planner preset or its fields) and ``cluster`` (a preset like
-``a100-80gb-x64``, or {gpu, gpus, gpus_per_node}) beside its parallel layout (``tp``, ``pp``,
-``dp``, ``microbatch_size``, ``schedule``, ``zero``, ``recompute``, ``global_batch``; ``flash_attention`` defaults
-to true, ``precision`` to bf16, ``grad_reduce`` to fp32, ``compile`` to true, as the planner's). When the
+``a100-80gb-x64``, or {gpu, gpus, gpus_per_node}) and ``global_batch`` beside its parallel layout: every field
+``bubblescope plan``'s ``config`` takes (``tp``, ``pp``, ``dp``, ``schedule``, ``zero``, ``recompute``, ``cp``, ``ep``,
+``layers_per_stage``...), read as ``plan`` reads them and with its defaults, the collector's ``microbatch_size``,
+``virtual_stages`` and ``pipeline_ranks`` (or ``num_stages``) standing for ``mbs``, ``vpp`` and ``pp``. When the
 planner puts memory per GPU above 90% of what is usable (or over it), each of ZeRO one stage higher,
-each recompute mode that keeps less than the run's (selective, torchtitan's per-op, full), and twice the pipeline
-stages is evaluated; those that fit and need less are offered
+each recompute mode that keeps less than the run's (selective, torchtitan's per-op, full), twice the pipeline
+stages, twice the context-parallel ranks (each sequence split further, data parallelism halved) and, for a mixture
+of experts, twice the expert-parallel ranks is evaluated; those that fit and need less are offered
 with the measured step scaled by the planner's ratio new/current (its absolute error cancels).
 """
 
@@ -30,14 +32,8 @@ from bubblescope.analysis.planner import (
     search,
     step_time,
 )
-from bubblescope.analysis.planner.specs import (
-    GRAD_REDUCES,
-    PRECISIONS,
-    RECOMPUTE,
-    boolean,
-    fp8_all_gather_problem,
-    one_of,
-)
+from bubblescope.analysis.planner.request import CONFIG_FIELDS, config_fields, config_from, stage_layout
+from bubblescope.analysis.planner.specs import RECOMPUTE, fp8_all_gather_problem
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, lookup
 from bubblescope.analysis.suggestions import RunEvidence, Suggestion, build_suggestion
 
@@ -55,8 +51,15 @@ class DeclaredPlan:
     global_batch: int
 
 
+#: A run config's own names for the planner's fields (the collector's); every other field ``plan``'s ``config`` takes
+#: (``request.CONFIG_FIELDS``: ``cp``, ``ep``, ``layers_per_stage``, ``tp_comm_overlap``...) under its own name.
+RUN_CONFIG_NAMES = {"microbatch_size": "mbs", "virtual_stages": "vpp", "pipeline_ranks": "pp"}
+
+
 def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
-    """None where the run did not declare a model and a cluster the planner knows."""
+    """None where the run did not declare a model and a cluster the planner knows. The layout is read as
+    ``bubblescope plan`` reads its ``config`` (``request.config_fields``, with its defaults), so a suggestion prices the
+    very configuration ``plan`` would; ``pp`` may come as the run's ``num_stages`` over its stages per rank."""
     try:
         model = model_from(config["model"])
         cluster_spec = config["cluster"]
@@ -65,28 +68,16 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
             if isinstance(cluster_spec, str)
             else make_cluster(cluster_spec["gpu"], cluster_spec["gpus"], cluster_spec.get("gpus_per_node", 8))
         )
-        schedule = lookup(str(config["schedule"])) if "schedule" in config else DEFAULT_SCHEDULE
-        stages_per_rank = int(config.get("virtual_stages") or schedule.default_stages_per_rank)
-        tp = int(config.get("tp", 1))
-        parallel = ParallelConfig(
-            tp=tp,
-            pp=int(config.get("pp", config.get("pipeline_ranks", int(config.get("num_stages", 1)) // stages_per_rank))),
-            dp=int(config.get("dp", 0)),
-            vpp=stages_per_rank,
-            mbs=int(config.get("microbatch_size", 1)),
-            schedule=schedule,
-            zero=int(config.get("zero", 0)),
-            recompute=one_of(config.get("recompute", "none"), RECOMPUTE, "recompute"),
-            sequence_parallel=boolean(
-                config.get("sequence_parallel", tp > 1), "sequence_parallel"
-            ),  # `plan`'s defaults
-            flash_attention=boolean(config.get("flash_attention", True), "flash_attention"),
-            precision=one_of(config.get("precision", "bf16"), PRECISIONS, "precision"),
-            grad_reduce=one_of(config.get("grad_reduce", "fp32"), GRAD_REDUCES, "grad_reduce"),
-            compile=boolean(config.get("compile", True), "compile"),
-        )
+        raw = {RUN_CONFIG_NAMES[key]: value for key, value in config.items() if key in RUN_CONFIG_NAMES}
+        raw |= {key: value for key, value in config.items() if key in CONFIG_FIELDS}
+        raw = {key: value for key, value in raw.items() if value is not None}
+        if "pp" not in raw and "num_stages" in config:
+            schedule = lookup(str(config["schedule"])) if "schedule" in config else DEFAULT_SCHEDULE
+            raw["pp"] = int(config["num_stages"]) // int(raw.get("vpp") or schedule.default_stages_per_rank)
+        fields = stage_layout(config_fields(raw), model.layers)
         # torchtitan's flag does nothing without Float8 linears and weights to gather: kept only where it acts
-        wanted = boolean(config.get("fp8_all_gather", False), "fp8_all_gather")
+        wanted = fields.pop("fp8_all_gather", False)
+        parallel = config_from(fields)
         acts = fp8_all_gather_problem(parallel.precision, parallel.zero) is None
         parallel = replace(parallel, fp8_all_gather=wanted and acts)
         return DeclaredPlan(model, cluster, parallel, int(config["global_batch"]))
@@ -137,7 +128,7 @@ def memory_suggestions(
         )
     evidence = RunEvidence(config=config, step_ns=step_ns)
     out = []
-    for title, change, torchtitan, megatron in _candidates(current.config):
+    for title, change, torchtitan, megatron in _candidates(current.config, model):
         plan = evaluate(model, cluster, change, batch)
         if not plan.feasible or not plan.fits or plan.step is None or plan.memory is None:
             continue
@@ -194,7 +185,9 @@ def memory_suggestions(
     return out
 
 
-def _candidates(config: ParallelConfig) -> list[tuple[str, ParallelConfig, dict[str, Any], list[str]]]:
+def _candidates(
+    config: ParallelConfig, model: ModelSpec
+) -> list[tuple[str, ParallelConfig, dict[str, Any], list[str]]]:
     out: list[tuple[str, ParallelConfig, dict[str, Any], list[str]]] = []
     if config.zero < 3:
         zero = config.zero + 1
@@ -223,9 +216,28 @@ def _candidates(config: ParallelConfig) -> list[tuple[str, ParallelConfig, dict[
         out.append(
             (
                 f"Double pipeline stages to {config.pp * 2} (data parallel {config.dp // 2})",
-                replace(config, pp=config.pp * 2, dp=config.dp // 2),
+                replace(config, pp=config.pp * 2, dp=config.dp // 2, layers_per_stage=()),
                 {"parallelism.pipeline_parallel_degree": config.pp * 2},
                 [f"--pipeline-model-parallel-size {config.pp * 2}"],
+            )
+        )
+        cp = config.cp * 2  # each rank holds half the sequence's activations; ZeRO still shards over dp·cp ranks
+        out.append(
+            (
+                f"Split each sequence over {cp} context-parallel ranks (data parallel {config.dp // 2})",
+                replace(config, cp=cp, dp=config.dp // 2),
+                {"parallelism.context_parallel_degree": cp},
+                [f"--context-parallel-size {cp}"],
+            )
+        )
+    if model.moe:  # each rank holds half as many experts (``evaluate`` refuses an ep the experts or ranks don't divide)
+        ep = config.ep * 2
+        out.append(
+            (
+                f"Spread the experts over {ep} expert-parallel ranks",
+                replace(config, ep=ep),
+                {"parallelism.expert_parallel_degree": ep},
+                [f"--expert-model-parallel-size {ep}"],
             )
         )
     return out

@@ -49,6 +49,31 @@ CONFIG_ALIASES = {
     "fp8_param_gather": "fp8_all_gather",
 }
 _INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs", "cp", "ep", "first_stage_layers", "last_stage_layers")
+#: Every field a configuration takes (``config`` and ``fixed``), in the order the unknown-field answer names them.
+CONFIG_FIELDS = (
+    "tp",
+    "pp",
+    "dp",
+    "vpp",
+    "mbs",
+    "schedule",
+    "zero",
+    "recompute",
+    "sequence_parallel",
+    "flash_attention",
+    "precision",
+    "layers_per_stage",
+    "first_stage_layers",
+    "last_stage_layers",
+    "tp_comm_overlap",
+    "cp",
+    "cp_comm",
+    "ep",
+    "capacity_factor",
+    "grad_reduce",
+    "compile",
+    "fp8_all_gather",
+)
 MAX_STAGES = 4096
 CHOICES = {  # fields of a few words
     "recompute": RECOMPUTE,
@@ -99,12 +124,7 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
                 raise PlanInputError(at, f"expected a list of 1 to {MAX_STAGES} layer counts, first stage first")
             fields[name] = tuple(positive_int(count, f"{at}[{i}]") for i, count in enumerate(value))
         else:
-            raise PlanInputError(
-                at,
-                "unknown field; expected tp, pp, dp, vpp, mbs, schedule, zero, recompute, sequence_parallel, "
-                "flash_attention, precision, layers_per_stage, first_stage_layers, last_stage_layers, tp_comm_overlap, cp, "
-                "cp_comm, ep, capacity_factor, grad_reduce, compile or fp8_all_gather",
-            )
+            raise PlanInputError(at, f"unknown field; expected {', '.join(CONFIG_FIELDS[:-1])} or {CONFIG_FIELDS[-1]}")
     if ("first_stage_layers" in fields or "last_stage_layers" in fields) and "layers_per_stage" in fields:
         raise PlanInputError(f"{where}.layers_per_stage", "give layers_per_stage or first/last_stage_layers, not both")
     return fields

@@ -1,0 +1,84 @@
+"""A run that declares its model, cluster and layout is read as ``bubblescope plan`` reads a configuration (context
+and expert parallelism, uneven stages, TP overlap included), and its memory fixes reach for context parallelism on a
+long sequence and expert parallelism on a mixture of experts, each priced with the figures ``plan`` gives for the two
+layouts, so a suggestion and ``plan`` never disagree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bubblescope.analysis.memory_fixes import declared_plan, memory_suggestions
+from bubblescope.analysis.planner import plan_document
+from bubblescope.analysis.suggestions import Suggestion
+
+STEP_NS = 10e9
+
+
+def planned_seconds(model: Any, cluster: str, batch: int, config: dict[str, Any]) -> float:
+    (plan,) = plan_document({"model": model, "cluster": cluster, "global_batch": batch, "config": config}).plans
+    assert plan.step is not None, plan.problems
+    return plan.step.total
+
+
+def only(found: list[Suggestion], words: str) -> Suggestion:
+    matching = [s for s in found if words in s.title]
+    assert len(matching) == 1, [s.title for s in found]
+    return matching[0]
+
+
+def test_every_knob_plan_takes_is_read_from_the_runs_config_as_plan_reads_it() -> None:
+    run = {"model": "llama-3-8b", "cluster": "h100-sxm-x64", "global_batch": 64, "microbatch_size": 1}
+    layout = {"tp": 2, "pp": 4, "layers_per_stage": "7/9/9/7", "cp": 2, "cp_comm": "allgather", "tp_comm_overlap": True}
+    layout |= {"zero": 1, "recompute": "op", "precision": "fp8", "grad_reduce": "bf16", "compile": False}
+    declared = declared_plan(run | layout)
+    assert declared is not None
+    (plan,) = plan_document(
+        {"model": "llama-3-8b", "cluster": "h100-sxm-x64", "global_batch": 64, "config": layout | {"mbs": 1}}
+    ).plans
+    assert declared.config.with_dp(declared.cluster.gpus) == plan.config
+    assert (plan.config.cp, plan.config.layers_per_stage, plan.config.dp) == (2, (7, 9, 9, 7), 4)
+    first_last = declared_plan(run | {"tp": 2, "pp": 4, "first_stage_layers": 7, "last_stage_layers": 7})
+    assert first_last is not None and first_last.config.layers_per_stage == (7, 9, 9, 7)
+    moe = declared_plan({**run, "model": "mixtral-8x7b", "ep": 4, "capacity_factor": 1.25})
+    assert moe is not None and (moe.config.ep, moe.config.capacity_factor) == (4, 1.25)
+    # what `plan` refuses prices nothing (and raises nothing): an unknown CP method, uneven stages that do not add up
+    assert declared_plan(run | {"cp": 2, "cp_comm": "ring"}) is None
+    assert declared_plan(run | {"pp": 4, "first_stage_layers": 6}) is None  # 26 over 3 stages
+    assert memory_suggestions(run | {"cp": 2, "cp_comm": "ring"}, STEP_NS) == []
+
+
+def test_a_long_sequence_under_memory_pressure_is_offered_context_parallelism_priced_as_plan_prices_it() -> None:
+    """torchtitan's Table 2 case: Llama 3 8B at 32k tokens on 8 H100s, FSDP and full recompute. ZeRO is at its last
+    stage and recompute at its most; splitting each sequence over two ranks halves the activations."""
+    model = {"preset": "llama-3-8b", "seq": 32768}
+    run = {"model": model, "cluster": "h100-sxm-x8", "global_batch": 8, "microbatch_size": 1}
+    layout = {"zero": 3, "recompute": "full"}
+    found = memory_suggestions(run | layout, STEP_NS)
+    split = only(found, "context-parallel")
+    assert split.apply == {"cp": 2, "dp": 4}, split.apply
+    assert split.torchtitan == {"parallelism.context_parallel_degree": 2}
+    assert split.megatron == ["--context-parallel-size 2"]
+    now = planned_seconds(model, "h100-sxm-x8", 8, layout | {"mbs": 1})
+    after = planned_seconds(model, "h100-sxm-x8", 8, layout | {"mbs": 1, "cp": 2, "dp": 4})
+    assert split.predicted_step_ns == pytest.approx(STEP_NS * after / now, rel=1e-9)
+    # a run that already splits its sequences is offered the next degree, from its own cp
+    deeper = memory_suggestions(run | layout | {"model": {"preset": "llama-3-8b", "seq": 131072}, "cp": 2}, STEP_NS)
+    assert all("context-parallel" not in s.title or s.apply["cp"] == 4 for s in deeper), [s.apply for s in deeper]
+
+
+def test_a_mixture_of_experts_under_memory_pressure_is_offered_more_expert_parallelism_priced_as_plan_prices_it() -> (
+    None
+):
+    run = {"model": "mixtral-8x7b", "cluster": "h100-sxm-x32", "global_batch": 64, "microbatch_size": 1}
+    layout = {"tp": 4, "zero": 1, "recompute": "full"}
+    found = memory_suggestions(run | layout, STEP_NS)
+    spread = only(found, "expert-parallel")
+    assert spread.apply == {"ep": 2} and spread.megatron == ["--expert-model-parallel-size 2"]
+    assert spread.torchtitan == {"parallelism.expert_parallel_degree": 2}
+    now = planned_seconds("mixtral-8x7b", "h100-sxm-x32", 64, layout | {"mbs": 1})
+    after = planned_seconds("mixtral-8x7b", "h100-sxm-x32", 64, layout | {"mbs": 1, "ep": 2})
+    assert spread.predicted_step_ns == pytest.approx(STEP_NS * after / now, rel=1e-9)
+    dense = memory_suggestions({**run, "model": "llama-3-8b"} | layout, STEP_NS)
+    assert not any("expert" in s.title for s in dense)  # a dense model has no experts to spread
