@@ -199,3 +199,31 @@ def test_a_fix_applied_as_suggested_gives_about_the_predicted_step(
     predicted_gain = fix["current_step_ns"] - fix["predicted_step_ns"]
     assert 0.75 * INJECTED_MS * 1e6 <= predicted_gain <= 1.25 * INJECTED_MS * 1e6, detail
     assert 0.2 * predicted_gain <= fix["current_step_ns"] - measured <= 2.5 * predicted_gain, detail
+
+
+def test_a_job_declaring_its_model_gets_the_planners_memory_fix_priced_as_plan_prices_it(
+    service: LiveServer, tmp_path: Path
+) -> None:
+    """An FSDP2 job that declares what it stands for in ``collector.init(config=...)`` (docs/collector.md): Llama 3 8B
+    at 32k tokens on 8 H100s, FSDP and full recompute. The planner puts that over its GPUs' memory, so the run's
+    analysis offers splitting each sequence over two context-parallel ranks (data parallel 4), its predicted step the
+    measured one times the ratio ``POST /plan`` gives for the two layouts."""
+    model = {"preset": "llama-3-8b", "seq": 32768}
+    layout = {"zero": 3, "recompute": "full"}
+    declared = {"model": model, "cluster": "h100-sxm-x8", "global_batch": 8, "microbatch_size": 1, **layout}
+    run_key, _ = run_job(service, tmp_path, "fsdp2", 1, f"--declare={json.dumps(declared)}")
+    analysis = analysis_of(service, run_key, STEPS)
+    fixes = [s for s in analysis["suggestions"] if s["kind"] == "memory_pressure"]
+    assert [s["apply"] for s in fixes] == [{"cp": 2, "dp": 4}], fixes
+    (split,) = fixes
+    assert split["torchtitan"] == {"parallelism.context_parallel_degree": 2}, split
+    with httpx.Client(base_url=service.url, timeout=30) as client:
+
+        def planned(config: dict[str, Any]) -> float:
+            body = {"model": model, "cluster": "h100-sxm-x8", "global_batch": 8, "config": {"mbs": 1, **config}}
+            answer = client.post("/api/v1/plan", json=body)
+            assert answer.status_code == 200, answer.text
+            return answer.json()["plans"][0]["step_time_s"]
+
+        ratio = planned({**layout, "cp": 2, "dp": 4}) / planned(layout)
+    assert split["predicted_step_ns"] == pytest.approx(split["current_step_ns"] * ratio, rel=1e-6), split

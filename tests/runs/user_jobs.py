@@ -11,7 +11,8 @@ torchrun by ``tests/runs/test_user_jobs.py``:
 - ``bare``: the hand loop without ``instrument_model``, as a job that missed it.
 
 ``--blocks``: the model's blocks priced one by one (``blocks=``); ``--heavy-block K``: block K of the MLP
-runs four linear layers instead of one.
+runs four linear layers instead of one. ``--declare JSON``: keys the job adds to its run's config
+(``collector.init(config=...)``), such as the model, cluster and layout the planner prices its fixes for.
 
 ``--loader-ms M --workers W``: each batch takes M ms to load, in W DataLoader worker processes (0: on the
 training thread). ``--fixed-from N``: from step N on, neither the loading time nor the slow rank's. ``--slow-rank R --slow-ms M``: rank R also spends M ms a step on the host between forward and backward, so the
@@ -127,10 +128,11 @@ def main() -> None:
     parser.add_argument("--fixed-from", type=int, default=None, help="from this step on, no --slow-ms or --loader-ms")
     parser.add_argument("--blocks", action="store_true", help="price each block of the model (blocks=)")
     parser.add_argument("--heavy-block", type=int, default=None, help="this block runs four linear layers")
+    parser.add_argument("--declare", type=json.loads, default={}, help="JSON keys for collector.init's config")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
-    collector.init(run=args.run_name)
+    collector.init(run=args.run_name, config=args.declare)
     model = build(args.mode, args.layers, args.blocks, args.heavy_block)
     optimizer = collector.instrument_optimizer(torch.optim.SGD(model.parameters(), lr=1e-3))
     fixed_from = args.steps if args.fixed_from is None else args.fixed_from
