@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from bubblescope import stop_signal
 from bubblescope.analysis import DEFAULT_SCHEDULE, NAMES, ScheduleError, lookup
+from bubblescope.analysis.planner.specs import GPU_CATALOG, MODEL_PRESETS
 from bubblescope.input_files import missing_files
 from bubblescope.ports import can_listen, taken_message
 
@@ -403,15 +404,14 @@ def build_parser() -> argparse.ArgumentParser:
     plan = commands.add_parser(
         "plan",
         help="predict memory, step time and MFU of parallel configurations",
-        description="Evaluate one configuration (--config) or search for the fastest "
-        "that fit (ranked). Presets: gpt-1.7b … gpt-1t, llama-2-7b, "
-        "llama-3-8b, llama-3-70b; clusters <gpu>-x<count>, e.g. a100-80gb-x64.",
+        description="Evaluate one configuration (--config) or search for the fastest that fit (ranked). "
+        f"Model presets: {', '.join(MODEL_PRESETS)}; clusters <gpu>-x<count>, e.g. a100-80gb-x64.",
     )
     plan.add_argument("--model", required=True, help="model preset name or JSON file of model fields")
     plan.add_argument("--cluster", help="cluster preset (<gpu>-x<count>) or JSON file {gpu, gpus, gpus_per_node}")
     plan.add_argument(
         "--gpu",
-        help="instead of --cluster: GPU type (A100-40GB, A100-80GB, H100-SXM, H100-PCIe, H100-HBM2e-500W, H200, B200)",
+        help=f"instead of --cluster: GPU type ({', '.join(GPU_CATALOG)})",
     )
     plan.add_argument("--gpus", type=int, help="with --gpu: number of GPUs")
     plan.add_argument("--gpus-per-node", type=int, default=8, help="with --gpu (default 8)")
