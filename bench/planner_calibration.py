@@ -3,13 +3,14 @@
 Rows: Narayanan et al. 2021 Table 1 (TFLOP/s per GPU, hardware FLOPs with recompute) and
 Korthikanti et al. 2022 Table 5 (iteration seconds), on A100s. Then the H100 and H200 rows (Megatron-LM's README table of
 2024, GPT 1.7B-462B on 48-6,144 H100s, model TFLOP/s per GPU; torchtitan's Llama 3.1 tables on 500 W H100s and Trainy's
-H200 runs, tokens/s per GPU), predicted with the planner's own constants (only the attention and eager-traffic
+H200 runs, tokens/s per GPU), predicted with the default constants (only the attention and eager-traffic
 defaults, which no A100 row exercises, were chosen on them). Table 1 leaves micro-batch size and
 interleaving unpublished (Megatron-LM's README table the micro-batch); one rule fills them
 (``calibration.UNKNOWN_MICROBATCH_RULE``).
 Then each row left out in turn: the constants the grid search (``calibration.GRID``) fits on the other rows
 alone predict it, so the figure says how the model does on a row it was not fitted on. Last, every row of both files
-(A100, H100, H200) left out in turn, with one set of constants for every GPU and with one set per GPU
+(A100, H100, H200) left out in turn, with one set of constants for every GPU and with one set per GPU (a GPU's
+family's other rows, ``calibration.constants_family``: what the planner prices with, ``--write-efficiencies``)
 (``calibration.GRID_EVERY_ROW``): the issue's goal, mean < 3.65 % and max < 8.87 % over every row. ``--sc21`` adds a cross-check with the values of the authors' reproduction scripts
 (Megatron-LM ``examples/sc21/run_table_1.sh``), which the model does not use.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 from dataclasses import asdict
+from datetime import date
 from pathlib import Path
 
 from bubblescope.analysis.planner.calibration import (
@@ -34,11 +36,12 @@ from bubblescope.analysis.planner.calibration import (
     CalibrationRow,
     calibrate,
     fit,
+    fit_per_gpu,
     leave_one_out,
     predict_row,
     summarize,
 )
-from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES
+from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES, FITTED, FITTED_NAMES
 
 #: (micro-batch, virtual stages) per model in examples/sc21/run_table_1.sh, for the cross-check only
 SC21 = {
@@ -75,11 +78,34 @@ def print_table(rows: list[CalibrationRow]) -> None:
         )
 
 
+def write_efficiencies(sources: list[Path]) -> None:
+    """Each newer GPU's constants, fitted on its own published rows (``calibration.fit_per_gpu``), into ``FITTED``:
+    what ``bubblescope plan`` prices that GPU with."""
+    fitted = fit_per_gpu(sources)
+    today = date.today().isoformat()
+    with FITTED.open("w", newline="") as handle:
+        out = csv.writer(handle, lineterminator="\n")
+        out.writerow(["gpu", "rows", "fitted", *FITTED_NAMES])
+        for gpu, (eff, family, rows) in fitted.items():
+            on = f"{' and '.join(family)} runs, calibration.GRID_EVERY_ROW, {today}"
+            out.writerow([gpu, rows, on, *(getattr(eff, n) for n in FITTED_NAMES)])
+            print(f"{gpu}: {rows} rows, " + ", ".join(f"{n} {getattr(eff, n)}" for n in FITTED_NAMES))
+    print(f"written: {FITTED}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=PUBLISHED_RUNS)
     parser.add_argument("--sc21", action="store_true", help="also compare with the sc21 scripts' micro-batch/vpp")
+    parser.add_argument(
+        "--write-efficiencies",
+        action="store_true",
+        help=f"only fit each newer GPU's constants on its own rows and write them to {FITTED.name}",
+    )
     args = parser.parse_args()
+    if args.write_efficiencies:
+        write_efficiencies([args.csv, PUBLISHED_RUNS_H100])
+        return
     print(f"constants: {asdict(DEFAULT_EFFICIENCIES)}")
     print(f"micro-batch / interleaving where a row leaves them out: {UNKNOWN_MICROBATCH_RULE}\n")
     print_table(calibrate(args.csv))
@@ -93,7 +119,7 @@ def main() -> None:
     )
     print(
         f"\nH100 and H200 rows, not fitted on ({PUBLISHED_RUNS_H100.name}; only the attention and eager-traffic defaults "
-        "were chosen on them): predicted with the planner's own constants (above; the A100 rows' fit leaves the network "
+        "were chosen on them): predicted with the default constants (above; the A100 rows' fit leaves the network "
         "and overlap constants nearly free, since with whole batches a micro-batch their reduction is a small part of "
         "the step); model FLOPs per GPU as Megatron-LM counts them"
     )

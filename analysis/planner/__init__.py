@@ -5,6 +5,7 @@ configuration (``evaluate``), or the fastest configurations that fit (``search``
 checks the step-time model against published Megatron-LM runs.
 """
 
+from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES, Efficiencies, efficiencies_for
 from bubblescope.analysis.planner.evaluate import Plan, evaluate, model_flops_per_step
 from bubblescope.analysis.planner.memory import (
     MemoryBreakdown,
@@ -26,7 +27,7 @@ from bubblescope.analysis.planner.specs import (
     make_cluster,
     model_from,
 )
-from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficiencies, StepTime, step_time
+from bubblescope.analysis.planner.step_time import StepTime, step_time
 
 __all__ = [
     "DEFAULT_EFFICIENCIES",
@@ -44,6 +45,7 @@ __all__ = [
     "StepTime",
     "activation_bytes_per_layer",
     "cluster_preset",
+    "efficiencies_for",
     "evaluate",
     "make_cluster",
     "memory_per_gpu",

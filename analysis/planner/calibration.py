@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES, DEFAULTS_CHOSEN_ON, MIN_ROWS, Efficiencies
 from bubblescope.analysis.planner.evaluate import evaluate
 from bubblescope.analysis.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, make_cluster, model_from
-from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficiencies
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, INTERLEAVED_1F1B
 
 #: Rows that leave the micro-batch out (Table 1; Megatron-LM's README table). With a pipeline: micro-batch 1 and the
@@ -256,15 +256,56 @@ def leave_one_out(
 ) -> list[HeldOut]:
     """Each row (of one file, or of several together) predicted with the grid's constants fitted on the other rows
     alone. With ``group`` (a column, e.g. ``gpu``), only on the other rows that share the held-out row's value there
-    (constants per GPU); on every other row where none does."""
+    (constants per GPU: its family's rows, ``constants_family``, as ``fit_per_gpu`` fits what the planner prices
+    with); on every other row where none does."""
     options, table = _predictions(sources, grid)
     published = _published(sources)
     held: list[HeldOut] = []
     for index, row in enumerate(published):
         others = [other for other in range(len(published)) if other != index]
-        if group is not None:
-            alike = [other for other in others if published[other][group] == row[group]]
+        if group is not None:  # a GPU's family (``constants_family``): the rows its constants are fitted on
+            same = constants_family if group == "gpu" else str
+            alike = [other for other in others if same(published[other][group]) == same(row[group])]
             others = alike or others
         chosen = _best(table, others)
         held.append(HeldOut(table[chosen][index], options[chosen]))
     return held
+
+
+#: GPUs priced with another's constants, fitted on both's rows together: the H200 is the H100 SXM's GH100 chip at the
+#: same clocks (989 dense bf16 TFLOP/s both, ``data/gpus.csv``) with more and faster HBM, which the model reads as such.
+PRICED_AS = {"H200": "H100-SXM"}
+
+
+def constants_family(gpu: str) -> str:
+    """The GPU whose fitted constants ``gpu`` prices with (itself, unless ``PRICED_AS`` names another; any case)."""
+    return next((other for name, other in PRICED_AS.items() if name.lower() == gpu.lower()), gpu)
+
+
+def fit_per_gpu(
+    sources: Sequence[Path], grid: Mapping[str, Sequence[float]] = GRID_EVERY_ROW
+) -> dict[str, tuple[Efficiencies, list[str], int]]:
+    """Each GPU's constants, fitted on its family's published rows (``constants_family``; in-sample), with the family's
+    GPUs and the number of rows; not for the GPU the defaults were chosen on, nor for a family with fewer than ``MIN_ROWS`` rows
+    (``efficiencies.efficiencies_for``). A constant the rows do not pin (the fit's mean error the same with the default
+    value: eager traffic where every row is compiled) keeps its default."""
+    options, table = _predictions(sources, grid)
+    published = _published(sources)
+    out: dict[str, tuple[Efficiencies, list[str], int]] = {}
+    for gpu in dict.fromkeys(row["gpu"] for row in published):
+        family = [i for i, row in enumerate(published) if constants_family(row["gpu"]) == constants_family(gpu)]
+        if gpu == DEFAULTS_CHOSEN_ON[0] or len(family) < MIN_ROWS:
+            continue
+        chosen = options[_best(table, family)]
+        rows = [published[i] for i in family]
+        error = _mean_abs_error(rows, chosen)
+        for name in grid:
+            unpinned = replace(chosen, **{name: getattr(DEFAULT_EFFICIENCIES, name)})
+            if abs(_mean_abs_error(rows, unpinned) - error) < 1e-9:
+                chosen = unpinned
+        out[gpu] = (chosen, sorted({published[i]["gpu"] for i in family}), len(family))
+    return out
+
+
+def _mean_abs_error(rows: Sequence[dict[str, str]], eff: Efficiencies) -> float:
+    return statistics.fmean(abs(predict_row(row, eff).error_pct) for row in rows)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from bubblescope.analysis.planner.efficiencies import Efficiencies
 from bubblescope.analysis.planner.memory import GIB, MemoryBreakdown, memory_per_gpu
 from bubblescope.analysis.planner.specs import (
     GRAD_REDUCES,
@@ -14,7 +15,7 @@ from bubblescope.analysis.planner.specs import (
     ParallelConfig,
     fp8_all_gather_problem,
 )
-from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficiencies, StepTime, step_time
+from bubblescope.analysis.planner.step_time import StepTime, step_time
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, INTERLEAVED_1F1B
 
 
@@ -186,9 +187,10 @@ def evaluate(
     cluster: ClusterSpec,
     config: ParallelConfig,
     global_batch: int,
-    eff: Efficiencies = DEFAULT_EFFICIENCIES,
+    eff: Efficiencies | None = None,
 ) -> Plan:
-    """Memory per GPU by part, step time, MFU and bubble of ``config``; problems if it cannot run."""
+    """Memory per GPU by part, step time, MFU and bubble of ``config``; problems if it cannot run. ``eff``: the GPU's
+    own constants where none are given (``efficiencies.efficiencies_for``)."""
     cfg = config.with_dp(cluster.gpus)
     if cfg.pp == 1 and (cfg.schedule is not DEFAULT_SCHEDULE or cfg.vpp != 1):
         cfg = replace(cfg, schedule=DEFAULT_SCHEDULE, vpp=1)  # no pipeline: every schedule is plain accumulation

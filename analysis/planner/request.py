@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bubblescope.analysis.planner.efficiencies import constants_said
 from bubblescope.analysis.planner.evaluate import Plan, evaluate, structural_problems
 from bubblescope.analysis.planner.search import search
 from bubblescope.analysis.planner.specs import (
@@ -254,7 +255,7 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
         for field_name, message in structural_problems(model, cluster, config, batch):
             raise PlanInputError(f"config.{field_name}", message)
         plans = [evaluate(model, cluster, config, batch)]
-        return PlanOutcome(model, cluster, batch, False, plans, _assumed(fields))
+        return PlanOutcome(model, cluster, batch, False, plans, _assumed(fields, cluster))
     fixed = stage_layout(config_fields(document.get("fixed") or {}, "fixed"), model.layers, "fixed")
     if "layers_per_stage" in fixed and "pp" not in fixed:
         raise PlanInputError("fixed.pp", "give pp with layers_per_stage (or first/last_stage_layers)")
@@ -263,9 +264,10 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
     )
     if fp8_gathers:
         raise PlanInputError("fixed.fp8_all_gather", fp8_gathers)
-    return PlanOutcome(model, cluster, batch, True, search(model, cluster, batch, top, fixed), _assumed(fixed))
+    return PlanOutcome(model, cluster, batch, True, search(model, cluster, batch, top, fixed), _assumed(fixed, cluster))
 
 
-def _assumed(given: Mapping[str, Any]) -> tuple[str, ...]:
-    """The defaults a request relied on, in words (the answer says them)."""
-    return tuple(said for field, said in DEFAULTS_SAID.items() if field not in given)
+def _assumed(given: Mapping[str, Any], cluster: ClusterSpec) -> tuple[str, ...]:
+    """The defaults a request relied on, and the constants its GPU prices with, in words (the answer says them)."""
+    defaults = tuple(said for field, said in DEFAULTS_SAID.items() if field not in given)
+    return (*defaults, constants_said(cluster.gpu.name))

@@ -17,9 +17,9 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
+from bubblescope.analysis.planner.efficiencies import Efficiencies
 from bubblescope.analysis.planner.evaluate import Plan, evaluate
 from bubblescope.analysis.planner.specs import RECOMPUTE, ClusterSpec, ModelSpec, ParallelConfig
-from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, Efficiencies
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, GPIPE, INTERLEAVED_1F1B, ONE_F_ONE_B, Schedule
 
 MAX_VPP = 8
@@ -136,7 +136,7 @@ def search(
     global_batch: int,
     top: int = 10,
     fixed: Mapping[str, Any] | None = None,
-    eff: Efficiencies = DEFAULT_EFFICIENCIES,
+    eff: Efficiencies | None = None,
 ) -> list[Plan]:
     """The ``top`` fastest configurations that run and fit in memory, fastest first."""
     runnable = [

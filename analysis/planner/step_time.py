@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from bubblescope.analysis.planner.efficiencies import Efficiencies, efficiencies_for
 from bubblescope.analysis.planner.memory import (
     activation_bytes_per_layer,
     layer_params_on_gpu,
@@ -46,70 +47,6 @@ from bubblescope.analysis.planner.memory import (
     stage_params,
 )
 from bubblescope.analysis.planner.specs import GRAD_REDUCE_BYTES, ClusterSpec, GpuSpec, ModelSpec, ParallelConfig
-
-
-@dataclass(frozen=True)
-class Efficiencies:
-    """The planner's only tuned constants, the same for every model and cluster.
-
-    Chosen by a coarse grid search over physically plausible ranges against the 18 published runs
-    (``calibration``; in-sample, so the errors reported there are fit errors), then kept if they
-    stay in those ranges:
-
-    gemm 0.74: fraction of peak a bf16 GEMM of a transformer layer sustains (cuBLAS on A100: 70–85 %
-      depending on shape; tile and wave quantisation make the layer average lower than the best).
-    hbm 0.85: fraction of HBM bandwidth a streaming kernel sustains.
-    nvlink 0.65, network 0.80: NCCL bus bandwidth over link peak for the 10–100 MB messages of
-      tensor parallelism (nccl-tests on DGX A100 reach ≈ 230 of 300 GB/s only for GB messages) and
-      for point-to-point and data-parallel traffic over one HDR NIC per GPU.
-    collective_latency_s 10 µs: fixed cost of one NCCL collective or point-to-point transfer.
-    elementwise_traffic 2.0: HBM bytes the memory-bound kernels of a layer move forward per byte of
-      activation they leave stored (each written once and read about once more).
-    dp_overlap 0.5: fraction of the last micro-batch's backward pass under which the data-parallel
-      gradient reduction runs (bucketed reduction: PyTorch DDP, FSDP, Megatron's
-      --overlap-grad-reduce); only the rest of the reduction is exposed.
-    optimizer_bytes_per_param 36: Adam with fp32 master weights reads the gradient and 12 bytes of
-      state, writes the state back and the bf16 copy of the weight.
-    tp_overlap 0.8: with tensor-parallel communication overlap, the share of a layer's linear GEMM time under
-      which its TP collectives can run (the chunked all-gather/reduce-scatter pipelines with the GEMMs it
-      feeds; the first chunk and the GEMM-less gaps stay exposed). Not fitted on the A100 rows: none overlapped.
-
-    Scale terms (not fitted: no published row isolates them; docs/planner.md):
-    hop_latency_s 5 µs: each step of a collective's tree over the network (NCCL's tree at scale: log2(n) steps a
-      pass, 2·log2(n) an all-reduce); every gradient bucket pays it, so a reduction over thousands of replicas
-      costs more than its bytes.
-    bucket_bytes 100 MB: gradients reduced per collective (Megatron's bucket is 40 M parameters; DDP's 25 MB).
-    rank_jitter 0.2 %: the spread (σ) of one rank's step time around the mean from noise no schedule controls
-      (clocks, the OS, the network); a synchronous step waits for the slowest of n ranks, about σ·√(2 ln n)
-      above the mean. Chosen among 0, 0.1, 0.2 and 0.4 % by the A100 rows' leave-one-out error (3.31, 3.21, 3.19
-      and 4.04 % mean); how it grows with n is the model's, not a fit.
-
-    Chosen on the H100/H200 rows (the A100 rows never exercise them; ``calibration.GRID_EVERY_ROW``):
-    attention 0.5: fraction of the bf16 peak fused (flash) attention sustains over the FLOPs a causal mask leaves
-      (FlashAttention-2 reaches 50–73 % of an A100's forward peak, FlashAttention-3 75 % of an H100's); the
-      torchtitan rows' SDPA on 500 W H100s choose 0.2, Megatron-LM's H100 rows 0.5–0.6.
-    eager_traffic 3.0: how many times the element-wise bytes eager PyTorch moves against fused kernels (each
-      norm, activation and rotary embedding op its own kernel, the norms upcast to fp32); torchtitan's eager and
-      compiled rows choose 3.
-    """
-
-    gemm: float = 0.74
-    hbm: float = 0.85
-    nvlink: float = 0.65
-    network: float = 0.80
-    collective_latency_s: float = 10e-6
-    elementwise_traffic: float = 2.0
-    dp_overlap: float = 0.5
-    optimizer_bytes_per_param: float = 36.0
-    tp_overlap: float = 0.8
-    hop_latency_s: float = 5e-6
-    bucket_bytes: float = 100e6
-    rank_jitter: float = 0.002
-    attention: float = 0.5
-    eager_traffic: float = 3.0
-
-
-DEFAULT_EFFICIENCIES = Efficiencies()
 
 
 @dataclass(frozen=True)
@@ -503,9 +440,11 @@ def step_time(
     cluster: ClusterSpec,
     config: ParallelConfig,
     global_batch: int,
-    eff: Efficiencies = DEFAULT_EFFICIENCIES,
+    eff: Efficiencies | None = None,
 ) -> StepTime:
-    """Seconds per step; the caller has checked feasibility (see ``evaluate.evaluate``)."""
+    """Seconds per step; the caller has checked feasibility (see ``evaluate.evaluate``). ``eff``: the GPU's own
+    constants where none are given (``efficiencies.efficiencies_for``)."""
+    eff = efficiencies_for(cluster.gpu.name) if eff is None else eff
     cfg = config.with_dp(cluster.gpus)
     microbatches = global_batch // (cfg.dp * cfg.mbs)
     layer, output = layer_cost(model, cluster, cfg, eff), output_layer_cost(model, cluster, cfg, eff)

@@ -53,6 +53,7 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         "precision: bf16 (fp8 runs the linear GEMMs at the FP8 peak)",
         "sequence_parallel: on when tp > 1",
         "grad_reduce: fp32 (gradients reduced in fp32, as Megatron-LM and torchtitan do by default)",
+        "constants: the defaults, chosen on 18 published A100-80GB runs",  # and which constants priced it
     ]
     p, v, m = 8, 3, 64
     assert plan["bubble_fraction"] == pytest.approx(((p - 1) / v) / (m + (p - 1) / v))

@@ -13,11 +13,14 @@ from typing import Any
 import pytest
 
 from bubblescope.analysis.planner import GPU_CATALOG, ParallelConfig, evaluate, make_cluster, model_from
+from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES, efficiencies_for
 from bubblescope.analysis.planner.memory import memory_per_pipeline_rank
 from bubblescope.analysis.planner.request import plan_document
 from bubblescope.analysis.planner.specs import GPUS, PlanInputError
-from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, layer_cost, output_layer_cost
+from bubblescope.analysis.planner.step_time import layer_cost, output_layer_cost
 from tests.support import LiveServer, assert_names
+
+SXM = efficiencies_for("H100-SXM")  # the constants an H100 SXM prices with (fitted on its published runs)
 
 LLAMA_405B = {  # Llama 3.1 405B (torchtitan's llama3 405B configuration)
     "name": "llama-3.1-405b",
@@ -48,13 +51,13 @@ def test_fp8_runs_the_four_linear_gemms_at_the_fp8_peak_and_pays_for_its_casts()
     }
     h, k, f, t, tokens = model.hidden, model.kv_dim, model.ffn_hidden, 8, model.seq
     flops = 2 * tokens * h * ((h + 2 * k) + h + 2 * f + f) / t
-    gemm = DEFAULT_EFFICIENCIES.gemm
+    gemm = SXM.gemm
     saved_per_pass = flops * (1 / (989e12 * gemm) - 1 / (1979e12 * gemm))
     shapes = [(tokens, h, (h + 2 * k) / t), (tokens, h / t, h), (tokens, h, 2 * f / t), (tokens, f / t, h)]
     operands = sum(rows * inner + inner * out for rows, inner, out in shapes)
     gradients = sum(rows * out for rows, _, out in shapes)
     cast_bytes = 5 * operands + 5 * gradients + 2 * operands
-    cast_s = cast_bytes / (3350e9 * DEFAULT_EFFICIENCIES.hbm)
+    cast_s = cast_bytes / (3350e9 * SXM.hbm)
     expected = 2 * 80 * (3 * saved_per_pass - cast_s)
     bf16, fp8 = (plans[p].step for p in ("bf16", "fp8"))
     assert bf16 is not None and fp8 is not None
@@ -85,9 +88,7 @@ def test_megatrons_first_and_last_stage_layers_split_126_layers_over_16_stages()
     assert plan.config.layers_per_stage == (7,) + (8,) * 14 + (7,)
     assert plan.feasible, plan.problems
     model, cluster = answer.model, answer.cluster
-    layer, output = (
-        cost(model, cluster, plan.config, DEFAULT_EFFICIENCIES) for cost in (layer_cost, output_layer_cost)
-    )
+    layer, output = (cost(model, cluster, plan.config, SXM) for cost in (layer_cost, output_layer_cost))
     middle, last = layer.scale(8), layer.scale(7) + output
     slowest = max(middle, last, key=lambda c: c.compute + c.recompute + c.comm)
     assert plan.step is not None and plan.step.compute == pytest.approx(plan.step.microbatches * slowest.compute)
@@ -205,7 +206,7 @@ def test_context_parallelism_splits_the_sequence_and_prices_its_key_value_exchan
     assert ring.memory.activations == pytest.approx(one.memory.activations / 4, rel=1e-9)
     assert ring.memory.optimizer == pytest.approx(one.memory.optimizer)  # ZeRO-1 over dp·cp = 8 ranks either way
     kv_bytes = 4 * 32768 * 1024
-    one_pass = 10e-6 + 0.75 * kv_bytes / (450e9 * DEFAULT_EFFICIENCIES.nvlink)
+    one_pass = 10e-6 + 0.75 * kv_bytes / (450e9 * SXM.nvlink)
     assert gathered.step.cp_comm == pytest.approx(4 * 32 * 3 * one_pass, rel=1e-9)
     assert ring.step.cp_comm == 0.0 and one.step.cp_comm == 0.0
     assert gathered.step.total > ring.step.total
@@ -251,7 +252,7 @@ def test_expert_parallelism_splits_the_experts_and_prices_the_all_to_alls() -> N
     assert plan.memory.optimizer == pytest.approx(12 * (dense_on_gpu / 16 + experts_on_gpu / 2), rel=1e-9)
     assert plan.memory.gradients == pytest.approx(4 * (dense_on_gpu / 16 + experts_on_gpu / 2), rel=1e-9)
     routed_bytes = 4096 * 2 * 4096 * 2
-    one = 10e-6 + 7 / 8 * routed_bytes / (450e9 * DEFAULT_EFFICIENCIES.nvlink)
+    one = 10e-6 + 7 / 8 * routed_bytes / (450e9 * SXM.nvlink)
     assert plan.step.ep_comm == pytest.approx(1 * 32 * 6 * one, rel=1e-9)  # 1 micro-batch, 32 layers, recomputed
     tokens = 16 * 4096  # model FLOPs count the active parameters, not all 46.7 B
     assert plan.mfu == pytest.approx(
@@ -378,7 +379,7 @@ def test_tensor_parallel_overlap_hides_its_collectives_under_the_linear_gemms_an
         )
         for overlap in (False, True)
     }
-    eff = DEFAULT_EFFICIENCIES
+    eff = SXM
     ring = 2 * (eff.collective_latency_s + 7 / 8 * 2 * 8192 * 8192 / (450e9 * eff.nvlink))
     tp_pass = 2 * ring  # two all-reduces a pass
     h, k, f, tokens = model.hidden, model.kv_dim, model.ffn_hidden, model.seq

@@ -10,10 +10,11 @@ from dataclasses import replace
 import pytest
 
 from bubblescope.analysis.planner import ParallelConfig, evaluate, make_cluster, model_from
+from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES
 from bubblescope.analysis.planner.memory import activation_bytes_per_layer, layer_params_on_gpu, stage_params
 from bubblescope.analysis.planner.request import plan_document
 from bubblescope.analysis.planner.specs import PlanInputError
-from bubblescope.analysis.planner.step_time import DEFAULT_EFFICIENCIES, StepTime, layer_cost, output_layer_cost
+from bubblescope.analysis.planner.step_time import StepTime, layer_cost, output_layer_cost
 
 LLAMA_8B = model_from("llama-3-8b")
 _SLOW_NIC = {"name": "h100", "peak_tflops": 989, "memory_gib": 80, "hbm_gbps": 3350, "nvlink_gbps": 450}
