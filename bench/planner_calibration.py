@@ -132,7 +132,7 @@ def main() -> None:
     )
     print_table([h.row for h in leave_one_out(every_file, GRID_EVERY_ROW)])
     print(
-        "\nthe same with constants per GPU: fitted on the other rows of the held-out row's GPU (every other row for a GPU with one row)"
+        "\nthe same with constants per GPU: fitted on the other rows of the held-out row's GPU and the GPUs priced with its constants (calibration.PRICED_AS; every other row for a GPU with one row)"
     )
     print_table([h.row for h in leave_one_out(every_file, GRID_EVERY_ROW, group="gpu")])
     if args.sc21:

@@ -256,24 +256,25 @@ def leave_one_out(
 ) -> list[HeldOut]:
     """Each row (of one file, or of several together) predicted with the grid's constants fitted on the other rows
     alone. With ``group`` (a column, e.g. ``gpu``), only on the other rows that share the held-out row's value there
-    (constants per GPU: its family's rows, ``constants_family``, as ``fit_per_gpu`` fits what the planner prices
-    with); on every other row where none does."""
+    (constants per GPU: the rows of the GPU it prices as, ``constants_family``, as ``fit_per_gpu`` fits what the
+    planner prices with); on every other row where none does."""
     options, table = _predictions(sources, grid)
     published = _published(sources)
     held: list[HeldOut] = []
     for index, row in enumerate(published):
         others = [other for other in range(len(published)) if other != index]
-        if group is not None:  # a GPU's family (``constants_family``): the rows its constants are fitted on
-            same = constants_family if group == "gpu" else str
-            alike = [other for other in others if same(published[other][group]) == same(row[group])]
+        if group is not None:  # a GPU's constants are fitted on the rows of the GPU it prices as (``constants_family``)
+            wanted = constants_family(row[group]) if group == "gpu" else row[group]
+            alike = [other for other in others if published[other][group] == wanted]
             others = alike or others
         chosen = _best(table, others)
         held.append(HeldOut(table[chosen][index], options[chosen]))
     return held
 
 
-#: GPUs priced with another's constants, fitted on both's rows together: the H200 is the H100 SXM's GH100 chip at the
+#: GPUs priced with another's constants, fitted on that one's rows alone: the H200 is the H100 SXM's GH100 chip at the
 #: same clocks (989 dense bf16 TFLOP/s both, ``data/gpus.csv``) with more and faster HBM, which the model reads as such.
+#: Its own published rows are then a test of constants never fitted on them.
 PRICED_AS = {"H200": "H100-SXM"}
 
 
@@ -285,15 +286,16 @@ def constants_family(gpu: str) -> str:
 def fit_per_gpu(
     sources: Sequence[Path], grid: Mapping[str, Sequence[float]] = GRID_EVERY_ROW
 ) -> dict[str, tuple[Efficiencies, list[str], int]]:
-    """Each GPU's constants, fitted on its family's published rows (``constants_family``; in-sample), with the family's
-    GPUs and the number of rows; not for the GPU the defaults were chosen on, nor for a family with fewer than ``MIN_ROWS`` rows
-    (``efficiencies.efficiencies_for``). A constant the rows do not pin (the fit's mean error the same with the default
-    value: eager traffic where every row is compiled) keeps its default."""
+    """Each GPU's constants, fitted on the published rows of the GPU it prices as (``constants_family``: itself, or
+    the H100 SXM for the H200; in-sample), with that GPU's name and the number of rows; not for the GPU the defaults
+    were chosen on, nor where there are fewer than ``MIN_ROWS`` rows (``efficiencies.efficiencies_for``). A constant
+    the rows do not pin (the fit's mean error the same with the default value: eager traffic where every row is
+    compiled) keeps its default."""
     options, table = _predictions(sources, grid)
     published = _published(sources)
     out: dict[str, tuple[Efficiencies, list[str], int]] = {}
     for gpu in dict.fromkeys(row["gpu"] for row in published):
-        family = [i for i, row in enumerate(published) if constants_family(row["gpu"]) == constants_family(gpu)]
+        family = [i for i, row in enumerate(published) if row["gpu"] == constants_family(gpu)]
         if gpu == DEFAULTS_CHOSEN_ON[0] or len(family) < MIN_ROWS:
             continue
         chosen = options[_best(table, family)]

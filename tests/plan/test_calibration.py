@@ -135,7 +135,7 @@ def test_the_h200_rows_whose_peak_is_known_are_predicted_within_10_percent() -> 
 def test_constants_per_gpu_are_fitted_on_that_gpus_other_rows_alone(tmp_path: Path) -> None:
     """Every published row left out in turn with constants per GPU (bench/planner_calibration.py): an A100 row is
     predicted as if the H100 rows did not exist; an H200 row, which prices with the H100 SXM's constants
-    (``calibration.PRICED_AS``), by the fit on the H100 SXM rows and the other H200 row."""
+    (``calibration.PRICED_AS``), by the fit on the H100 SXM rows alone."""
     from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS_H100
 
     grid = {"gemm": (0.4, 0.56, 0.76), "tp_overlap": (0.4, 0.8)}
@@ -145,12 +145,12 @@ def test_constants_per_gpu_are_fitted_on_that_gpus_other_rows_alone(tmp_path: Pa
     assert [h.row for h in per_gpu[: len(a100_alone)]] == [h.row for h in a100_alone]
     rows = list(csv.DictReader(CSV.open(newline=""))) + list(csv.DictReader(PUBLISHED_RUNS_H100.open(newline="")))
     first, second = [i for i, row in enumerate(rows) if row["gpu"] == "H200"]
-    family = tmp_path / "h100-sxm-and-h200.csv"
-    with family.open("w", newline="") as handle:
+    sxm = tmp_path / "h100-sxm.csv"
+    with sxm.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[second]))
         writer.writeheader()
-        writer.writerows([row for row in rows if row["gpu"] == "H100-SXM"] + [rows[second]])
-    assert per_gpu[first].fitted == fit(family, grid)
+        writer.writerows([row for row in rows if row["gpu"] == "H100-SXM"])
+    assert per_gpu[first].fitted == per_gpu[second].fitted == fit(sxm, grid)
     # the 500 W H100 rows choose a lower GEMM efficiency than the A100 rows: the one the catalog's SXM peak needs
     assert {h.fitted.gemm for h, row in zip(per_gpu, rows) if row["gpu"] == "H100-HBM2e-500W"} == {0.4}
     assert {h.fitted.gemm for h in per_gpu[: len(a100_alone)]} == {0.76}
