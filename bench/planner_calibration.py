@@ -132,7 +132,8 @@ def main() -> None:
     )
     print_table([h.row for h in leave_one_out(every_file, GRID_EVERY_ROW)])
     print(
-        "\nthe same with constants per GPU: fitted on the other rows of the held-out row's GPU and the GPUs priced with its constants (calibration.PRICED_AS; every other row for a GPU with one row)"
+        "\nthe same with constants per GPU: fitted on the other rows of the GPU the held-out row prices as (its own; the "
+        "H100 SXM's for an H200: calibration.PRICED_AS), as bubblescope plan prices it"
     )
     print_table([h.row for h in leave_one_out(every_file, GRID_EVERY_ROW, group="gpu")])
     if args.sc21:
