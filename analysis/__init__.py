@@ -76,6 +76,8 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         plan_document as plan_document,
     )
     from bubblescope.analysis.planner.specs import (
+        GPU_CATALOG as GPU_CATALOG,
+        MODEL_PRESETS as MODEL_PRESETS,
         PlanInputError as PlanInputError,
     )
     from bubblescope.analysis.prometheus_rules import (
@@ -201,7 +203,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "PlanOutcome",
         "plan_document",
     ),
-    "planner.specs": ("PlanInputError",),
+    "planner.specs": ("GPU_CATALOG", "MODEL_PRESETS", "PlanInputError"),
     "prometheus_rules": ("prometheus_rules", "prometheus_rules_table"),
     "run_report": (
         "MAX_ANALYSED_STEPS",
