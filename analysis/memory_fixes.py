@@ -32,9 +32,10 @@ from bubblescope.analysis.planner import (
     search,
     step_time,
 )
-from bubblescope.analysis.planner.request import CONFIG_FIELDS, config_fields, config_from, stage_layout
-from bubblescope.analysis.planner.specs import RECOMPUTE, fp8_all_gather_problem
-from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, lookup
+from bubblescope.analysis.planner.evaluate import structural_problems
+from bubblescope.analysis.planner.request import CONFIG_ALIASES, CONFIG_FIELDS, config_fields, config_from, stage_layout
+from bubblescope.analysis.planner.specs import RECOMPUTE, fp8_all_gather_problem, positive_int
+from bubblescope.analysis.schedules import DEFAULT_SCHEDULE
 from bubblescope.analysis.suggestions import RunEvidence, Suggestion, build_suggestion
 
 PRESSURE = 0.9
@@ -68,21 +69,38 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
             if isinstance(cluster_spec, str)
             else make_cluster(cluster_spec["gpu"], cluster_spec["gpus"], cluster_spec.get("gpus_per_node", 8))
         )
-        raw = {RUN_CONFIG_NAMES[key]: value for key, value in config.items() if key in RUN_CONFIG_NAMES}
-        raw |= {key: value for key, value in config.items() if key in CONFIG_FIELDS}
-        raw = {key: value for key, value in raw.items() if value is not None}
-        if "pp" not in raw and "num_stages" in config:
-            schedule = lookup(str(config["schedule"])) if "schedule" in config else DEFAULT_SCHEDULE
-            raw["pp"] = int(config["num_stages"]) // int(raw.get("vpp") or schedule.default_stages_per_rank)
-        fields = stage_layout(config_fields(raw), model.layers)
+        fields = config_fields(_plan_fields(config))
+        if "pp" not in fields and config.get("num_stages") is not None:
+            per_rank = fields.get("vpp") or fields.get("schedule", DEFAULT_SCHEDULE).default_stages_per_rank
+            fields["pp"] = positive_int(config["num_stages"], "num_stages") // per_rank
+            if fields["pp"] < 1:
+                return None
+        fields = stage_layout(fields, model.layers)
         # torchtitan's flag does nothing without Float8 linears and weights to gather: kept only where it acts
         wanted = fields.pop("fp8_all_gather", False)
         parallel = config_from(fields)
         acts = fp8_all_gather_problem(parallel.precision, parallel.zero) is None
         parallel = replace(parallel, fp8_all_gather=wanted and acts)
-        return DeclaredPlan(model, cluster, parallel, int(config["global_batch"]))
+        batch = positive_int(config["global_batch"], "global_batch")
+        if structural_problems(model, cluster, parallel.with_dp(cluster.gpus), batch):
+            return None  # what `plan` refuses (stages that do not add up, more stages than layers) prices nothing
+        return DeclaredPlan(model, cluster, parallel, batch)
     except (KeyError, TypeError, ValueError, PlanInputError):  # ScheduleError is a ValueError
         return None
+
+
+def _plan_fields(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The run config's planner fields under ``plan``'s names: any case, ``plan``'s aliases (not the one-letter ones,
+    which other keys of a run's config may use) and the collector's names; a field given as None is absent, and the
+    field's own name wins over an alias."""
+    fields: dict[str, Any] = {}
+    for key, value in config.items():
+        given = str(key).lower()
+        alias = CONFIG_ALIASES.get(given) if len(given) > 1 else None
+        name = RUN_CONFIG_NAMES.get(given) or alias or given
+        if name in CONFIG_FIELDS and value is not None and (name not in fields or given == name):
+            fields[name] = value
+    return fields
 
 
 def predicted_memory_per_pipeline_rank(config: Mapping[str, Any]) -> list[float] | None:
@@ -163,14 +181,16 @@ def memory_suggestions(
                         step_ns * plan.step.total / current_step,
                         plan.step.bubble_fraction,
                         "Re-plan the layout: " + ", ".join(f"{k}={v}" for k, v in plan.config.as_dict().items()),
-                        f"{why}, and no single change (ZeRO, recompute, more PP) fits and saves memory",
+                        f"{why}, and no single change (ZeRO, recompute, more PP, CP or EP) fits and saves memory",
                         f"memory per GPU {current.memory.total / GIB:.1f} → {plan.memory.total / GIB:.1f} GiB",
                         plan.config.as_dict(),
                         None,
                         {
                             "parallelism.tensor_parallel_degree": plan.config.tp,
                             "parallelism.pipeline_parallel_degree": plan.config.pp,
-                        },
+                            "parallelism.context_parallel_degree": plan.config.cp,
+                        }
+                        | ({"parallelism.expert_parallel_degree": plan.config.ep} if model.moe else {}),
                         [
                             f"--tensor-model-parallel-size {plan.config.tp}",
                             f"--pipeline-model-parallel-size {plan.config.pp}",
@@ -179,6 +199,8 @@ def memory_suggestions(
                             if plan.config.recompute in ("selective", "full")
                             else "",
                             "--fp8-param-gather" if plan.config.fp8_all_gather else "",
+                            f"--context-parallel-size {plan.config.cp}" if plan.config.cp > 1 else "",
+                            f"--expert-model-parallel-size {plan.config.ep}" if plan.config.ep > 1 else "",
                         ],
                     )
                 )

@@ -410,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--cluster", help="cluster preset (<gpu>-x<count>) or JSON file {gpu, gpus, gpus_per_node}")
     plan.add_argument(
         "--gpu",
-        help=f"instead of --cluster: GPU type ({', '.join(GPU_CATALOG)})",
+        help=f"instead of --cluster: GPU type ({', '.join(gpu.name for gpu in GPU_CATALOG.values())})",
     )
     plan.add_argument("--gpus", type=int, help="with --gpu: number of GPUs")
     plan.add_argument("--gpus-per-node", type=int, default=8, help="with --gpu (default 8)")

@@ -2,9 +2,12 @@
 published runs (``data/efficiencies.csv``, written by ``python bench/planner_calibration.py --write-efficiencies``).
 
 A GPU prices with its own constants where the repository holds at least ``MIN_ROWS`` published runs on it (H100 SXM:
-Megatron-LM's README table; torchtitan's 500 W HBM2e H100; H200: Trainy's runs), else with the defaults (the A100s',
-which were chosen on 18 A100 runs; B200, H100 PCIe). Left out per GPU in turn, every published row reads within the
-figures ``docs/planner.md`` gives (``bench/planner_calibration.py``, "constants per GPU").
+Megatron-LM's README table; torchtitan's 500 W HBM2e H100); the H200 with the H100 SXM's (``calibration.PRICED_AS``:
+Trainy's two H200 runs are then a test of constants never fitted on them); every other GPU (the A100s, H100 PCIe,
+B200, and a GPU a request describes itself) with the defaults, chosen on 18 A100 runs. Several fitted values sit at
+an end of the grid (``calibration.GRID_EVERY_ROW``): boundary fits, docs/planner.md. Left out per GPU in turn, every
+published row reads within the figures ``docs/planner.md`` gives (``bench/planner_calibration.py``, "constants per
+GPU").
 """
 
 from __future__ import annotations
@@ -13,10 +16,13 @@ import csv
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from bubblescope.analysis.planner.specs import GPU_CATALOG, GpuSpec
+
 
 @dataclass(frozen=True)
 class Efficiencies:
-    """The planner's only tuned constants, the same for every model and cluster.
+    """The planner's only tuned constants, the same for every model; these are the defaults (a GPU with published runs
+    prices with its own fit of some of them, ``efficiencies_for``).
 
     Chosen by a coarse grid search over physically plausible ranges against the 18 published runs
     (``calibration``; in-sample, so the errors reported there are fit errors), then kept if they
@@ -53,7 +59,8 @@ class Efficiencies:
     Chosen on the H100/H200 rows (the A100 rows never exercise them; ``calibration.GRID_EVERY_ROW``):
     attention 0.5: fraction of the bf16 peak fused (flash) attention sustains over the FLOPs a causal mask leaves
       (FlashAttention-2 reaches 50–73 % of an A100's forward peak, FlashAttention-3 75 % of an H100's); the
-      torchtitan rows' SDPA on 500 W H100s choose 0.2, Megatron-LM's H100 rows 0.5–0.6.
+      torchtitan rows' SDPA on 500 W H100s choose 0.2, and so do Megatron-LM's H100 rows fitted alone (the grid's
+      lowest value in both: ``data/efficiencies.csv``).
     eager_traffic 3.0: how many times the element-wise bytes eager PyTorch moves against fused kernels (each
       norm, activation and rotary embedding op its own kernel, the norms upcast to fp32); torchtitan's eager and
       compiled rows choose 3.
@@ -111,21 +118,33 @@ def read_fitted(path: Path = FITTED) -> dict[str, GpuConstants]:
 FITTED_BY_GPU = read_fitted()
 
 
-def efficiencies_for(gpu_name: str) -> Efficiencies:
-    """The constants ``gpu_name`` prices with: its own fit, else the defaults."""
-    found = FITTED_BY_GPU.get(gpu_name.lower())
+def _fit(gpu: GpuSpec | str) -> GpuConstants | None:
+    """The fit ``gpu`` prices with: by name, and for a ``GpuSpec`` only if it is the catalog's (a GPU a request
+    describes itself keeps the defaults, whatever it is called)."""
+    name = gpu if isinstance(gpu, str) else gpu.name
+    if not isinstance(gpu, str) and GPU_CATALOG.get(name.lower()) != gpu:
+        return None
+    return FITTED_BY_GPU.get(name.lower())
+
+
+def efficiencies_for(gpu: GpuSpec | str) -> Efficiencies:
+    """The constants ``gpu`` (a catalog name, or a ``GpuSpec``) prices with: its own fit, else the defaults."""
+    found = _fit(gpu)
     return DEFAULT_EFFICIENCIES if found is None else found.efficiencies
 
 
-def constants_said(gpu_name: str) -> str:
-    """Which constants a plan on ``gpu_name`` used, in words (the answer's ``assumed``)."""
-    found = FITTED_BY_GPU.get(gpu_name.lower())
+def constants_said(gpu: GpuSpec | str) -> str:
+    """Which constants a plan on ``gpu`` used, in words (the answer's ``assumed``)."""
+    found, name = _fit(gpu), gpu if isinstance(gpu, str) else gpu.name
     chosen_on, rows = DEFAULTS_CHOSEN_ON
-    if found is None and gpu_name.lower() == chosen_on.lower():
-        return f"constants: the defaults, chosen on {rows} published {chosen_on} runs"
-    if found is None:
-        return (
-            f"constants: the defaults, chosen on {rows} published {chosen_on} runs (fewer than {MIN_ROWS} published "
-            f"{gpu_name} runs in analysis/planner/data: only its datasheet figures are its own)"
-        )
-    return f"constants: fitted on {found.rows} published {found.fitted} (analysis/planner/data/efficiencies.csv)"
+    defaults = f"constants: the defaults, chosen on {rows} published {chosen_on} runs"
+    if found is not None:
+        return f"constants: fitted on {found.rows} published {found.fitted} (analysis/planner/data/efficiencies.csv)"
+    if not isinstance(gpu, str) and GPU_CATALOG.get(name.lower()) != gpu:
+        return f"{defaults} (the request's own GPU figures)"
+    if name.lower() == chosen_on.lower():
+        return defaults
+    return (
+        f"{defaults} (fewer than {MIN_ROWS} published {name} runs in analysis/planner/data: only its datasheet "
+        "figures are its own)"
+    )

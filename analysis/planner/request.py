@@ -270,4 +270,4 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
 def _assumed(given: Mapping[str, Any], cluster: ClusterSpec) -> tuple[str, ...]:
     """The defaults a request relied on, and the constants its GPU prices with, in words (the answer says them)."""
     defaults = tuple(said for field, said in DEFAULTS_SAID.items() if field not in given)
-    return (*defaults, constants_said(cluster.gpu.name))
+    return (*defaults, constants_said(cluster.gpu))

@@ -444,7 +444,7 @@ def step_time(
 ) -> StepTime:
     """Seconds per step; the caller has checked feasibility (see ``evaluate.evaluate``). ``eff``: the GPU's own
     constants where none are given (``efficiencies.efficiencies_for``)."""
-    eff = efficiencies_for(cluster.gpu.name) if eff is None else eff
+    eff = efficiencies_for(cluster.gpu) if eff is None else eff
     cfg = config.with_dp(cluster.gpus)
     microbatches = global_batch // (cfg.dp * cfg.mbs)
     layer, output = layer_cost(model, cluster, cfg, eff), output_layer_cost(model, cluster, cfg, eff)

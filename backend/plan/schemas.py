@@ -138,5 +138,7 @@ class PlanOut(BaseModel):
     model: dict[str, Any]
     cluster: dict[str, Any]
     global_batch: int
-    assumed: list[str] = Field(description="the defaults the request relied on, in words")
+    assumed: list[str] = Field(
+        description="the defaults the request relied on, and the constants its GPU prices with, in words"
+    )
     plans: list[PlanItemOut]

@@ -46,6 +46,14 @@ def test_every_knob_plan_takes_is_read_from_the_runs_config_as_plan_reads_it() -
     # what `plan` refuses prices nothing (and raises nothing): an unknown CP method, uneven stages that do not add up
     assert declared_plan(run | {"cp": 2, "cp_comm": "ring"}) is None
     assert declared_plan(run | {"pp": 4, "first_stage_layers": 6}) is None  # 26 over 3 stages
+    assert declared_plan(run | {"pp": 2, "layers_per_stage": [1, 2]}) is None  # 3 layers of the model's 32
+    assert declared_plan(run | {"pp": 10**6}) is None  # more stages than layers, refused before any is priced
+    # the run config's own spellings: any case, plan's aliases, the collector's names; None is absent
+    spelled = declared_plan(run | {"TP": 2, "sp": False, "pipeline_ranks": 2, "pp": None, "microbatch_size": None})
+    assert spelled is not None and (spelled.config.tp, spelled.config.pp, spelled.config.mbs) == (2, 2, 1)
+    assert not spelled.config.sequence_parallel
+    staged = declared_plan(run | {"num_stages": 8, "virtual_stages": 2, "schedule": None})
+    assert staged is not None and staged.config.pp == 4  # p = stages / stages per rank
     assert memory_suggestions(run | {"cp": 2, "cp_comm": "ring"}, STEP_NS) == []
 
 
@@ -64,8 +72,15 @@ def test_a_long_sequence_under_memory_pressure_is_offered_context_parallelism_pr
     after = planned_seconds(model, "h100-sxm-x8", 8, layout | {"mbs": 1, "cp": 2, "dp": 4})
     assert split.predicted_step_ns == pytest.approx(STEP_NS * after / now, rel=1e-9)
     # a run that already splits its sequences is offered the next degree, from its own cp
-    deeper = memory_suggestions(run | layout | {"model": {"preset": "llama-3-8b", "seq": 131072}, "cp": 2}, STEP_NS)
-    assert all("context-parallel" not in s.title or s.apply["cp"] == 4 for s in deeper), [s.apply for s in deeper]
+    deeper = memory_suggestions(run | layout | {"model": {"preset": "llama-3-8b", "seq": 65536}, "cp": 2}, STEP_NS)
+    assert only(deeper, "context-parallel").apply == {"cp": 4, "dp": 2}
+    # with no single change fitting (128k tokens on 16 GPUs), the re-planned layout's own CP degree is in its flags
+    longest = {"model": {"preset": "llama-3-8b", "seq": 131072}, "cluster": "h100-sxm-x16", "global_batch": 16}
+    (replanned,) = memory_suggestions(run | layout | longest, STEP_NS)
+    cp = replanned.apply["cp"]
+    assert replanned.title.startswith("Re-plan the layout") and cp > 1, replanned.title
+    assert replanned.torchtitan["parallelism.context_parallel_degree"] == cp
+    assert f"--context-parallel-size {cp}" in replanned.megatron
 
 
 def test_a_mixture_of_experts_under_memory_pressure_is_offered_more_expert_parallelism_priced_as_plan_prices_it() -> (

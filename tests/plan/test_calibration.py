@@ -103,7 +103,7 @@ def test_held_out_errors_stay_within_calculons(tmp_path: Path) -> None:
 
 
 def test_h100_rows_never_fitted_are_all_predicted_and_tensor_parallel_overlap_narrows_the_tp_rows() -> None:
-    """Megatron-LM's README table (2024, H100, --tp-comm-overlap), predicted with the planner's own constants, which
+    """Megatron-LM's README table (2024, H100, --tp-comm-overlap), predicted with the default constants, which
     are not fitted on it: no row is refused, each within 16 %; modelling the overlap brings each unpipelined tp 4 and
     tp 8 row at least 8 points closer (10.2 and 19.7). (With the A100 rows' own fit instead, the rows without a pipeline read 19-34 %
     too slow: with a whole batch a micro-batch, the A100 rows' gradient reduction is too small a part of their step to
@@ -124,7 +124,7 @@ def test_h100_rows_never_fitted_are_all_predicted_and_tensor_parallel_overlap_na
 
 def test_the_h200_rows_whose_peak_is_known_are_predicted_within_10_percent() -> None:
     """torchtitan's Llama 3.1 8B on 32 and 64 H200s (Trainy, 2025: FSDP, Float8 linears, per-op selective AC, 10,938 and
-    10,753 tokens/s per GPU), never fitted, within 10 % with the planner's own constants."""
+    10,753 tokens/s per GPU), never fitted, within 10 % with the default constants."""
     from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS_H100, predict_row
 
     rows = [r for r in csv.DictReader(PUBLISHED_RUNS_H100.open(newline="")) if r["gpu"] == "H200"]
