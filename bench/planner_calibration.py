@@ -41,7 +41,7 @@ from bubblescope.analysis.planner.calibration import (
     predict_row,
     summarize,
 )
-from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES, FITTED, FITTED_NAMES
+from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES, FITTED, FITTED_NAMES, efficiencies_for
 
 #: (micro-batch, virtual stages) per model in examples/sc21/run_table_1.sh, for the cross-check only
 SC21 = {
@@ -93,6 +93,19 @@ def write_efficiencies(sources: list[Path]) -> None:
     print(f"written: {FITTED}")
 
 
+def print_as_planned(sources: list[Path]) -> None:
+    """Every row as ``bubblescope plan`` prices it: each GPU's own constants or the defaults."""
+    print(
+        "\nevery row as bubblescope plan prices it: each GPU's own constants (efficiencies.csv; in-sample, but for the "
+        "H200's, priced with the H100 SXM's) or the defaults (A100)"
+    )
+    rows = []
+    for path in sources:
+        with path.open(newline="") as handle:
+            rows += [predict_row(row, efficiencies_for(row["gpu"])) for row in csv.DictReader(handle)]
+    print_table(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=PUBLISHED_RUNS)
@@ -136,6 +149,7 @@ def main() -> None:
         "H100 SXM's for an H200: calibration.PRICED_AS), as bubblescope plan prices it"
     )
     print_table([h.row for h in leave_one_out(every_file, GRID_EVERY_ROW, group="gpu")])
+    print_as_planned(every_file)
     if args.sc21:
         print("\ncross-check: Table 1 rows with the sc21 scripts' micro-batch size and interleaving")
         with args.csv.open(newline="") as handle:
