@@ -82,8 +82,10 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
         acts = fp8_all_gather_problem(parallel.precision, parallel.zero) is None
         parallel = replace(parallel, fp8_all_gather=wanted and acts)
         batch = positive_int(config["global_batch"], "global_batch")
-        if structural_problems(model, cluster, parallel.with_dp(cluster.gpus), batch):
-            return None  # what `plan` refuses (stages that do not add up, more stages than layers) prices nothing
+        problems = structural_problems(model, cluster, parallel.with_dp(cluster.gpus), batch)
+        if any(field not in ("schedule", "vpp") for field, _ in problems):
+            return None  # a layout `plan` refuses (stages that do not add up, more stages than layers) prices nothing;
+            # a schedule without the planner's closed-form bubble still has its memory predicted
         return DeclaredPlan(model, cluster, parallel, batch)
     except (KeyError, TypeError, ValueError, PlanInputError):  # ScheduleError is a ValueError
         return None
