@@ -13,7 +13,7 @@ GPU").
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bubblescope.analysis.planner.specs import GPU_CATALOG, GpuSpec
@@ -105,12 +105,11 @@ class GpuConstants:
 
 def read_fitted(path: Path = FITTED) -> dict[str, GpuConstants]:
     """The fitted constants by GPU name (lower case), from ``path``."""
-    known = {field.name for field in fields(Efficiencies)}
     with path.open(newline="") as handle:
         table = list(csv.DictReader(handle))
     out: dict[str, GpuConstants] = {}
     for row in table:
-        values = {name: float(row[name]) for name in FITTED_NAMES if name in known}
+        values = {name: float(row[name]) for name in FITTED_NAMES}
         out[row["gpu"].lower()] = GpuConstants(replace(DEFAULT_EFFICIENCIES, **values), int(row["rows"]), row["fitted"])
     return out
 
@@ -118,13 +117,15 @@ def read_fitted(path: Path = FITTED) -> dict[str, GpuConstants]:
 FITTED_BY_GPU = read_fitted()
 
 
+def _described_by_request(gpu: GpuSpec | str) -> bool:
+    """A ``GpuSpec`` that is not the catalog's: a GPU a request describes itself, whatever it is called."""
+    return not isinstance(gpu, str) and GPU_CATALOG.get(gpu.name.lower()) != gpu
+
+
 def _fit(gpu: GpuSpec | str) -> GpuConstants | None:
-    """The fit ``gpu`` prices with: by name, and for a ``GpuSpec`` only if it is the catalog's (a GPU a request
-    describes itself keeps the defaults, whatever it is called)."""
+    """The fit ``gpu`` prices with: by name, none for a GPU a request describes itself (it keeps the defaults)."""
     name = gpu if isinstance(gpu, str) else gpu.name
-    if not isinstance(gpu, str) and GPU_CATALOG.get(name.lower()) != gpu:
-        return None
-    return FITTED_BY_GPU.get(name.lower())
+    return None if _described_by_request(gpu) else FITTED_BY_GPU.get(name.lower())
 
 
 def efficiencies_for(gpu: GpuSpec | str) -> Efficiencies:
@@ -140,7 +141,7 @@ def constants_said(gpu: GpuSpec | str) -> str:
     defaults = f"constants: the defaults, chosen on {rows} published {chosen_on} runs"
     if found is not None:
         return f"constants: fitted on {found.rows} published {found.fitted} (analysis/planner/data/efficiencies.csv)"
-    if not isinstance(gpu, str) and GPU_CATALOG.get(name.lower()) != gpu:
+    if _described_by_request(gpu):
         return f"{defaults} (the request's own GPU figures)"
     if name.lower() == chosen_on.lower():
         return defaults
