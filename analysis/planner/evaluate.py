@@ -153,10 +153,9 @@ def layout_problem(cfg: ParallelConfig, layers: int) -> tuple[str, str] | None:
         return "layers_per_stage", f"{len(given)} stages given for pp={cfg.pp}"
     if sum(given) != layers:
         return "layers_per_stage", f"the stages hold {sum(given)} layers, the model {layers}"
-    if min(given) < 1:
-        return "layers_per_stage", "every stage needs at least one layer"
-    if cfg.vpp > 1:
-        return "layers_per_stage", "uneven stages with virtual stages (vpp > 1) are not modelled; use vpp=1"
+    if min(given) < cfg.vpp:
+        each = "at least one layer" if cfg.vpp == 1 else f"at least vpp={cfg.vpp} layers (one a virtual stage)"
+        return "layers_per_stage", f"every stage needs {each}"
     return None
 
 
@@ -172,10 +171,10 @@ def schedule_problem(cfg: ParallelConfig, microbatches: int, layers: int) -> tup
         return ("vpp" if shape.field == "stages_per_rank" else "schedule"), shape.message
     if schedule.bubble(cfg.pp, microbatches, cfg.vpp) is None:
         return "schedule", f"{schedule.label} has no closed-form bubble for p={cfg.pp}, m={microbatches}"
-    if cfg.vpp > 1 and layers % (cfg.pp * cfg.vpp):
+    if cfg.vpp > 1 and not cfg.layers_per_stage and layers % (cfg.pp * cfg.vpp):
         return "vpp", (
-            f"{layers} layers do not split into {cfg.pp}·{cfg.vpp} equal chunks; with vpp=1, layers_per_stage "
-            "(or first_stage_layers / last_stage_layers) gives the stages uneven layers"
+            f"{layers} layers do not split into {cfg.pp}·{cfg.vpp} equal chunks; layers_per_stage (or "
+            "first_stage_layers / last_stage_layers) gives the stages uneven layers"
         )
     if schedule is INTERLEAVED_1F1B and microbatches % cfg.pp:
         return "schedule", f"interleaved 1F1B needs micro-batches ({microbatches}) divisible by p={cfg.pp}"

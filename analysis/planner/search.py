@@ -7,8 +7,8 @@ the layers (uneven stages allowed); d the rest; for a mixture of experts, e (exp
 dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that splits the
 stage's layers evenly, up to 8); ZeRO 0–3 (0, 1 and 3 with pipelining); recompute none, selective, op (torchtitan's
 per-op), full; sequence parallelism whenever t > 1 (same communication volume, less memory); flash attention on and bf16
-unless fixed otherwise. Any field given in ``fixed`` is held at that value (``layers_per_stage`` with its ``pp``,
-and one stage a rank).
+unless fixed otherwise. Any field given in ``fixed`` is held at that value (``layers_per_stage`` with its ``pp``;
+interleaved with any v up to 8 and the fewest layers a stage holds).
 """
 
 from __future__ import annotations
@@ -112,14 +112,15 @@ def _schedules(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> Iterator[tu
         yield fix.get("schedule", DEFAULT_SCHEDULE), 1
         return
     for schedule in [fix["schedule"]] if "schedule" in fix else SEARCHED:
-        if "layers_per_stage" in fix and schedule.placement == "loop":
-            continue  # uneven stages are modelled with one stage a rank
         if schedule.placement != "loop":
             if fix.get("vpp", schedule.default_stages_per_rank) == schedule.default_stages_per_rank:
                 yield schedule, schedule.default_stages_per_rank
             continue
-        per_stage = model.layers // pp if model.layers % pp == 0 else 0
-        vpps = [v for v in range(2, MAX_VPP + 1) if per_stage and per_stage % v == 0]
+        if "layers_per_stage" in fix:  # uneven stages: up to one layer a virtual stage on the fewest
+            vpps = list(range(2, min(MAX_VPP, min(fix["layers_per_stage"])) + 1))
+        else:
+            per_stage = model.layers // pp if model.layers % pp == 0 else 0
+            vpps = [v for v in range(2, MAX_VPP + 1) if per_stage and per_stage % v == 0]
         for vpp in [fix["vpp"]] if "vpp" in fix else vpps:
             yield schedule, vpp
 

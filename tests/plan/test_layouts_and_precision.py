@@ -18,6 +18,7 @@ from bubblescope.analysis.planner.memory import memory_per_pipeline_rank
 from bubblescope.analysis.planner.request import plan_document
 from bubblescope.analysis.planner.specs import GPUS, PlanInputError
 from bubblescope.analysis.planner.step_time import layer_cost, output_layer_cost
+from bubblescope.analysis.schedules import INTERLEAVED_1F1B
 from tests.support import LiveServer, assert_names
 
 SXM = efficiencies_for("H100-SXM")  # the constants an H100 SXM prices with (fitted on its published runs)
@@ -113,6 +114,38 @@ def test_layers_per_stage_moves_the_slowest_stage() -> None:
     assert even.step is not None and even.step.total < plan.step.total
 
 
+def test_uneven_stages_with_virtual_stages_price_the_fullest_rank_under_the_interleaved_bubble() -> None:
+    """GPT-1.7B's 24 layers on 4 ranks of 2 virtual stages each, 8/6/6/4 layers a rank (NeMo's 405B and torchtitan's
+    interleaved 405B split this way): the fullest rank's 8 layers set the stage time, the bubble is interleaved
+    1F1B's closed form for p=4, m=8, v=2, (p − 1)/(v·m) of the busy time, as with even chunks."""
+    model = model_from("gpt-1.7b")
+    cluster = make_cluster("A100-80GB", 4)
+    config = ParallelConfig(pp=4, vpp=2, mbs=1, schedule=INTERLEAVED_1F1B, layers_per_stage=(8, 6, 6, 4))
+    plan = evaluate(model, cluster, config, 8)
+    assert plan.step is not None, plan.problems
+    layer = layer_cost(model, cluster, plan.config, DEFAULT_EFFICIENCIES)
+    output = output_layer_cost(model, cluster, plan.config, DEFAULT_EFFICIENCIES)
+    assert layer.compute * 8 > layer.compute * 4 + output.compute  # the hand count's premise: rank 0 is the fullest
+    assert plan.step.compute == pytest.approx(8 * 8 * layer.compute)
+    assert plan.step.bubble_fraction == pytest.approx(3 / (3 + 2 * 8))
+    even = evaluate(model, cluster, replace(config, layers_per_stage=()), 8)  # 6 a rank, the last also the output
+    assert even.step is not None and even.step.compute == pytest.approx(8 * (6 * layer.compute + output.compute))
+    assert even.step.total < plan.step.total
+
+
+def test_a_search_holding_uneven_stages_tries_virtual_stages_up_to_the_fewest_layers_a_stage_holds() -> None:
+    """An uneven 405B split held (3 layers on the first rank, 18 on each middle one, 15 on the last): interleaved 1F1B
+    is searched too, every v from 2 to 3 (the first rank's 3 layers bound it), and ranks first (a smaller bubble for
+    the same stage time)."""
+    fixed = {"tp": 8, "pp": 8, "layers_per_stage": [3, 18, 18, 18, 18, 18, 18, 15], "recompute": "full", "zero": 1}
+    body = {"model": "llama-3.1-405b", "cluster": "h100-sxm-x512", "global_batch": 256, "top": 100, "fixed": fixed}
+    plans = plan_document(body).plans
+    tried = {(plan.config.schedule, plan.config.vpp) for plan in plans}
+    assert {vpp for schedule, vpp in tried if schedule is INTERLEAVED_1F1B} == {2, 3}, tried
+    assert all(plan.config.layers_per_stage == tuple(fixed["layers_per_stage"]) for plan in plans)
+    assert plans[0].config.schedule is INTERLEAVED_1F1B
+
+
 def test_flash_attention_is_on_unless_asked_off_and_the_answer_says_what_it_assumed() -> None:
     body: dict[str, Any] = {"model": "llama-3-8b", "cluster": "h100-sxm-x8", "global_batch": 8, "config": {"tp": 1}}
     answer = plan_document(body)
@@ -132,7 +165,7 @@ def test_flash_attention_is_on_unless_asked_off_and_the_answer_says_what_it_assu
         ({"tp": 8, "pp": 4, "layers_per_stage": [8, 8, 8]}, "config.layers_per_stage", "3 stages given for pp=4"),
         ({"tp": 8, "pp": 2, "layers_per_stage": [20, 20]}, "config.layers_per_stage", "hold 40 layers, the model 32"),
         ({"tp": 8, "pp": 2, "layers_per_stage": [16, 0]}, "config.layers_per_stage[1]", "must be at least 1"),
-        ({"tp": 8, "pp": 2, "vpp": 2, "layers_per_stage": [16, 16]}, "config.layers_per_stage", "vpp"),
+        ({"tp": 8, "pp": 2, "vpp": 4, "layers_per_stage": [29, 3]}, "config.layers_per_stage", "at least vpp=4"),
         ({"first_stage_layers": 4}, "config.pp", "need a pipeline"),
         ({"tp": 8, "pp": 4, "first_stage_layers": 3}, "config.first_stage_layers", "do not split evenly"),
         ({"pp": 2, "first_stage_layers": 3, "layers_per_stage": [3, 29]}, "config.layers_per_stage", "not both"),
