@@ -41,12 +41,16 @@ def test_every_knob_plan_takes_is_read_from_the_runs_config_as_plan_reads_it() -
     assert (plan.config.cp, plan.config.layers_per_stage, plan.config.dp) == (2, (7, 9, 9, 7), 4)
     first_last = declared_plan(run | {"tp": 2, "pp": 4, "first_stage_layers": 7, "last_stage_layers": 7})
     assert first_last is not None and first_last.config.layers_per_stage == (7, 9, 9, 7)
+    interleaved = declared_plan(run | {"tp": 2, "pp": 4, "vpp": 2, "layers_per_stage": "7/9/9/7"})
+    assert interleaved is not None and interleaved.config.vpp == 2
+    assert interleaved.config.layers_per_stage == (7, 9, 9, 7)  # uneven stages with virtual stages, as plan takes them
     moe = declared_plan({**run, "model": "mixtral-8x7b", "ep": 4, "capacity_factor": 1.25})
     assert moe is not None and (moe.config.ep, moe.config.capacity_factor) == (4, 1.25)
     # what `plan` refuses prices nothing (and raises nothing): an unknown CP method, uneven stages that do not add up
     assert declared_plan(run | {"cp": 2, "cp_comm": "ring"}) is None
     assert declared_plan(run | {"pp": 4, "first_stage_layers": 6}) is None  # 26 over 3 stages
     assert declared_plan(run | {"pp": 2, "layers_per_stage": [1, 2]}) is None  # 3 layers of the model's 32
+    assert declared_plan(run | {"pp": 4, "vpp": 8, "layers_per_stage": "7/9/9/7"}) is None  # 7 layers over 8 chunks
     assert declared_plan(run | {"pp": 10**6}) is None  # more stages than layers, refused before any is priced
     # the run config's own spellings: any case, plan's aliases, the collector's names; None is absent
     spelled = declared_plan(run | {"TP": 2, "sp": False, "pipeline_ranks": 2, "pp": None, "microbatch_size": None})
