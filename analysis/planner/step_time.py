@@ -15,6 +15,8 @@ also runs the output layer and the loss):
   ``elementwise_traffic`` bytes of HBM per byte of the activations they leave behind (the
   Korthikanti stored-activation count, which is what those kernels write), twice that backward;
   ``eager_traffic`` times that without fused kernels (``compile=False``).
+* **Output layer and loss** (last stage) — the logits GEMM, and the fp32 cross-entropy's HBM traffic, counted off
+  Megatron-LM's (``LOSS_BYTES_FORWARD``, ``LOSS_BYTES_BACKWARD`` a logit).
 * **Tensor parallelism** — per layer, two all-reduces forward and two backward (with sequence
   parallelism, all-gather + reduce-scatter pairs of the same volume), ring cost
   2(t−1)/t·bytes / (bandwidth·efficiency) + latency, over NVLink inside a node, else the network.
@@ -314,15 +316,27 @@ def cp_seconds(
     return forward_passes * max(0.0, one - attention_s) + max(0.0, 2 * one - attention_backward_s)
 
 
+#: HBM bytes per logit of the fp32 softmax cross-entropy, counted off Megatron-LM's vocab-parallel cross-entropy
+#: (``megatron/core/tensor_parallel/cross_entropy.py`` at d98e8a64dd; torchtitan's ``cross_entropy(pred.float())``
+#: moves about as many): forward the bf16 logits cast to fp32 (read 2, write 4), their maximum (read 4), then the
+#: maximum subtracted, the exponential and the division by the sum, each in place (read 4, write 4), and the sum (read
+#: 4): 38; backward the softmax scaled by the loss's gradient in place (read 4, write 4), cast back to bf16 (read 4,
+#: write 2): 14.
+LOSS_BYTES_FORWARD = 38.0
+LOSS_BYTES_BACKWARD = 14.0
+
+
 def output_layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies) -> _Cost:
-    """Logits GEMM forward and backward plus the fp32 softmax cross-entropy, on the last stage."""
+    """Logits GEMM forward and backward plus the fp32 softmax cross-entropy (``LOSS_BYTES_FORWARD`` and
+    ``LOSS_BYTES_BACKWARD`` of HBM traffic a logit), on the last stage."""
     gpu, t, h = cluster.gpu, cfg.tp, model.hidden
     tokens = cfg.mbs * model.seq / cfg.cp
     gemm = gemm_seconds(tokens, model.vocab / t, h, gpu, eff)
-    softmax = eff.elementwise_traffic * tokens * model.vocab / t * 4 / (gpu.hbm_gbps * 1e9 * eff.hbm)
+    per_logit_byte = tokens * model.vocab / t / (gpu.hbm_gbps * 1e9 * eff.hbm)
+    loss, loss_backward = LOSS_BYTES_FORWARD * per_logit_byte, LOSS_BYTES_BACKWARD * per_logit_byte
     bandwidth, link_eff = _tp_bandwidth(cluster, t, eff)
     comm = 2 * ring_seconds(2.0 * tokens * h, t, bandwidth, link_eff, eff, passes=1)
-    return _Cost(3 * (gemm + softmax), 0.0, comm, forward=gemm + softmax)
+    return _Cost(3 * gemm + loss + loss_backward, 0.0, comm, forward=gemm + loss)
 
 
 def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies) -> float:

@@ -105,6 +105,22 @@ def test_eager_pytorch_moves_eager_traffic_times_the_element_wise_bytes() -> Non
     assert eager.compute - fused.compute == pytest.approx(LLAMA_8B.layers * per_layer, rel=1e-9)
 
 
+@pytest.mark.parametrize("tp", [1, 4])
+def test_the_fp32_loss_moves_38_bytes_a_logit_forward_and_14_backward(tp: int) -> None:
+    """The output layer: its GEMM forward and twice that backward, plus the cross-entropy's HBM traffic as
+    Megatron-LM's vocab-parallel cross-entropy moves it (docs/planner.md, "Step time"): b·s tokens × V/t logits on a
+    GPU, 38 bytes each forward, 14 backward, at HBM·hbm. Llama 3 8B, 8,192 tokens, 128,256 words, H100 SXM."""
+    cluster, eff = make_cluster("H100-SXM", tp), DEFAULT_EFFICIENCIES
+    cfg = ParallelConfig(tp=tp, mbs=1).with_dp(tp)
+    output = output_layer_cost(LLAMA_8B, cluster, cfg, eff)
+    tokens, logits = LLAMA_8B.seq, LLAMA_8B.seq * LLAMA_8B.vocab / tp
+    gemm = 2 * tokens * (LLAMA_8B.vocab / tp) * LLAMA_8B.hidden / (989e12 * eff.gemm)  # compute-bound at this size
+    hbm = 3350e9 * eff.hbm
+    assert output.forward == pytest.approx(gemm + 38 * logits / hbm, rel=1e-9)
+    assert output.compute == pytest.approx(3 * gemm + 52 * logits / hbm, rel=1e-9)
+    assert output.compute - output.forward == pytest.approx(2 * gemm + 14 * logits / hbm, rel=1e-9)
+
+
 @pytest.mark.parametrize(
     ("config", "field", "words"),
     [
