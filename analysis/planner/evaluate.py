@@ -71,10 +71,11 @@ class Plan:
 
 
 def model_flops_per_step(model: ModelSpec, global_batch: int) -> float:
-    """Training FLOPs without recompute (docs/planner.md): tokens · (6·N + 12·L·h·s), N the parameters a token
-    passes through (a mixture of experts' active ones)."""
+    """Training FLOPs without recompute (docs/planner.md): tokens · (6·N + 12·L·q·s), N the parameters a token
+    passes through (a mixture of experts' active ones), q the queries' width (heads · head_dim: the hidden size unless
+    the model sets its heads apart)."""
     tokens = global_batch * model.seq
-    return tokens * (6.0 * model.active_params + 12.0 * model.layers * model.hidden * model.seq)
+    return tokens * (6.0 * model.active_params + 12.0 * model.layers * model.q_dim * model.seq)
 
 
 def structural_problems(

@@ -130,8 +130,10 @@ def activation_bytes_per_layer(
     mlp_width: float = (6 if model.gated_mlp else 4) * ffn
     if model.moe:  # each token's copies in its routed experts (and the shared ones), and their dispatched inputs
         mlp_width = copies * (mlp_width + 2 * h)
-    linear_total = sb * (4 * h + 7 * h + 4 * model.kv_dim + 3 * h + mlp_width)
+    # what tensor parallelism does not split without sequence parallelism (the norms' and the QKV and MLP inputs, the
+    # two dropout masks: 10·h), then Q and the attention's output (2 + 2 a query width), K and V, and the MLP's
     replicated = 10 * sb * h
+    linear_total = replicated + sb * (4 * model.q_dim + 4 * model.kv_dim + mlp_width)
     if sequence_parallel:
         linear = linear_total / tp
     else:
@@ -148,7 +150,7 @@ def op_checkpoint_bytes(model: ModelSpec, tokens: float, tp: int, sequence_paral
     partial sums, whole on every rank; the layer's input is split only with sequence parallelism. A mixture of
     experts' is approximate (its router's matmul shifts which are kept)."""
     h = model.hidden
-    split = h + model.kv_dim + ffn + h  # wq, wv, w1 and the attention's output
+    split = model.q_dim + model.kv_dim + ffn + model.q_dim  # wq, wv, w1 and the attention's output
     block_input = h / (tp if sequence_parallel else 1)
     w2_output = h if model.gated_mlp else 0.0  # row-parallel: each rank's partial sums, whole
     reduce_scattered = 2 * h / tp if sequence_parallel and tp > 1 else 0.0  # wo's and w2's, kept as collectives

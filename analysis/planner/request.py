@@ -210,6 +210,7 @@ class PlanOutcome:
                 "ffn_hidden": self.model.ffn_hidden,
                 "heads": self.model.heads,
                 "kv_heads": self.model.kv_heads,
+                "head_dim": self.model.head_dim,
                 "experts": self.model.experts,
                 "top_k": self.model.top_k,
                 "active_params": self.model.active_params,

@@ -43,6 +43,10 @@ class ModelSpec:
     Mixture of experts (``experts`` > 0): every layer's MLP is ``experts`` expert MLPs of width ``moe_ffn_hidden``
     (default ``ffn_hidden``), each token routed to ``top_k`` of them, plus ``shared_experts`` every token passes
     through, and a router (h × experts).
+
+    ``head_width``: a head's width where the model's config sets it apart from hidden/heads (Hugging Face's
+    ``head_dim``, Megatron's ``--kv-channels``: Qwen3's 32 heads of 128 over a hidden size of 2,048); 0, the
+    default, is hidden/heads. ``head_dim`` reads it either way.
     """
 
     name: str
@@ -60,6 +64,7 @@ class ModelSpec:
     top_k: int = 0
     moe_ffn_hidden: int = 0
     shared_experts: int = 0
+    head_width: int = 0
 
     def __post_init__(self) -> None:
         if self.ffn_hidden == 0:
@@ -89,7 +94,7 @@ class ModelSpec:
     def layer_dense_matmul_params(self) -> int:
         """A layer's GEMM weights every rank of a tensor-parallel group holds a slice of: attention, and the dense
         MLP, or the shared experts and the router."""
-        attention = 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_dim
+        attention = 2 * self.hidden * self.q_dim + 2 * self.hidden * self.kv_dim
         if self.moe:
             return attention + self.shared_experts * self.expert_mlp_params + self.hidden * self.experts
         return attention + (3 if self.gated_mlp else 2) * self.hidden * self.ffn_hidden
@@ -103,7 +108,13 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_width or self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the queries and of the attention's output: heads · head_dim (hidden, unless ``head_width`` sets
+        the heads apart from it)."""
+        return self.heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
@@ -120,7 +131,7 @@ class ModelSpec:
         """GEMM weights plus biases and two norms (GPT: 12h² + 13h)."""
         if self.gated_mlp:  # Llama style: no biases, RMSNorm weights only
             return self.layer_matmul_params + 2 * self.hidden
-        biases = self.hidden + 2 * self.kv_dim + self.hidden + self.ffn_hidden + self.hidden
+        biases = self.q_dim + 2 * self.kv_dim + self.hidden + self.ffn_hidden + self.hidden
         return self.layer_matmul_params + biases + 4 * self.hidden
 
     @property
@@ -338,6 +349,23 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         _llama("llama-3.1-405b", 126, 16384, 128, 8, 53248, 8192, 128256),
         # Mixtral of Experts (Jiang et al. 2024, arXiv:2401.04088, Table 1): 8 experts, 2 per token
         replace(_llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 4096, 32000), experts=8, top_k=2),
+        # Qwen3 MoE (Hugging Face Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B config.json; Qwen3 Technical Report,
+        # arXiv:2505.09388, Table 2): every layer a mixture of 128 experts, 8 a token, heads of 128 (head_dim),
+        # untied output layer. Their QK norms (2·128 weights a layer) are left out.
+        replace(
+            _llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 4096, 151936),
+            experts=128,
+            top_k=8,
+            moe_ffn_hidden=768,
+            head_width=128,
+        ),
+        replace(
+            _llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 4096, 151936),
+            experts=128,
+            top_k=8,
+            moe_ffn_hidden=1536,
+            head_width=128,
+        ),
     )
 }
 
@@ -424,8 +452,12 @@ def model_from(value: str | Mapping[str, Any], where: str = "model") -> ModelSpe
     ints = ("layers", "hidden", "heads", "seq", "vocab", "ffn_hidden", "kv_heads", "experts", "top_k", "moe_ffn_hidden")
     counts = ("shared_experts",)  # may be 0
     flags = ("gated_mlp", "tied_embeddings", "learned_positions")
-    _no_extra(fields, {"name", *ints, *counts, *flags}, where)
+    _no_extra(fields, {"name", "head_dim", *ints, *counts, *flags}, where)
     values: dict[str, Any] = {} if base is None else {k: getattr(base, k) for k in ("name", *ints, *counts, *flags)}
+    if base is not None:
+        values["head_width"] = base.head_width
+    if "head_dim" in fields:  # the config's own name for it
+        values["head_width"] = positive_int(fields["head_dim"], f"{where}.head_dim")
     values.setdefault("name", "custom")
     for key in ints:
         if key in fields:
@@ -447,8 +479,10 @@ def model_from(value: str | Mapping[str, Any], where: str = "model") -> ModelSpe
     if "name" in fields:
         values["name"] = str(fields["name"])
     spec = ModelSpec(**values)
-    if spec.hidden % spec.heads:
-        raise PlanInputError(f"{where}.heads", f"hidden {spec.hidden} is not divisible by heads {spec.heads}")
+    if spec.hidden % spec.heads and not spec.head_width:
+        raise PlanInputError(
+            f"{where}.heads", f"hidden {spec.hidden} is not divisible by heads {spec.heads} (or give head_dim)"
+        )
     if spec.heads % spec.kv_heads:
         raise PlanInputError(f"{where}.kv_heads", f"heads {spec.heads} is not divisible by kv_heads {spec.kv_heads}")
     if spec.top_k > spec.experts and spec.experts:

@@ -218,8 +218,8 @@ def op_recomputed_gemm_seconds(model: ModelSpec, gemms: list[float]) -> float:
     the others'), from ``linear_shapes``' four GEMM times: wk's share of the QKV GEMM, the projection wo, and w3 (half
     the gated MLP's first GEMM) or a plain MLP's w2."""
     qkv, projection, up, down = gemms
-    h, k = model.hidden, model.kv_dim
-    return qkv * k / (h + 2 * k) + projection + (up / 2 if model.gated_mlp else down)
+    q, k = model.q_dim, model.kv_dim
+    return qkv * k / (q + 2 * k) + projection + (up / 2 if model.gated_mlp else down)
 
 
 #: FP8 with dynamic (tensor-wise) scaling, as Transformer Engine's and torchao's Float8 linears do: every bf16 operand
@@ -239,8 +239,8 @@ def linear_shapes(model: ModelSpec, cfg: ParallelConfig, tokens: float) -> list[
     held = model.experts / cfg.ep + model.shared_experts if model.moe else 1.0
     up = width * (2 if model.gated_mlp else 1)
     return [
-        (tokens, h, (h + 2 * model.kv_dim) / t, 1.0),
-        (tokens, h / t, h, 1.0),
+        (tokens, h, (model.q_dim + 2 * model.kv_dim) / t, 1.0),
+        (tokens, model.q_dim / t, h, 1.0),
         (rows, h, up / t, held),
         (rows, width / t, h, held),
     ]

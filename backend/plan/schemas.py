@@ -24,6 +24,9 @@ class ModelIn(BaseModel):
     hidden: PositiveInt | None = None
     heads: PositiveInt | None = None
     kv_heads: PositiveInt | None = Field(default=None, description="grouped-query attention (default: heads)")
+    head_dim: PositiveInt | None = Field(
+        default=None, description="a head's width where it is not hidden/heads (Qwen3: 128 over hidden 2048)"
+    )
     ffn_hidden: PositiveInt | None = Field(default=None, description="default 4·hidden")
     seq: PositiveInt | None = None
     vocab: PositiveInt | None = None
