@@ -280,15 +280,17 @@ def attention_seconds(
 
 def ep_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies) -> float:
     """Expert parallelism's all-to-alls of one layer and micro-batch, exposed: each GPU sends its tokens' routed
-    copies, b·(s/cp)/t · top_k · capacity · h · 2 bytes, (ep−1)/ep of them to other ranks, at dispatch and at
-    combine, forward and backward (four; six with full recompute), over NVLink while tp·cp·ep fits in a node."""
+    copies, b·(s/cp)/t · top_k · capacity · h · 2 bytes, spread evenly over the ep ranks, at dispatch and at combine,
+    forward and backward (four; six with full recompute). The ep ranks sit next to each other after tp·cp (Megatron's
+    order): those in this GPU's node take their share over NVLink, the rest over this GPU's network link, both at
+    once; the slower of the two sets the time."""
     if not model.moe or cfg.ep == 1:
         return 0.0
     routed_bytes = cfg.mbs * model.seq / cfg.cp / cfg.tp * model.top_k * cfg.capacity_factor * model.hidden * 2
-    in_node = cfg.tp * cfg.cp * cfg.ep <= cluster.gpus_per_node
-    bandwidth, link_eff = (cluster.gpu.nvlink_gbps, eff.nvlink) if in_node else (cluster.gpu.network_gbps, eff.network)
-    one = eff.collective_latency_s + (cfg.ep - 1) / cfg.ep * routed_bytes / (bandwidth * 1e9 * link_eff)
-    return (6 if cfg.recompute == "full" else 4) * one
+    in_node = min(cfg.ep, max(1, cluster.gpus_per_node // (cfg.tp * cfg.cp)))  # ep ranks in this GPU's node
+    nvlink = (in_node - 1) / cfg.ep * routed_bytes / (cluster.gpu.nvlink_gbps * 1e9 * eff.nvlink)
+    network = (cfg.ep - in_node) / cfg.ep * routed_bytes / (cluster.gpu.network_gbps * 1e9 * eff.network)
+    return (6 if cfg.recompute == "full" else 4) * (eff.collective_latency_s + max(nvlink, network))
 
 
 def cp_seconds(

@@ -296,6 +296,25 @@ def test_expert_parallelism_splits_the_experts_and_prices_the_all_to_alls() -> N
     assert replicated.memory is not None and replicated.memory.total > plan.memory.total
 
 
+def test_an_expert_group_over_two_nodes_sends_the_other_nodes_share_over_the_network_beside_nvlink() -> None:
+    """Qwen3 30B-A3B on 16 H100s in two nodes, ep 16 (Megatron-Bridge's DGX H100 run): each GPU's routed copies,
+    4096·8·2048·2 bytes, go 1/16 to each rank: 7/16 over NVLink to its node's other seven, 8/16 over its own NIC to
+    the other node, both at once, so the NIC's share sets each all-to-all's time (four a layer). Sent all over the
+    network, as when the group was priced as one link, they would take twice as long."""
+    model, cluster = model_from("qwen3-30b-a3b"), make_cluster("H100-SXM", 16)
+    plan = evaluate(model, cluster, ParallelConfig(tp=1, mbs=1, zero=1, ep=16, precision="fp8"), 1024)
+    assert plan.step is not None, plan.problems
+    routed_bytes = 4096 * 8 * 2048 * 2
+    gpu = cluster.gpu
+    nvlink = 7 / 16 * routed_bytes / (gpu.nvlink_gbps * 1e9 * SXM.nvlink)
+    network = 8 / 16 * routed_bytes / (gpu.network_gbps * 1e9 * SXM.network)
+    assert network > nvlink  # the premise: the NIC is the slower path
+    microbatches = 1024 // 16
+    assert plan.step.ep_comm == pytest.approx(microbatches * 48 * 4 * (10e-6 + network), rel=1e-9)
+    one_link = 15 / 16 * routed_bytes / (gpu.network_gbps * 1e9 * SXM.network)
+    assert plan.step.ep_comm < 0.6 * microbatches * 48 * 4 * (10e-6 + one_link)
+
+
 @pytest.mark.parametrize(
     ("model", "config", "field", "words"),
     [
