@@ -323,6 +323,14 @@ def _llama(name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, s
     )
 
 
+def _qwen3_moe(name: str, layers: int, hidden: int, heads: int, expert_width: int) -> ModelSpec:
+    """A Qwen3 mixture of experts: every layer 128 experts of ``expert_width``, 8 a token, 4 key-value heads, heads
+    128 wide whatever the hidden size, vocabulary 151,936, untied output layer (its QK norms, 2·128 weights a layer,
+    left out). ``ffn_hidden`` (3·hidden, its dense MLP width) is unused: no layer is dense."""
+    dense = _llama(name, layers, hidden, heads, 4, 3 * hidden, 4096, 151936)
+    return replace(dense, experts=128, top_k=8, moe_ffn_hidden=expert_width, head_width=128)
+
+
 MODEL_PRESETS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
@@ -350,22 +358,9 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         # Mixtral of Experts (Jiang et al. 2024, arXiv:2401.04088, Table 1): 8 experts, 2 per token
         replace(_llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 4096, 32000), experts=8, top_k=2),
         # Qwen3 MoE (Hugging Face Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B config.json; Qwen3 Technical Report,
-        # arXiv:2505.09388, Table 2): every layer a mixture of 128 experts, 8 a token, heads of 128 (head_dim),
-        # untied output layer. Their QK norms (2·128 weights a layer) are left out.
-        replace(
-            _llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 4096, 151936),
-            experts=128,
-            top_k=8,
-            moe_ffn_hidden=768,
-            head_width=128,
-        ),
-        replace(
-            _llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 4096, 151936),
-            experts=128,
-            top_k=8,
-            moe_ffn_hidden=1536,
-            head_width=128,
-        ),
+        # arXiv:2505.09388, Table 2)
+        _qwen3_moe("qwen3-30b-a3b", 48, 2048, 32, 768),
+        _qwen3_moe("qwen3-235b-a22b", 94, 4096, 64, 1536),
     )
 }
 
