@@ -74,6 +74,23 @@ def test_json_files_give_the_same_answer_as_presets(tmp_path: Path) -> None:
     assert json.loads(from_files.stdout) == json.loads(from_presets.stdout)
 
 
+def test_a_model_file_with_head_dim_gives_the_qwen3_presets_answer(tmp_path: Path) -> None:
+    """Qwen3 30B-A3B written from its Hugging Face config (``head_dim`` 128 over a hidden size of 2,048) prices as the
+    preset does; without ``head_dim`` a hidden size the heads do not divide is refused by name."""
+    fields = {"layers": 48, "hidden": 2048, "heads": 32, "kv_heads": 4, "head_dim": 128, "seq": 4096}
+    fields |= {"vocab": 151936, "ffn_hidden": 6144, "gated_mlp": True, "tied_embeddings": False}
+    fields |= {"learned_positions": False, "experts": 128, "top_k": 8, "moe_ffn_hidden": 768, "name": "qwen3-30b-a3b"}
+    model = tmp_path / "qwen3.json"
+    model.write_text(json.dumps(fields))
+    args = ["--cluster", "h100-sxm-x16", "--global-batch", "1024", "--config", "ep=16,mbs=1,zero=1", "--json"]
+    from_file, from_preset = plan("--model", str(model), *args), plan("--model", "qwen3-30b-a3b", *args)
+    assert from_file.returncode == from_preset.returncode == 0, from_file.stderr + from_preset.stderr
+    assert json.loads(from_file.stdout) == json.loads(from_preset.stdout)
+    model.write_text(json.dumps({k: v for k, v in fields.items() if k != "head_dim"} | {"hidden": 2000}))
+    refused = plan("--model", str(model), *args)
+    assert refused.returncode == 2 and "model.heads: hidden 2000 is not divisible by heads 32" in refused.stderr
+
+
 @pytest.mark.parametrize(
     "args,words",
     [
