@@ -93,6 +93,18 @@ def write_efficiencies(sources: list[Path]) -> None:
     print(f"written: {FITTED}")
 
 
+def print_by_gpu(sources: list[Path], rows: list[CalibrationRow]) -> None:
+    """Each GPU's rows of ``rows`` (in the files' order) summarised apart: which GPU the model does well on."""
+    gpus: list[str] = []
+    for path in sources:
+        with path.open(newline="") as handle:
+            gpus += [row["gpu"] for row in csv.DictReader(handle)]
+    for gpu in dict.fromkeys(gpus):
+        mine = summarize([row for row, on in zip(rows, gpus, strict=True) if on == gpu])
+        count = gpus.count(gpu)
+        print(f"  {gpu}: {count} rows, mean |error| {mine.mean_abs_pct:.2f} %, max {mine.max_abs_pct:.2f} %")
+
+
 def print_as_planned(sources: list[Path]) -> None:
     """Every row as ``bubblescope plan`` prices it: each GPU's own constants or the defaults."""
     print(
@@ -104,6 +116,7 @@ def print_as_planned(sources: list[Path]) -> None:
         with path.open(newline="") as handle:
             rows += [predict_row(row, efficiencies_for(row["gpu"])) for row in csv.DictReader(handle)]
     print_table(rows)
+    print_by_gpu(sources, rows)
 
 
 def main() -> None:
@@ -148,7 +161,9 @@ def main() -> None:
         "\nthe same with constants per GPU: fitted on the other rows of the GPU the held-out row prices as (its own; the "
         "H100 SXM's for an H200: calibration.PRICED_AS), as bubblescope plan prices it"
     )
-    print_table([h.row for h in leave_one_out(every_file, GRID_EVERY_ROW, group="gpu")])
+    per_gpu = leave_one_out(every_file, GRID_EVERY_ROW, group="gpu")
+    print_table([h.row for h in per_gpu])
+    print_by_gpu(every_file, [h.row for h in per_gpu])
     print_as_planned(every_file)
     if args.sc21:
         print("\ncross-check: Table 1 rows with the sc21 scripts' micro-batch size and interleaving")
