@@ -39,6 +39,7 @@ from bubblescope.analysis.planner.calibration import (
     fit_per_gpu,
     leave_one_out,
     predict_row,
+    published_rows,
     summarize,
 )
 from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES, FITTED, FITTED_NAMES, efficiencies_for
@@ -93,30 +94,22 @@ def write_efficiencies(sources: list[Path]) -> None:
     print(f"written: {FITTED}")
 
 
-def print_by_gpu(sources: list[Path], rows: list[CalibrationRow]) -> None:
-    """Each GPU's rows of ``rows`` (in the files' order) summarised apart: which GPU the model does well on."""
-    gpus: list[str] = []
-    for path in sources:
-        with path.open(newline="") as handle:
-            gpus += [row["gpu"] for row in csv.DictReader(handle)]
+def print_by_gpu(gpus: list[str], rows: list[CalibrationRow]) -> None:
+    """``rows`` (one a published row, ``gpus`` their GPUs) summarised GPU by GPU: which GPU the model does well on."""
     for gpu in dict.fromkeys(gpus):
         mine = summarize([row for row, on in zip(rows, gpus, strict=True) if on == gpu])
-        count = gpus.count(gpu)
-        print(f"  {gpu}: {count} rows, mean |error| {mine.mean_abs_pct:.2f} %, max {mine.max_abs_pct:.2f} %")
+        print(f"  {gpu}: {gpus.count(gpu)} rows, mean |error| {mine.mean_abs_pct:.2f} %, max {mine.max_abs_pct:.2f} %")
 
 
-def print_as_planned(sources: list[Path]) -> None:
+def print_as_planned(published: list[dict[str, str]]) -> None:
     """Every row as ``bubblescope plan`` prices it: each GPU's own constants or the defaults."""
     print(
         "\nevery row as bubblescope plan prices it: each GPU's own constants (efficiencies.csv; in-sample, but for the "
         "H200's, priced with the H100 SXM's) or the defaults (A100)"
     )
-    rows = []
-    for path in sources:
-        with path.open(newline="") as handle:
-            rows += [predict_row(row, efficiencies_for(row["gpu"])) for row in csv.DictReader(handle)]
+    rows = [predict_row(row, efficiencies_for(row["gpu"])) for row in published]
     print_table(rows)
-    print_by_gpu(sources, rows)
+    print_by_gpu([row["gpu"] for row in published], rows)
 
 
 def main() -> None:
@@ -163,8 +156,9 @@ def main() -> None:
     )
     per_gpu = leave_one_out(every_file, GRID_EVERY_ROW, group="gpu")
     print_table([h.row for h in per_gpu])
-    print_by_gpu(every_file, [h.row for h in per_gpu])
-    print_as_planned(every_file)
+    published = published_rows(every_file)
+    print_by_gpu([row["gpu"] for row in published], [h.row for h in per_gpu])
+    print_as_planned(published)
     if args.sc21:
         print("\ncross-check: Table 1 rows with the sc21 scripts' micro-batch size and interleaving")
         with args.csv.open(newline="") as handle:

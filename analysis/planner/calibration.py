@@ -210,7 +210,7 @@ def candidates(grid: Mapping[str, Sequence[float]] = GRID) -> list[Efficiencies]
     return [replace(DEFAULT_EFFICIENCIES, **dict(zip(names, values))) for values in itertools.product(*grid.values())]
 
 
-def _published(sources: Path | Sequence[Path]) -> list[dict[str, str]]:
+def published_rows(sources: Path | Sequence[Path]) -> list[dict[str, str]]:
     """The rows of one published-runs file, or of several in turn."""
     paths = [sources] if isinstance(sources, Path) else list(sources)
     rows: list[dict[str, str]] = []
@@ -234,7 +234,7 @@ def _prediction_table(
 ) -> tuple[list[Efficiencies], list[list[CalibrationRow]]]:
     """The table for one set of files and one grid (a bench leaves rows out twice from the same one)."""
     options = candidates(dict(grid))
-    published = _published(list(paths))
+    published = published_rows(list(paths))
     return options, [[predict_row(row, eff) for row in published] for eff in options]
 
 
@@ -259,7 +259,7 @@ def leave_one_out(
     (constants per GPU: the rows of the GPU it prices as, ``constants_family``, as ``fit_per_gpu`` fits what the
     planner prices with); on every other row where none does."""
     options, table = _predictions(sources, grid)
-    published = _published(sources)
+    published = published_rows(sources)
     held: list[HeldOut] = []
     for index, row in enumerate(published):
         others = [other for other in range(len(published)) if other != index]
@@ -292,7 +292,7 @@ def fit_per_gpu(
     the rows do not pin (the fit's mean error the same with the default value: eager traffic where every row is
     compiled) keeps its default."""
     options, table = _predictions(sources, grid)
-    published = _published(sources)
+    published = published_rows(sources)
     out: dict[str, tuple[Efficiencies, list[str], int]] = {}
     for gpu in dict.fromkeys(row["gpu"] for row in published):
         family = [i for i, row in enumerate(published) if row["gpu"] == constants_family(gpu)]

@@ -13,9 +13,9 @@ from bubblescope.analysis.planner.calibration import (
     GRID_EVERY_ROW,
     PUBLISHED_RUNS,
     PUBLISHED_RUNS_H100,
-    _published,
     constants_family,
     predict_row,
+    published_rows,
 )
 from bubblescope.analysis.planner.efficiencies import (
     DEFAULT_EFFICIENCIES,
@@ -26,7 +26,7 @@ from bubblescope.analysis.planner.efficiencies import (
 )
 from bubblescope.analysis.planner.specs import ParallelConfig
 
-ROWS = _published([PUBLISHED_RUNS, PUBLISHED_RUNS_H100])
+ROWS = published_rows([PUBLISHED_RUNS, PUBLISHED_RUNS_H100])
 
 
 def family_rows(gpu: str) -> list[dict[str, str]]:
