@@ -1,0 +1,180 @@
+"""What each published run's GEMMs and fused attention reach on this GPU, beside the planner's constants.
+
+For every calibration row of an H100-class GPU (``calibration.published_rows``), the four linear GEMMs of a layer
+(``step_time.linear_shapes``: QKV, projection, the MLP's two, at the row's micro-batch, sequence share and TP degree)
+are timed forward and backward (input and weight gradients: three products of the same FLOPs), in bf16, and in FP8
+(``torch._scaled_mm``, tensor-wise scales) where the row ran FP8; and causal flash attention (``scaled_dot_product_attention``)
+at the row's heads per GPU, head width and sequence share, forward and forward + backward. Each is printed as the
+fraction of this GPU's peak (the planner's ``GpuSpec`` for ``--gpu``) that the planner's own FLOP count reaches, so it
+reads directly against the fitted ``gemm`` and ``attention`` constants. A grid of GEMM shapes follows, for a shape
+model. Needs a CUDA GPU; the figures go to stdout and, with ``--json``, to a file.
+
+    python bench/gpu_kernel_efficiency.py --gpu H200 --json $OUT/kernels.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from bubblescope.analysis.planner import calibration
+from bubblescope.analysis.planner.efficiencies import efficiencies_for
+from bubblescope.analysis.planner.specs import make_cluster
+from bubblescope.analysis.planner.step_time import linear_shapes
+
+HOPPER_ROWS = ("H100", "H200")
+
+
+def seconds(run: Callable[[], object], budget_s: float = 0.05) -> float:
+    """Median seconds of one call: three warm-ups, then enough back-to-back calls between two events to fill
+    ``budget_s``, five times."""
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    end.record()
+    end.synchronize()
+    reps = max(1, min(200, int(budget_s / max(start.elapsed_time(end) / 1e3, 1e-6))))
+    samples = []
+    for _ in range(5):
+        start.record()
+        for _ in range(reps):
+            run()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / reps)
+    return statistics.median(samples)
+
+
+@functools.cache
+def gemm_seconds(m: int, k: int, n: int, fp8: bool) -> float:
+    """One (m×k)·(k×n) product: bf16 with torch.matmul, or e4m3 with ``torch._scaled_mm`` (its second operand
+    column-major, as cuBLASLt's FP8 kernels need)."""
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    if not fp8:
+        bt = b.t()
+        return seconds(lambda: torch.matmul(a, bt))
+    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device="cuda")
+    return seconds(lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+
+
+def layer_gemms(m: int, k: int, n: int, fp8: bool) -> float:
+    """Forward, input gradient and weight gradient of one linear GEMM: (m,k,n), (m,n,k), (k,m,n)."""
+    return gemm_seconds(m, k, n, fp8) + gemm_seconds(m, n, k, fp8) + gemm_seconds(k, m, n, fp8)
+
+
+@functools.cache
+def attention_seconds(batch: int, heads: int, seq: int, head_dim: int, backend: SDPBackend) -> tuple[float, float]:
+    """Causal fused attention at ``seq`` queries and keys: forward, and forward + backward."""
+    shape = (batch, heads, seq, head_dim)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    grad = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    with sdpa_kernel(backend):
+        forward = seconds(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+        def both() -> None:
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+
+        return forward, seconds(both)
+
+
+def row_figures(row: dict[str, str], peak_bf16: float, peak_fp8: float) -> dict[str, object]:
+    model, cfg = calibration.row_model(row), calibration.row_config(row)
+    local = model.seq // cfg.cp
+    tokens = cfg.mbs * local
+    fp8 = cfg.precision == "fp8"
+    shapes = [(int(r), int(k), int(n)) for r, k, n, _ in linear_shapes(model, cfg, tokens)]
+    flops = sum(6.0 * r * k * n for r, k, n in shapes)
+    bf16_s = sum(layer_gemms(r, k, n, False) for r, k, n in shapes)
+    figures: dict[str, object] = {
+        "model": row["model"],
+        "gpu": row["gpu"],
+        "shapes": shapes,
+        "gemm_bf16": flops / bf16_s / (peak_bf16 * 1e12),
+    }
+    if fp8:
+        figures["gemm_fp8"] = flops / sum(layer_gemms(r, k, n, True) for r, k, n in shapes) / (peak_fp8 * 1e12)
+    heads = model.heads // cfg.tp
+    attention_flops = 2.0 * local * local * model.head_dim * heads * cfg.mbs  # the planner's causal count, forward
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            forward, both = attention_seconds(cfg.mbs, heads, local, model.head_dim, backend)
+        except RuntimeError as refused:  # a backend this torch or GPU lacks
+            figures[f"attention_{name}"] = f"not run: {str(refused).splitlines()[0][:80]}"
+            continue
+        figures[f"attention_{name}"] = [
+            attention_flops / forward / (peak_bf16 * 1e12),
+            3.5 * attention_flops / both / (peak_bf16 * 1e12),
+        ]
+    return figures
+
+
+def grid(peak_bf16: float) -> list[dict[str, object]]:
+    """bf16 GEMM efficiency over a grid of shapes (rows × depth × width)."""
+    out = []
+    for m in (2048, 4096, 8192, 16384):
+        for k in (1024, 2048, 4096, 8192, 16384):
+            for n in (512, 1024, 2048, 4096, 8192, 16384):
+                out.append(
+                    {"m": m, "k": k, "n": n, "eff": 2.0 * m * k * n / gemm_seconds(m, k, n, False) / peak_bf16 / 1e12}
+                )
+    return out
+
+
+def pair(figures: dict[str, object], key: str) -> str:
+    value = figures.get(key)
+    return f"{value[0]:.2f}/{value[1]:.2f}" if isinstance(value, list) else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", default="H200", help="the planner's name for this GPU (its peaks)")
+    parser.add_argument("--json", help="write every figure here too")
+    parser.add_argument("--no-grid", action="store_true")
+    args = parser.parse_args()
+    gpu = make_cluster(args.gpu, 8, 8).gpu
+    print(
+        f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}; peaks from the planner's {gpu.name}: "
+        f"bf16 {gpu.peak_tflops:.0f}, fp8 {gpu.fp8_tflops:.0f} TFLOP/s"
+    )
+    rows = [r for r in calibration.published_rows(calibration.PUBLISHED_RUNS_H100) if r["gpu"].startswith(HOPPER_ROWS)]
+    results = []
+    print(
+        f"{'row':52} {'gpu':12} {'fit gemm':>8} {'bf16':>6} {'fp8':>6} {'fit attn':>8} {'flash f/fb':>11} {'cudnn f/fb':>11}"
+    )
+    for row in rows:
+        fig = row_figures(row, gpu.peak_tflops, gpu.fp8_tflops)
+        fit = efficiencies_for(row["gpu"])
+        fig["fit_gemm"], fig["fit_attention"] = fit.gemm, fit.attention
+        results.append(fig)
+
+        fp8 = f"{fig['gemm_fp8']:.2f}" if "gemm_fp8" in fig else "-"
+        print(
+            f"{row['model'][:52]:52} {row['gpu'][:12]:12} {fit.gemm:8.2f} {fig['gemm_bf16']:6.2f} {fp8:>6} "
+            f"{fit.attention:8.2f} {pair(fig, 'attention_flash'):>11} {pair(fig, 'attention_cudnn'):>11}",
+            flush=True,
+        )
+    shapes = [] if args.no_grid else grid(gpu.peak_tflops)
+    for cell in shapes:
+        print(f"grid m={cell['m']} k={cell['k']} n={cell['n']} eff={cell['eff']:.3f}")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(
+                {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": results, "grid": shapes},
+                out,
+            )
+
+
+if __name__ == "__main__":
+    main()
