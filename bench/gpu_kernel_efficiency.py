@@ -27,7 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from bubblescope.analysis.planner import calibration
 from bubblescope.analysis.planner.efficiencies import efficiencies_for
 from bubblescope.analysis.planner.specs import make_cluster
-from bubblescope.analysis.planner.step_time import linear_shapes
+from bubblescope.analysis.planner.step_time import fp8_cast_seconds, linear_shapes
 
 HOPPER_ROWS = ("H100", "H200")
 
@@ -132,6 +132,63 @@ def grid(peak_bf16: float) -> list[dict[str, object]]:
     return out
 
 
+def fp8_layer_seconds(m: int, k: int, n: int) -> tuple[float, float]:
+    """Forward + backward of one bias-free linear layer: bf16 ``nn.Linear`` (eager: its three GEMMs), and the same
+    converted by torchao's ``convert_to_float8_training`` (tensor-wise dynamic scaling, torchtitan's default) under
+    ``torch.compile`` (the casts fused within the layer, not into the op before it)."""
+    from torchao.float8 import convert_to_float8_training
+
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    grad = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    plain = torch.nn.Sequential(torch.nn.Linear(k, n, bias=False)).to("cuda", torch.bfloat16)
+    converted = convert_to_float8_training(
+        torch.nn.Sequential(torch.nn.Linear(k, n, bias=False)).to("cuda", torch.bfloat16)
+    )
+    compiled = torch.compile(converted)
+    return seconds(lambda: plain(x).backward(grad)), seconds(lambda: compiled(x).backward(grad))
+
+
+def fp8_layers(rows: list[dict[str, str]], gpu_name: str, budget_s: float) -> list[dict[str, object]]:
+    """Each distinct FP8 torchtitan layer: its four linears in bf16 and in torchao FP8, beside the FP8 GEMMs alone
+    (``torch._scaled_mm``) and what the planner charges for the casts (``step_time.fp8_cast_seconds``) on this GPU."""
+    import time
+
+    gpu = make_cluster(gpu_name, 8, 8).gpu
+    began, out, seen = time.monotonic(), [], set()
+    for row in rows:
+        model, cfg = calibration.row_model(row), calibration.row_config(row)
+        tokens = cfg.mbs * model.seq // cfg.cp
+        shapes = tuple((int(r), int(k), int(n)) for r, k, n, _ in linear_shapes(model, cfg, tokens))
+        if cfg.precision != "fp8" or not row["source"].startswith("torchtitan") or shapes in seen:
+            continue
+        if time.monotonic() - began > budget_s:
+            print(f"fp8 layers: stopped at {budget_s:.0f} s, before {row['model']}")
+            break
+        seen.add(shapes)
+        layers = [fp8_layer_seconds(r, k, n) for r, k, n in shapes]
+        bf16_s, fp8_s = sum(b for b, _ in layers), sum(f for _, f in layers)
+        gemms_s = sum(layer_gemms(r, k, n, True) for r, k, n in shapes)
+        hbm = gpu.hbm_gbps * 1e9 * efficiencies_for(gpu_name).hbm
+        planned = sum(fp8_cast_seconds(model, cfg, hbm, tokens))
+        out.append(
+            {
+                "model": row["model"],
+                "shapes": shapes,
+                "bf16_layers_s": bf16_s,
+                "fp8_layers_s": fp8_s,
+                "fp8_gemms_s": gemms_s,
+                "planner_casts_s": planned,
+            }
+        )
+        print(
+            f"fp8 layers {row['model'][:40]:40} bf16 {bf16_s * 1e3:7.2f} ms  fp8 {fp8_s * 1e3:7.2f} ms "
+            f"({bf16_s / fp8_s:.2f}x)  fp8 GEMMs alone {gemms_s * 1e3:7.2f} ms  casts measured "
+            f"{(fp8_s - gemms_s) * 1e3:6.2f} ms, planner {planned * 1e3:6.2f} ms",
+            flush=True,
+        )
+    return out
+
+
 def pair(figures: dict[str, object], key: str) -> str:
     value = figures.get(key)
     return f"{value[0]:.2f}/{value[1]:.2f}" if isinstance(value, list) else "-"
@@ -142,6 +199,13 @@ def main() -> None:
     parser.add_argument("--gpu", default="H200", help="the planner's name for this GPU (its peaks)")
     parser.add_argument("--json", help="write every figure here too")
     parser.add_argument("--no-grid", action="store_true")
+    parser.add_argument(
+        "--fp8-layers",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="also time torchtitan's FP8 linear layers with torchao (needs torchao), for at most this long",
+    )
     args = parser.parse_args()
     gpu = make_cluster(args.gpu, 8, 8).gpu
     print(
@@ -165,13 +229,20 @@ def main() -> None:
             f"{fit.attention:8.2f} {pair(fig, 'attention_flash'):>11} {pair(fig, 'attention_cudnn'):>11}",
             flush=True,
         )
+    layers = fp8_layers(rows, args.gpu, args.fp8_layers) if args.fp8_layers else []
     shapes = [] if args.no_grid else grid(gpu.peak_tflops)
     for cell in shapes:
         print(f"grid m={cell['m']} k={cell['k']} n={cell['n']} eff={cell['eff']:.3f}")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(
-                {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": results, "grid": shapes},
+                {
+                    "device": torch.cuda.get_device_name(0),
+                    "torch": torch.__version__,
+                    "rows": results,
+                    "fp8_layers": layers,
+                    "grid": shapes,
+                },
                 out,
             )
 
