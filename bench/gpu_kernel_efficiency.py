@@ -138,6 +138,7 @@ def fp8_layer_seconds(m: int, k: int, n: int) -> tuple[float, float]:
     ``torch.compile`` (the casts fused within the layer, not into the op before it)."""
     from torchao.float8 import convert_to_float8_training
 
+    torch._dynamo.reset()  # each shape compiles afresh: past dynamo's recompile limit it would run eager
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     grad = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     plain = torch.nn.Sequential(torch.nn.Linear(k, n, bias=False)).to("cuda", torch.bfloat16)
@@ -148,7 +149,7 @@ def fp8_layer_seconds(m: int, k: int, n: int) -> tuple[float, float]:
     return seconds(lambda: plain(x).backward(grad)), seconds(lambda: compiled(x).backward(grad))
 
 
-def fp8_layers(rows: list[dict[str, str]], gpu_name: str, budget_s: float) -> list[dict[str, object]]:
+def fp8_layers(rows: list[dict[str, str]], gpu_name: str, budget_s: float, skip: int = 0) -> list[dict[str, object]]:
     """Each distinct FP8 torchtitan layer: its four linears in bf16 and in torchao FP8, beside the FP8 GEMMs alone
     (``torch._scaled_mm``) and what the planner charges for the casts (``step_time.fp8_cast_seconds``) on this GPU."""
     import time
@@ -165,6 +166,8 @@ def fp8_layers(rows: list[dict[str, str]], gpu_name: str, budget_s: float) -> li
             print(f"fp8 layers: stopped at {budget_s:.0f} s, before {row['model']}")
             break
         seen.add(shapes)
+        if len(seen) <= skip:
+            continue
         layers = [fp8_layer_seconds(r, k, n) for r, k, n in shapes]
         bf16_s, fp8_s = sum(b for b, _ in layers), sum(f for _, f in layers)
         gemms_s = sum(layer_gemms(r, k, n, True) for r, k, n in shapes)
@@ -199,6 +202,7 @@ def main() -> None:
     parser.add_argument("--gpu", default="H200", help="the planner's name for this GPU (its peaks)")
     parser.add_argument("--json", help="write every figure here too")
     parser.add_argument("--no-grid", action="store_true")
+    parser.add_argument("--skip-rows", type=int, default=0, help="only the FP8 layers, past this many distinct ones")
     parser.add_argument(
         "--fp8-layers",
         type=float,
@@ -213,6 +217,9 @@ def main() -> None:
         f"bf16 {gpu.peak_tflops:.0f}, fp8 {gpu.fp8_tflops:.0f} TFLOP/s"
     )
     rows = [r for r in calibration.published_rows(calibration.PUBLISHED_RUNS_H100) if r["gpu"].startswith(HOPPER_ROWS)]
+    if args.skip_rows:
+        fp8_layers(rows, args.gpu, args.fp8_layers, args.skip_rows)
+        return
     results = []
     print(
         f"{'row':52} {'gpu':12} {'fit gemm':>8} {'bf16':>6} {'fp8':>6} {'fit attn':>8} {'flash f/fb':>11} {'cudnn f/fb':>11}"
