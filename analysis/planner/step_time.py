@@ -142,9 +142,18 @@ def gemm_seconds(
     return max(flops / (peak * 1e12 * eff.gemm), traffic / (gpu.hbm_gbps * 1e9 * eff.hbm))
 
 
+#: The share of a bf16 GEMM's efficiency (the fraction of its peak) an FP8 GEMM of the same shape reaches, measured, not
+#: fitted: on an H200 (torch 2.11, cuBLASLt through ``torch._scaled_mm``, tensor-wise scales) every published
+#: H100-class run's linear GEMMs reached 0.59-0.64 of the FP8 peak where bf16 reached 0.66-0.70 of its own, 0.88-0.92
+#: of it over two runs (``bench/gpu_kernel_efficiency.py``); a whole Llama 3 70B layer ran 1.46× faster in FP8 than in
+#: bf16, priced so 1.52× (1.64× at a share of 1; ``bench/gpu_layer_step.py``, docs/planner.md "Measured on an H200").
+FP8_GEMM_SHARE = 0.90
+
+
 def linear_peak_tflops(gpu: GpuSpec, precision: str) -> float:
-    """The peak a layer's linear GEMMs run at: FP8's where asked for (the caller checked the GPU has it)."""
-    return gpu.fp8_tflops if precision == "fp8" else gpu.peak_tflops
+    """The peak a layer's linear GEMMs run at, as bf16's efficiency reads it: FP8's times ``FP8_GEMM_SHARE`` where asked
+    for (the caller checked the GPU has it)."""
+    return gpu.fp8_tflops * FP8_GEMM_SHARE if precision == "fp8" else gpu.peak_tflops
 
 
 def ring_seconds(

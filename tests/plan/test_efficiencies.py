@@ -83,13 +83,14 @@ def test_plan_prices_a_gpu_with_its_own_constants_and_says_which() -> None:
     assert any("the defaults, chosen on 18 published A100-80GB runs (fewer than" in line for line in unfitted)
 
 
-def test_the_h200_runs_read_within_five_percent_with_the_h100_sxms_constants_never_fitted_on_them() -> None:
+def test_the_h200_runs_read_within_six_percent_with_the_h100_sxms_constants_never_fitted_on_them() -> None:
     """The H200 prices with the H100 SXM's constants, fitted on the eleven DGX H100 rows alone (Megatron-LM's nine,
-    Megatron-Bridge's two); Trainy's two H200 runs then read within 5% (+2.6 and +4.0%), where the defaults, chosen on
-    A100s, read them 7.2-7.5% fast."""
+    Megatron-Bridge's two); Trainy's two H200 runs then read within 6% (+5.5 and +5.7%), no worse than the defaults,
+    chosen on A100s (+5.9 and +6.2%). Before FP8 GEMMs ran at 0.9 of bf16's efficiency the fit read them +2.6 and
+    +4.0%: it took Megatron-LM's attention (Transformer Engine's cuDNN kernel, 0.6) where torchtitan's is slower."""
     h200 = [row for row in ROWS if row["gpu"] == "H200"]
     assert len(h200) == 2 and efficiencies_for("H200") == efficiencies_for("H100-SXM")
     errors = [predict_row(row, efficiencies_for("H200")).error_pct for row in h200]
-    assert all(abs(error) < 5 for error in errors), errors
+    assert all(abs(error) < 6 for error in errors), errors
     defaults = [predict_row(row).error_pct for row in h200]  # predict_row's default: the A100 defaults
-    assert all(default > 7 and default > error + 3 for default, error in zip(defaults, errors)), (defaults, errors)
+    assert all(abs(error) <= abs(default) for default, error in zip(defaults, errors)), (defaults, errors)

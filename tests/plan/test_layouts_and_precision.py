@@ -38,9 +38,10 @@ LLAMA_405B = {  # Llama 3.1 405B (torchtitan's llama3 405B configuration)
 }
 
 
-def test_fp8_runs_the_four_linear_gemms_at_the_fp8_peak_and_pays_for_its_casts() -> None:
+def test_fp8_gemms_run_at_nine_tenths_of_bf16s_efficiency_over_the_fp8_peak_and_pay_for_their_casts() -> None:
     """Llama 3 70B, tp 8 on 8 H100s, seq 8192: every linear GEMM is compute-bound at both precisions, so FP8 saves,
-    per layer and pass, its FLOPs F = 2·tokens·h·((h + 2k) + h + 2f + f)/t times 1/(bf16·gemm) − 1/(fp8·gemm); a
+    per layer and pass, its FLOPs F = 2·tokens·h·((h + 2k) + h + 2f + f)/t times 1/(bf16·gemm) − 1/(fp8·0.9·gemm)
+    (an FP8 GEMM reaches 0.9 of the fraction of its peak a bf16 one does, measured on an H200); a
     layer runs three passes (forward, two backward), 80 layers, 2 micro-batches. It pays for its dynamic scaling in
     HBM traffic: forward, 5 bytes an element of each GEMM's input and weight (read for the maximum, read to cast,
     written in one byte); backward, 5 of each output gradient and 2 of each input and weight (the FP8 transposes)."""
@@ -53,7 +54,7 @@ def test_fp8_runs_the_four_linear_gemms_at_the_fp8_peak_and_pays_for_its_casts()
     h, k, f, t, tokens = model.hidden, model.kv_dim, model.ffn_hidden, 8, model.seq
     flops = 2 * tokens * h * ((h + 2 * k) + h + 2 * f + f) / t
     gemm = SXM.gemm
-    saved_per_pass = flops * (1 / (989e12 * gemm) - 1 / (1979e12 * gemm))
+    saved_per_pass = flops * (1 / (989e12 * gemm) - 1 / (1979e12 * 0.9 * gemm))
     shapes = [(tokens, h, (h + 2 * k) / t), (tokens, h / t, h), (tokens, h, 2 * f / t), (tokens, f / t, h)]
     operands = sum(rows * inner + inner * out for rows, inner, out in shapes)
     gradients = sum(rows * out for rows, _, out in shapes)
