@@ -171,7 +171,7 @@ def memory_suggestions(
             )
         )
     if not out:  # no single change fits: the planner's fastest layout that does, with the run's own numerics and code
-        kept = ("precision", "fp8_all_gather", "flash_attention", "compile", "grad_reduce")
+        kept = ("precision", "fp8_all_gather", "flash_attention", "compile", "grad_reduce", "attention_kernel")
         runs_own = current.config.as_dict()
         fixed = {field: runs_own[field] for field in kept}
         for plan in search(model, cluster, batch, top=1, fixed=fixed):

@@ -107,6 +107,7 @@ def _published_config(row: dict[str, str], mbs: int) -> ParallelConfig:
         tp_comm_overlap=_flag(row, "tp_comm_overlap"),
         cp=_int(row.get("cp", ""), 1),
         cp_comm=row.get("cp_comm", "").strip() or "p2p",
+        attention_kernel=row.get("attention_kernel", "").strip() or "cudnn",
         grad_reduce=row.get("grad_reduce", "").strip() or "fp32",
         compile=_flag(row, "compile", default=True),
         fp8_all_gather=_flag(row, "fp8_all_gather"),

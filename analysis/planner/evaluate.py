@@ -8,6 +8,7 @@ from typing import Any
 from bubblescope.analysis.planner.efficiencies import Efficiencies
 from bubblescope.analysis.planner.memory import GIB, MemoryBreakdown, memory_per_gpu
 from bubblescope.analysis.planner.specs import (
+    ATTENTION_KERNELS,
     GRAD_REDUCES,
     RECOMPUTE,
     ClusterSpec,
@@ -118,6 +119,9 @@ def structural_problems(
         problems.append(("recompute", f"must be one of {', '.join(RECOMPUTE)}, got {cfg.recompute!r}"))
     if cfg.grad_reduce not in GRAD_REDUCES:
         problems.append(("grad_reduce", f"must be one of {', '.join(GRAD_REDUCES)}, got {cfg.grad_reduce!r}"))
+    if cfg.attention_kernel not in ATTENTION_KERNELS:
+        kernels = ", ".join(ATTENTION_KERNELS)
+        problems.append(("attention_kernel", f"must be one of {kernels}, got {cfg.attention_kernel!r}"))
     if cfg.zero not in (0, 1, 2, 3):
         problems.append(("zero", f"must be 0, 1, 2 or 3, got {cfg.zero}"))
     elif cfg.zero == 2 and cfg.pp > 1:

@@ -17,6 +17,7 @@ from bubblescope.analysis.planner.efficiencies import constants_said
 from bubblescope.analysis.planner.evaluate import Plan, evaluate, structural_problems
 from bubblescope.analysis.planner.search import search
 from bubblescope.analysis.planner.specs import (
+    ATTENTION_KERNELS,
     CP_COMMS,
     GRAD_REDUCES,
     PRECISIONS,
@@ -74,20 +75,24 @@ CONFIG_FIELDS = (
     "grad_reduce",
     "compile",
     "fp8_all_gather",
+    "attention_kernel",
 )
 MAX_STAGES = 4096
 CHOICES = {  # fields of a few words
     "recompute": RECOMPUTE,
     "cp_comm": CP_COMMS,
+    "attention_kernel": ATTENTION_KERNELS,
     "precision": PRECISIONS,
     "grad_reduce": GRAD_REDUCES,
 }
 #: What a configuration assumes where the request is silent, said in the answer (``assumed``).
 DEFAULTS_SAID = {
     "flash_attention": "flash_attention: true (fused attention that stores no s×s scores, as every 2026 run uses)",
-    "precision": "precision: bf16 (fp8 runs the linear GEMMs at the FP8 peak)",
+    "precision": "precision: bf16 (fp8 runs the linear GEMMs in FP8)",
     "sequence_parallel": "sequence_parallel: on when tp > 1",
     "grad_reduce": "grad_reduce: fp32 (gradients reduced in fp32, as Megatron-LM and torchtitan do by default)",
+    "attention_kernel": "attention_kernel: cudnn (cuDNN's fused attention: Transformer Engine's, and torch's SDPA's on"
+    " Hopper and Blackwell with a recent cuDNN; flash2 runs at 0.57 of it on Hopper)",
 }
 MAX_TOP = 1000
 

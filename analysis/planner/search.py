@@ -94,6 +94,7 @@ def candidates(
                                 str(fix.get("grad_reduce", "fp32")),
                                 bool(fix.get("compile", True)),
                                 bool(fix.get("fp8_all_gather", False)),
+                                str(fix.get("attention_kernel", "cudnn")),
                             )
 
 

@@ -23,6 +23,8 @@ from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, Schedule
 RECOMPUTE = ("none", "selective", "op", "full")
 PRECISIONS = ("bf16", "fp8")
 CP_COMMS = ("p2p", "allgather")
+#: Fused attention kernels priced apart (``step_time.attention_kernel_share``).
+ATTENTION_KERNELS = ("cudnn", "flash2")
 #: The data type gradients are reduced in, and its bytes: fp32 is what Megatron-LM (bf16 training, unless
 #: --grad-reduce-in-bf16) and torchtitan (``mixed_precision_reduce``) do by default; fp16 training reduced in fp16.
 GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -241,6 +243,9 @@ class ParallelConfig:
     ``fp8_all_gather``: with ``precision="fp8"``, the layers' linear weights are gathered over data parallelism in
     FP8, one byte a weight (torchtitan's ``enable_fsdp_float8_all_gather``, Megatron-LM's ``--fp8-param-gather``); the
     embedding, the output layer and the norms still travel in bf16. It needs weights to gather (zero ≥ 1).
+    ``attention_kernel``: which fused attention runs: ``cudnn`` (cuDNN's, what Transformer Engine runs and torch's
+    SDPA prefers on Hopper and Blackwell with a recent cuDNN) or ``flash2`` (FlashAttention-2, torch's SDPA default
+    before that, and the ``flash-attn`` package's v2); priced apart on Hopper only.
     """
 
     tp: int = 1
@@ -263,6 +268,7 @@ class ParallelConfig:
     grad_reduce: str = "fp32"
     compile: bool = True
     fp8_all_gather: bool = False
+    attention_kernel: str = "cudnn"
 
     def with_dp(self, gpus: int) -> ParallelConfig:
         return self if self.dp else replace(self, dp=gpus // (self.tp * self.cp * self.pp))
@@ -295,6 +301,7 @@ class ParallelConfig:
             "tp_comm_overlap": self.tp_comm_overlap,
             "cp": self.cp,
             "cp_comm": self.cp_comm,
+            "attention_kernel": self.attention_kernel,
             "ep": self.ep,
             "capacity_factor": self.capacity_factor,
             "grad_reduce": self.grad_reduce,

@@ -269,6 +269,19 @@ def fp8_cast_seconds(model: ModelSpec, cfg: ParallelConfig, hbm_bytes_s: float, 
     return forward, backward
 
 
+#: FlashAttention-2's efficiency over cuDNN's fused attention on Hopper, measured on an H200 (torch 2.11's SDPA
+#: backends, every H100-class published run's heads, sequence and micro-batch, forward + backward, two runs):
+#: 0.53-0.60, median 0.57 (``bench/gpu_kernel_efficiency.py``). Elsewhere (A100: FlashAttention-2 is the faster) the
+#: two are priced alike.
+FLASH2_SHARE_ON_HOPPER = 0.57
+HOPPER = ("H100", "H200")
+
+
+def attention_kernel_share(gpu: GpuSpec, kernel: str) -> float:
+    """The share of ``Efficiencies.attention`` (cuDNN's kernel, where the GPU has it fitted) ``kernel`` reaches."""
+    return FLASH2_SHARE_ON_HOPPER if kernel == "flash2" and gpu.name.upper().startswith(HOPPER) else 1.0
+
+
 def attention_seconds(
     model: ModelSpec, cfg: ParallelConfig, gpu: GpuSpec, eff: Efficiencies, queries: float, heads: float
 ) -> tuple[float, float]:
@@ -279,7 +292,8 @@ def attention_seconds(
     scores and runs four more products, 2.5× the forward (FlashAttention-2, §3.1). Unfused attention writes the
     full s×s scores (the mask applied after): two GEMMs on the roofline forward, twice that backward."""
     if cfg.flash_attention:
-        forward = 2.0 * queries * model.seq * model.head_dim * heads / (gpu.peak_tflops * 1e12 * eff.attention)
+        reach = eff.attention * attention_kernel_share(gpu, cfg.attention_kernel)
+        forward = 2.0 * queries * model.seq * model.head_dim * heads / (gpu.peak_tflops * 1e12 * reach)
         return forward, 2.5 * forward
     forward = gemm_seconds(queries, model.seq, model.head_dim, gpu, eff, heads) + gemm_seconds(
         queries, model.head_dim, model.seq, gpu, eff, heads

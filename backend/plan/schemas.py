@@ -87,6 +87,9 @@ class ConfigIn(BaseModel):
     last_stage_layers: PositiveInt | None = Field(default=None, description="Megatron's last-stage layers")
     cp: PositiveInt | None = Field(default=None, description="context parallel degree (sequence split)")
     cp_comm: Literal["p2p", "allgather"] | None = Field(default=None, description="ring attention (p2p) or allgather")
+    attention_kernel: Literal["cudnn", "flash2"] | None = Field(
+        default=None, description="fused attention: cudnn (default; Transformer Engine, SDPA on Hopper) or flash2"
+    )
     ep: PositiveInt | None = Field(default=None, description="expert parallel degree (of dp·cp)")
     capacity_factor: Annotated[float, Field(gt=0, le=16)] | None = Field(
         default=None, description="routed tokens an expert is sized for, over an even share (default 1.0)"

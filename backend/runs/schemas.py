@@ -80,6 +80,9 @@ class RunConfig(BaseModel):
     fp8_all_gather: Annotated[bool, Strict()] | None = Field(
         default=None, description="FP8 weights gathered in one byte (the planner's suggestions; default false)"
     )
+    attention_kernel: Literal["cudnn", "flash2"] | None = Field(
+        default=None, description="the fused attention the job runs (the planner's suggestions; default cudnn)"
+    )
     alerts: AlertOverrides | None = Field(default=None, description="this run's alert thresholds (docs/alerts.md)")
     title: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
         default=None, description="one line on what this run tried: the run list shows it under the name"

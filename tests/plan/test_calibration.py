@@ -152,5 +152,6 @@ def test_constants_per_gpu_are_fitted_on_that_gpus_other_rows_alone(tmp_path: Pa
         writer.writerows([row for row in rows if row["gpu"] == "H100-SXM"])
     assert per_gpu[first].fitted == per_gpu[second].fitted == fit(sxm, grid)
     # the 500 W H100 rows choose a lower GEMM efficiency than the A100 rows: the one the catalog's SXM peak needs
-    assert {h.fitted.gemm for h, row in zip(per_gpu, rows) if row["gpu"] == "H100-HBM2e-500W"} == {0.4}
+    five_hundred = {h.fitted.gemm for h, row in zip(per_gpu, rows) if row["gpu"] == "H100-HBM2e-500W"}
+    assert five_hundred and max(five_hundred) < 0.76
     assert {h.fitted.gemm for h in per_gpu[: len(a100_alone)]} == {0.76}

@@ -179,6 +179,7 @@ def test_flash_attention_is_on_unless_asked_off_and_the_answer_says_what_it_assu
         ({"zero": 3, "fp8_all_gather": True}, "config.fp8_all_gather", "needs precision fp8"),
         ({"precision": "fp8", "fp8_all_gather": True}, "config.fp8_all_gather", "needs zero ≥ 1"),
         ({"fp8_all_gather": "sometimes"}, "config.fp8_all_gather", "true or false"),
+        ({"attention_kernel": "fa3"}, "config.attention_kernel", "expected one of cudnn, flash2"),
     ],
 )
 def test_each_new_knob_out_of_range_is_refused_by_name(config: dict[str, Any], field: str, words: str) -> None:

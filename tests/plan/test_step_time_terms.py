@@ -94,6 +94,20 @@ def test_fused_attention_is_causal_with_a_backward_of_two_and_a_half_forwards_at
     assert unfused.compute == _step(replace(cfg, flash_attention=False), 1, 1, attention=0.5).compute
 
 
+def test_flash_attention_2_runs_at_0_57_of_cudnns_attention_on_hopper_and_alike_elsewhere() -> None:
+    """``attention_kernel=flash2`` on an H100: fused attention at 0.57·``attention`` of the peak (FlashAttention-2
+    against cuDNN's kernel, measured on an H200), so a layer's attention, forward and 2.5× backward, takes 1/0.57 as
+    long: layers · 3.5 · F · (1/0.57 − 1) more, F the forward at cuDNN's. On an A100 the two price alike."""
+    cudnn, flash2 = (_step(ParallelConfig(mbs=1, attention_kernel=k), 1, 1) for k in ("cudnn", "flash2"))
+    s, d, heads = LLAMA_8B.seq, LLAMA_8B.head_dim, LLAMA_8B.heads
+    forward = 2 * s * s * d * heads / (989e12 * DEFAULT_EFFICIENCIES.attention)
+    expected = LLAMA_8B.layers * 3.5 * forward * (1 / 0.57 - 1)
+    assert flash2.compute - cudnn.compute == pytest.approx(expected, rel=1e-9)
+    assert flash2.tp_comm == cudnn.tp_comm and flash2.optimizer == cudnn.optimizer
+    on_a100 = [_step(ParallelConfig(mbs=1, attention_kernel=k), 1, 1, gpu="A100-80GB") for k in ("cudnn", "flash2")]
+    assert on_a100[0] == on_a100[1]
+
+
 def test_eager_pytorch_moves_eager_traffic_times_the_element_wise_bytes() -> None:
     """compile=false: each layer's element-wise kernels move ``eager_traffic`` times the fused bytes, forward once
     and backward twice: (eager − 1)·traffic·stored·3 / (HBM·hbm) more a layer."""
@@ -246,7 +260,7 @@ def test_the_reduction_types_the_service_accepts_are_the_planners() -> None:
         assert tuple(words) == GRAD_REDUCES, schema
     recompute = typing.get_args(ConfigIn.model_fields["recompute"].annotation)
     assert tuple(arg for member in recompute for arg in typing.get_args(member)) == RECOMPUTE  # "op" included
-    for field, value in (("compile", "yes"), ("grad_reduce", "int8")):
+    for field, value in (("compile", "yes"), ("grad_reduce", "int8"), ("attention_kernel", "fa3")):
         with pytest.raises(ValidationError) as refused:
             RunConfig.model_validate({field: value})
         assert refused.value.errors()[0]["loc"] == (field,)
@@ -254,6 +268,8 @@ def test_the_reduction_types_the_service_accepts_are_the_planners() -> None:
 
     bad = evaluate_plan(LLAMA_8B, make_cluster("H100-SXM", 8), ParallelConfig(grad_reduce="int8"), 8)
     assert bad.step is None and bad.problems == ("must be one of fp32, bf16, fp16, got 'int8'",)
+    odd = evaluate_plan(LLAMA_8B, make_cluster("H100-SXM", 8), ParallelConfig(attention_kernel="fa3"), 8)
+    assert odd.step is None and odd.problems == ("must be one of cudnn, flash2, got 'fa3'",)
 
 
 def test_zero3_under_a_pipeline_gathers_once_and_reduces_once_a_step() -> None:
