@@ -26,10 +26,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bubblescope.analysis.planner import calibration
 from bubblescope.analysis.planner.efficiencies import efficiencies_for
-from bubblescope.analysis.planner.specs import make_cluster
-from bubblescope.analysis.planner.step_time import fp8_cast_seconds, linear_shapes
-
-HOPPER_ROWS = ("H100", "H200")
+from bubblescope.analysis.planner.specs import ModelSpec, ParallelConfig, make_cluster
+from bubblescope.analysis.planner.step_time import HOPPER, fp8_cast_seconds, linear_shapes
 
 
 def seconds(run: Callable[[], object], budget_s: float = 0.05) -> float:
@@ -89,12 +87,18 @@ def attention_seconds(batch: int, heads: int, seq: int, head_dim: int, backend: 
         return forward, seconds(both)
 
 
-def row_figures(row: dict[str, str], peak_bf16: float, peak_fp8: float) -> dict[str, object]:
+def row_layer(row: dict[str, str]) -> tuple[ModelSpec, ParallelConfig, int, tuple[tuple[int, int, int], ...]]:
+    """A published row's model, configuration, queries a GPU holds (sequence over CP) and its layer's four linear
+    GEMMs (rows, depth, width) at the row's micro-batch."""
     model, cfg = calibration.row_model(row), calibration.row_config(row)
     local = model.seq // cfg.cp
-    tokens = cfg.mbs * local
+    shapes = tuple((int(r), int(k), int(n)) for r, k, n, _ in linear_shapes(model, cfg, cfg.mbs * local))
+    return model, cfg, local, shapes
+
+
+def row_figures(row: dict[str, str], peak_bf16: float, peak_fp8: float) -> dict[str, object]:
+    model, cfg, local, shapes = row_layer(row)
     fp8 = cfg.precision == "fp8"
-    shapes = [(int(r), int(k), int(n)) for r, k, n, _ in linear_shapes(model, cfg, tokens)]
     flops = sum(6.0 * r * k * n for r, k, n in shapes)
     bf16_s = sum(layer_gemms(r, k, n, False) for r, k, n in shapes)
     figures: dict[str, object] = {
@@ -155,11 +159,10 @@ def fp8_layers(rows: list[dict[str, str]], gpu_name: str, budget_s: float, skip:
     import time
 
     gpu = make_cluster(gpu_name, 8, 8).gpu
+    hbm = gpu.hbm_gbps * 1e9 * efficiencies_for(gpu_name).hbm
     began, out, seen = time.monotonic(), [], set()
     for row in rows:
-        model, cfg = calibration.row_model(row), calibration.row_config(row)
-        tokens = cfg.mbs * model.seq // cfg.cp
-        shapes = tuple((int(r), int(k), int(n)) for r, k, n, _ in linear_shapes(model, cfg, tokens))
+        model, cfg, local, shapes = row_layer(row)
         if cfg.precision != "fp8" or not row["source"].startswith("torchtitan") or shapes in seen:
             continue
         if time.monotonic() - began > budget_s:
@@ -171,8 +174,7 @@ def fp8_layers(rows: list[dict[str, str]], gpu_name: str, budget_s: float, skip:
         layers = [fp8_layer_seconds(r, k, n) for r, k, n in shapes]
         bf16_s, fp8_s = sum(b for b, _ in layers), sum(f for _, f in layers)
         gemms_s = sum(layer_gemms(r, k, n, True) for r, k, n in shapes)
-        hbm = gpu.hbm_gbps * 1e9 * efficiencies_for(gpu_name).hbm
-        planned = sum(fp8_cast_seconds(model, cfg, hbm, tokens))
+        planned = sum(fp8_cast_seconds(model, cfg, hbm, cfg.mbs * local))
         out.append(
             {
                 "model": row["model"],
@@ -216,7 +218,9 @@ def main() -> None:
         f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}; peaks from the planner's {gpu.name}: "
         f"bf16 {gpu.peak_tflops:.0f}, fp8 {gpu.fp8_tflops:.0f} TFLOP/s"
     )
-    rows = [r for r in calibration.published_rows(calibration.PUBLISHED_RUNS_H100) if r["gpu"].startswith(HOPPER_ROWS)]
+    rows = [
+        r for r in calibration.published_rows(calibration.PUBLISHED_RUNS_H100) if r["gpu"].upper().startswith(HOPPER)
+    ]
     if args.skip_rows:
         fp8_layers(rows, args.gpu, args.fp8_layers, args.skip_rows)
         return

@@ -9,8 +9,9 @@ also runs the output layer and the loss):
   dynamic scaling's casts in HBM traffic (``fp8_cast_seconds``). The
   backward pass runs two GEMMs of the same shape per forward GEMM (input and weight gradients).
   Small heads (head dim 64–160) make the attention GEMMs memory-bound; that is where size matters.
-* **Fused (flash) attention** — the causal half of the two products' FLOPs at ``attention`` of the peak,
-  backward 2.5× forward (``attention_seconds``).
+* **Fused (flash) attention** — the causal half of the two products' FLOPs at ``attention`` of the peak (times
+  ``attention_kernel_share``: FlashAttention-2 at 0.57 of cuDNN's on Hopper), backward 2.5× forward
+  (``attention_seconds``).
 * **Memory-bound kernels** (norms, softmax, dropout, GeLU, bias and residual adds) move about
   ``elementwise_traffic`` bytes of HBM per byte of the activations they leave behind (the
   Korthikanti stored-activation count, which is what those kernels write), twice that backward;

@@ -5,19 +5,14 @@ on the 8B: torchao's casts cost more than ``fp8_cast_seconds`` charges, docs/pla
 
 from __future__ import annotations
 
-import csv
-import importlib
-from pathlib import Path
-
 import pytest
 
 from bubblescope.analysis.planner import ParallelConfig, make_cluster, model_from
+from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS, published_rows
 from bubblescope.analysis.planner.efficiencies import efficiencies_for
+from bubblescope.analysis.planner.step_time import layer_cost
 
-step_time = importlib.import_module("bubblescope.analysis.planner.step_time")  # the package exports a function so named
-MEASURED = Path(step_time.__file__).resolve().parent / "data" / "measured_layers_h200.csv"
-with MEASURED.open(newline="") as handle:
-    ROWS = list(csv.DictReader(handle))
+ROWS = published_rows(PUBLISHED_RUNS.with_name("measured_layers_h200.csv"))
 BOUND = {"bf16": 0.05, "fp8": 0.15}
 
 
@@ -26,7 +21,7 @@ def test_a_layer_timed_on_an_h200_is_priced_within_its_bound(row: dict[str, str]
     model = model_from(row["preset"])
     assert model.seq == int(row["seq"])
     cfg = ParallelConfig(tp=1, pp=1, dp=8, mbs=int(row["mbs"]), flash_attention=True, precision=row["precision"])
-    cost = step_time.layer_cost(model, make_cluster("H200", 8), cfg, efficiencies_for("H200"))
+    cost = layer_cost(model, make_cluster("H200", 8), cfg, efficiencies_for("H200"))
     measured = float(row["forward_backward_ms"]) / 1e3
     assert abs(cost.seconds / measured - 1) < BOUND[row["precision"]], (cost.seconds, measured)
 
@@ -38,7 +33,7 @@ def test_fp8_over_bf16_is_priced_within_15_percent_of_the_measured_speed_up() ->
     for preset in ("llama-3-8b", "llama-3-70b"):
         measured = {r["precision"]: float(r["forward_backward_ms"]) for r in ROWS if r["preset"] == preset}
         priced = {
-            p: step_time.layer_cost(
+            p: layer_cost(
                 model_from(preset), cluster, ParallelConfig(tp=1, dp=8, mbs=1, flash_attention=True, precision=p), eff
             ).seconds
             for p in ("bf16", "fp8")
