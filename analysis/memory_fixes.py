@@ -192,7 +192,14 @@ def memory_suggestions(
                             "parallelism.pipeline_parallel_degree": plan.config.pp,
                             "parallelism.context_parallel_degree": plan.config.cp,
                         }
-                        | ({"parallelism.expert_parallel_degree": plan.config.ep} if model.moe else {}),
+                        | (
+                            {
+                                "parallelism.expert_parallel_degree": plan.config.ep,
+                                "parallelism.expert_tensor_parallel_degree": plan.config.expert_tp,
+                            }
+                            if model.moe
+                            else {}
+                        ),
                         [
                             f"--tensor-model-parallel-size {plan.config.tp}",
                             f"--pipeline-model-parallel-size {plan.config.pp}",
@@ -203,6 +210,7 @@ def memory_suggestions(
                             "--fp8-param-gather" if plan.config.fp8_all_gather else "",
                             f"--context-parallel-size {plan.config.cp}" if plan.config.cp > 1 else "",
                             f"--expert-model-parallel-size {plan.config.ep}" if plan.config.ep > 1 else "",
+                            f"--expert-tensor-parallel-size {plan.config.etp}" if plan.config.etp else "",
                         ],
                     )
                 )

@@ -79,6 +79,18 @@ def model_flops_per_step(model: ModelSpec, global_batch: int) -> float:
     return tokens * (6.0 * model.active_params + 12.0 * model.layers * model.q_dim * model.seq)
 
 
+def _expert_layout_problem(cfg: ParallelConfig) -> str:
+    """Why the expert layers' etp × ep × replicas does not tile a stage's tp·cp·dp ranks (Megatron's rule)."""
+    if not cfg.etp:
+        return (
+            f"ep={cfg.ep} does not divide dp·cp = {cfg.replicas}: expert ranks come from them "
+            f"(or from tp too with etp below tp: ep·etp must divide tp·dp·cp = {cfg.tp * cfg.replicas})"
+        )
+    return (
+        f"ep·etp = {cfg.ep}·{cfg.etp} does not divide tp·dp·cp = {cfg.tp * cfg.replicas}: expert ranks come from them"
+    )
+
+
 def structural_problems(
     model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, global_batch: int
 ) -> list[tuple[str, str]]:
@@ -104,8 +116,14 @@ def structural_problems(
         problems.append(("ep", "expert parallelism needs a mixture of experts (model.experts > 0)"))
     elif cfg.ep > 1 and model.experts % cfg.ep:
         problems.append(("ep", f"ep={cfg.ep} does not divide the {model.experts} experts"))
-    elif cfg.dp >= 1 and cfg.replicas % cfg.ep:
-        problems.append(("ep", f"ep={cfg.ep} does not divide dp·cp = {cfg.replicas}: expert ranks come from them"))
+    elif cfg.dp >= 1 and cfg.tp * cfg.replicas % (cfg.ep * cfg.expert_tp):
+        problems.append(("ep", _expert_layout_problem(cfg)))
+    if cfg.etp and not model.moe:
+        problems.append(("etp", "expert tensor parallelism needs a mixture of experts (model.experts > 0)"))
+    elif cfg.etp > cfg.tp:
+        problems.append(("etp", f"etp={cfg.etp} above tp={cfg.tp} is not modelled (experts split finer than the rest)"))
+    elif cfg.etp and model.moe_ffn_hidden % cfg.etp:
+        problems.append(("etp", f"etp={cfg.etp} does not divide the experts' width {model.moe_ffn_hidden}"))
     if not 0 < cfg.capacity_factor <= 16:
         problems.append(("capacity_factor", f"must be above 0 and at most 16, got {cfg.capacity_factor}"))
     if cfg.cp > 1 and model.seq % (2 * cfg.cp):

@@ -84,18 +84,20 @@ def layers_on_stage(model: ModelSpec, pp: int, layers_per_stage: tuple[int, ...]
     return max(layers_per_stage) if layers_per_stage else math.ceil(model.layers / pp)
 
 
-def layer_params_on_gpu(model: ModelSpec, tp: int, ep: int = 1) -> tuple[float, float]:
+def layer_params_on_gpu(model: ModelSpec, tp: int, ep: int = 1, etp: int = 0) -> tuple[float, float]:
     """(all, routed experts') parameters of one layer on one GPU: GEMM weights split over tensor parallelism, the
-    routed experts also over expert parallelism, norms and biases replicated."""
-    experts = model.layer_expert_params / (tp * ep)
+    routed experts over their own (``etp``, 0: as ``tp``) and expert parallelism, norms and biases replicated."""
+    experts = model.layer_expert_params / ((etp or tp) * ep)
     replicated = model.layer_params - model.layer_matmul_params
     return model.layer_dense_matmul_params / tp + experts + replicated, experts
 
 
-def stage_params(model: ModelSpec, tp: int, pp: int, layers_per_stage: tuple[int, ...] = (), ep: int = 1) -> float:
+def stage_params(
+    model: ModelSpec, tp: int, pp: int, layers_per_stage: tuple[int, ...] = (), ep: int = 1, etp: int = 0
+) -> float:
     """Parameters held by one GPU of the worst stage (first or last)."""
     h = model.hidden
-    per_layer, _experts = layer_params_on_gpu(model, tp, ep)
+    per_layer, _experts = layer_params_on_gpu(model, tp, ep, etp)
     layers = layers_on_stage(model, pp, layers_per_stage) * per_layer
     embedding = model.vocab * h / tp + (model.embedding_params - model.vocab * h)
     output = model.vocab * h / tp if (not model.tied_embeddings or pp > 1) else 0.0
@@ -174,8 +176,8 @@ def memory_per_gpu(
         return max(memory_per_pipeline_rank(model, cluster, cfg, microbatches), key=lambda part: part.total)
     layers = layers_on_stage(model, cfg.pp)
     in_flight = in_flight_microbatch_layers(cfg, microbatches, layers)
-    experts = layers * layer_params_on_gpu(model, cfg.tp, cfg.ep)[1]
-    params = stage_params(model, cfg.tp, cfg.pp, ep=cfg.ep)
+    experts = layers * layer_params_on_gpu(model, cfg.tp, cfg.ep, cfg.expert_tp)[1]
+    params = stage_params(model, cfg.tp, cfg.pp, ep=cfg.ep, etp=cfg.expert_tp)
     first = _breakdown(model, cluster, cfg, params, in_flight, experts, last_stage=cfg.pp == 1)
     if cfg.pp == 1:
         return first
@@ -213,7 +215,7 @@ def _rank_memory(
     """One pipeline rank's memory: its ``layers``, the embedding on the first, the output layer and the loss's
     buffers on the last, ``chunks`` activation chunks held at once."""
     h = model.hidden
-    per_layer, experts_per_layer = layer_params_on_gpu(model, cfg.tp, cfg.ep)
+    per_layer, experts_per_layer = layer_params_on_gpu(model, cfg.tp, cfg.ep, cfg.expert_tp)
     embedding = model.vocab * h / cfg.tp + (model.embedding_params - model.vocab * h)
     output = model.vocab * h / cfg.tp + 2 * h  # the output layer (a tied embedding's copy) and the final norm
     last = rank == _last_rank(cfg)
@@ -265,7 +267,7 @@ def _breakdown(
     *,
     last_stage: bool,
 ) -> MemoryBreakdown:
-    """``expert_params`` of ``params`` are routed experts', whose replicas (and ZeRO shards) are dp·cp/ep. ZeRO-3 with
+    """``expert_params`` of ``params`` are routed experts', whose replicas (and ZeRO shards) are tp·dp·cp/(etp·ep). ZeRO-3 with
     a pipeline keeps the weights gathered and the gradients whole through the step (FSDP under torchtitan's pipeline
     schedules: no reshard after forward, one reduction at the last micro-batch), so it holds what ZeRO-1 holds."""
     zero = 1 if cfg.zero == 3 and cfg.pp > 1 else cfg.zero
@@ -274,7 +276,7 @@ def _breakdown(
     sizes = (BYTES_WEIGHTS, gradient_bytes, BYTES_OPTIMIZER)
     weights, gradients, optimizer = (
         _state(params - expert_params, cfg.replicas, zero, part, sizes[part])
-        + _state(expert_params, cfg.replicas // cfg.ep, zero, part, sizes[part])
+        + _state(expert_params, cfg.expert_replicas, zero, part, sizes[part])
         for part in range(3)
     )
     per_layer = activation_bytes_per_layer(

@@ -20,6 +20,8 @@ def config_label(plan: Plan) -> str:
     stages = f" layers={'/'.join(map(str, c.layers_per_stage))}" if c.layers_per_stage else ""
     context = f" cp={c.cp}({c.cp_comm})" if c.cp > 1 else ""
     context += f" ep={c.ep}" if c.ep > 1 else ""
+    context += f" etp={c.etp}" if c.etp else ""
+    flags += f"+{c.attention_kernel}" if c.attention_kernel != "cudnn" else ""
     return (
         f"t={c.tp}{context} p={c.pp} d={c.dp} mbs={c.mbs} {schedule if c.pp > 1 else 'no-pp'} "
         f"zero={c.zero} recompute={c.recompute}{flags}{stages}"

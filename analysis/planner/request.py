@@ -47,10 +47,11 @@ CONFIG_ALIASES = {
     "sp": "sequence_parallel",
     "flash": "flash_attention",
     "tp_overlap": "tp_comm_overlap",
+    "expert_tensor_parallel_size": "etp",
     "enable_fsdp_float8_all_gather": "fp8_all_gather",
     "fp8_param_gather": "fp8_all_gather",
 }
-_INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs", "cp", "ep", "first_stage_layers", "last_stage_layers")
+_INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs", "cp", "ep", "etp", "first_stage_layers", "last_stage_layers")
 #: Every field a configuration takes (``config`` and ``fixed``), in the order the unknown-field answer names them.
 CONFIG_FIELDS = (
     "tp",
@@ -71,6 +72,7 @@ CONFIG_FIELDS = (
     "cp",
     "cp_comm",
     "ep",
+    "etp",
     "capacity_factor",
     "grad_reduce",
     "compile",

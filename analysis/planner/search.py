@@ -2,8 +2,9 @@
 
 The space: t a power of two up to the GPUs of a node dividing the heads; c (context parallel) 1, and for
 sequences of 16k tokens or more every power of two keeping t·c inside a node; p any divisor of gpus/(t·c) up to
-the layers (uneven stages allowed); d the rest; for a mixture of experts, e (expert parallel) every power of two
-(any divisor of d·c that divides the experts); micro-batch sizes powers of two
+the layers (uneven stages allowed); d the rest; for a mixture of experts, the experts' own tensor parallelism as t
+or any power of two below it dividing their width, and e (expert parallel) any divisor of t·d·c over that degree
+that divides the experts; micro-batch sizes powers of two
 dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that splits the
 stage's layers evenly, up to 8); ZeRO 0–3 (0, 1 and 3 with pipelining); recompute none, selective, op (torchtitan's
 per-op), full; sequence parallelism whenever t > 1 (same communication volume, less memory); flash attention on and bf16
@@ -62,11 +63,11 @@ def candidates(
             dp = cluster.gpus // (tp * cp * pp)
             if "dp" in fix and fix["dp"] != dp:
                 continue
-            eps = [e for e in _divisors(dp * cp) if model.experts % e == 0] if model.moe else [1]
             per_replica = global_batch // dp if global_batch % dp == 0 else 0
-            for ep, mbs in (
-                (e, b)
-                for e in choose("ep", eps)
+            for etp, ep, mbs in (
+                (x, e, b)
+                for x in choose("etp", _expert_tp_degrees(model, tp))
+                for e in choose("ep", _expert_degrees(model, tp * cp * dp // (x or tp)))
                 for b in choose("mbs", [b for b in _powers_of_two(per_replica) if per_replica % b == 0])
             ):
                 for schedule, vpp in _schedules(model, pp, fix):
@@ -95,7 +96,20 @@ def candidates(
                                 bool(fix.get("compile", True)),
                                 bool(fix.get("fp8_all_gather", False)),
                                 str(fix.get("attention_kernel", "cudnn")),
+                                etp,
                             )
+
+
+def _expert_tp_degrees(model: ModelSpec, tp: int) -> list[int]:
+    """The experts' tensor-parallel degrees tried: as tp (0), and for a mixture of experts every power of two below
+    tp that divides the experts' width."""
+    below = [e for e in _powers_of_two(tp // 2) if model.moe_ffn_hidden % e == 0] if model.moe else []
+    return [0, *below]
+
+
+def _expert_degrees(model: ModelSpec, span: int) -> list[int]:
+    """Expert-parallel degrees tried: the divisors of the ranks the experts are laid over that divide the experts."""
+    return [e for e in _divisors(span) if model.experts % e == 0] if model.moe else [1]
 
 
 def _context_degrees(model: ModelSpec, cluster: ClusterSpec, tp: int) -> list[int]:

@@ -234,7 +234,11 @@ class ParallelConfig:
     ``allgather`` (gathered before attention, torchtitan's default rotate method: exposed).
     ``ep``: expert parallelism, a mixture of experts' routed experts split over ``ep`` of the dp·cp ranks that
     hold the same dense weights (their expert weights replicated over the other dp·cp/ep); ``capacity_factor``:
-    the routed tokens an expert is sized for, over an even share (1.0: balanced and dropless).
+    the routed tokens an expert is sized for, over an even share (1.0: balanced and dropless). ``etp``: the experts'
+    own tensor-parallel degree (0: ``tp``; Megatron's ``--expert-tensor-parallel-size``): a stage's tp·cp·dp ranks
+    are laid out again for the expert layers as etp × ep × (expert replicas), so ep·etp must divide tp·cp·dp; each
+    expert's weights are split over etp ranks, and with etp < tp the MLP's tensor-parallel collectives shrink to
+    etp's group (none at 1: a rank dispatches its sequence-parallel share of the tokens itself).
     ``grad_reduce``: the type gradients are reduced (and reduce-scattered) in over data parallelism
     (``GRAD_REDUCE_BYTES``).
     ``compile``: the element-wise kernels (norms, activations, residual adds, rotary embeddings) fused, by
@@ -269,6 +273,7 @@ class ParallelConfig:
     compile: bool = True
     fp8_all_gather: bool = False
     attention_kernel: str = "cudnn"
+    etp: int = 0
 
     def with_dp(self, gpus: int) -> ParallelConfig:
         return self if self.dp else replace(self, dp=gpus // (self.tp * self.cp * self.pp))
@@ -277,6 +282,17 @@ class ParallelConfig:
     def replicas(self) -> int:
         """Ranks holding the same weights, over which gradients are reduced and ZeRO shards: dp·cp."""
         return self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """The experts' tensor-parallel degree: ``etp``, else ``tp``."""
+        return self.etp or self.tp
+
+    @property
+    def expert_replicas(self) -> int:
+        """Ranks holding the same routed experts' weights (Megatron's expert data parallelism): tp·cp·dp / (etp·ep);
+        dp·cp / ep when etp is tp."""
+        return self.tp * self.replicas // (self.expert_tp * self.ep)
 
     def stage_layers(self, layers: int) -> tuple[int, ...]:
         """Each pipeline stage's layers: as given, else as even as ``layers`` allow (the first stages one more)."""
@@ -303,6 +319,7 @@ class ParallelConfig:
             "cp_comm": self.cp_comm,
             "attention_kernel": self.attention_kernel,
             "ep": self.ep,
+            "etp": self.etp or None,  # null: as tp
             "capacity_factor": self.capacity_factor,
             "grad_reduce": self.grad_reduce,
             "compile": self.compile,

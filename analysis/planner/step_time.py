@@ -197,9 +197,12 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     traffic = eff.elementwise_traffic * (1.0 if cfg.compile else eff.eager_traffic)
     elementwise = traffic * stored / hbm
     score_elementwise = traffic * stored_scores / hbm
-    bandwidth, link_eff = _tp_bandwidth(cluster, t, eff)
-    # two all-reduces (or all-gather + reduce-scatter pairs: the same ring volume) per pass
-    tp_pass = 2 * ring_seconds(2.0 * tokens * h, t, bandwidth, link_eff, eff, passes=2)
+    # two all-reduces (or all-gather + reduce-scatter pairs: the same ring volume) per pass: the attention's over tp,
+    # the MLP's over tp too, or over the experts' own tensor-parallel ranks (none at etp 1)
+    mlp_ranks = cfg.expert_tp if model.moe else t
+    tp_pass = ring_seconds(2.0 * tokens * h, t, *_tp_bandwidth(cluster, t, eff), eff, passes=2) + ring_seconds(
+        2.0 * tokens * h, mlp_ranks, *_tp_bandwidth(cluster, mlp_ranks, eff), eff, passes=2
+    )
     cast_forward, cast_backward = fp8_cast_seconds(model, cfg, hbm, tokens)
     forward = dense + attention + elementwise + cast_forward
     backward = 2 * dense + attention_backward + 2 * elementwise + cast_backward
@@ -242,11 +245,13 @@ FP8_TRANSPOSE_BYTES = 2.0
 def linear_shapes(model: ModelSpec, cfg: ParallelConfig, tokens: float) -> list[tuple[float, float, float, float]]:
     """(rows, k, n, weights) of a layer's four linear GEMMs on one GPU: QKV, the projection, the MLP's two (a mixture
     of experts' routed and shared rows as one grouped GEMM); ``weights`` is how many k×n matrices the GPU holds for it
-    (the experts it hosts, ``experts/ep``, plus the shared ones)."""
+    (the experts it hosts, ``experts/ep``, each ``tp/etp`` such matrices when the experts' own tensor parallelism is
+    narrower, plus the shared ones). A GPU's routed FLOPs do not depend on etp: at etp < tp it computes tp/etp times
+    fewer rows, each tp/etp times wider."""
     h, t = model.hidden, cfg.tp
     width = model.moe_ffn_hidden if model.moe else model.ffn_hidden
     rows = tokens * (model.top_k * cfg.capacity_factor + model.shared_experts) if model.moe else tokens
-    held = model.experts / cfg.ep + model.shared_experts if model.moe else 1.0
+    held = model.experts / cfg.ep * t / cfg.expert_tp + model.shared_experts if model.moe else 1.0
     up = width * (2 if model.gated_mlp else 1)
     return [
         (tokens, h, (model.q_dim + 2 * model.kv_dim) / t, 1.0),
@@ -305,13 +310,14 @@ def attention_seconds(
 def ep_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies) -> float:
     """Expert parallelism's all-to-alls of one layer and micro-batch, exposed: each GPU sends its tokens' routed
     copies, b·(s/cp)/t · top_k · capacity · h · 2 bytes, spread evenly over the ep ranks, at dispatch and at combine,
-    forward and backward (four; six with full recompute). The ep ranks sit next to each other after tp·cp (Megatron's
-    order): those in this GPU's node take their share over NVLink, the rest over this GPU's network link, both at
-    once; the slower of the two sets the time."""
+    forward and backward (four; six with full recompute). The ep ranks sit next to each other after the experts' own
+    tensor-parallel ranks (Megatron's expert rank order, etp then ep, context parallelism folded into them): those in
+    this GPU's node take their share over NVLink, the rest over this GPU's network link, both at once; the slower of
+    the two sets the time."""
     if not model.moe or cfg.ep == 1:
         return 0.0
     routed_bytes = cfg.mbs * model.seq / cfg.cp / cfg.tp * model.top_k * cfg.capacity_factor * model.hidden * 2
-    in_node = min(cfg.ep, max(1, cluster.gpus_per_node // (cfg.tp * cfg.cp)))  # ep ranks in this GPU's node
+    in_node = min(cfg.ep, max(1, cluster.gpus_per_node // cfg.expert_tp))  # ep ranks in this GPU's node
     nvlink = (in_node - 1) / cfg.ep * routed_bytes / (cluster.gpu.nvlink_gbps * 1e9 * eff.nvlink)
     network = (cfg.ep - in_node) / cfg.ep * routed_bytes / (cluster.gpu.network_gbps * 1e9 * eff.network)
     return (6 if cfg.recompute == "full" else 4) * (eff.collective_latency_s + max(nvlink, network))
@@ -393,7 +399,7 @@ def dp_seconds(
     micro-batch, ``zero3_exposed_seconds``; under a pipeline, torchtitan's way: the weights gathered once under the
     first micro-batch's forward and kept, the gradients reduced once after the last backward, where torch's schedules
     run FSDP's post-backward (``perform_reduce_grad``), with nothing left to hide it."""
-    params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage, cfg.ep)
+    params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage, cfg.ep, cfg.expert_tp)
     experts = stage_expert_params(model, cfg)
     layers = layers_on_stage(model, cfg.pp, cfg.layers_per_stage)
     group_in_node = cfg.tp * cfg.pp * cfg.replicas <= cluster.gpus_per_node
@@ -406,7 +412,7 @@ def dp_seconds(
 
     def one_pass(dense_bytes: float, expert_bytes: float) -> float:
         dense = ring_seconds(dense_bytes, cfg.replicas, bandwidth, link_eff, eff, 1)
-        return dense + ring_seconds(expert_bytes, cfg.replicas // cfg.ep, bandwidth, link_eff, eff, 1)
+        return dense + ring_seconds(expert_bytes, cfg.expert_replicas, bandwidth, link_eff, eff, 1)
 
     grad_bytes = GRAD_REDUCE_BYTES[cfg.grad_reduce]
     latency = dp_latency_seconds(grad_bytes * params, cfg.replicas, group_in_node, eff, passes)
@@ -450,7 +456,10 @@ def zero3_exposed_seconds(gather_s: float, reduce_s: float, forward_s: float, ba
 
 def stage_expert_params(model: ModelSpec, cfg: ParallelConfig) -> float:
     """The routed experts' parameters one GPU of the fullest stage holds (0 for a dense model)."""
-    return layers_on_stage(model, cfg.pp, cfg.layers_per_stage) * layer_params_on_gpu(model, cfg.tp, cfg.ep)[1]
+    return (
+        layers_on_stage(model, cfg.pp, cfg.layers_per_stage)
+        * layer_params_on_gpu(model, cfg.tp, cfg.ep, cfg.expert_tp)[1]
+    )
 
 
 def dp_latency_seconds(grad_bytes: float, replicas: int, in_node: bool, eff: Efficiencies, passes: float) -> float:
@@ -495,10 +504,10 @@ def step_time(
         raise ValueError(f"schedule {cfg.schedule.name!r} has no closed-form bubble")
     bubble = 0.0 if floor is None else floor.fraction
     busy = microbatches * (stage.seconds + p2p)
-    held = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage, cfg.ep)
+    held = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage, cfg.ep, cfg.expert_tp)
     experts = stage_expert_params(model, cfg)
-    sharded = cfg.zero >= 1  # the optimizer steps a rank's shard: dense over dp·cp ranks, an expert over dp·cp/ep
-    local_params = (held - experts) / cfg.replicas + experts / (cfg.replicas // cfg.ep) if sharded else held
+    sharded = cfg.zero >= 1  # the optimizer steps a rank's shard: dense over dp·cp ranks, an expert over its replicas
+    local_params = (held - experts) / cfg.replicas + experts / cfg.expert_replicas if sharded else held
     optimizer = local_params * eff.optimizer_bytes_per_param / (cluster.gpu.hbm_gbps * 1e9 * eff.hbm)
     dp_comm = dp_seconds(model, cluster, cfg, eff, stage.backward, stage.forward, microbatches)
     before = busy / (1.0 - bubble) + dp_comm + optimizer

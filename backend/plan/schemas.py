@@ -90,7 +90,10 @@ class ConfigIn(BaseModel):
     attention_kernel: Literal["cudnn", "flash2"] | None = Field(
         default=None, description="fused attention: cudnn (default; Transformer Engine, SDPA on Hopper) or flash2"
     )
-    ep: PositiveInt | None = Field(default=None, description="expert parallel degree (of dp·cp)")
+    ep: PositiveInt | None = Field(default=None, description="expert parallel degree (of dp·cp, or of tp·dp·cp/etp)")
+    etp: PositiveInt | None = Field(
+        default=None, description="the experts' own tensor-parallel degree, at most tp (default: tp)"
+    )
     capacity_factor: Annotated[float, Field(gt=0, le=16)] | None = Field(
         default=None, description="routed tokens an expert is sized for, over an even share (default 1.0)"
     )

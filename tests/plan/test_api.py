@@ -44,6 +44,7 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         "cp": 1,
         "cp_comm": "p2p",
         "ep": 1,
+        "etp": None,  # as tp
         "capacity_factor": 1.0,
         "grad_reduce": "fp32",
         "compile": True,
@@ -160,6 +161,18 @@ BAD: list[tuple[str, dict[str, Any], list[Any], str]] = [
         {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "gpus": 8},
         ["body", "gpus"],
         "Extra inputs",
+    ),
+    (
+        "experts split finer than tp",
+        {"model": "qwen3-30b-a3b", "cluster": "h100-sxm-x16", "global_batch": 16, "config": {"tp": 2, "etp": 4}},
+        ["body", "config", "etp"],
+        "above tp=2 is not modelled",
+    ),
+    (
+        "attention kernel",
+        {"model": "gpt-22b", "cluster": "h100-sxm-x8", "global_batch": 4, "config": {"attention_kernel": "fa3"}},
+        ["body", "config", "attention_kernel"],
+        "Input should be 'cudnn' or 'flash2'",
     ),
     (
         "config and fixed",

@@ -317,10 +317,54 @@ def test_an_expert_group_over_two_nodes_sends_the_other_nodes_share_over_the_net
     assert plan.step.ep_comm < 0.6 * microbatches * 48 * 4 * (10e-6 + one_link)
 
 
+def test_experts_own_tensor_parallelism_keeps_the_flops_and_drops_the_mlps_tensor_parallel_collectives() -> None:
+    """Qwen3 30B-A3B on 16 H100s in two nodes at tp 2: etp 1, ep 16 (Megatron's ``--expert-tensor-parallel-size 1``)
+    against the experts split like the rest (etp 2, ep 8). The routed FLOPs a GPU computes are the same (half the
+    rows each twice as wide), so in bf16 the compute is equal; the MLP's tensor-parallel collectives go, so the
+    tensor-parallel time loses the MLP's all-gather and reduce-scatter (the attention's are left); ep 16 over etp 1 puts 8
+    expert ranks in a node (not 8/2 = 4): the all-to-all sends 8/16 of a GPU's routed copies, 4096/2·8·2048·2 bytes
+    (its sequence-parallel share), over its NIC and 7/16 over NVLink, four a layer."""
+    model, cluster = model_from("qwen3-30b-a3b"), make_cluster("H100-SXM", 16)
+    base = ParallelConfig(tp=2, mbs=1, zero=1, sequence_parallel=True)
+    narrow = evaluate(model, cluster, replace(base, ep=16, etp=1), 64)
+    wide = evaluate(model, cluster, replace(base, ep=8), 64)
+    assert narrow.step is not None and wide.step is not None, (narrow.problems, wide.problems)
+    assert narrow.config.expert_replicas == 1 and wide.config.expert_replicas == 1  # 2·8 ranks over etp·ep = 16
+    assert narrow.step.compute == pytest.approx(wide.step.compute, rel=1e-12)
+    mlp_ring = 2 * (SXM.collective_latency_s + 1 / 2 * 2 * 4096 * 2048 / (cluster.gpu.nvlink_gbps * 1e9 * SXM.nvlink))
+    microbatches = 64 // 8
+    expected = microbatches * 48 * 2 * mlp_ring  # forward and backward, an all-gather + reduce-scatter pair each
+    assert wide.step.tp_comm - narrow.step.tp_comm == pytest.approx(expected, rel=1e-9) and narrow.step.tp_comm > 0
+    routed_bytes = 4096 / 2 * 8 * 2048 * 2
+    network = 8 / 16 * routed_bytes / (cluster.gpu.network_gbps * 1e9 * SXM.network)
+    nvlink = 7 / 16 * routed_bytes / (cluster.gpu.nvlink_gbps * 1e9 * SXM.nvlink)
+    assert network > nvlink
+    assert narrow.step.ep_comm == pytest.approx(microbatches * 48 * 4 * (10e-6 + network), rel=1e-9)
+    assert narrow.as_dict()["config"]["etp"] == 1 and wide.as_dict()["config"]["etp"] is None  # null: as tp
+
+
+def test_the_qwen3_235b_recipe_is_asked_with_etp_and_refused_without_naming_it() -> None:
+    """Megatron-Bridge's DGX H100 Qwen3 235B-A22B recipe (256 GPUs, TP 2, PP 8, VP 4, EP 32, expert TP 1): EP 32
+    comes out of tp·dp = 32 ranks only with the experts' own tensor parallelism at 1; without it the refusal says so."""
+    document = {"model": "qwen3-235b-a22b", "cluster": "h100-sxm-x256", "global_batch": 8192}
+    recipe = {"tp": 2, "pp": 8, "vpp": 4, "ep": 32, "mbs": 1, "zero": 1, "precision": "fp8"}
+    recipe["layers_per_stage"] = [11, 12, 12, 12, 12, 12, 12, 11]  # 94 layers + embedding + loss over 32 chunks
+    with pytest.raises(PlanInputError) as refused:
+        plan_document({**document, "config": recipe})
+    assert refused.value.field == "config.ep" and "etp below tp" in refused.value.message, refused.value
+    (plan,) = plan_document({**document, "config": {**recipe, "etp": 1}}).plans
+    assert plan.step is not None and plan.config.expert_replicas == 1 and plan.step.ep_comm > 0
+
+
 @pytest.mark.parametrize(
     ("model", "config", "field", "words"),
     [
         ("llama-3-8b", {"ep": 2}, "config.ep", "needs a mixture of experts"),
+        ("llama-3-8b", {"tp": 2, "etp": 1}, "config.etp", "needs a mixture of experts"),
+        ("mixtral-8x7b", {"tp": 2, "etp": 4}, "config.etp", "above tp=2 is not modelled"),
+        ("mixtral-8x7b", {"tp": 4, "ep": 8, "etp": 2}, "config.ep", "ep·etp = 8·2 does not divide tp·dp·cp = 8"),
+        ("mixtral-8x7b", {"etp": 0}, "config.etp", "must be at least 1"),
+        ({"preset": "mixtral-8x7b", "moe_ffn_hidden": 14337}, {"tp": 2, "etp": 2}, "config.etp", "width 14337"),
         ("mixtral-8x7b", {"ep": 16}, "config.ep", "does not divide the 8 experts"),
         ("mixtral-8x7b", {"tp": 4, "ep": 4}, "config.ep", "does not divide dp·cp = 2"),
         ("mixtral-8x7b", {"capacity_factor": 0}, "config.capacity_factor", "expected a positive number"),
