@@ -171,7 +171,15 @@ def memory_suggestions(
             )
         )
     if not out:  # no single change fits: the planner's fastest layout that does, with the run's own numerics and code
-        kept = ("precision", "fp8_all_gather", "flash_attention", "compile", "grad_reduce", "attention_kernel")
+        kept = (
+            "precision",
+            "fp8_all_gather",
+            "flash_attention",
+            "compile",
+            "grad_reduce",
+            "attention_kernel",
+            "dispatcher",
+        )
         runs_own = current.config.as_dict()
         fixed = {field: runs_own[field] for field in kept}
         for plan in search(model, cluster, batch, top=1, fixed=fixed):
@@ -182,7 +190,8 @@ def memory_suggestions(
                         "memory_pressure",
                         step_ns * plan.step.total / current_step,
                         plan.step.bubble_fraction,
-                        "Re-plan the layout: " + ", ".join(f"{k}={v}" for k, v in plan.config.as_dict().items()),
+                        "Re-plan the layout: "
+                        + ", ".join(f"{k}={v}" for k, v in plan.config.as_dict().items() if v is not None),
                         f"{why}, and no single change (ZeRO, recompute, more PP, CP or EP) fits and saves memory",
                         f"memory per GPU {current.memory.total / GIB:.1f} → {plan.memory.total / GIB:.1f} GiB",
                         plan.config.as_dict(),

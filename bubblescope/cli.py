@@ -420,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="evaluate this configuration: K=V,... with tp, pp, dp, vpp, mbs, schedule, "
         "zero, recompute (none|selective|op|full), sp, flash (default true), precision (bf16|fp8), "
         "layers_per_stage (7/8/8/7), first_stage_layers, last_stage_layers, tp_overlap, cp, cp_comm (p2p|allgather), "
-        "ep, etp (experts' own tp, default tp), capacity_factor, grad_reduce (fp32|bf16|fp16), compile (default true), fp8_all_gather, "
+        "ep, etp (experts' own tp, default tp), dispatcher (alltoall|deepep|hybridep), capacity_factor, grad_reduce (fp32|bf16|fp16), compile (default true), fp8_all_gather, "
         "attention_kernel (cudnn|flash2)",
     )
     plan.add_argument("--fix", help="search holding these K=V,... fields")

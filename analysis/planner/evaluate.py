@@ -8,9 +8,7 @@ from typing import Any
 from bubblescope.analysis.planner.efficiencies import Efficiencies
 from bubblescope.analysis.planner.memory import GIB, MemoryBreakdown, memory_per_gpu
 from bubblescope.analysis.planner.specs import (
-    ATTENTION_KERNELS,
-    GRAD_REDUCES,
-    RECOMPUTE,
+    CHOICES,
     ClusterSpec,
     ModelSpec,
     ParallelConfig,
@@ -122,8 +120,8 @@ def structural_problems(
         problems.append(("etp", "expert tensor parallelism needs a mixture of experts (model.experts > 0)"))
     elif cfg.etp > cfg.tp:
         problems.append(("etp", f"etp={cfg.etp} above tp={cfg.tp} is not modelled (experts split finer than the rest)"))
-    elif cfg.etp and model.moe_ffn_hidden % cfg.etp:
-        problems.append(("etp", f"etp={cfg.etp} does not divide the experts' width {model.moe_ffn_hidden}"))
+    elif model.moe and model.moe_ffn_hidden % cfg.expert_tp:
+        problems.append(("etp", f"etp={cfg.expert_tp} does not divide the experts' width {model.moe_ffn_hidden}"))
     if not 0 < cfg.capacity_factor <= 16:
         problems.append(("capacity_factor", f"must be above 0 and at most 16, got {cfg.capacity_factor}"))
     if cfg.cp > 1 and model.seq % (2 * cfg.cp):
@@ -133,13 +131,10 @@ def structural_problems(
     if cfg.dp < 1 or global_batch % (cfg.dp * cfg.mbs):
         problems.append(("mbs", f"global batch {global_batch} is not divisible by dp·mbs = {cfg.dp}·{cfg.mbs}"))
         return problems
-    if cfg.recompute not in RECOMPUTE:
-        problems.append(("recompute", f"must be one of {', '.join(RECOMPUTE)}, got {cfg.recompute!r}"))
-    if cfg.grad_reduce not in GRAD_REDUCES:
-        problems.append(("grad_reduce", f"must be one of {', '.join(GRAD_REDUCES)}, got {cfg.grad_reduce!r}"))
-    if cfg.attention_kernel not in ATTENTION_KERNELS:
-        kernels = ", ".join(ATTENTION_KERNELS)
-        problems.append(("attention_kernel", f"must be one of {kernels}, got {cfg.attention_kernel!r}"))
+    for field, words in CHOICES.items():
+        value = getattr(cfg, field)
+        if value not in words:
+            problems.append((field, f"must be one of {', '.join(words)}, got {value!r}"))
     if cfg.zero not in (0, 1, 2, 3):
         problems.append(("zero", f"must be 0, 1, 2 or 3, got {cfg.zero}"))
     elif cfg.zero == 2 and cfg.pp > 1:

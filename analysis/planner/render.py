@@ -21,6 +21,7 @@ def config_label(plan: Plan) -> str:
     context = f" cp={c.cp}({c.cp_comm})" if c.cp > 1 else ""
     context += f" ep={c.ep}" if c.ep > 1 else ""
     context += f" etp={c.etp}" if c.etp else ""
+    context += f"({c.dispatcher})" if c.ep > 1 and c.dispatcher != "alltoall" else ""
     flags += f"+{c.attention_kernel}" if c.attention_kernel != "cudnn" else ""
     return (
         f"t={c.tp}{context} p={c.pp} d={c.dp} mbs={c.mbs} {schedule if c.pp > 1 else 'no-pp'} "

@@ -17,11 +17,7 @@ from bubblescope.analysis.planner.efficiencies import constants_said
 from bubblescope.analysis.planner.evaluate import Plan, evaluate, structural_problems
 from bubblescope.analysis.planner.search import search
 from bubblescope.analysis.planner.specs import (
-    ATTENTION_KERNELS,
-    CP_COMMS,
-    GRAD_REDUCES,
-    PRECISIONS,
-    RECOMPUTE,
+    CHOICES,
     ClusterSpec,
     ModelSpec,
     ParallelConfig,
@@ -47,7 +43,10 @@ CONFIG_ALIASES = {
     "sp": "sequence_parallel",
     "flash": "flash_attention",
     "tp_overlap": "tp_comm_overlap",
-    "expert_tensor_parallel_size": "etp",
+    "expert_tensor_parallel_size": "etp",  # Megatron's
+    "expert_tensor_parallel_degree": "etp",  # torchtitan's
+    "expert_model_parallel_size": "ep",
+    "expert_parallel_degree": "ep",
     "enable_fsdp_float8_all_gather": "fp8_all_gather",
     "fp8_param_gather": "fp8_all_gather",
 }
@@ -73,6 +72,7 @@ CONFIG_FIELDS = (
     "cp_comm",
     "ep",
     "etp",
+    "dispatcher",
     "capacity_factor",
     "grad_reduce",
     "compile",
@@ -80,13 +80,6 @@ CONFIG_FIELDS = (
     "attention_kernel",
 )
 MAX_STAGES = 4096
-CHOICES = {  # fields of a few words
-    "recompute": RECOMPUTE,
-    "cp_comm": CP_COMMS,
-    "attention_kernel": ATTENTION_KERNELS,
-    "precision": PRECISIONS,
-    "grad_reduce": GRAD_REDUCES,
-}
 #: What a configuration assumes where the request is silent, said in the answer (``assumed``).
 DEFAULTS_SAID = {
     "flash_attention": "flash_attention: true (fused attention that stores no s×s scores, as every 2026 run uses)",

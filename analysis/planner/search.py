@@ -3,8 +3,7 @@
 The space: t a power of two up to the GPUs of a node dividing the heads; c (context parallel) 1, and for
 sequences of 16k tokens or more every power of two keeping t·c inside a node; p any divisor of gpus/(t·c) up to
 the layers (uneven stages allowed); d the rest; for a mixture of experts, the experts' own tensor parallelism as t
-or any power of two below it dividing their width, and e (expert parallel) any divisor of t·d·c over that degree
-that divides the experts; micro-batch sizes powers of two
+or 1, and e (expert parallel) any divisor of t·d·c over that degree that divides the experts; micro-batch sizes powers of two
 dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that splits the
 stage's layers evenly, up to 8); ZeRO 0–3 (0, 1 and 3 with pipelining); recompute none, selective, op (torchtitan's
 per-op), full; sequence parallelism whenever t > 1 (same communication volume, less memory); flash attention on and bf16
@@ -97,14 +96,14 @@ def candidates(
                                 bool(fix.get("fp8_all_gather", False)),
                                 str(fix.get("attention_kernel", "cudnn")),
                                 etp,
+                                str(fix.get("dispatcher", "alltoall")),
                             )
 
 
 def _expert_tp_degrees(model: ModelSpec, tp: int) -> list[int]:
-    """The experts' tensor-parallel degrees tried: as tp (0), and for a mixture of experts every power of two below
-    tp that divides the experts' width."""
-    below = [e for e in _powers_of_two(tp // 2) if model.moe_ffn_hidden % e == 0] if model.moe else []
-    return [0, *below]
+    """The experts' tensor-parallel degrees tried: as tp (0), and for a mixture of experts at tp > 1 also 1 (the two
+    torchtitan takes; any other is evaluated when fixed or asked for)."""
+    return [0, 1] if model.moe and tp > 1 else [0]
 
 
 def _expert_degrees(model: ModelSpec, span: int) -> list[int]:

@@ -25,10 +25,25 @@ PRECISIONS = ("bf16", "fp8")
 CP_COMMS = ("p2p", "allgather")
 #: Fused attention kernels priced apart (``step_time.attention_kernel_share``).
 ATTENTION_KERNELS = ("cudnn", "flash2")
+#: How expert parallelism moves a token to its experts (``step_time.ep_seconds``): ``alltoall`` sends each routed copy
+#: to its rank (NCCL's all-to-all, Megatron's ``alltoall`` dispatcher, torchtitan's); ``deepep`` and ``hybridep``
+#: (Megatron's ``flex`` dispatcher backends) send a token once to each other node its experts sit on and fan it out
+#: over NVLink there.
+DISPATCHERS = ("alltoall", "deepep", "hybridep")
 #: The data type gradients are reduced in, and its bytes: fp32 is what Megatron-LM (bf16 training, unless
 #: --grad-reduce-in-bf16) and torchtitan (``mixed_precision_reduce``) do by default; fp16 training reduced in fp16.
 GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GRAD_REDUCES = tuple(GRAD_REDUCE_BYTES)
+#: The configuration's fields of a few words, and the words each takes (the request, the evaluation and the API's
+#: schema read them here).
+CHOICES = {
+    "recompute": RECOMPUTE,
+    "cp_comm": CP_COMMS,
+    "attention_kernel": ATTENTION_KERNELS,
+    "precision": PRECISIONS,
+    "grad_reduce": GRAD_REDUCES,
+    "dispatcher": DISPATCHERS,
+}
 
 
 class PlanInputError(InputError):
@@ -233,12 +248,14 @@ class ParallelConfig:
     each block passed on while the previous one is attended, so the transfer hides under attention) or
     ``allgather`` (gathered before attention, torchtitan's default rotate method: exposed).
     ``ep``: expert parallelism, a mixture of experts' routed experts split over ``ep`` of the dp·cp ranks that
-    hold the same dense weights (their expert weights replicated over the other dp·cp/ep); ``capacity_factor``:
+    hold the same dense weights (their expert weights replicated over the other dp·cp/ep; with ``etp`` below tp, of
+    the tp·dp·cp ranks, replicated over tp·dp·cp/(etp·ep)); ``capacity_factor``:
     the routed tokens an expert is sized for, over an even share (1.0: balanced and dropless). ``etp``: the experts'
     own tensor-parallel degree (0: ``tp``; Megatron's ``--expert-tensor-parallel-size``): a stage's tp·cp·dp ranks
     are laid out again for the expert layers as etp × ep × (expert replicas), so ep·etp must divide tp·cp·dp; each
-    expert's weights are split over etp ranks, and with etp < tp the MLP's tensor-parallel collectives shrink to
-    etp's group (none at 1: a rank dispatches its sequence-parallel share of the tokens itself).
+    expert's weights are split over etp ranks, and the routed copies' tensor-parallel all-gather and reduce-scatter run
+    over etp's group (none at 1: a rank dispatches its sequence-parallel share of the tokens itself). ``dispatcher``:
+    how the routed tokens travel (``DISPATCHERS``).
     ``grad_reduce``: the type gradients are reduced (and reduce-scattered) in over data parallelism
     (``GRAD_REDUCE_BYTES``).
     ``compile``: the element-wise kernels (norms, activations, residual adds, rotary embeddings) fused, by
@@ -274,6 +291,7 @@ class ParallelConfig:
     fp8_all_gather: bool = False
     attention_kernel: str = "cudnn"
     etp: int = 0
+    dispatcher: str = "alltoall"
 
     def with_dp(self, gpus: int) -> ParallelConfig:
         return self if self.dp else replace(self, dp=gpus // (self.tp * self.cp * self.pp))
@@ -320,6 +338,7 @@ class ParallelConfig:
             "attention_kernel": self.attention_kernel,
             "ep": self.ep,
             "etp": self.etp or None,  # null: as tp
+            "dispatcher": self.dispatcher,
             "capacity_factor": self.capacity_factor,
             "grad_reduce": self.grad_reduce,
             "compile": self.compile,

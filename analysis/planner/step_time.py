@@ -197,12 +197,10 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     traffic = eff.elementwise_traffic * (1.0 if cfg.compile else eff.eager_traffic)
     elementwise = traffic * stored / hbm
     score_elementwise = traffic * stored_scores / hbm
-    # two all-reduces (or all-gather + reduce-scatter pairs: the same ring volume) per pass: the attention's over tp,
-    # the MLP's over tp too, or over the experts' own tensor-parallel ranks (none at etp 1)
-    mlp_ranks = cfg.expert_tp if model.moe else t
-    tp_pass = ring_seconds(2.0 * tokens * h, t, *_tp_bandwidth(cluster, t, eff), eff, passes=2) + ring_seconds(
-        2.0 * tokens * h, mlp_ranks, *_tp_bandwidth(cluster, mlp_ranks, eff), eff, passes=2
-    )
+    # two all-reduces (or all-gather + reduce-scatter pairs: the same ring volume) per pass: the attention's and the
+    # MLP's (``mlp_tp_seconds``)
+    tp_pass = ring_seconds(2.0 * tokens * h, t, *_tp_bandwidth(cluster, t, eff), eff, passes=2)
+    tp_pass += mlp_tp_seconds(model, cluster, cfg, eff, tokens)
     cast_forward, cast_backward = fp8_cast_seconds(model, cfg, hbm, tokens)
     forward = dense + attention + elementwise + cast_forward
     backward = 2 * dense + attention_backward + 2 * elementwise + cast_backward
@@ -224,6 +222,24 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
         unfused = 0.0 if cfg.flash_attention else attention + score_elementwise
         return _Cost(forward + backward, rerun_gemms + casts + elementwise + unfused, comm, context, experts, forward)
     return _Cost(forward + backward, 0.0, comm, context, experts, forward)
+
+
+def mlp_tp_seconds(
+    model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies, tokens: float
+) -> float:
+    """The MLP's tensor-parallel all-gather and reduce-scatter of one pass: a dense MLP's activations over tp; a mixture
+    of experts' routed copies (top_k·capacity a token, etp/tp of the tp group's tokens on each of the experts' own
+    tensor-parallel ranks, gathered after the all-to-all as Megatron's dispatcher does) over etp ranks, none at etp 1,
+    plus shared experts' activations over tp (Megatron's shared experts keep the dense layout)."""
+    h, t = model.hidden, cfg.tp
+    if not model.moe:
+        return ring_seconds(2.0 * tokens * h, t, *_tp_bandwidth(cluster, t, eff), eff, passes=2)
+    etp = cfg.expert_tp
+    routed = 2.0 * tokens * h * model.top_k * cfg.capacity_factor * etp / t
+    seconds = ring_seconds(routed, etp, *_tp_bandwidth(cluster, etp, eff), eff, passes=2)
+    if model.shared_experts:
+        seconds += ring_seconds(2.0 * tokens * h, t, *_tp_bandwidth(cluster, t, eff), eff, passes=2)
+    return seconds
 
 
 def op_recomputed_gemm_seconds(model: ModelSpec, gemms: list[float]) -> float:
@@ -313,14 +329,35 @@ def ep_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     forward and backward (four; six with full recompute). The ep ranks sit next to each other after the experts' own
     tensor-parallel ranks (Megatron's expert rank order, etp then ep, context parallelism folded into them): those in
     this GPU's node take their share over NVLink, the rest over this GPU's network link, both at once; the slower of
-    the two sets the time."""
+    the two sets the time. With ``deepep`` or ``hybridep`` a token crosses the network once to each other node its
+    experts sit on (``remote_nodes_per_token``), and every routed copy but those for the GPU it lands on is fanned
+    out over NVLink: (in-node ranks − 1)/(in-node ranks) of them."""
     if not model.moe or cfg.ep == 1:
         return 0.0
-    routed_bytes = cfg.mbs * model.seq / cfg.cp / cfg.tp * model.top_k * cfg.capacity_factor * model.hidden * 2
+    tokens = cfg.mbs * model.seq / cfg.cp / cfg.tp  # this GPU's sequence-parallel share
+    routed_bytes = tokens * model.top_k * cfg.capacity_factor * model.hidden * 2
     in_node = min(cfg.ep, max(1, cluster.gpus_per_node // cfg.expert_tp))  # ep ranks in this GPU's node
-    nvlink = (in_node - 1) / cfg.ep * routed_bytes / (cluster.gpu.nvlink_gbps * 1e9 * eff.nvlink)
-    network = (cfg.ep - in_node) / cfg.ep * routed_bytes / (cluster.gpu.network_gbps * 1e9 * eff.network)
+    if cfg.dispatcher == "alltoall":
+        over_nvlink = (in_node - 1) / cfg.ep * routed_bytes
+        over_network = (cfg.ep - in_node) / cfg.ep * routed_bytes
+    else:
+        over_nvlink = (in_node - 1) / in_node * routed_bytes
+        over_network = tokens * remote_nodes_per_token(model, cfg.ep, in_node) * model.hidden * 2
+    nvlink = over_nvlink / (cluster.gpu.nvlink_gbps * 1e9 * eff.nvlink)
+    network = over_network / (cluster.gpu.network_gbps * 1e9 * eff.network)
     return (6 if cfg.recompute == "full" else 4) * (eff.collective_latency_s + max(nvlink, network))
+
+
+def remote_nodes_per_token(model: ModelSpec, ep: int, in_node: int) -> float:
+    """Other nodes a token's top_k experts sit on, on average: the ep ranks span ep/in_node nodes of
+    experts/nodes experts each, and a token picks top_k distinct experts evenly (the balanced routing the published
+    MoE runs force): (nodes − 1)·(1 − C(E − E/nodes, k)/C(E, k))."""
+    nodes = max(1, ep // in_node)
+    if nodes == 1:
+        return 0.0
+    experts, k = model.experts, model.top_k
+    missed = math.comb(experts - experts // nodes, k) / math.comb(experts, k)  # none of its experts on that node
+    return (nodes - 1) * (1.0 - missed)
 
 
 def cp_seconds(

@@ -94,6 +94,9 @@ class ConfigIn(BaseModel):
     etp: PositiveInt | None = Field(
         default=None, description="the experts' own tensor-parallel degree, at most tp (default: tp)"
     )
+    dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = Field(
+        default=None, description="how routed tokens travel: alltoall (default), or once a node (deepep, hybridep)"
+    )
     capacity_factor: Annotated[float, Field(gt=0, le=16)] | None = Field(
         default=None, description="routed tokens an expert is sized for, over an even share (default 1.0)"
     )

@@ -83,6 +83,9 @@ class RunConfig(BaseModel):
     attention_kernel: Literal["cudnn", "flash2"] | None = Field(
         default=None, description="the fused attention the job runs (the planner's suggestions; default cudnn)"
     )
+    dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = Field(
+        default=None, description="how a mixture of experts' routed tokens travel (the planner's suggestions)"
+    )
     alerts: AlertOverrides | None = Field(default=None, description="this run's alert thresholds (docs/alerts.md)")
     title: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
         default=None, description="one line on what this run tried: the run list shows it under the name"

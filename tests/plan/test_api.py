@@ -45,6 +45,7 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         "cp_comm": "p2p",
         "ep": 1,
         "etp": None,  # as tp
+        "dispatcher": "alltoall",
         "capacity_factor": 1.0,
         "grad_reduce": "fp32",
         "compile": True,

@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 
+from bubblescope.analysis.memory_fixes import declared_plan
 from bubblescope.analysis.planner import GPU_CATALOG, ParallelConfig, evaluate, make_cluster, model_from
 from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES, efficiencies_for
-from bubblescope.analysis.planner.memory import memory_per_pipeline_rank
+from bubblescope.analysis.planner.memory import layer_params_on_gpu, memory_per_pipeline_rank
 from bubblescope.analysis.planner.request import plan_document
-from bubblescope.analysis.planner.specs import GPUS, PlanInputError
+from bubblescope.analysis.planner.search import search
+from bubblescope.analysis.planner.specs import DISPATCHERS, GPUS, PlanInputError
 from bubblescope.analysis.planner.step_time import layer_cost, output_layer_cost
 from bubblescope.analysis.schedules import INTERLEAVED_1F1B
 from tests.support import LiveServer, assert_names
@@ -317,13 +319,15 @@ def test_an_expert_group_over_two_nodes_sends_the_other_nodes_share_over_the_net
     assert plan.step.ep_comm < 0.6 * microbatches * 48 * 4 * (10e-6 + one_link)
 
 
-def test_experts_own_tensor_parallelism_keeps_the_flops_and_drops_the_mlps_tensor_parallel_collectives() -> None:
+def test_experts_own_tensor_parallelism_keeps_the_flops_and_drops_the_routed_copies_tensor_parallel_collectives() -> (
+    None
+):
     """Qwen3 30B-A3B on 16 H100s in two nodes at tp 2: etp 1, ep 16 (Megatron's ``--expert-tensor-parallel-size 1``)
     against the experts split like the rest (etp 2, ep 8). The routed FLOPs a GPU computes are the same (half the
-    rows each twice as wide), so in bf16 the compute is equal; the MLP's tensor-parallel collectives go, so the
-    tensor-parallel time loses the MLP's all-gather and reduce-scatter (the attention's are left); ep 16 over etp 1 puts 8
-    expert ranks in a node (not 8/2 = 4): the all-to-all sends 8/16 of a GPU's routed copies, 4096/2·8·2048·2 bytes
-    (its sequence-parallel share), over its NIC and 7/16 over NVLink, four a layer."""
+    rows each twice as wide), so in bf16 the compute is equal; the all-gather and reduce-scatter of the routed copies
+    over the experts' tensor-parallel pair go (8 copies a token, 2·4096·2048·8 bytes a ring, twice a layer); ep 16 over
+    etp 1 puts 8 expert ranks in a node (not 8/2 = 4): the all-to-all sends 8/16 of a GPU's routed copies,
+    4096/2·8·2048·2 bytes (its sequence-parallel share), over its NIC and 7/16 over NVLink, four a layer."""
     model, cluster = model_from("qwen3-30b-a3b"), make_cluster("H100-SXM", 16)
     base = ParallelConfig(tp=2, mbs=1, zero=1, sequence_parallel=True)
     narrow = evaluate(model, cluster, replace(base, ep=16, etp=1), 64)
@@ -331,9 +335,11 @@ def test_experts_own_tensor_parallelism_keeps_the_flops_and_drops_the_mlps_tenso
     assert narrow.step is not None and wide.step is not None, (narrow.problems, wide.problems)
     assert narrow.config.expert_replicas == 1 and wide.config.expert_replicas == 1  # 2·8 ranks over etp·ep = 16
     assert narrow.step.compute == pytest.approx(wide.step.compute, rel=1e-12)
-    mlp_ring = 2 * (SXM.collective_latency_s + 1 / 2 * 2 * 4096 * 2048 / (cluster.gpu.nvlink_gbps * 1e9 * SXM.nvlink))
+    routed_ring = 2 * (
+        SXM.collective_latency_s + 1 / 2 * 2 * 4096 * 2048 * 8 / (cluster.gpu.nvlink_gbps * 1e9 * SXM.nvlink)
+    )
     microbatches = 64 // 8
-    expected = microbatches * 48 * 2 * mlp_ring  # forward and backward, an all-gather + reduce-scatter pair each
+    expected = microbatches * 48 * 2 * routed_ring  # forward and backward, an all-gather + reduce-scatter pair each
     assert wide.step.tp_comm - narrow.step.tp_comm == pytest.approx(expected, rel=1e-9) and narrow.step.tp_comm > 0
     routed_bytes = 4096 / 2 * 8 * 2048 * 2
     network = 8 / 16 * routed_bytes / (cluster.gpu.network_gbps * 1e9 * SXM.network)
@@ -341,6 +347,56 @@ def test_experts_own_tensor_parallelism_keeps_the_flops_and_drops_the_mlps_tenso
     assert network > nvlink
     assert narrow.step.ep_comm == pytest.approx(microbatches * 48 * 4 * (10e-6 + network), rel=1e-9)
     assert narrow.as_dict()["config"]["etp"] == 1 and wide.as_dict()["config"]["etp"] is None  # null: as tp
+    # context parallelism is folded into the expert ranks: at cp 2 (tp 1), ep 16 still has 8 ranks in a node
+    folded = evaluate(model, cluster, ParallelConfig(mbs=1, zero=1, cp=2, ep=16), 64).step
+    assert folded is not None
+    routed_cp = 4096 / 2 * 8 * 2048 * 2
+    network_cp = 8 / 16 * routed_cp / (cluster.gpu.network_gbps * 1e9 * SXM.network)
+    assert folded.ep_comm == pytest.approx(64 // 8 * 48 * 4 * (10e-6 + network_cp), rel=1e-9)
+
+
+def test_experts_split_over_fewer_ranks_weigh_more_and_cast_more_fp8_weights() -> None:
+    """Qwen3 30B-A3B on 16 H100s at tp 2, ep 8: etp 1 holds each of its 16 experts whole, etp 2 half of each, so a GPU
+    holds twice the routed weights (2 bytes each, ZeRO-1 leaves them whole) and in FP8 casts 7 bytes of each extra
+    weight a layer and micro-batch (forward 5, backward 2): 16·(2,048·768 + 384·2,048) more weights a layer."""
+    model, cluster = model_from("qwen3-30b-a3b"), make_cluster("H100-SXM", 16)
+    base = ParallelConfig(tp=2, mbs=1, zero=1, ep=8, sequence_parallel=True, precision="fp8")
+    whole, halved = (evaluate(model, cluster, replace(base, etp=etp), 64) for etp in (1, 2))
+    assert whole.step is not None and halved.step is not None and whole.memory and halved.memory
+    per_layer = [layer_params_on_gpu(model, 2, 8, etp)[1] for etp in (1, 2)]
+    assert per_layer[0] == pytest.approx(2 * per_layer[1], rel=1e-12)
+    extra_weights = model.layers * (per_layer[0] - per_layer[1])
+    assert whole.memory.weights - halved.memory.weights == pytest.approx(2 * extra_weights, rel=1e-9)
+    extra_cast = 16 * (2048 * 768 + 384 * 2048)
+    expected = 64 // 8 * 48 * 7 * extra_cast / (cluster.gpu.hbm_gbps * 1e9 * SXM.hbm)
+    assert whole.step.compute - halved.step.compute == pytest.approx(expected, rel=1e-9)
+    # the search tries the experts whole: held at tp 2 with ep 16, every layout it returns has etp 1
+    found = search(model, cluster, 64, top=3, fixed={"tp": 2, "ep": 16})
+    assert found and all(plan.config.etp == 1 for plan in found)
+
+
+def test_a_dispatcher_that_crosses_the_network_once_a_node_sends_each_token_once_to_each_other_node() -> None:
+    """Qwen3 30B-A3B on 16 H100s in two nodes, ep 16, dispatched by HybridEP (Megatron-Bridge's H100 recipe): each
+    GPU's 4,096 tokens cross to the other node once if any of their 8 experts (of 128, 64 a node) sits there,
+    1 − C(64, 8)/C(128, 8) of them, 2,048·2 bytes each; 7/8 of its routed copies (4096·8·2048·2 bytes) are fanned out
+    over NVLink; the slower of the two, four times a layer. DeepEP prices the same; inside one node it is the
+    all-to-all."""
+    model, cluster = model_from("qwen3-30b-a3b"), make_cluster("H100-SXM", 16)
+    base = ParallelConfig(tp=1, mbs=1, zero=1, ep=16, precision="fp8")
+    plans = {way: evaluate(model, cluster, replace(base, dispatcher=way), 1024) for way in DISPATCHERS}
+    steps = {way: plan.step for way, plan in plans.items()}
+    assert all(steps.values()), {way: plan.problems for way, plan in plans.items()}
+    crossing = 1 - math.comb(64, 8) / math.comb(128, 8)
+    network = 4096 * crossing * 2048 * 2 / (cluster.gpu.network_gbps * 1e9 * SXM.network)
+    nvlink = 7 / 8 * 4096 * 8 * 2048 * 2 / (cluster.gpu.nvlink_gbps * 1e9 * SXM.nvlink)
+    expected = 1024 // 16 * 48 * 4 * (10e-6 + max(network, nvlink))
+    hybrid, deep, plain = steps["hybridep"], steps["deepep"], steps["alltoall"]
+    assert hybrid is not None and deep is not None and plain is not None
+    assert hybrid.ep_comm == pytest.approx(expected, rel=1e-9) and deep.ep_comm == hybrid.ep_comm
+    assert hybrid.ep_comm < plain.ep_comm / 3  # about one network copy a token instead of four
+    one_node = make_cluster("H100-SXM", 8)
+    inside = [evaluate(model, one_node, replace(base, ep=8, dispatcher=way), 64).step for way in DISPATCHERS]
+    assert inside[0] is not None and all(step is not None and step.ep_comm == inside[0].ep_comm for step in inside)
 
 
 def test_the_qwen3_235b_recipe_is_asked_with_etp_and_refused_without_naming_it() -> None:
@@ -354,6 +410,11 @@ def test_the_qwen3_235b_recipe_is_asked_with_etp_and_refused_without_naming_it()
     assert refused.value.field == "config.ep" and "etp below tp" in refused.value.message, refused.value
     (plan,) = plan_document({**document, "config": {**recipe, "etp": 1}}).plans
     assert plan.step is not None and plan.config.expert_replicas == 1 and plan.step.ep_comm > 0
+    # a run registered with that layout, under Megatron's name for it, is priced as `plan` prices it
+    run = {**document, **recipe, "expert_tensor_parallel_size": 1}
+    declared = declared_plan(run)
+    assert declared is not None and declared.config.with_dp(256) == plan.config
+    assert declared_plan({**document, **recipe}) is None  # a layout `plan` refuses prices nothing
 
 
 @pytest.mark.parametrize(
@@ -364,6 +425,7 @@ def test_the_qwen3_235b_recipe_is_asked_with_etp_and_refused_without_naming_it()
         ("mixtral-8x7b", {"tp": 2, "etp": 4}, "config.etp", "above tp=2 is not modelled"),
         ("mixtral-8x7b", {"tp": 4, "ep": 8, "etp": 2}, "config.ep", "ep·etp = 8·2 does not divide tp·dp·cp = 8"),
         ("mixtral-8x7b", {"etp": 0}, "config.etp", "must be at least 1"),
+        ("mixtral-8x7b", {"dispatcher": "nccl"}, "config.dispatcher", "expected one of alltoall, deepep, hybridep"),
         ({"preset": "mixtral-8x7b", "moe_ffn_hidden": 14337}, {"tp": 2, "etp": 2}, "config.etp", "width 14337"),
         ("mixtral-8x7b", {"ep": 16}, "config.ep", "does not divide the 8 experts"),
         ("mixtral-8x7b", {"tp": 4, "ep": 4}, "config.ep", "does not divide dp·cp = 2"),

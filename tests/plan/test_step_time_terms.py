@@ -244,24 +244,34 @@ def test_fp8_casts_every_expert_weight_a_gpu_holds() -> None:
 
 
 def test_the_reduction_types_the_service_accepts_are_the_planners() -> None:
-    """The plan request and a run's config take the same ``grad_reduce`` and ``attention_kernel`` words as the planner; a run's config
-    refuses a mistyped ``compile`` or ``grad_reduce`` at registration, naming it."""
+    """The plan request and a run's config take the same ``grad_reduce``, ``attention_kernel`` and ``dispatcher`` words
+    as the planner; a run's config refuses a mistyped ``compile``, ``grad_reduce``, ``attention_kernel`` or
+    ``dispatcher`` at registration, naming it."""
     import typing
 
     from pydantic import ValidationError
 
-    from bubblescope.analysis.planner.specs import ATTENTION_KERNELS, GRAD_REDUCES, RECOMPUTE
+    from bubblescope.analysis.planner.specs import ATTENTION_KERNELS, DISPATCHERS, GRAD_REDUCES, RECOMPUTE
     from bubblescope.backend.plan.schemas import ConfigIn
     from bubblescope.backend.runs.schemas import RunConfig
 
     for schema in (ConfigIn, RunConfig):
-        for field, planners in (("grad_reduce", GRAD_REDUCES), ("attention_kernel", ATTENTION_KERNELS)):
+        for field, planners in (
+            ("grad_reduce", GRAD_REDUCES),
+            ("attention_kernel", ATTENTION_KERNELS),
+            ("dispatcher", DISPATCHERS),
+        ):
             annotation = schema.model_fields[field].annotation
             words = [arg for member in typing.get_args(annotation) for arg in typing.get_args(member)]
             assert tuple(words) == planners, (schema, field)
     recompute = typing.get_args(ConfigIn.model_fields["recompute"].annotation)
     assert tuple(arg for member in recompute for arg in typing.get_args(member)) == RECOMPUTE  # "op" included
-    for field, value in (("compile", "yes"), ("grad_reduce", "int8"), ("attention_kernel", "fa3")):
+    for field, value in (
+        ("compile", "yes"),
+        ("grad_reduce", "int8"),
+        ("attention_kernel", "fa3"),
+        ("dispatcher", "nccl"),
+    ):
         with pytest.raises(ValidationError) as refused:
             RunConfig.model_validate({field: value})
         assert refused.value.errors()[0]["loc"] == (field,)
