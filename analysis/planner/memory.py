@@ -267,8 +267,8 @@ def _breakdown(
     *,
     last_stage: bool,
 ) -> MemoryBreakdown:
-    """``expert_params`` of ``params`` are routed experts', whose replicas (and ZeRO shards) are tp·dp·cp/(etp·ep). ZeRO-3 with
-    a pipeline keeps the weights gathered and the gradients whole through the step (FSDP under torchtitan's pipeline
+    """``expert_params`` of ``params`` are routed experts', whose replicas (and ZeRO shards) are tp·dp·cp/(etp·ep).
+    ZeRO-3 with a pipeline keeps the weights gathered and the gradients whole through the step (FSDP under torchtitan's pipeline
     schedules: no reshard after forward, one reduction at the last micro-batch), so it holds what ZeRO-1 holds."""
     zero = 1 if cfg.zero == 3 and cfg.pp > 1 else cfg.zero
     # FSDP2 (ZeRO-3) keeps the sharded gradients in the sharded fp32 parameters' type, whatever it reduces in

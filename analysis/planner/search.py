@@ -3,8 +3,8 @@
 The space: t a power of two up to the GPUs of a node dividing the heads; c (context parallel) 1, and for
 sequences of 16k tokens or more every power of two keeping t·c inside a node; p any divisor of gpus/(t·c) up to
 the layers (uneven stages allowed); d the rest; for a mixture of experts, the experts' own tensor parallelism as t
-or 1, and e (expert parallel) any divisor of t·d·c over that degree that divides the experts; micro-batch sizes powers of two
-dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that splits the
+or 1, and e (expert parallel) any divisor of t·d·c over that degree that divides the experts; micro-batch sizes
+powers of two dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that splits the
 stage's layers evenly, up to 8); ZeRO 0–3 (0, 1 and 3 with pipelining); recompute none, selective, op (torchtitan's
 per-op), full; sequence parallelism whenever t > 1 (same communication volume, less memory); flash attention on and bf16
 unless fixed otherwise. Any field given in ``fixed`` is held at that value (``layers_per_stage`` with its ``pp``;

@@ -34,8 +34,8 @@ DISPATCHERS = ("alltoall", "deepep", "hybridep")
 #: --grad-reduce-in-bf16) and torchtitan (``mixed_precision_reduce``) do by default; fp16 training reduced in fp16.
 GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GRAD_REDUCES = tuple(GRAD_REDUCE_BYTES)
-#: The configuration's fields of a few words, and the words each takes (the request, the evaluation and the API's
-#: schema read them here).
+#: The configuration's fields of a few words, and the words each takes: the request and the evaluation read them here;
+#: the API's schemas spell them as ``Literal``s, which a test holds equal to these.
 CHOICES = {
     "recompute": RECOMPUTE,
     "cp_comm": CP_COMMS,

@@ -352,7 +352,7 @@ def remote_nodes_per_token(model: ModelSpec, ep: int, in_node: int) -> float:
     """Other nodes a token's top_k experts sit on, on average: the ep ranks span ep/in_node nodes of
     experts/nodes experts each, and a token picks top_k distinct experts evenly (the balanced routing the published
     MoE runs force): (nodes − 1)·(1 − C(E − E/nodes, k)/C(E, k))."""
-    nodes = max(1, ep // in_node)
+    nodes = -(-ep // in_node)  # a partly filled last node counts
     if nodes == 1:
         return 0.0
     experts, k = model.experts, model.top_k

@@ -244,28 +244,25 @@ def test_fp8_casts_every_expert_weight_a_gpu_holds() -> None:
 
 
 def test_the_reduction_types_the_service_accepts_are_the_planners() -> None:
-    """The plan request and a run's config take the same ``grad_reduce``, ``attention_kernel`` and ``dispatcher`` words
-    as the planner; a run's config refuses a mistyped ``compile``, ``grad_reduce``, ``attention_kernel`` or
-    ``dispatcher`` at registration, naming it."""
+    """The plan request takes every few-word field in the planner's words (``specs.CHOICES``), a run's config its
+    ``grad_reduce``, ``attention_kernel`` and ``dispatcher``; a run's config refuses a mistyped ``compile``,
+    ``grad_reduce``, ``attention_kernel`` or ``dispatcher`` at registration, naming it."""
     import typing
 
     from pydantic import ValidationError
 
-    from bubblescope.analysis.planner.specs import ATTENTION_KERNELS, DISPATCHERS, GRAD_REDUCES, RECOMPUTE
+    from bubblescope.analysis.planner.specs import CHOICES
     from bubblescope.backend.plan.schemas import ConfigIn
     from bubblescope.backend.runs.schemas import RunConfig
 
-    for schema in (ConfigIn, RunConfig):
-        for field, planners in (
-            ("grad_reduce", GRAD_REDUCES),
-            ("attention_kernel", ATTENTION_KERNELS),
-            ("dispatcher", DISPATCHERS),
-        ):
-            annotation = schema.model_fields[field].annotation
-            words = [arg for member in typing.get_args(annotation) for arg in typing.get_args(member)]
-            assert tuple(words) == planners, (schema, field)
-    recompute = typing.get_args(ConfigIn.model_fields["recompute"].annotation)
-    assert tuple(arg for member in recompute for arg in typing.get_args(member)) == RECOMPUTE  # "op" included
+    def words(schema: type, field: str) -> tuple[str, ...]:
+        annotation = schema.model_fields[field].annotation  # type: ignore[attr-defined]
+        return tuple(arg for member in typing.get_args(annotation) for arg in typing.get_args(member))
+
+    for field, planners in CHOICES.items():
+        assert words(ConfigIn, field) == planners, field  # recompute's "op" included
+    for field in ("grad_reduce", "attention_kernel", "dispatcher"):
+        assert words(RunConfig, field) == CHOICES[field], field
     for field, value in (
         ("compile", "yes"),
         ("grad_reduce", "int8"),
