@@ -16,7 +16,12 @@ its own (``replay_excess_ns``) instead of as a negative straggler/jitter.
 
 Stage imbalance is also described: the slowest stage (forward + backward per micro-batch), its
 excess over the mean stage, and, when the run reports layers per stage, the balanced split with the
-moves that reach it and the replay's step time after them.
+moves that reach it and the replay's step time after them. Layers move in whole units, so the best split can
+take less off the slowest stage than its measured cost is known to; moves are named only when the cut (the
+costliest stage priced at the current split less at the balanced one, both on the same per-layer costs)
+exceeds the 95% range of the slowest stage's median cost (``MeasuredPipeline.stage_noise_ns``). Without that
+band a run re-split as suggested could be answered by the opposite move: a stage 14% above the mean after a
+3+3 split, where 4+2 would leave the other stage about as far above it, read as a move from one loaded re-run.
 """
 
 from __future__ import annotations
@@ -114,6 +119,11 @@ class StageImbalance:
     balanced_excess: float | None = None
     """The slowest stage over the mean, less 1, that the balanced split is predicted to leave: the bound a
     re-run with it should come within."""
+    balanced_cut_ns: float = 0.0
+    """What the balanced split takes off the costliest stage per micro-batch (both priced on the same
+    per-layer costs); 0 without a different split."""
+    noise_ns: float = 0.0
+    """The 95% range of the slowest stage's median cost: a cut within it names no move (0: not measured)."""
 
 
 def attribute_bubble(
@@ -165,15 +175,20 @@ def stage_imbalance(measured: MeasuredPipeline) -> StageImbalance:
     balanced: tuple[int, ...] | None = None
     balanced_step: float | None = None
     balanced_excess: float | None = None
+    cut = 0.0
+    noise = measured.stage_noise_ns[slowest] if measured.stage_noise_ns else 0.0
     moves: tuple[LayerMove, ...] = ()
     if measured.layer_costs is not None and layers is not None:
         own = measured.stage_layers.own_totals(len(costs)) if measured.stage_layers is not None else None
         balanced = balanced_split(measured.layer_costs, len(costs), own)
         if balanced != layers:
-            moves = layer_moves(layers, balanced)
             prediction = predict(measured, Change(layers_per_stage=balanced))
-            balanced_step = prediction.step_ns
-            balanced_excess = _excess([c.forward_ns + c.backward_ns for c in prediction.stage_costs])
+            balanced_excess = _excess(_totals(prediction.stage_costs))
+            now = predict(measured, Change(layers_per_stage=layers))
+            cut = max(_totals(now.stage_costs)) - max(_totals(prediction.stage_costs))
+            if cut > noise:
+                moves = layer_moves(layers, balanced)
+                balanced_step = prediction.step_ns
     return StageImbalance(
         costs,
         slowest,
@@ -184,7 +199,13 @@ def stage_imbalance(measured: MeasuredPipeline) -> StageImbalance:
         balanced_step,
         costs[slowest] - mean,
         balanced_excess,
+        cut,
+        noise,
     )
+
+
+def _totals(costs: tuple[StageCost, ...]) -> list[float]:
+    return [c.forward_ns + c.backward_ns for c in costs]
 
 
 def _excess(costs: list[float]) -> float:

@@ -1,9 +1,7 @@
 """How sure a predicted gain is: an interval from the run's own step-to-step variation and the replay's error.
 
-A fix is predicted from the analysed steps' medians, which move from run to run by more than their standard
-error says: two identical runs on one machine differ by their load, placement and clocks, which one run's steps
-share. The interval's half-width is therefore one step's own 95% range, 1.96 sigma (sigma from the steps' median
-absolute deviation, 1.4826 x MAD, which one slow step does not inflate), plus, for a pipeline, the replay's
+A fix is predicted from the analysed steps' medians. The interval's half-width is one step's own 95% range
+(``spread.range95`` of the steps' wall times: 1.96 sigma from their MAD, which one slow step does not inflate), plus, for a pipeline, the replay's
 measured error (``BubbleAttribution.replay_excess_ns``: how much more the replay idles than was measured). A
 gain inside it is ``within_noise``: listed, never the first thing to do. A run whose steps vary by 1% (a quiet GPU
 job) has fixes of 2% offered; one whose steps vary by 5% (a loaded CPU) needs 10%. With fewer than two steps
@@ -12,24 +10,13 @@ there is no variation to measure and the run's report prices nothing (``run_repo
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final
 
 from bubblescope.analysis.suggestions import Suggestion
 
-Z95: Final = 1.96
-MAD_TO_SIGMA: Final = 1.4826
 NOT_A_GAIN: Final = frozenset({"memory_pressure"})  # kinds whose point is memory, not time
-
-
-def step_noise_ns(walls: Sequence[float]) -> float:
-    """One step's 95% range around the median of ``walls`` (ns), from their own spread; 0 with fewer than two."""
-    if len(walls) < 2:
-        return 0.0
-    middle = statistics.median(walls)
-    return Z95 * MAD_TO_SIGMA * statistics.median(abs(w - middle) for w in walls)
 
 
 def with_noise(suggestions: Sequence[Suggestion], noise_ns: float) -> list[Suggestion]:

@@ -2,7 +2,7 @@
 
 Algorithm (over the steps given; callers leave out step 0, which warms up):
 1. Stage costs: per (virtual) stage, the median duration of its forward, backward (or
-   backward_input + backward_weight) spans.
+   backward_input + backward_weight) spans, and how far each median is known (``stage_noise_ns``).
 2. Transfer latency: for each recv that waited for its peer (the matching send started after the
    recv began, see ``breakdown.dependency_waits``), recv end - send start; the median over them.
    When stages hold different numbers of layers, each action's fixed part (the intercept of
@@ -23,6 +23,7 @@ Algorithm (over the steps given; callers leave out step 0, which warms up):
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,7 @@ from bubblescope.analysis.errors import InputError
 from bubblescope.analysis.model import TimedSpan
 from bubblescope.analysis.schedules import lookup
 from bubblescope.analysis.simulator import PipelineSetup, StageCost, simulate
+from bubblescope.analysis.spread import median_range95
 from bubblescope.analysis.stage_layers import LayerDurations, StageLayers, add_layer_spans, stage_layers
 
 PIPELINE_COMPUTE = {"forward": "F", "backward": "B", "backward_input": "I", "backward_weight": "W"}
@@ -61,6 +63,9 @@ class MeasuredPipeline:
     fixed_cost: StageCost = StageCost(0.0, 0.0)  # noqa: RUF009 (frozen: shared safely)  per action, whatever its layers and micro-batch size
     overhead_per_layer_ns: float = 0.0  # step overhead per layer of the rank holding the most
     stage_layers: StageLayers | None = None  # each layer's measured cost and each stage's own work
+    stage_noise_ns: tuple[float, ...] = ()
+    """Per (virtual) stage, the 95% range of its forward + backward median in ``setup`` (``spread.median_range95``
+    of each kind's durations, added in quadrature): how far the stage's price is known. Empty when not measured."""
 
     def rank_layers(self, layers_per_stage: Sequence[int], schedule: str | None = None) -> tuple[int, ...]:
         """Layers each rank holds when its stages hold ``layers_per_stage`` under ``schedule``."""
@@ -142,6 +147,7 @@ def measure_pipeline(steps: Sequence[StepSpans], config: Mapping[str, object]) -
         steps_used=len(walls),
         fixed_cost=_fixed_cost(costs, layers),
         stage_layers=_stage_layers(layer_durations, timed_durations, num_stages, layers, microbatches),
+        stage_noise_ns=tuple(_stage_noise(durations, stage) for stage in range(num_stages)),
     )
     if layers is None or len(own_outside) < ranks:
         return profile
@@ -222,6 +228,13 @@ def _stage_cost(durations: Mapping[tuple[int, str], list[int]], stage: int) -> S
     if not full:
         raise ProfileError("steps", f"stage {stage} has no backward span in the range")
     return StageCost(statistics.median(forward), statistics.median(full))
+
+
+def _stage_noise(durations: Mapping[tuple[int, str], list[int]], stage: int) -> float:
+    """The 95% range of the stage's forward + backward median: each kind's own, in quadrature (the backward as
+    one span or as its input and weight halves, as ``_stage_cost`` reads it)."""
+    kinds = ("F", "I", "W") if durations.get((stage, "I")) and durations.get((stage, "W")) else ("F", "B")
+    return math.sqrt(sum(median_range95(durations.get((stage, kind), [])) ** 2 for kind in kinds))
 
 
 def _waiting_recv_latencies(matched: Sequence[MatchedRecv]) -> list[int]:

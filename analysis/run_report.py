@@ -21,12 +21,13 @@ from bubblescope.analysis.attribution import BubbleAttribution, StageImbalance, 
 from bubblescope.analysis.block_costs import BlockCost, block_costs
 from bubblescope.analysis.breakdown import stage_wait_shares
 from bubblescope.analysis.errors import InputError
-from bubblescope.analysis.gain_noise import step_noise_ns, with_noise
+from bubblescope.analysis.gain_noise import with_noise
 from bubblescope.analysis.layout_fixes import trade_dp_for_pp
 from bubblescope.analysis.memory_fixes import memory_suggestions, predicted_memory_per_pipeline_rank
 from bubblescope.analysis.memory_use import RankMemory, StageMemory, stage_memory
 from bubblescope.analysis.model import RankBreakdown, RankPlace, TimedSpan
 from bubblescope.analysis.pipeline_profile import MeasuredPipeline, StepSpans, measure_pipeline
+from bubblescope.analysis.spread import range95
 from bubblescope.analysis.step_fixes import step_fixes
 from bubblescope.analysis.step_record import BrokenDownStep, bubble_of_step
 from bubblescope.analysis.step_split import StepSplit, split_steps
@@ -227,7 +228,7 @@ def analyse_run(
         imbalance=imbalance,
         layers_source=layers_source if measured is not None and measured.layers_per_stage else None,
         params_per_stage=params_per_stage,
-        suggestions=[] if withheld else with_noise(fixes, step_noise_ns(figures.walls) + replay_error_ns),
+        suggestions=[] if withheld else with_noise(fixes, range95(figures.walls) + replay_error_ns),
         step_split=split,
         advice_withheld=withheld,
         block_costs=block_costs([s.record.spans for s in steps if s.record.spans]),

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from bubblescope.analysis.spread import MAD_TO_SIGMA
+
 if TYPE_CHECKING:
     from bubblescope.analysis.stragglers import StragglerThresholds
 
-MAD_TO_SIGMA = 1.4826
 EXACT_MAD_UP_TO = 32  # larger comparable groups share one MAD per step
 
 Matrix = np.ndarray  # ranks × steps, float64, NaN where a rank did not report a step

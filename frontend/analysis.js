@@ -94,6 +94,8 @@ function renderImbalance(im, layersSource, outside, timed) {
     const moves = im.moves.map((m) => `move ${m.layers} layer(s) from stage ${m.from_stage} to ${m.to_stage} (${timed ? "" : "≈ "}${ms(moved(m))} ms per micro-batch)`).join("; ");
     const counted = layersSource === "counted" ? " (layers as the collector counted them in each stage's module)" : "";
     text += ` Balanced split ${im.balanced_layers.join(",")}${counted}: ${moves} → ${ms(im.balanced_step_ns)} ms per step.`;
+  } else if (im.balanced_layers && im.balanced_cut_ns > 0) {
+    text += ` The best split in whole layers, ${im.balanced_layers.join(",")}, would take ${ms(im.balanced_cut_ns)} ms per micro-batch off the slowest stage, within the ±${ms(im.noise_ns)} ms its cost is measured to: no move is worth making.`;
   } else if (!im.layers_per_stage && im.slowest_excess > 0.1) {
     text += ` Layers per stage unknown: move about ${ms(im.excess_ns)} ms of work per micro-batch out of stage ${im.slowest_stage} to balance.`;
   }

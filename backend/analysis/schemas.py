@@ -140,6 +140,16 @@ class StageImbalanceOut(FromAnalysis):
         description="slowest / mean - 1 that the balanced split is predicted to leave (each stage's own work, "
         "such as the loss or the head, staying where it is): the bound a re-run with it should come within",
     )
+    balanced_cut_ns: float = Field(
+        default=0.0,
+        description="what the balanced split takes off the costliest stage per micro-batch, both splits priced on "
+        "the same per-layer costs; moves are named only when it exceeds noise_ns",
+    )
+    noise_ns: float = Field(
+        default=0.0,
+        description="the 95% range of the slowest stage's median cost (forward + backward, from the spread of its "
+        "spans; 0: not measured): a cut within it names no move",
+    )
 
 
 class SuggestionOut(FromAnalysis):

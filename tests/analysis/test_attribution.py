@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -89,6 +90,26 @@ def test_imbalance_names_the_slowest_stage_and_the_moves() -> None:
         )
     )
     assert imbalance.balanced_step_ns == pytest.approx(balanced.step_ns)
+
+
+def test_a_move_that_cuts_less_than_the_stages_own_spread_is_not_named() -> None:
+    """Layers move whole: after 3+3, stage 1 (3 layers of 1.6 ms) is 23% above the mean and the best split,
+    4+2, leaves stage 0 at 3 + 1.6 = 4.6 ms: 0.2 ms off the slowest stage's 4.8. With the stage's median
+    cost known to ±0.5 ms (its 95% range) that cut names no move and no rebalance is suggested; the
+    split and its cut are still reported. Measured to ±0.1 ms, the same cut is a move."""
+    costs = (StageCost(1 * MS, 2 * MS), StageCost(1.6 * MS, 3.2 * MS))
+    run = measured(costs, m=8, layers=(3, 3))
+    noisy = stage_imbalance(replace(run, stage_noise_ns=(0.5 * MS, 0.5 * MS)))
+    assert noisy.slowest_stage == 1 and noisy.slowest_excess == pytest.approx(0.2308, abs=1e-4)
+    assert noisy.balanced_layers == (4, 2) and noisy.balanced_cut_ns == pytest.approx(0.2 * MS)
+    assert noisy.noise_ns == 0.5 * MS
+    assert noisy.moves == () and noisy.balanced_step_ns is None
+    found = suggest(evidence_for(replace(run, stage_noise_ns=(0.5 * MS, 0.5 * MS))))
+    assert "rebalance_stages" not in {s.kind for s in found}
+
+    quiet = stage_imbalance(replace(run, stage_noise_ns=(0.1 * MS, 0.1 * MS)))
+    assert quiet.moves == (LayerMove(1, 1, 0),) and quiet.balanced_step_ns is not None
+    assert quiet.balanced_cut_ns == pytest.approx(0.2 * MS)
 
 
 def test_layer_moves_cross_every_boundary() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bubblescope.analysis.gain_noise import step_noise_ns, with_noise
+from bubblescope.analysis.gain_noise import with_noise
+from bubblescope.analysis.spread import range95
 from bubblescope.analysis.suggestions import Suggestion
 
 MS = 1_000_000
@@ -30,9 +31,9 @@ def fix(kind: str, gain_ms: float, step_ms: float = 100.0) -> Suggestion:
 
 def test_one_slow_step_does_not_widen_the_interval() -> None:
     steady = [100 * MS + d * MS for d in (-2, -1, 0, 1, 2, -1, 1, 0)]
-    assert step_noise_ns(steady) == pytest.approx(1.96 * 1.4826 * 1 * MS)
-    assert step_noise_ns([*steady, 400 * MS]) == pytest.approx(step_noise_ns(steady))
-    assert step_noise_ns([100 * MS]) == 0.0  # nothing to measure a spread on
+    assert range95(steady) == pytest.approx(1.96 * 1.4826 * 1 * MS)
+    assert range95([*steady, 400 * MS]) == pytest.approx(range95(steady))
+    assert range95([100 * MS]) == 0.0  # nothing to measure a spread on
 
 
 def test_gains_inside_the_interval_are_within_noise_and_listed_last() -> None:

@@ -3,6 +3,8 @@ is. Plain data, no job: stage 0 holds 5 layers, stage 1 one layer and a loss wor
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from bubblescope import wire
@@ -51,6 +53,26 @@ def test_timed_layers_give_each_layers_cost_and_the_loss_stays_the_last_stages_o
     imbalance = stage_imbalance(run)
     assert imbalance.balanced_layers == (4, 2)  # 4 layers against 2 layers + the loss: 12 ms each
     assert imbalance.balanced_excess == pytest.approx(0.0, abs=1e-9)
+
+
+def test_each_stages_noise_is_its_actions_spread_forward_and_backward_in_quadrature() -> None:
+    """Five steps, stage 0's forward 10-14 ms and backward 20-28 ms: its noise is the 95% ranges of the two
+    kinds' medians (1.96 x 1.4826 x MAD x sqrt(pi/2) / sqrt(5)) added in quadrature; stage 1, the same every
+    step, has none. The spans of one identical step measure no spread either."""
+    forwards, backwards = (10, 11, 12, 13, 14), (20, 22, 24, 26, 28)
+    steps = []
+    for step, (f, b) in enumerate(zip(forwards, backwards)):
+        spans = [
+            TimedSpan(0, "forward", 0, int(f * MS), 0, 0),
+            TimedSpan(0, "backward", int(50 * MS), int((50 + b) * MS), 0, 0),
+            TimedSpan(1, "forward", int(20 * MS), int(25 * MS), 1, 0),
+            TimedSpan(1, "backward", int(30 * MS), int(40 * MS), 1, 0),
+        ]
+        steps.append(StepSpans(step, spans, {0: (0, int(100 * MS)), 1: (0, int(100 * MS))}))
+    run = measure_pipeline(steps, {**CONFIG, "layers_per_stage": [3, 3]})
+    one = 1.96 * 1.4826 * (math.pi / 2 / 5) ** 0.5  # MAD 1 ms forward, 2 ms backward
+    assert run.stage_noise_ns == pytest.approx((one * MS * (1 + 4) ** 0.5, 0.0))
+    assert measured(timed=False).stage_noise_ns == (0.0, 0.0)
 
 
 def test_without_timed_layers_the_split_balances_layer_counts_and_says_what_it_leaves() -> None:

@@ -101,6 +101,8 @@ def test_imbalanced_pipeline_rebalanced_as_suggested_has_balanced_stages(sqlite_
     split = rebalance["apply"]["layers_per_stage"]
     assert split in ([3, 3], [4, 2]), rebalance["apply"]
     assert rebalance["predicted_step_ns"] < rebalance["current_step_ns"]
+    # named because the cut clears how well the slowest stage's cost is known (trials: 8-11 ms against 3-4)
+    assert before["imbalance"]["balanced_cut_ns"] > before["imbalance"]["noise_ns"] > 0, before["imbalance"]
     assert before["imbalance"]["slowest_stage"] == 0 and before["imbalance"]["slowest_excess"] > 0.3
     assert before["imbalance"]["moves"] == [{"layers": 5 - split[0], "from_stage": 0, "to_stage": 1}]
     assert causes(before)["stage_imbalance"] > 0.05
@@ -124,9 +126,11 @@ def test_imbalanced_pipeline_rebalanced_as_suggested_has_balanced_stages(sqlite_
         excess = (before["imbalance"]["slowest_excess"], after["imbalance"]["slowest_excess"])
         assert excess[1] < excess[0], (predicted, excess)
     assert causes(after)["stage_imbalance"] <= causes(before)["stage_imbalance"] / 2, (causes(before), causes(after))
-    # The re-run converges on 3+3. After 3+3 nothing is left to move (four loaded trials: excess 1-5%, the
-    # balanced split 3+3 each time); after a load-distorted 4+2 (four layers against two and the loss), the
-    # re-run's own timings may finish the job, and then only by moving back to 3+3
+    # The re-run converges on 3+3. After 3+3 nothing is left to move: a move is named only when it cuts the
+    # slowest stage by more than that stage's median cost is known to (a loaded CI re-run once read stage 1 14%
+    # above the mean after 3+3 and named 4+2, which would have left stage 0 about as far above it). After a
+    # load-distorted 4+2 (four layers against two and the loss) the re-run's own timings may finish the job, and
+    # then only by moving back to 3+3 (quiet: a 3.5 ms cut against a 3.1 ms band; loaded: 0.1 against 7.0, none)
     again = [s["apply"]["layers_per_stage"] for s in after["suggestions"] if s["kind"] == "rebalance_stages"]
     allowed = ([],) if split == [3, 3] else ([], [[3, 3]])
     assert again in allowed, (split, again, after["imbalance"])

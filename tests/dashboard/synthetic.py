@@ -16,9 +16,18 @@ SEND_NS = 100_000
 OPTIMIZER_NS = 500_000
 
 
-def register_run(client: httpx.Client, key: str, stages: int, microbatches: int, name: str = "synthetic-gpipe") -> None:
+def register_run(
+    client: httpx.Client,
+    key: str,
+    stages: int,
+    microbatches: int,
+    name: str = "synthetic-gpipe",
+    layers_per_stage: list[int] | None = None,
+) -> None:
     """The run and one rank per stage, as a job's collector registers them."""
-    config = {"schedule": "ScheduleGPipe", "num_stages": stages, "num_microbatches": microbatches}
+    config: dict[str, Any] = {"schedule": "ScheduleGPipe", "num_stages": stages, "num_microbatches": microbatches}
+    if layers_per_stage is not None:
+        config["layers_per_stage"] = layers_per_stage
     response = client.put(f"/api/v1/runs/{key}", json={"name": name, "world_size": stages, "config": config})
     assert response.status_code == 200, response.text
     for rank in range(stages):
@@ -28,9 +37,12 @@ def register_run(client: httpx.Client, key: str, stages: int, microbatches: int,
         assert response.status_code == 200, response.text
 
 
-def gpipe_batch(key: str, rank: int, stages: int, microbatches: int, steps: range, slow: float = 1.0) -> dict[str, Any]:
+def gpipe_batch(
+    key: str, rank: int, stages: int, microbatches: int, steps: range, slow: float = 1.0, jitter: float = 0.0
+) -> dict[str, Any]:
     """One rank's batch for ``steps``: every forward, then every backward, an activation send after
-    each forward but the last stage's; ``slow`` stretches this rank's compute."""
+    each forward but the last stage's; ``slow`` stretches this rank's compute; ``jitter`` shortens each action
+    by 0, 1/4, 2/4 or 3/4 of that fraction, by step and micro-batch (each keeps its start: nothing overlaps)."""
     forward, backward = int(FORWARD_NS * slow), int(BACKWARD_NS * slow)
     span_rows: list[tuple[Any, ...]] = []
     aggregates = []
@@ -39,12 +51,13 @@ def gpipe_batch(key: str, rank: int, stages: int, microbatches: int, steps: rang
         back_from = start + (microbatches + stages - 1) * FORWARD_NS
         rows = []
         for m in range(microbatches):
+            shorter = 1 - jitter * ((3 * step + m) % 4) / 4
             f0 = start + rank * FORWARD_NS + m * forward
-            rows.append((step, "forward", f0, f0 + forward, rank, m, None, None))
+            rows.append((step, "forward", f0, f0 + int(forward * shorter), rank, m, None, None))
             if rank < stages - 1:
                 rows.append((step, "send", f0 + forward, f0 + forward + SEND_NS, None, m, rank + 1, 1 << 20))
             b0 = back_from + (stages - 1 - rank) * BACKWARD_NS + m * backward
-            rows.append((step, "backward", b0, b0 + backward, rank, m, None, None))
+            rows.append((step, "backward", b0, b0 + int(backward * shorter), rank, m, None, None))
         optimizer = max(row[3] for row in rows)
         end = optimizer + OPTIMIZER_NS
         rows.append((step, "optimizer", optimizer, end, None, None, None, None))
@@ -69,10 +82,16 @@ def gpipe_batch(key: str, rank: int, stages: int, microbatches: int, steps: rang
 
 
 def ingest_steps(
-    client: httpx.Client, key: str, stages: int, microbatches: int, steps: range, slow: dict[int, float] | None = None
+    client: httpx.Client,
+    key: str,
+    stages: int,
+    microbatches: int,
+    steps: range,
+    slow: dict[int, float] | None = None,
+    jitter: float = 0.0,
 ) -> None:
     for rank in range(stages):
-        batch = gpipe_batch(key, rank, stages, microbatches, steps, (slow or {}).get(rank, 1.0))
+        batch = gpipe_batch(key, rank, stages, microbatches, steps, (slow or {}).get(rank, 1.0), jitter)
         response = post_gzip(client, batch)
         assert response.is_success, response.text
 

@@ -215,6 +215,36 @@ def test_a_page_opened_before_its_run_registers_shows_it_once_it_does(
     page.close()
 
 
+def test_run_page_says_when_no_whole_layer_move_is_worth_making(
+    browser: Any, sqlite_server: LiveServer, output_dir: Path
+) -> None:
+    """Stage 1's three layers cost 1.6x stage 0's (23% above the mean), but one layer moved to stage 0 would
+    leave stage 0 nearly as costly: a cut of 0.4 ms a micro-batch against stage costs that vary by up to 30%
+    from action to action over 4 steps. The card names the best split and its cut, says no move is worth
+    making, and no rebalance is suggested; figures as the API gives them."""
+    key = f"quantised-{uuid.uuid4().hex[:8]}"
+    with sqlite_server.client() as client:
+        register_run(client, key, stages=2, microbatches=4, name="quantised-layers", layers_per_stage=[3, 3])
+        ingest_steps(client, key, stages=2, microbatches=4, steps=range(5), slow={1: 1.6}, jitter=0.3)
+        analysis = client.get(f"/api/v1/runs/{key}/analysis").json()
+    imbalance = analysis["imbalance"]
+    assert imbalance["slowest_stage"] == 1 and imbalance["slowest_excess"] > 0.1, imbalance
+    assert imbalance["balanced_layers"] == [4, 2] and imbalance["moves"] == [], imbalance
+    assert 0 < imbalance["balanced_cut_ns"] < imbalance["noise_ns"], imbalance
+    assert "rebalance_stages" not in {s["kind"] for s in analysis["suggestions"]}
+    for width in (1440, 900):
+        page = browser.new_page(viewport={"width": width, "height": 1000})
+        page.goto(f"{sqlite_server.url}/runs/{key}")
+        page.wait_for_selector("body[data-suggestions]", timeout=20_000)
+        note = page.locator("#imbalance-note").inner_text()
+        cut, noise = (f"{imbalance[k] / 1e6:.1f} ms" for k in ("balanced_cut_ns", "noise_ns"))
+        assert f"best split in whole layers, 4,2, would take {cut} per micro-batch" in note, note
+        assert f"within the ±{noise} its cost is measured to: no move is worth making" in note, note
+        page.locator("#imbalance-note").scroll_into_view_if_needed()
+        page.screenshot(path=str(output_dir / f"run-page-no-move-{width}.png"))
+        page.close()
+
+
 def test_run_page_explains_the_bubble_and_lists_suggestions(
     browser: Any, sqlite_server: LiveServer, output_dir: Path
 ) -> None:
