@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from bubblescope import stop_signal
 from bubblescope.analysis import DEFAULT_SCHEDULE, GPU_CATALOG, MODEL_PRESETS, NAMES, ScheduleError, lookup
+from bubblescope.analysis.planner.specs import CHOICES
 from bubblescope.input_files import missing_files
 from bubblescope.ports import can_listen, taken_message
 
@@ -418,10 +419,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--config",
         help="evaluate this configuration: K=V,... with tp, pp, dp, vpp, mbs, schedule, "
-        "zero, recompute (none|selective|op|full), sp, flash (default true), precision (bf16|fp8), "
-        "layers_per_stage (7/8/8/7), first_stage_layers, last_stage_layers, tp_overlap, cp, cp_comm (p2p|allgather), "
-        "ep, etp (experts' own tp, default tp), dispatcher (alltoall|deepep|hybridep), capacity_factor, grad_reduce (fp32|bf16|fp16), compile (default true), fp8_all_gather, "
-        "attention_kernel (cudnn|flash2)",
+        f"zero, {_words('recompute')}, sp, flash (default true), {_words('precision')}, "
+        f"layers_per_stage (7/8/8/7), first_stage_layers, last_stage_layers, tp_overlap, cp, {_words('cp_comm')}, "
+        f"ep, etp (experts' own tp, default tp), {_words('dispatcher')}, capacity_factor, {_words('grad_reduce')}, "
+        f"compile (default true), fp8_all_gather, {_words('attention_kernel')}",
     )
     plan.add_argument("--fix", help="search holding these K=V,... fields")
     plan.add_argument("--top", type=int, default=10, help="configurations to list when searching (default 10)")
@@ -430,6 +431,11 @@ def build_parser() -> argparse.ArgumentParser:
     _prometheus_rules_parser(commands)
     _describe(parser)
     return parser
+
+
+def _words(field: str) -> str:
+    """A few-word planner field and its words, from the one list the planner checks: ``recompute (none|...)``."""
+    return f"{field} ({'|'.join(CHOICES[field])})"
 
 
 def _describe(parser: argparse.ArgumentParser) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from bubblescope.analysis.planner.specs import CHOICES
 from bubblescope.cli import build_parser
 
 TRIVIAL_DEFAULTS = (None, False, [], argparse.SUPPRESS)
@@ -39,6 +40,13 @@ def test_every_subcommand_explains_itself_and_each_option_its_default() -> None:
             assert action.help, f"{name} {action.option_strings or action.dest}: no help text"
             if action.default not in TRIVIAL_DEFAULTS and not action.required:
                 assert "default" in action.help, f"{name} {action.option_strings}: its default is not said"
+
+
+def test_plan_config_help_names_every_few_word_field_with_the_words_the_planner_takes() -> None:
+    plan = dict(subcommands(build_parser()))["bubblescope plan"]
+    config = next(a for a in plan._actions if "--config" in a.option_strings)
+    for field, words in CHOICES.items():
+        assert f"{field} ({'|'.join(words)})" in config.help, (field, config.help)
 
 
 @pytest.mark.parametrize("command", ["token", "db"])
