@@ -33,7 +33,14 @@ from bubblescope.analysis.planner import (
     step_time,
 )
 from bubblescope.analysis.planner.evaluate import structural_problems
-from bubblescope.analysis.planner.request import CONFIG_ALIASES, CONFIG_FIELDS, config_fields, config_from, stage_layout
+from bubblescope.analysis.planner.request import (
+    CONFIG_ALIASES,
+    CONFIG_FIELDS,
+    config_fields,
+    config_from,
+    stage_layout,
+    with_framework_etp,
+)
 from bubblescope.analysis.planner.specs import RECOMPUTE, fp8_all_gather_problem, positive_int
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE
 from bubblescope.analysis.suggestions import RunEvidence, Suggestion, build_suggestion
@@ -69,7 +76,7 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
             if isinstance(cluster_spec, str)
             else make_cluster(cluster_spec["gpu"], cluster_spec["gpus"], cluster_spec.get("gpus_per_node", 8))
         )
-        fields = config_fields(_plan_fields(config))
+        fields = with_framework_etp(config_fields(_plan_fields(config)), config)
         if "pp" not in fields and config.get("num_stages") is not None:
             per_rank = fields.get("vpp") or fields.get("schedule", DEFAULT_SCHEDULE).default_stages_per_rank
             fields["pp"] = positive_int(config["num_stages"], "num_stages") // per_rank

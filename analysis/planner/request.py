@@ -9,7 +9,7 @@ the space is searched, holding any ``fixed`` fields. Errors are ``PlanInputError
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,10 +46,13 @@ CONFIG_ALIASES = {
     "expert_tensor_parallel_size": "etp",  # Megatron's
     "expert_tensor_parallel_degree": "etp",  # torchtitan's
     "expert_model_parallel_size": "ep",
-    "expert_parallel_degree": "ep",
+    "expert_parallel_degree": "ep",  # torchtitan's: its experts' tp defaults to 1 (``TORCHTITAN_EP``)
     "enable_fsdp_float8_all_gather": "fp8_all_gather",
     "fp8_param_gather": "fp8_all_gather",
 }
+#: ep under torchtitan's name: without an etp, torchtitan's default expert_tensor_parallel_degree (1) holds, where
+#: Megatron's (and the planner's, etp 0) is the layout's tp.
+TORCHTITAN_EP = "expert_parallel_degree"
 _INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs", "cp", "ep", "etp", "first_stage_layers", "last_stage_layers")
 #: Every field a configuration takes (``config`` and ``fixed``), in the order the unknown-field answer names them.
 CONFIG_FIELDS = (
@@ -126,9 +129,18 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
             fields[name] = tuple(positive_int(count, f"{at}[{i}]") for i, count in enumerate(value))
         else:
             raise PlanInputError(at, f"unknown field; expected {', '.join(CONFIG_FIELDS[:-1])} or {CONFIG_FIELDS[-1]}")
+    fields = with_framework_etp(fields, raw)
     if ("first_stage_layers" in fields or "last_stage_layers" in fields) and "layers_per_stage" in fields:
         raise PlanInputError(f"{where}.layers_per_stage", "give layers_per_stage or first/last_stage_layers, not both")
     return fields
+
+
+def with_framework_etp(fields: dict[str, Any], given: Iterable[object]) -> dict[str, Any]:
+    """``fields`` with etp 1 where ep > 1 came under torchtitan's name (one of the ``given`` keys) and no etp did:
+    torchtitan's default, where Megatron's is the layout's tp (the planner's etp 0)."""
+    if "etp" in fields or fields.get("ep", 1) <= 1 or all(str(key).lower() != TORCHTITAN_EP for key in given):
+        return fields
+    return {**fields, "etp": 1}
 
 
 def stage_layout(fields: dict[str, Any], layers: int, where: str = "config") -> dict[str, Any]:

@@ -16,7 +16,7 @@ from bubblescope.analysis.memory_fixes import declared_plan
 from bubblescope.analysis.planner import GPU_CATALOG, ParallelConfig, evaluate, make_cluster, model_from
 from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES, efficiencies_for
 from bubblescope.analysis.planner.memory import layer_params_on_gpu, memory_per_pipeline_rank
-from bubblescope.analysis.planner.request import plan_document
+from bubblescope.analysis.planner.request import config_fields, plan_document
 from bubblescope.analysis.planner.search import search
 from bubblescope.analysis.planner.specs import DISPATCHERS, GPUS, PlanInputError
 from bubblescope.analysis.planner.step_time import layer_cost, output_layer_cost
@@ -415,6 +415,26 @@ def test_the_qwen3_235b_recipe_is_asked_with_etp_and_refused_without_naming_it()
     declared = declared_plan(run)
     assert declared is not None and declared.config.with_dp(256) == plan.config
     assert declared_plan({**document, **recipe}) is None  # a layout `plan` refuses prices nothing
+
+
+def test_ep_under_torchtitans_name_takes_torchtitans_default_etp_of_1() -> None:
+    """torchtitan's expert_tensor_parallel_degree defaults to 1, Megatron's --expert-tensor-parallel-size to the
+    layout's tp: ep named either way, with no etp, is priced at its framework's default; an etp given wins."""
+    assert config_fields({"tp": 2, "expert_parallel_degree": 8})["etp"] == 1
+    assert "etp" not in config_fields({"tp": 2, "expert_model_parallel_size": 8})
+    assert "etp" not in config_fields({"tp": 2, "ep": 8})
+    assert "etp" not in config_fields(
+        {"tp": 2, "expert_parallel_degree": 1}
+    )  # torchtitan's default ep: no experts split
+    assert config_fields({"tp": 2, "expert_parallel_degree": 8, "expert_tensor_parallel_degree": 2})["etp"] == 2
+    run = {"model": "mixtral-8x7b", "cluster": "h100-sxm-x16", "global_batch": 64, "tp": 2, "zero": 1}
+    titan, megatron = (
+        declared_plan({**run, name: 8}) for name in ("expert_parallel_degree", "expert_model_parallel_size")
+    )
+    assert titan is not None and megatron is not None
+    titan_layout, megatron_layout = titan.config.with_dp(16), megatron.config.with_dp(16)
+    assert (titan_layout.expert_tp, titan_layout.expert_replicas) == (1, 2)
+    assert (megatron_layout.expert_tp, megatron_layout.expert_replicas) == (2, 1)
 
 
 @pytest.mark.parametrize(
