@@ -36,6 +36,9 @@ PUBLISHED_RUNS = Path(__file__).resolve().parent / "data" / "published_runs.csv"
 #: H100 rows (Megatron-LM's README table, 2024) that no constant is fitted on: predicted with the constants the A100
 #: rows choose, they say how the model does on a GPU generation it never saw.
 PUBLISHED_RUNS_H100 = PUBLISHED_RUNS.with_name("published_runs_h100.csv")
+#: NeMo's long-sequence table (Llama 2 7B, FP8, 4k-1M tokens, CP 1-32 on H100s): a check of the context-parallel
+#: model, not calibration rows (micro-batch, recompute, TP overlap and gradient type unpublished); SOURCES.md.
+NEMO_LONG_SEQUENCE_CHECKS = PUBLISHED_RUNS.with_name("checks_nemo_long_sequence_h100.csv")
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,16 @@ def model_flops(model: ModelSpec, batch: int) -> float:
     them for a GPT: 72·B·s·L·h²·(1 + s/6h + V/12Lh); no recompute."""
     s, h, layers, vocab = model.seq, model.hidden, model.layers, model.vocab
     return 72.0 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (12 * layers * h))
+
+
+def nemo_flops_per_token(model: ModelSpec) -> float:
+    """Model FLOPs a token as NeMo counts them for Llama (``nemo/utils/flops_formulas.py``, ``llama2``/``llama3``):
+    L·h²·(12 + 12·kv/heads + 18·ffn/h + 12·s/h + 6·V/(L·h)); attention's 12·s/h counts every query against every key,
+    causal or not, so at long sequences it is twice what a causal kernel computes."""
+    s, h, layers = model.seq, model.hidden, model.layers
+    kv = model.kv_heads or model.heads
+    terms = 12 + 12 * kv / model.heads + 18 * model.ffn_hidden / h + 12 * s / h + 6 * model.vocab / (layers * h)
+    return layers * h * h * terms
 
 
 def predict_row(row: dict[str, str], eff: Efficiencies = DEFAULT_EFFICIENCIES) -> CalibrationRow:
