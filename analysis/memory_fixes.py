@@ -197,8 +197,7 @@ def memory_suggestions(
                         "memory_pressure",
                         step_ns * plan.step.total / current_step,
                         plan.step.bubble_fraction,
-                        "Re-plan the layout: "
-                        + ", ".join(f"{k}={v}" for k, v in plan.config.as_dict().items() if v is not None),
+                        "Re-plan the layout: " + _layout_changes(runs_own, plan.config.as_dict()),
                         f"{why}, and no single change (ZeRO, recompute, more PP, CP or EP) fits and saves memory",
                         f"memory per GPU {current.memory.total / GIB:.1f} → {plan.memory.total / GIB:.1f} GiB",
                         plan.config.as_dict(),
@@ -231,6 +230,13 @@ def memory_suggestions(
                     )
                 )
     return out
+
+
+def _layout_changes(now: Mapping[str, Any], then: Mapping[str, Any]) -> str:
+    """The fields a re-planned layout changes, each as run → planned (``tp 1 → 8``; a field the run left unset,
+    ``etp`` say, as its planned value alone): what an on-call engineer has to change, not the whole layout."""
+    changed = [(k, now.get(k), v) for k, v in then.items() if v is not None and now.get(k) != v]
+    return ", ".join(f"{k} {old} → {new}" if old is not None else f"{k} {new}" for k, old, new in changed)
 
 
 def _candidates(

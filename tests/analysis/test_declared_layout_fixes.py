@@ -83,6 +83,9 @@ def test_a_long_sequence_under_memory_pressure_is_offered_context_parallelism_pr
     (replanned,) = memory_suggestions(run | layout | longest, STEP_NS)
     cp = replanned.apply["cp"]
     assert replanned.title.startswith("Re-plan the layout") and cp > 1, replanned.title
+    # the title names what changes, from the run's value to the planned one; the apply is the whole layout
+    assert f"cp 1 → {cp}" in replanned.title and "zero" not in replanned.title, replanned.title
+    assert replanned.apply["zero"] == 3 and replanned.apply["precision"] == "bf16"
     assert replanned.torchtitan["parallelism.context_parallel_degree"] == cp
     assert f"--context-parallel-size {cp}" in replanned.megatron
 
