@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from bubblescope.analysis.pipeline_profile import MeasuredPipeline
 from bubblescope.analysis.schedules import closed_form_bubble
 from bubblescope.analysis.simulator import PipelineSetup, StageCost, simulate
-from bubblescope.analysis.whatif import Change, balanced_split, predict
+from bubblescope.analysis.whatif import Change, balanced_split, predict, split_costs
 
 
 @dataclass(frozen=True)
@@ -184,8 +184,7 @@ def stage_imbalance(measured: MeasuredPipeline) -> StageImbalance:
         if balanced != layers:
             prediction = predict(measured, Change(layers_per_stage=balanced))
             balanced_excess = _excess(_totals(prediction.stage_costs))
-            now = predict(measured, Change(layers_per_stage=layers))
-            cut = max(_totals(now.stage_costs)) - max(_totals(prediction.stage_costs))
+            cut = max(_totals(split_costs(measured, layers))) - max(_totals(prediction.stage_costs))
             if cut > noise:
                 moves = layer_moves(layers, balanced)
                 balanced_step = prediction.step_ns

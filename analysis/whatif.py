@@ -80,6 +80,12 @@ def predict(measured: MeasuredPipeline, change: Change) -> Prediction:
     )
 
 
+def split_costs(measured: MeasuredPipeline, layers: tuple[int, ...]) -> tuple[StageCost, ...]:
+    """Each stage's cost (forward + backward per micro-batch) with the run's layers split as ``layers``, priced as
+    ``predict`` prices them at the run's micro-batch size, without replaying the schedule."""
+    return _stage_costs(measured, len(layers), layers)[0]
+
+
 def _step_overhead(measured: MeasuredPipeline, schedule: str, layers: tuple[int, ...] | None) -> float:
     """The measured step overhead, its per-layer part moved to the new largest rank's layers."""
     overhead = measured.setup.step_overhead_ns
