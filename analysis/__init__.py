@@ -76,6 +76,7 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         plan_document as plan_document,
     )
     from bubblescope.analysis.planner.specs import (
+        CHOICES as CHOICES,
         GPU_CATALOG as GPU_CATALOG,
         MODEL_PRESETS as MODEL_PRESETS,
         PlanInputError as PlanInputError,
@@ -203,7 +204,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "PlanOutcome",
         "plan_document",
     ),
-    "planner.specs": ("GPU_CATALOG", "MODEL_PRESETS", "PlanInputError"),
+    "planner.specs": ("CHOICES", "GPU_CATALOG", "MODEL_PRESETS", "PlanInputError"),
     "prometheus_rules": ("prometheus_rules", "prometheus_rules_table"),
     "run_report": (
         "MAX_ANALYSED_STEPS",

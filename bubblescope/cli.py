@@ -8,8 +8,15 @@ import sys
 from collections.abc import Callable, Sequence
 
 from bubblescope import stop_signal
-from bubblescope.analysis import DEFAULT_SCHEDULE, GPU_CATALOG, MODEL_PRESETS, NAMES, ScheduleError, lookup
-from bubblescope.analysis.planner.specs import CHOICES
+from bubblescope.analysis import (
+    CHOICES,
+    DEFAULT_SCHEDULE,
+    GPU_CATALOG,
+    MODEL_PRESETS,
+    NAMES,
+    ScheduleError,
+    lookup,
+)
 from bubblescope.input_files import missing_files
 from bubblescope.ports import can_listen, taken_message
 

@@ -87,6 +87,11 @@ class MeasuredPipelineOut(FromAnalysis):
     stage_layers: StageLayersOut | None = Field(
         default=None, description="the stages' layers timed one by one (None: not timed; costs spread evenly)"
     )
+    stage_noise_ns: list[float] = Field(
+        default_factory=list,
+        description="per (virtual) stage, the 95% range of its forward + backward median (each kind's "
+        "1.96·1.4826·MAD·sqrt(pi/2)/sqrt(n), in quadrature): how far the stage's cost is known",
+    )
 
 
 class CauseOut(FromAnalysis):
