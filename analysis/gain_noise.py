@@ -1,9 +1,10 @@
 """How sure a predicted gain is: an interval from the run's own step-to-step variation and the replay's error.
 
 A fix is predicted from the analysed steps' medians. The interval's half-width is one step's own 95% range
-(``spread.range95`` of the steps' wall times: 1.96 sigma from their MAD, which one slow step does not inflate), plus, for a pipeline, the replay's
-measured error (``BubbleAttribution.replay_excess_ns``: how much more the replay idles than was measured). A
-gain inside it is ``within_noise``: listed, never the first thing to do. A run whose steps vary by 1% (a quiet GPU
+(``spread.range95`` of the steps' wall times: 1.96 sigma from their MAD, which one slow step does not inflate; not
+the median's standard error, which the run-to-run spread exceeds), plus, for a pipeline, the replay's measured
+error (``BubbleAttribution.replay_excess_ns``: how much more the replay idles than was measured). A gain inside it
+is ``within_noise``: listed, never the first thing to do. A run whose steps vary by 1% (a quiet GPU
 job) has fixes of 2% offered; one whose steps vary by 5% (a loaded CPU) needs 10%. With fewer than two steps
 there is no variation to measure and the run's report prices nothing (``run_report.MIN_ADVICE_STEPS``).
 """
