@@ -19,9 +19,10 @@ excess over the mean stage, and, when the run reports layers per stage, the bala
 moves that reach it and the replay's step time after them. Layers move in whole units, so the best split can
 take less off the slowest stage than its measured cost is known to; moves are named only when the cut (the
 costliest stage priced at the current split less at the balanced one, both on the same per-layer costs)
-exceeds the 95% range of the slowest stage's median cost (``MeasuredPipeline.stage_noise_ns``). Without that
-band a run re-split as suggested could be answered by the opposite move: a stage 14% above the mean after a
-3+3 split, where 4+2 would leave the other stage about as far above it, read as a move from one loaded re-run.
+exceeds the 95% range of the slowest stage's median cost (``MeasuredPipeline.stage_noise_ns``), or takes at
+least half its excess over the mean off it (``MOVE_SHARE_OF_EXCESS``). Without that hysteresis a run re-split
+as suggested could be answered by the opposite move: a stage 14% above the mean after a 3+3 split, where 4+2
+would leave the other stage about as far above it, read as a move from one loaded re-run.
 """
 
 from __future__ import annotations
@@ -97,6 +98,12 @@ class BubbleAttribution:
     above_floor_fraction: float = 0.0  # (measured bubble - simulated floor) in ns, over the run's step
 
 
+MOVE_SHARE_OF_EXCESS = 0.5
+"""A move that takes at least this share of the slowest stage's excess over the mean off it is named even where
+the stage's cost is known less well than the cut (a loaded CI run read 5+1 layers, 60% above the mean, with a band
+wider than the 2-layer cut); a smaller one must clear the band."""
+
+
 @dataclass(frozen=True)
 class LayerMove:
     layers: int
@@ -123,7 +130,8 @@ class StageImbalance:
     """What the balanced split takes off the costliest stage per micro-batch (both priced on the same
     per-layer costs); 0 without a different split."""
     noise_ns: float = 0.0
-    """The 95% range of the slowest stage's median cost: a cut within it names no move (0: not measured)."""
+    """The 95% range of the slowest stage's median cost: a cut within it names no move, unless it takes half the
+    excess off (``MOVE_SHARE_OF_EXCESS``; 0: not measured)."""
 
 
 def attribute_bubble(
@@ -185,7 +193,7 @@ def stage_imbalance(measured: MeasuredPipeline) -> StageImbalance:
             prediction = predict(measured, Change(layers_per_stage=balanced))
             balanced_excess = _excess(_totals(prediction.stage_costs))
             cut = max(_totals(split_costs(measured, layers))) - max(_totals(prediction.stage_costs))
-            if cut > noise:
+            if cut > noise or cut >= MOVE_SHARE_OF_EXCESS * (costs[slowest] - mean):
                 moves = layer_moves(layers, balanced)
                 balanced_step = prediction.step_ns
     return StageImbalance(

@@ -148,12 +148,12 @@ class StageImbalanceOut(FromAnalysis):
     balanced_cut_ns: float = Field(
         default=0.0,
         description="what the balanced split takes off the costliest stage per micro-batch, both splits priced on "
-        "the same per-layer costs; moves are named only when it exceeds noise_ns",
+        "the same per-layer costs; moves are named only when it exceeds noise_ns or half of excess_ns",
     )
     noise_ns: float = Field(
         default=0.0,
         description="the 95% range of the slowest stage's median cost (forward + backward, from the spread of its "
-        "spans; 0: not measured): a cut within it names no move",
+        "spans; 0: not measured): a cut within it names no move unless it is half of excess_ns or more",
     )
 
 

@@ -112,6 +112,15 @@ def test_a_move_that_cuts_less_than_the_stages_own_spread_is_not_named() -> None
     assert quiet.balanced_cut_ns == pytest.approx(0.2 * MS)
 
 
+def test_a_move_that_takes_half_the_excess_off_is_named_however_noisy_the_stage() -> None:
+    """3+1 layers of 3 ms: stage 0 at 9 ms against a 6 ms mean; 2+2 takes the whole 3 ms excess off it. Even with
+    its cost known only to ±5 ms the move is named: the hysteresis holds back small cuts, not large ones."""
+    run = measured((StageCost(3 * MS, 6 * MS), StageCost(1 * MS, 2 * MS)), m=4, layers=(3, 1))
+    noisy = stage_imbalance(replace(run, stage_noise_ns=(5 * MS, 5 * MS)))
+    assert noisy.balanced_cut_ns == pytest.approx(3 * MS) and noisy.excess_ns == pytest.approx(3 * MS)
+    assert noisy.moves == (LayerMove(1, 0, 1),)
+
+
 def test_layer_moves_cross_every_boundary() -> None:
     assert layer_moves((4, 1, 1, 2), (2, 2, 2, 2)) == (LayerMove(2, 0, 1), LayerMove(1, 1, 2))
     assert layer_moves((1, 3), (2, 2)) == (LayerMove(1, 1, 0),)
