@@ -100,8 +100,8 @@ class BubbleAttribution:
 
 MOVE_SHARE_OF_EXCESS = 0.5
 """A move that takes at least this share of the slowest stage's excess over the mean off it is named even where
-the stage's cost is known less well than the cut (a loaded CI run read 5+1 layers, 60% above the mean, with a band
-wider than the 2-layer cut); a smaller one must clear the band."""
+the stage's cost is known less well than the cut (with the band alone, a loaded CI run of 5+1 layers, 50-61% above
+the mean in trials, named no move); a smaller one must clear the band."""
 
 
 @dataclass(frozen=True)
