@@ -37,12 +37,19 @@ from bubblescope.analysis.planner.calibration import (
     calibrate,
     fit,
     fit_per_gpu,
+    fits_on_few_rows,
     leave_one_out,
     predict_row,
     published_rows,
     summarize,
 )
-from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES, FITTED, FITTED_NAMES, efficiencies_for
+from bubblescope.analysis.planner.efficiencies import (
+    DEFAULT_EFFICIENCIES,
+    FITTED,
+    FITTED_NAMES,
+    MIN_ROWS,
+    efficiencies_for,
+)
 
 #: (micro-batch, virtual stages) per model in examples/sc21/run_table_1.sh, for the cross-check only
 SC21 = {
@@ -112,6 +119,21 @@ def print_as_planned(published: list[dict[str, str]]) -> None:
     print_by_gpu([row["gpu"] for row in published], rows)
 
 
+def print_fits_on_few_rows(sources: list[Path]) -> None:
+    """How many runs a GPU's own fit needs: constants fitted on k of a GPU's runs against the defaults, on its other
+    runs (``calibration.fits_on_few_rows``; the H100 SXM has a datasheet peak the planner knows, as the B200 does;
+    the 500 W part's peak is unknown, so the defaults are far off there)."""
+    print(
+        f"\nconstants fitted on k of a GPU's runs, predicting its other runs, against the defaults (MIN_ROWS = {MIN_ROWS})"
+    )
+    for gpu in ("H100-SXM", "H100-HBM2e-500W"):
+        for study in fits_on_few_rows(sources, gpu, (1, 2, 3, 4, 5, 6, 8)):
+            print(
+                f"  {gpu:16s} k={study.rows}: fitted {study.fit_error_pct:5.2f}%, defaults {study.defaults_error_pct:5.2f}% "
+                f"mean |error|; the fit better in {study.fit_better} of {study.subsets} subsets"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=PUBLISHED_RUNS)
@@ -152,12 +174,14 @@ def main() -> None:
     print_table([h.row for h in leave_one_out(every_file, GRID_EVERY_ROW)])
     print(
         "\nthe same with constants per GPU: fitted on the other rows of the GPU the held-out row prices as (its own; the "
-        "H100 SXM's for an H200: calibration.PRICED_AS), as bubblescope plan prices it"
+        "H100 SXM's for an H200: calibration.PRICED_AS), as bubblescope plan prices it; with the defaults where that "
+        f"GPU keeps fewer than {MIN_ROWS} other rows, as plan would price it without the held-out one"
     )
     per_gpu = leave_one_out(every_file, GRID_EVERY_ROW, group="gpu")
     print_table([h.row for h in per_gpu])
     published = published_rows(every_file)
     print_by_gpu([row["gpu"] for row in published], [h.row for h in per_gpu])
+    print_fits_on_few_rows(every_file)
     print_as_planned(published)
     if args.sc21:
         print("\ncross-check: Table 1 rows with the sc21 scripts' micro-batch size and interleaving")

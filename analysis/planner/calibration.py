@@ -12,10 +12,13 @@ from __future__ import annotations
 import csv
 import functools
 import itertools
+import random
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+import numpy
 
 from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES, DEFAULTS_CHOSEN_ON, MIN_ROWS, Efficiencies
 from bubblescope.analysis.planner.evaluate import evaluate
@@ -271,7 +274,8 @@ def leave_one_out(
     """Each row (of one file, or of several together) predicted with the grid's constants fitted on the other rows
     alone. With ``group`` (a column, e.g. ``gpu``), only on the other rows that share the held-out row's value there
     (constants per GPU: the rows of the GPU it prices as, ``constants_family``, as ``fit_per_gpu`` fits what the
-    planner prices with); on every other row where none does."""
+    planner prices with); on every other row where none does. Per GPU, a row whose GPU keeps fewer than ``MIN_ROWS``
+    other rows is predicted with the defaults, as the planner would price that GPU without it (``fit_per_gpu``)."""
     options, table = _predictions(sources, grid)
     published = published_rows(sources)
     held: list[HeldOut] = []
@@ -280,6 +284,9 @@ def leave_one_out(
         if group is not None:  # a GPU's constants are fitted on the rows of the GPU it prices as (``constants_family``)
             wanted = constants_family(row[group]) if group == "gpu" else row[group]
             alike = [other for other in others if published[other][group] == wanted]
+            if group == "gpu" and len(alike) < MIN_ROWS:
+                held.append(HeldOut(predict_row(row, DEFAULT_EFFICIENCIES), DEFAULT_EFFICIENCIES))
+                continue
             others = alike or others
         chosen = _best(table, others)
         held.append(HeldOut(table[chosen][index], options[chosen]))
@@ -325,3 +332,50 @@ def fit_per_gpu(
 
 def _mean_abs_error(rows: Sequence[dict[str, str]], eff: Efficiencies) -> float:
     return statistics.fmean(abs(predict_row(row, eff).error_pct) for row in rows)
+
+
+@dataclass(frozen=True)
+class FewRowsFit:
+    """How constants fitted on ``rows`` of a GPU's published runs predict that GPU's other runs, against the
+    defaults on the same runs (means over ``subsets`` subsets of that size)."""
+
+    rows: int
+    subsets: int
+    fit_error_pct: float  # mean |error| on the other rows, constants fitted on the subset
+    defaults_error_pct: float  # mean |error| on the same rows, the defaults
+    fit_better: int  # subsets whose fit beat the defaults
+
+
+def fits_on_few_rows(
+    sources: Sequence[Path],
+    gpu: str,
+    sizes: Sequence[int],
+    grid: Mapping[str, Sequence[float]] = GRID_EVERY_ROW,
+    samples: int = 150,
+    seed: int = 0,
+) -> list[FewRowsFit]:
+    """For each size k, constants fitted on k of ``gpu``'s rows (every such subset, or ``samples`` of them drawn
+    with ``seed``) predict its other rows: the evidence for ``MIN_ROWS``, the fewest runs a GPU's own fit needs to
+    beat the defaults."""
+    _, table = _predictions(sources, grid)
+    published = published_rows(sources)
+    family = [i for i, row in enumerate(published) if row["gpu"].lower() == gpu.lower()]
+    errors = numpy.array([[abs(table[c][i].error_pct) for i in family] for c in range(len(table))])
+    defaults = [abs(predict_row(published[i], DEFAULT_EFFICIENCIES).error_pct) for i in family]
+    draw = random.Random(seed)
+    out: list[FewRowsFit] = []
+    for size in sizes:
+        subsets = list(itertools.combinations(range(len(family)), size))
+        if len(subsets) > samples:
+            subsets = draw.sample(subsets, samples)
+        fitted, kept, better = [], [], 0
+        for subset in subsets:
+            chosen = int(errors[:, list(subset)].mean(axis=1).argmin())  # ``_best``'s rule, on an array
+            rest = [i for i in range(len(family)) if i not in subset]
+            fit_error = float(errors[chosen, rest].mean())
+            default_error = statistics.fmean(defaults[i] for i in rest)
+            fitted.append(fit_error)
+            kept.append(default_error)
+            better += fit_error < default_error
+        out.append(FewRowsFit(size, len(subsets), statistics.fmean(fitted), statistics.fmean(kept), better))
+    return out

@@ -12,6 +12,8 @@ import csv
 import statistics
 from pathlib import Path
 
+import pytest
+
 from bubblescope.analysis.planner import ModelSpec, evaluate, make_cluster
 from bubblescope.analysis.planner.calibration import (
     PUBLISHED_RUNS,
@@ -135,8 +137,10 @@ def test_the_h200_rows_whose_peak_is_known_are_predicted_within_10_percent() -> 
 def test_constants_per_gpu_are_fitted_on_that_gpus_other_rows_alone(tmp_path: Path) -> None:
     """Every published row left out in turn with constants per GPU (bench/planner_calibration.py): an A100 row is
     predicted as if the H100 rows did not exist; an H200 row, which prices with the H100 SXM's constants
-    (``calibration.PRICED_AS``), by the fit on the H100 SXM rows alone."""
-    from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS_H100
+    (``calibration.PRICED_AS``), by the fit on the H100 SXM rows alone; a row of a GPU left with fewer than
+    ``MIN_ROWS`` other rows, with the defaults the planner would then price it with."""
+    from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS_H100, predict_row
+    from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES, MIN_ROWS
 
     grid = {"gemm": (0.4, 0.56, 0.76), "tp_overlap": (0.4, 0.8)}
     every = [CSV, PUBLISHED_RUNS_H100]
@@ -155,3 +159,41 @@ def test_constants_per_gpu_are_fitted_on_that_gpus_other_rows_alone(tmp_path: Pa
     five_hundred = {h.fitted.gemm for h, row in zip(per_gpu, rows) if row["gpu"] == "H100-HBM2e-500W"}
     assert five_hundred and max(five_hundred) < 0.76
     assert {h.fitted.gemm for h in per_gpu[: len(a100_alone)]} == {0.76}
+    # a B200 row leaves one B200 row, fewer than MIN_ROWS: the planner would price the B200 with the defaults
+    b200 = [i for i, row in enumerate(rows) if row["gpu"] == "B200"]
+    assert len(b200) == 2 and len(b200) - 1 < MIN_ROWS
+    for i in b200:
+        assert per_gpu[i].fitted == DEFAULT_EFFICIENCIES
+        assert per_gpu[i].row == predict_row(rows[i], DEFAULT_EFFICIENCIES)
+
+
+def test_a_fit_on_few_of_a_gpus_runs_is_scored_on_its_other_runs_against_the_defaults() -> None:
+    """``fits_on_few_rows`` (the evidence for ``MIN_ROWS``, printed by bench/planner_calibration.py): for each size k,
+    every k of the GPU's runs (or a sample) choose the grid's constants, which are scored on the GPU's other runs
+    beside the defaults on the same runs; here by hand on a three-value grid."""
+    from bubblescope.analysis.planner.calibration import (
+        PUBLISHED_RUNS_H100,
+        candidates,
+        fits_on_few_rows,
+        predict_row,
+        published_rows,
+    )
+    from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES
+
+    grid = {"gemm": (0.56, 0.68, 0.8)}
+    rows = [row for row in published_rows(PUBLISHED_RUNS_H100) if row["gpu"] == "H100-SXM"]
+    errors = [[abs(predict_row(row, eff).error_pct) for row in rows] for eff in candidates(grid)]
+    defaults = [abs(predict_row(row, DEFAULT_EFFICIENCIES).error_pct) for row in rows]
+    fit_errors, default_errors, better = [], [], 0
+    for alone in range(len(rows)):
+        chosen = min(range(len(errors)), key=lambda c: errors[c][alone])
+        rest = [i for i in range(len(rows)) if i != alone]
+        fit_errors.append(statistics.fmean(errors[chosen][i] for i in rest))
+        default_errors.append(statistics.fmean(defaults[i] for i in rest))
+        better += fit_errors[-1] < default_errors[-1]
+    (one,) = fits_on_few_rows([CSV, PUBLISHED_RUNS_H100], "H100-SXM", (1,), grid)
+    assert (one.rows, one.subsets, one.fit_better) == (1, len(rows), better)
+    assert one.fit_error_pct == pytest.approx(statistics.fmean(fit_errors))
+    assert one.defaults_error_pct == pytest.approx(statistics.fmean(default_errors))
+    (sampled,) = fits_on_few_rows([CSV, PUBLISHED_RUNS_H100], "H100-SXM", (3,), grid, samples=5)
+    assert sampled.subsets == 5
