@@ -5,10 +5,9 @@ A GPU prices with its own constants where the repository holds at least ``MIN_RO
 Megatron-LM's README table and Megatron-Bridge's; torchtitan's 500 W HBM2e H100); the H200 with the H100 SXM's
 (``calibration.PRICED_AS``: Trainy's two H200 runs are then a test of constants never fitted on them); every other GPU
 (the A100s, H100 PCIe, the B200 with its two runs, and a GPU a request describes itself) with the defaults, chosen on
-18 A100 runs. Several fitted values sit at
-an end of the grid (``calibration.GRID_EVERY_ROW``): boundary fits, docs/planner.md. Left out per GPU in turn, every
-published row reads within the figures ``docs/planner.md`` gives (``bench/planner_calibration.py``, "constants per
-GPU").
+18 A100 runs. Several fitted values sit at an end of the grid (``calibration.GRID_EVERY_ROW``): boundary fits,
+docs/planner.md. Left out per GPU in turn, every published row reads within the figures ``docs/planner.md`` gives
+(``bench/planner_calibration.py``, "constants per GPU").
 """
 
 from __future__ import annotations
