@@ -4,10 +4,10 @@ Spans are timed with ``local_ns`` (``time.perf_counter_ns``: monotonic, and a C 
 timestamp on the training thread costs no Python call) and shipped as Unix-epoch nanoseconds:
 ``to_epoch`` adds the anchor (read once per process) on the shipper thread. Ranks on other
 hosts disagree on epoch time, so each rank also estimates its offset to rank 0 by timed
-ping-pongs over the process group (the NTP estimate from the round trip with the smallest delay)
-and registers it; the service subtracts it in every cross-rank view. ``clock_sync`` runs the
-rounds (at start and periodically) behind a store handshake, so a rank that never calls
-``init`` cannot hang the others.
+ping-pongs over the process group (the NTP estimate from the round trip with the smallest delay,
+zero when that round trip cannot tell the clocks apart: ``settled``) and registers it; the service
+subtracts it in every cross-rank view. ``clock_sync`` runs the rounds (at start and periodically)
+behind a store handshake, so a rank that never calls ``init`` cannot hang the others.
 
 ``BUBBLESCOPE_CLOCK_SKEW_NS`` shifts this process's clock by that many nanoseconds (``set_skew``,
 called when the collector initialises): a way to check, on one host, that alignment undoes a
@@ -109,4 +109,17 @@ def ping_rank0(dist: Any, rounds: int) -> ClockOffset:
         if best is None or estimate.uncertainty_ns < best.uncertainty_ns:
             best = estimate
     assert best is not None
-    return best
+    return settled(best)
+
+
+def settled(estimate: ClockOffset) -> ClockOffset:
+    """Zero when the round trip cannot tell the two clocks apart (``|offset| <= uncertainty``), with the error
+    that choice can carry (``|offset| + uncertainty``); else the estimate as measured.
+
+    Ranks on one host read one system clock: their true offset is zero, and a round trip delayed on one side
+    (a loaded host schedules one of the two late) moves the midpoint by up to half its length, which on a busy
+    machine is more than a late rank's lateness. Ranks on hosts whose clocks NTP or PTP keep together are near zero
+    too; a real skew larger than the round trip is still measured."""
+    if abs(estimate.offset_ns) <= estimate.uncertainty_ns:
+        return ClockOffset(0, abs(estimate.offset_ns) + estimate.uncertainty_ns)
+    return estimate

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from bubblescope.collector.clock import ClockOffset, settled
 from tests.support import LiveServer, run_parallel_job, run_rows, wait_for_steps
 
 pytestmark = pytest.mark.slow
@@ -35,6 +36,16 @@ def skewed(sqlite_server: LiveServer) -> tuple[str, dict[str, Any], list[dict[st
         detail = wait_for_steps(client, job.run_key, ranks=2, steps=STEPS)
         steps = [client.get(f"/api/v1/runs/{job.run_key}/steps/{s}").json() for s in range(STEPS)]
     return job.run_key, detail, steps
+
+
+def test_a_round_trip_that_cannot_tell_the_clocks_apart_gives_zero_with_the_error_that_choice_carries() -> None:
+    """Two ranks on one host: a ping answered late on one side reads an offset of up to half the round trip (0.5-1.4
+    ms beside busy loops here); the true offset is zero, so zero is kept, with |offset| + uncertainty as its error. A
+    skew the round trip can tell stays as measured."""
+    assert settled(ClockOffset(1_435_358, 1_501_094)) == ClockOffset(0, 2_936_452)
+    assert settled(ClockOffset(-663_500, 760_267)) == ClockOffset(0, 1_423_767)
+    assert settled(ClockOffset(-2_000_000_000, 90_000)) == ClockOffset(-2_000_000_000, 90_000)
+    assert settled(ClockOffset(120_000, 100_000)) == ClockOffset(120_000, 100_000)
 
 
 def test_the_skew_is_measured_with_its_uncertainty(skewed: tuple) -> None:
