@@ -15,12 +15,13 @@ runs four linear layers instead of one. ``--declare JSON``: keys the job adds to
 (``collector.init(config=...)``), such as the model, cluster and layout the planner prices its fixes for.
 
 ``--loader-ms M --workers W``: each batch takes M ms to load, in W DataLoader worker processes (0: on the
-training thread). ``--fixed-from N``: from step N on, neither the loading time nor the slow rank's. ``--slow-rank R --slow-ms M``: rank R also spends M ms a step on the host between forward and backward, so the
-other ranks wait for it in the gradient reduction.
+training thread). ``--slow-rank R --slow-ms M``: rank R also spends M ms a step on the host between forward and
+backward, so the other ranks wait for it in the gradient reduction. ``--alternate-from N``: from step N on, the
+loading time and the slow rank's only on every other step (N + 1, N + 3, ...): the fault and its fix side by side.
 
 Each rank times its own forward and backward with ``time.perf_counter`` (the job's own measurement the
-service's figures are checked against) and writes them, with each step's wall time, to
-``<report>.<rank>.json``.
+service's figures are checked against) and writes them, with each step's wall time and its cycle (from the
+previous step's end, its batch's loading included), to ``<report>.<rank>.json``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -90,17 +92,17 @@ def build(mode: str, layers: int, blocks: bool, heavy_block: int | None) -> nn.M
 class SlowBatches(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """Ready-made batches, each taking ``loader_ms`` to load (as a decoder or a remote read would)."""
 
-    def __init__(self, steps: int, batch: int, loader_ms: float, fixed_from: int) -> None:
+    def __init__(self, steps: int, batch: int, loader_ms: float, faulty: Callable[[int], bool]) -> None:
         torch.manual_seed(1)
         self.batches = [(torch.randn(batch, HIDDEN), torch.randn(batch, HIDDEN)) for _ in range(steps)]
         self.loader_s = loader_ms / 1e3
-        self.fixed_from = fixed_from
+        self.faulty = faulty
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if index < self.fixed_from:
+        if self.faulty(index):
             time.sleep(self.loader_s)
         return self.batches[index]
 
@@ -125,7 +127,7 @@ def main() -> None:
     parser.add_argument("--slow-ms", type=float, default=0.0)
     parser.add_argument("--loader-ms", type=float, default=0.0, help="each batch takes this long to load")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
-    parser.add_argument("--fixed-from", type=int, default=None, help="from this step on, no --slow-ms or --loader-ms")
+    parser.add_argument("--alternate-from", type=int, default=None, help="from this step, faults every other step")
     parser.add_argument("--blocks", action="store_true", help="price each block of the model (blocks=)")
     parser.add_argument("--heavy-block", type=int, default=None, help="this block runs four linear layers")
     parser.add_argument("--declare", type=json.loads, default={}, help="JSON keys for collector.init's config")
@@ -135,13 +137,18 @@ def main() -> None:
     collector.init(run=args.run_name, config=args.declare)
     model = build(args.mode, args.layers, args.blocks, args.heavy_block)
     optimizer = collector.instrument_optimizer(torch.optim.SGD(model.parameters(), lr=1e-3))
-    fixed_from = args.steps if args.fixed_from is None else args.fixed_from
+    alternate_from = args.steps if args.alternate_from is None else args.alternate_from
+
+    def faulty(index: int) -> bool:
+        return index < alternate_from or (index - alternate_from) % 2 == 1
+
     batches = DataLoader(
-        SlowBatches(args.steps, args.batch, args.loader_ms, fixed_from), batch_size=None, num_workers=args.workers
+        SlowBatches(args.steps, args.batch, args.loader_ms, faulty), batch_size=None, num_workers=args.workers
     )
     own: list[dict[str, float]] = []
+    cycle_start = time.perf_counter()
     for index, (inputs, targets) in enumerate(collector.timed_batches(batches)):
-        slow_ms = args.slow_ms if index < fixed_from else 0.0
+        slow_ms = args.slow_ms if faulty(index) else 0.0
         with collector.step():
             step_start = time.perf_counter()
             optimizer.zero_grad()
@@ -162,8 +169,10 @@ def main() -> None:
                     "forward_s": forward_end - forward_start,
                     "backward_s": backward_end - backward_start,
                     "step_s": time.perf_counter() - step_start,
+                    "cycle_s": time.perf_counter() - cycle_start,
                 }
             )
+            cycle_start = time.perf_counter()
     collector.shutdown()
     rank = dist.get_rank()
     Path(f"{args.report}.{rank}.json").write_text(json.dumps(own))
