@@ -113,7 +113,8 @@ def test_ctrl_c_in_the_training_loop_fails_the_run(sqlite_server: LiveServer, tm
     ends it, and the run is failed with that error (README, Run states)."""
     run_key = f"end-{uuid.uuid4().hex[:8]}"
     looping = tmp_path / "looping"
-    env = {**os.environ, "BUBBLESCOPE_URL": sqlite_server.url, "BUBBLESCOPE_RUN_ID": run_key}
+    # PYTHONFAULTHANDLER: should the process outlive the wait below, SIGABRT prints every thread's stack
+    env = {**os.environ, "BUBBLESCOPE_URL": sqlite_server.url, "BUBBLESCOPE_RUN_ID": run_key, "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen(
         [sys.executable, "-c", CTRL_C_SCRIPT, str(looping)],
         env=env,
@@ -125,7 +126,12 @@ def test_ctrl_c_in_the_training_loop_fails_the_run(sqlite_server: LiveServer, tm
     try:
         wait_until(looping.exists, 60, "the loop to run")
         process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=60)
+        try:
+            _, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # a CI run saw this once: where each thread was, for the fix
+            process.send_signal(signal.SIGABRT)
+            _, stderr = process.communicate(timeout=30)
+            pytest.fail(f"still running 60 s after SIGINT; its threads at SIGABRT:\n{stderr[-8000:]}")
     finally:
         process.kill()
     assert process.returncode != 0 and "KeyboardInterrupt" in stderr, stderr[-3000:]
