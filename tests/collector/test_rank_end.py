@@ -117,6 +117,9 @@ def test_ctrl_c_in_the_training_loop_fails_the_run(sqlite_server: LiveServer, tm
     env = {**os.environ, "BUBBLESCOPE_URL": sqlite_server.url, "BUBBLESCOPE_RUN_ID": run_key, "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen(
         [sys.executable, "-c", CTRL_C_SCRIPT, str(looping)],
+        # as a terminal starts a job: a shell without job control starts a background command (nohup ... &, a CI
+        # runner's) with SIGINT ignored, its children inherit that, and Python then raises no KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -128,7 +131,7 @@ def test_ctrl_c_in_the_training_loop_fails_the_run(sqlite_server: LiveServer, tm
         process.send_signal(signal.SIGINT)
         try:
             _, stderr = process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:  # a CI run saw this once: where each thread was, for the fix
+        except subprocess.TimeoutExpired:  # where each thread was
             process.send_signal(signal.SIGABRT)
             _, stderr = process.communicate(timeout=30)
             pytest.fail(f"still running 60 s after SIGINT; its threads at SIGABRT:\n{stderr[-8000:]}")
