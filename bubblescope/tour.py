@@ -93,9 +93,9 @@ STOPS: tuple[Stop, ...] = (
     ),
     Stop(
         "late-rank",
-        "The same DDP job with rank 1 late by 40 ms a step: rank 0 waits for it inside the all-reduce",
+        "The same DDP job with rank 1 late by 100 ms a step: rank 0 waits for it inside the all-reduce",
         2,
-        data_parallel("--mode=ddp", "--late-rank=1", "--late-ms=40"),
+        data_parallel("--mode=ddp", "--late-rank=1", "--late-ms=100"),
         compare_with="ddp",
     ),
     Stop(

@@ -106,13 +106,15 @@ def test_the_rebalanced_re_run_has_balanced_stages(tour: tuple[str, Any]) -> Non
 
 
 def test_the_late_rank_is_named_and_its_peer_waits_for_it(tour: tuple[str, Any]) -> None:
-    """40 ms a step injected on rank 1: rank 0 waits about that for it, a mean of about 20 ms a rank. Plain DDP is
-    no baseline on a loaded machine: in one CI run its own ranks were 66 ms apart, with waits of 20.5 ms a rank."""
+    """100 ms a step injected on rank 1: rank 0 waits about that for it, a mean of about 50 ms a rank. Plain DDP is
+    no baseline on a loaded machine: in one CI run its own ranks were 66 ms apart, with waits of 20.5 ms a rank; and
+    with 40 ms injected, one CI run (steps of 485 ms) found rank 1 waiting 76.7 ms a step for rank 0. 100 ms is above what the machine's
+    load has made of two equal ranks."""
     late = tour[1]["late-rank"]["analysis"]["step_split"]
     assert late["culprit"]["rank"] == 1 and late["culprit"]["victims"] == [0], late["culprit"]
-    assert late["culprit"]["lateness_ns"] >= 20e6, late["culprit"]
+    assert late["culprit"]["lateness_ns"] >= 50e6, late["culprit"]
     waits = {part["name"]: part["ns"] for part in late["parts"]}
-    assert waits["collective_wait"] >= 14e6, waits
+    assert waits["collective_wait"] >= 35e6, waits
 
 
 def test_the_data_parallel_jobs_show_their_compute(tour: tuple[str, Any]) -> None:
