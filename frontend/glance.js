@@ -202,7 +202,7 @@ function suggestionItem(analysis, stopped) {
   if (!s && noisy.length) {
     const best = noisy[0];
     return item("glance-do", "Do first", "nothing clears the noise",
-      `${noisy.length} fix${noisy.length > 1 ? "es" : ""} within noise; the best, ${best.title.toLowerCase()}, saves ${ms(best.current_step_ns - best.predicted_step_ns)} ms ± ${ms(best.gain_half_width_ns)} ms`);
+      `${noisy.length} fix${noisy.length > 1 ? "es" : ""} within noise; the best, ${best.title.charAt(0).toLowerCase()}${best.title.slice(1)}, saves ${ms(best.current_step_ns - best.predicted_step_ns)} ms ± ${ms(best.gain_half_width_ns)} ms`);
   }
   if (!s) {
     const uneven = unevenOutsideWork(analysis); // one stage's work outside the pipeline holds the others
