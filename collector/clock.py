@@ -117,9 +117,9 @@ def settled(estimate: ClockOffset) -> ClockOffset:
     that choice can carry (``|offset| + uncertainty``); else the estimate as measured.
 
     Ranks on one host read one system clock: their true offset is zero, and a round trip delayed on one side
-    (a loaded host schedules one of the two late) moves the midpoint by up to half its length, which on a busy
-    machine is more than a late rank's lateness. Ranks on hosts whose clocks NTP or PTP keep together are near zero
-    too; a real skew larger than the round trip is still measured."""
+    (a loaded host schedules one of the two late) moves the midpoint by up to half its length (0.5-1.4 ms between
+    two ranks of one host beside busy loops on the 2-core test machine). Ranks on hosts whose clocks NTP or PTP keep
+    together are near zero too; a real skew larger than the round trip is still measured."""
     if abs(estimate.offset_ns) <= estimate.uncertainty_ns:
         return ClockOffset(0, abs(estimate.offset_ns) + estimate.uncertainty_ns)
     return estimate
