@@ -186,6 +186,7 @@ def memory_suggestions(
             "grad_reduce",
             "attention_kernel",
             "dispatcher",
+            "kv_repeated",
         )
         runs_own = current.config.as_dict()
         fixed = {field: runs_own[field] for field in kept}

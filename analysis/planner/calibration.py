@@ -117,6 +117,7 @@ def _published_config(row: dict[str, str], mbs: int) -> ParallelConfig:
         grad_reduce=row.get("grad_reduce", "").strip() or "fp32",
         compile=_flag(row, "compile", default=True),
         fp8_all_gather=_flag(row, "fp8_all_gather"),
+        kv_repeated=_flag(row, "kv_repeated"),
         layers_per_stage=tuple(int(n) for n in row.get("layers_per_stage", "").split("/") if n.strip()),
     )
 

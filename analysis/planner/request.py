@@ -81,6 +81,7 @@ CONFIG_FIELDS = (
     "compile",
     "fp8_all_gather",
     "attention_kernel",
+    "kv_repeated",
 )
 MAX_STAGES = 4096
 #: What a configuration assumes where the request is silent, said in the answer (``assumed``).
@@ -117,7 +118,14 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
                 fields[name] = lookup(value, at)
             except ScheduleError as error:
                 raise PlanInputError(at, error.message) from None
-        elif name in ("sequence_parallel", "flash_attention", "tp_comm_overlap", "compile", "fp8_all_gather"):
+        elif name in (
+            "sequence_parallel",
+            "flash_attention",
+            "tp_comm_overlap",
+            "compile",
+            "fp8_all_gather",
+            "kv_repeated",
+        ):
             fields[name] = boolean(value, at)
         elif name == "capacity_factor":
             fields[name] = positive_float(value, at)

@@ -97,6 +97,7 @@ def candidates(
                                 str(fix.get("attention_kernel", "cudnn")),
                                 etp,
                                 str(fix.get("dispatcher", "alltoall")),
+                                bool(fix.get("kv_repeated", False)),
                             )
 
 

@@ -267,6 +267,9 @@ class ParallelConfig:
     ``attention_kernel``: which fused attention runs: ``cudnn`` (cuDNN's, what Transformer Engine runs and torch's
     SDPA prefers on Hopper and Blackwell with a recent cuDNN) or ``flash2`` (FlashAttention-2, torch's SDPA default
     before that, and the ``flash-attn`` package's v2); priced apart on Hopper only.
+    ``kv_repeated``: the keys and values are repeated to every query head before attention (torchtitan's Llama until
+    it passed ``enable_gqa`` to SDPA: ``repeat_kv`` at 9dec370, December 2024), so context parallelism moves
+    heads·head_dim a token where grouped-query attention has kv_heads·head_dim (``step_time.cp_seconds``).
     """
 
     tp: int = 1
@@ -292,6 +295,7 @@ class ParallelConfig:
     attention_kernel: str = "cudnn"
     etp: int = 0
     dispatcher: str = "alltoall"
+    kv_repeated: bool = False
 
     def with_dp(self, gpus: int) -> ParallelConfig:
         return self if self.dp else replace(self, dp=gpus // (self.tp * self.cp * self.pp))
@@ -343,6 +347,7 @@ class ParallelConfig:
             "grad_reduce": self.grad_reduce,
             "compile": self.compile,
             "fp8_all_gather": self.fp8_all_gather,
+            "kv_repeated": self.kv_repeated,
         }
 
 

@@ -369,20 +369,28 @@ def cp_seconds(
     attention_backward_s: float,
 ) -> float:
     """Exposed context-parallel communication of one layer and micro-batch: every rank needs the sequence's keys
-    and values, 4·b·s·k/t bytes (K and V, bf16), gathered over the cp ranks' ring once forward and once backward,
-    whose key and value gradients go back the same way (three ring passes; four with full recompute). ``p2p``
-    (ring attention) passes each block on while attending the previous one: only what attention does not cover
-    (forward and backward) is exposed. ``allgather``: all of it."""
+    and values, 4·b·s·k/t bytes (K and V, bf16; k the K/V width attention receives: kv_heads·head_dim, or
+    heads·head_dim with ``kv_repeated``), gathered over the cp ranks' ring. ``p2p`` (ring attention, Transformer
+    Engine's) passes each block on while attending the previous one, once forward (twice with full recompute) and
+    twice backward (the blocks again, and their gradients): only what attention does not cover is exposed.
+    ``allgather`` (torch's context parallelism, ``torch.distributed.tensor.experimental._attention``): all of it, and
+    its backward gathers the keys and values again and passes their gradients round the ring in fp32
+    (``_ContextParallelOptions.convert_to_f32``), twice a bf16 pass: 1 (2 with full recompute) + 1 + 2 passes."""
     if cfg.cp == 1:
         return 0.0
-    kv_bytes = 4.0 * cfg.mbs * model.seq * model.kv_dim / cfg.tp
+    width = model.q_dim if cfg.kv_repeated else model.kv_dim
+    kv_bytes = 4.0 * cfg.mbs * model.seq * width / cfg.tp
     in_node = cfg.tp * cfg.cp <= cluster.gpus_per_node
     bandwidth, link_eff = (cluster.gpu.nvlink_gbps, eff.nvlink) if in_node else (cluster.gpu.network_gbps, eff.network)
     one = ring_seconds(kv_bytes, cfg.cp, bandwidth, link_eff, eff, passes=1)
     forward_passes = 2 if cfg.recompute == "full" else 1
     if cfg.cp_comm == "allgather":
-        return (forward_passes + 2) * one
+        return (forward_passes + 1 + ALLGATHER_GRADIENT_PASSES) * one
     return forward_passes * max(0.0, one - attention_s) + max(0.0, 2 * one - attention_backward_s)
+
+
+#: torch's context parallelism passes the key and value gradients round the ring in fp32: two bf16 passes' bytes.
+ALLGATHER_GRADIENT_PASSES = 2
 
 
 #: HBM bytes per logit of the fp32 softmax cross-entropy, counted off Megatron-LM's vocab-parallel cross-entropy

@@ -114,6 +114,11 @@ class ConfigIn(BaseModel):
         description="with precision fp8 and zero ≥ 1, the linear weights gathered in FP8 (torchtitan's "
         "enable_fsdp_float8_all_gather, Megatron's --fp8-param-gather); default false",
     )
+    kv_repeated: Annotated[bool, Strict()] | None = Field(
+        default=None,
+        description="keys and values repeated to every query head before attention (torchtitan's Llama before "
+        "January 2026): context parallelism moves heads·head_dim a token, not kv_heads·head_dim; default false",
+    )
 
 
 class PlanRequestIn(BaseModel):

@@ -83,6 +83,10 @@ class RunConfig(BaseModel):
     attention_kernel: Literal["cudnn", "flash2"] | None = Field(
         default=None, description="the fused attention the job runs (the planner's suggestions; default cudnn)"
     )
+    kv_repeated: Annotated[bool, Strict()] | None = Field(
+        default=None,
+        description="keys and values repeated to every query head (the planner's suggestions; default false)",
+    )
     dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = Field(
         default=None, description="how a mixture of experts' routed tokens travel (the planner's suggestions)"
     )

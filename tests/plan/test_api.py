@@ -51,6 +51,7 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         "compile": True,
         "fp8_all_gather": False,
         "attention_kernel": "cudnn",
+        "kv_repeated": False,
     }
     assert answer["assumed"] == [  # what the request left to the defaults, in words
         "precision: bf16 (fp8 runs the linear GEMMs in FP8)",
@@ -174,6 +175,12 @@ BAD: list[tuple[str, dict[str, Any], list[Any], str]] = [
         {"model": "gpt-22b", "cluster": "h100-sxm-x8", "global_batch": 4, "config": {"attention_kernel": "fa3"}},
         ["body", "config", "attention_kernel"],
         "Input should be 'cudnn' or 'flash2'",
+    ),
+    (
+        "repeated keys and values",
+        {"model": "gpt-22b", "cluster": "h100-sxm-x8", "global_batch": 4, "config": {"kv_repeated": "yes"}},
+        ["body", "config", "kv_repeated"],
+        "Input should be a valid boolean",
     ),
     (
         "config and fixed",

@@ -182,6 +182,7 @@ def test_flash_attention_is_on_unless_asked_off_and_the_answer_says_what_it_assu
         ({"precision": "fp8", "fp8_all_gather": True}, "config.fp8_all_gather", "needs zero ≥ 1"),
         ({"fp8_all_gather": "sometimes"}, "config.fp8_all_gather", "true or false"),
         ({"attention_kernel": "fa3"}, "config.attention_kernel", "expected one of cudnn, flash2"),
+        ({"kv_repeated": "grouped"}, "config.kv_repeated", "true or false"),
     ],
 )
 def test_each_new_knob_out_of_range_is_refused_by_name(config: dict[str, Any], field: str, words: str) -> None:
@@ -229,8 +230,10 @@ def test_context_parallelism_splits_the_sequence_and_prices_its_key_value_exchan
     """Llama 3 8B at 32k tokens on 8 H100s, cp 4 (dp 2) against cp 1 (dp 8), global batch 8, ZeRO-1: each GPU holds a
     quarter of the sequence, so a layer's activations are a quarter and the replica's work per step the same (4
     micro-batches of a quarter against 1 whole). The keys and values, 4·b·s·k/t = 4·32768·1024 bytes, go round the
-    4-rank ring over NVLink: (3/4)·bytes / (450 GB/s · 0.65) + 10 µs a pass, three passes a layer. ``allgather``
-    exposes all of it; ring attention (``p2p``) hides it under attention, which takes 6 ms a pass here."""
+    4-rank ring over NVLink: (3/4)·bytes / (450 GB/s · 0.65) + 10 µs a pass. ``allgather`` (torch's) exposes all of
+    it: one gather forward, one backward and the gradients' ring in fp32 (two passes' bytes), four passes a layer; with
+    the keys and values repeated to the 32 query heads (``kv_repeated``, torchtitan's Llama until 2026) k is 4096, not
+    1024. Ring attention (``p2p``) hides it under attention, which takes 6 ms a pass here."""
     model = model_from({"preset": "llama-3-8b", "seq": 32768})
     cluster = make_cluster("H100-SXM", 8)
     base = {"tp": 1, "mbs": 1, "zero": 1, "recompute": "none"}
@@ -238,6 +241,7 @@ def test_context_parallelism_splits_the_sequence_and_prices_its_key_value_exchan
         evaluate(model, cluster, ParallelConfig(**base, **extra), 8)  # type: ignore[arg-type]
         for extra in ({"cp": 1}, {"cp": 4}, {"cp": 4, "cp_comm": "allgather"})
     )
+    repeated = evaluate(model, cluster, ParallelConfig(**base, cp=4, cp_comm="allgather", kv_repeated=True), 8)  # type: ignore[arg-type]
     assert one.step and ring.step and gathered.step and one.memory and ring.memory
     assert (one.config.dp, ring.config.dp, ring.step.microbatches) == (8, 2, 4)
     assert ring.step.compute == pytest.approx(one.step.compute, rel=1e-9)
@@ -245,7 +249,10 @@ def test_context_parallelism_splits_the_sequence_and_prices_its_key_value_exchan
     assert ring.memory.optimizer == pytest.approx(one.memory.optimizer)  # ZeRO-1 over dp·cp = 8 ranks either way
     kv_bytes = 4 * 32768 * 1024
     one_pass = 10e-6 + 0.75 * kv_bytes / (450e9 * SXM.nvlink)
-    assert gathered.step.cp_comm == pytest.approx(4 * 32 * 3 * one_pass, rel=1e-9)
+    assert gathered.step.cp_comm == pytest.approx(4 * 32 * 4 * one_pass, rel=1e-9)
+    assert repeated.step and repeated.step.cp_comm == pytest.approx(
+        4 * 32 * 4 * (10e-6 + 0.75 * 4 * kv_bytes / (450e9 * SXM.nvlink)), rel=1e-9
+    )
     assert ring.step.cp_comm == 0.0 and one.step.cp_comm == 0.0
     assert gathered.step.total > ring.step.total
 
