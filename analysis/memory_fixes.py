@@ -186,6 +186,7 @@ def memory_suggestions(
             "grad_reduce",
             "attention_kernel",
             "dispatcher",
+            "cp_comm",
             "kv_repeated",
         )
         runs_own = current.config.as_dict()

@@ -267,8 +267,8 @@ class ParallelConfig:
     ``attention_kernel``: which fused attention runs: ``cudnn`` (cuDNN's, what Transformer Engine runs and torch's
     SDPA prefers on Hopper and Blackwell with a recent cuDNN) or ``flash2`` (FlashAttention-2, torch's SDPA default
     before that, and the ``flash-attn`` package's v2); priced apart on Hopper only.
-    ``kv_repeated``: the keys and values are repeated to every query head before attention (torchtitan's Llama until
-    it passed ``enable_gqa`` to SDPA: ``repeat_kv`` at 9dec370, December 2024), so context parallelism moves
+    ``kv_repeated``: the keys and values are repeated to every query head before attention (torchtitan's Llama from
+    its start until 2026-01-27, ff0829c, which passes ``enable_gqa`` to SDPA instead), so context parallelism moves
     heads·head_dim a token where grouped-query attention has kv_heads·head_dim (``step_time.cp_seconds``).
     """
 

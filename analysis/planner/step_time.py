@@ -199,7 +199,7 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     score_elementwise = traffic * stored_scores / hbm
     # two all-reduces (or all-gather + reduce-scatter pairs: the same ring volume) per pass: the attention's and the
     # MLP's (``mlp_tp_seconds``)
-    tp_pass = ring_seconds(2.0 * tokens * h, t, *_tp_bandwidth(cluster, t, eff), eff, passes=2)
+    tp_pass = ring_seconds(tp_pair_bytes(cfg, tokens * h), t, *_tp_bandwidth(cluster, t, eff), eff, passes=2)
     tp_pass += mlp_tp_seconds(model, cluster, cfg, eff, tokens)
     cast_forward, cast_backward = fp8_cast_seconds(model, cfg, hbm, tokens)
     forward = dense + attention + elementwise + cast_forward
@@ -233,13 +233,28 @@ def mlp_tp_seconds(
     plus shared experts' activations over tp (Megatron's shared experts keep the dense layout)."""
     h, t = model.hidden, cfg.tp
     if not model.moe:
-        return ring_seconds(2.0 * tokens * h, t, *_tp_bandwidth(cluster, t, eff), eff, passes=2)
+        return ring_seconds(tp_pair_bytes(cfg, tokens * h), t, *_tp_bandwidth(cluster, t, eff), eff, passes=2)
     etp = cfg.expert_tp
     routed = 2.0 * tokens * h * model.top_k * cfg.capacity_factor * etp / t
     seconds = ring_seconds(routed, etp, *_tp_bandwidth(cluster, etp, eff), eff, passes=2)
     if model.shared_experts:
         seconds += ring_seconds(2.0 * tokens * h, t, *_tp_bandwidth(cluster, t, eff), eff, passes=2)
     return seconds
+
+
+def tp_pair_bytes(cfg: ParallelConfig, elements: float) -> float:
+    """The bytes a phase of one sequence-parallel all-gather + reduce-scatter pair moves, on average, for ``elements``
+    activations: 2 each in bf16; with ``precision="fp8"`` the all-gather moves the FP8 input (forward) or output
+    gradient (backward), 1 byte, and the reduce-scatter bf16 partial sums, 2 (torchao's ``Float8ColwiseParallel`` /
+    ``Float8RowwiseParallel``, which torchtitan runs with Float8 and TP; Transformer Engine's FP8 linears gather
+    their FP8 input too)."""
+    if cfg.precision == "fp8" and cfg.sequence_parallel:
+        return (FP8_GATHER_BYTES + 2.0) / 2 * elements
+    return 2.0 * elements
+
+
+#: Bytes an FP8 activation or gradient takes in a tensor-parallel all-gather.
+FP8_GATHER_BYTES = 1.0
 
 
 def op_recomputed_gemm_seconds(model: ModelSpec, gemms: list[float]) -> float:
@@ -370,12 +385,18 @@ def cp_seconds(
 ) -> float:
     """Exposed context-parallel communication of one layer and micro-batch: every rank needs the sequence's keys
     and values, 4·b·s·k/t bytes (K and V, bf16; k the K/V width attention receives: kv_heads·head_dim, or
-    heads·head_dim with ``kv_repeated``), gathered over the cp ranks' ring. ``p2p`` (ring attention, Transformer
-    Engine's) passes each block on while attending the previous one, once forward (twice with full recompute) and
-    twice backward (the blocks again, and their gradients): only what attention does not cover is exposed.
-    ``allgather`` (torch's context parallelism, ``torch.distributed.tensor.experimental._attention``): all of it, and
-    its backward gathers the keys and values again and passes their gradients round the ring in fp32
-    (``_ContextParallelOptions.convert_to_f32``), twice a bf16 pass: 1 (2 with full recompute) + 1 + 2 passes."""
+    heads·head_dim with ``kv_repeated``), gathered over the cp ranks.
+
+    ``p2p`` (ring attention, Transformer Engine's) passes each block on while attending the previous one, once
+    forward (twice with full recompute) and twice backward (the blocks again, and their gradients): only what
+    attention does not cover is exposed.
+
+    ``allgather`` is torch's context parallelism (``torch.distributed.tensor.experimental._attention``,
+    ``_templated_ring_attention`` and its backward), attention in cp load-balanced blocks of equal work: the keys
+    and values are all-gathered once, under the first block (forward, and again in the recomputed forward and the
+    backward), so what the gather takes beyond a block's attention is exposed; the backward then passes the key and
+    value gradients on after every block, the rank's whole share in fp32 (``convert_to_f32``: 2·bytes/cp), each
+    under the next block's backward, and waits for the last one after the loop."""
     if cfg.cp == 1:
         return 0.0
     width = model.q_dim if cfg.kv_repeated else model.kv_dim
@@ -385,12 +406,11 @@ def cp_seconds(
     one = ring_seconds(kv_bytes, cfg.cp, bandwidth, link_eff, eff, passes=1)
     forward_passes = 2 if cfg.recompute == "full" else 1
     if cfg.cp_comm == "allgather":
-        return (forward_passes + 1 + ALLGATHER_GRADIENT_PASSES) * one
+        block, block_backward = attention_s / cfg.cp, attention_backward_s / cfg.cp
+        gradient_step = eff.collective_latency_s + 2.0 * kv_bytes / cfg.cp / (bandwidth * 1e9 * link_eff)
+        gathers = forward_passes * max(0.0, one - block) + max(0.0, one - block_backward)
+        return gathers + (cfg.cp - 1) * max(0.0, gradient_step - block_backward) + gradient_step
     return forward_passes * max(0.0, one - attention_s) + max(0.0, 2 * one - attention_backward_s)
-
-
-#: torch's context parallelism passes the key and value gradients round the ring in fp32: two bf16 passes' bytes.
-ALLGATHER_GRADIENT_PASSES = 2
 
 
 #: HBM bytes per logit of the fp32 softmax cross-entropy, counted off Megatron-LM's vocab-parallel cross-entropy

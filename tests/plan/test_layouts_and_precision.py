@@ -66,7 +66,8 @@ def test_fp8_gemms_run_at_nine_tenths_of_bf16s_efficiency_over_the_fp8_peak_and_
     bf16, fp8 = (plans[p].step for p in ("bf16", "fp8"))
     assert bf16 is not None and fp8 is not None
     assert bf16.compute - fp8.compute == pytest.approx(expected, rel=1e-9)
-    assert bf16.tp_comm == fp8.tp_comm and bf16.optimizer == fp8.optimizer  # only the GEMMs change
+    assert bf16.optimizer == fp8.optimizer  # the GEMMs change, and the TP all-gathers move one byte (test below)
+    assert fp8.tp_comm < bf16.tp_comm
     assert plans["fp8"].memory == plans["bf16"].memory  # weights and optimizer state stay as they were
 
 
@@ -229,11 +230,10 @@ def test_every_gpu_in_the_catalog_carries_its_source() -> None:
 def test_context_parallelism_splits_the_sequence_and_prices_its_key_value_exchange() -> None:
     """Llama 3 8B at 32k tokens on 8 H100s, cp 4 (dp 2) against cp 1 (dp 8), global batch 8, ZeRO-1: each GPU holds a
     quarter of the sequence, so a layer's activations are a quarter and the replica's work per step the same (4
-    micro-batches of a quarter against 1 whole). The keys and values, 4·b·s·k/t = 4·32768·1024 bytes, go round the
-    4-rank ring over NVLink: (3/4)·bytes / (450 GB/s · 0.65) + 10 µs a pass. ``allgather`` (torch's) exposes all of
-    it: one gather forward, one backward and the gradients' ring in fp32 (two passes' bytes), four passes a layer; with
-    the keys and values repeated to the 32 query heads (``kv_repeated``, torchtitan's Llama until 2026) k is 4096, not
-    1024. Ring attention (``p2p``) hides it under attention, which takes 6 ms a pass here."""
+    micro-batches of a quarter against 1 whole). The keys and values, 4·32768·1024 bytes, gathered over NVLink, hide
+    under attention either way here: ring attention (``p2p``) under each block, torch's ``allgather`` under the first
+    of its 4 blocks; what ``allgather`` leaves exposed is the last of its key and value gradients' fp32 steps, 2·bytes/4,
+    a layer and micro-batch: 10 µs + 2·(4·32768·1024)/4 / (450 GB/s · 0.55)."""
     model = model_from({"preset": "llama-3-8b", "seq": 32768})
     cluster = make_cluster("H100-SXM", 8)
     base = {"tp": 1, "mbs": 1, "zero": 1, "recompute": "none"}
@@ -241,20 +241,42 @@ def test_context_parallelism_splits_the_sequence_and_prices_its_key_value_exchan
         evaluate(model, cluster, ParallelConfig(**base, **extra), 8)  # type: ignore[arg-type]
         for extra in ({"cp": 1}, {"cp": 4}, {"cp": 4, "cp_comm": "allgather"})
     )
-    repeated = evaluate(model, cluster, ParallelConfig(**base, cp=4, cp_comm="allgather", kv_repeated=True), 8)  # type: ignore[arg-type]
     assert one.step and ring.step and gathered.step and one.memory and ring.memory
     assert (one.config.dp, ring.config.dp, ring.step.microbatches) == (8, 2, 4)
     assert ring.step.compute == pytest.approx(one.step.compute, rel=1e-9)
     assert ring.memory.activations == pytest.approx(one.memory.activations / 4, rel=1e-9)
     assert ring.memory.optimizer == pytest.approx(one.memory.optimizer)  # ZeRO-1 over dp·cp = 8 ranks either way
-    kv_bytes = 4 * 32768 * 1024
-    one_pass = 10e-6 + 0.75 * kv_bytes / (450e9 * SXM.nvlink)
-    assert gathered.step.cp_comm == pytest.approx(4 * 32 * 4 * one_pass, rel=1e-9)
-    assert repeated.step and repeated.step.cp_comm == pytest.approx(
-        4 * 32 * 4 * (10e-6 + 0.75 * 4 * kv_bytes / (450e9 * SXM.nvlink)), rel=1e-9
-    )
+    last_gradient_step = 10e-6 + 2 * (4 * 32768 * 1024) / 4 / (450e9 * SXM.nvlink)
+    assert gathered.step.cp_comm == pytest.approx(4 * 32 * last_gradient_step, rel=1e-9)
     assert ring.step.cp_comm == 0.0 and one.step.cp_comm == 0.0
     assert gathered.step.total > ring.step.total
+
+
+def test_torchs_context_parallelism_hides_its_gathers_under_the_first_block_and_its_gradients_under_the_next() -> None:
+    """``cp_seconds`` for ``allgather`` (torch's ``_templated_ring_attention`` and its backward), by hand: Llama 3 8B at
+    128k tokens, cp 4 over NVLink (450 GB/s · 0.55), the keys and values repeated to its 32 heads (``kv_repeated``,
+    torchtitan's Llama until 2026): 4·131072·4096 bytes, a gather (3/4 of them) 10 µs + 6.51 ms. With attention 8 ms
+    forward and 20 ms backward, a block is 2 and 5 ms: each gather shows 4.51 ms beyond its first block forward (twice
+    with full recompute) and 1.51 ms backward; a gradient step (2·bytes/4 in fp32: 10 µs + 4.34 ms) hides under the
+    next block's backward, three times, and the last one shows whole. Without ``kv_repeated`` a quarter of the bytes
+    (1,024 wide): every gather hides too, and only the last gradient step shows (10 µs + 1.08 ms)."""
+    from bubblescope.analysis.planner.step_time import cp_seconds
+
+    model = model_from({"preset": "llama-3-8b", "seq": 131072})
+    cluster = make_cluster("H100-SXM", 8)
+    link = 450e9 * SXM.nvlink
+    kv_bytes = 4 * 131072 * 4096
+    gather = 10e-6 + 0.75 * kv_bytes / link
+    step = 10e-6 + 2 * kv_bytes / 4 / link
+    attention, backward = 8e-3, 20e-3
+    assert step < 5e-3 < gather  # the numbers the docstring works with
+    for recompute, forwards in (("none", 1), ("full", 2)):
+        cfg = ParallelConfig(cp=4, cp_comm="allgather", kv_repeated=True, recompute=recompute)
+        expected = forwards * (gather - 2e-3) + (gather - 5e-3) + step
+        assert cp_seconds(model, cluster, cfg, SXM, attention, backward) == pytest.approx(expected, rel=1e-9)
+    grouped = ParallelConfig(cp=4, cp_comm="allgather", recompute="full")
+    hidden_but_last = 10e-6 + 2 * (kv_bytes / 4) / 4 / link
+    assert cp_seconds(model, cluster, grouped, SXM, attention, backward) == pytest.approx(hidden_but_last, rel=1e-9)
 
 
 def test_a_long_sequence_is_searched_with_context_parallelism() -> None:
@@ -577,3 +599,25 @@ def test_tensor_parallel_overlap_hides_its_collectives_under_the_linear_gemms_an
     assert exposed is not None and overlapped is not None
     assert exposed.tp_comm - overlapped.tp_comm == pytest.approx(2 * 80 * hidden, rel=1e-9)  # 2 micro-batches
     assert overlapped.tp_comm > 0  # the output layer's collectives are not overlapped
+
+
+def test_fp8_with_sequence_parallelism_gathers_its_activations_in_one_byte() -> None:
+    """Llama 3 70B, 8k tokens, tp 8 with sequence parallelism over NVLink (450 GB/s · 0.55), no recompute: a pass
+    runs two all-gather + reduce-scatter pairs (attention's and the MLP's) of 8192·8192 activations, two passes a
+    layer. In bf16 each collective moves 2 bytes an element; in FP8 the all-gathers move the FP8 input (forward) or
+    output gradient (backward), 1 byte, and the reduce-scatters bf16, 2 (torchao's Float8ColwiseParallel and
+    Float8RowwiseParallel under torchtitan's Float8 with TP): a pair 10 µs + (7/8)·(1 + 2)·8192·8192 / link a phase
+    pair, where bf16 has (7/8)·(2 + 2)·8192·8192. Without sequence parallelism (all-reduces) nothing changes."""
+    model = model_from({"preset": "llama-3-70b", "seq": 8192})
+    cluster = make_cluster("H100-SXM", 8)
+    link = 450e9 * SXM.nvlink
+    elements = 8192 * 8192
+
+    def pair(bytes_per_element: float) -> float:  # one all-gather + reduce-scatter pair: two ring phases
+        return 2 * (10e-6 + 7 / 8 * bytes_per_element / 2 * elements / link)
+
+    for precision, bytes_per_element in (("bf16", 4.0), ("fp8", 3.0)):
+        cfg = ParallelConfig(tp=8, sequence_parallel=True, precision=precision)
+        assert layer_cost(model, cluster, cfg, SXM).comm == pytest.approx(2 * 2 * pair(bytes_per_element), rel=1e-9)
+    no_sp = [layer_cost(model, cluster, ParallelConfig(tp=8, precision=p), SXM).comm for p in ("bf16", "fp8")]
+    assert no_sp[0] == pytest.approx(no_sp[1], rel=1e-12)

@@ -265,6 +265,7 @@ def test_the_reduction_types_the_service_accepts_are_the_planners() -> None:
         assert words(RunConfig, field) == CHOICES[field], field
     for field, value in (
         ("compile", "yes"),
+        ("kv_repeated", "yes"),
         ("grad_reduce", "int8"),
         ("attention_kernel", "fa3"),
         ("dispatcher", "nccl"),
