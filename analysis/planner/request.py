@@ -54,6 +54,7 @@ CONFIG_ALIASES = {
 #: Megatron's (and the planner's, etp 0) is the layout's tp.
 TORCHTITAN_EP = "expert_parallel_degree"
 _INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs", "cp", "ep", "etp", "first_stage_layers", "last_stage_layers")
+_BOOL_FIELDS = ("sequence_parallel", "flash_attention", "tp_comm_overlap", "compile", "fp8_all_gather", "kv_repeated")
 #: Every field a configuration takes (``config`` and ``fixed``), in the order the unknown-field answer names them.
 CONFIG_FIELDS = (
     "tp",
@@ -118,14 +119,7 @@ def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, An
                 fields[name] = lookup(value, at)
             except ScheduleError as error:
                 raise PlanInputError(at, error.message) from None
-        elif name in (
-            "sequence_parallel",
-            "flash_attention",
-            "tp_comm_overlap",
-            "compile",
-            "fp8_all_gather",
-            "kv_repeated",
-        ):
+        elif name in _BOOL_FIELDS:
             fields[name] = boolean(value, at)
         elif name == "capacity_factor":
             fields[name] = positive_float(value, at)
