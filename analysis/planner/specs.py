@@ -209,6 +209,22 @@ def _catalog(path: Path) -> dict[str, GpuSpec]:
 GPU_CATALOG: dict[str, GpuSpec] = _catalog(GPUS)
 
 
+def _device_names(path: Path) -> dict[str, str]:
+    """Each catalog GPU's name as torch reports the device (``torch.cuda.get_device_name``, the ``device_names``
+    column, ``;`` between two), lower-cased, to its catalog key: what an integration declares for its cluster."""
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return {
+        device.strip().lower(): row["name"].lower()
+        for row in rows
+        for device in row["device_names"].split(";")
+        if device.strip()
+    }
+
+
+GPU_DEVICE_NAMES: dict[str, str] = _device_names(GPUS)
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """GPUs in nodes, nodes under leaf switches. ``oversubscription``: a leaf's uplink bandwidth is its downlink's
@@ -462,6 +478,10 @@ def _named_or_fields(table: Mapping[str, Any], value: Any, where: str, what: str
 
 
 def gpu_from(value: str | Mapping[str, Any], where: str) -> GpuSpec:
+    """A catalog GPU by its name or by the device's name as torch reports it (``NVIDIA H100 80GB HBM3``), or a dict
+    of GpuSpec fields."""
+    if isinstance(value, str):
+        value = GPU_DEVICE_NAMES.get(value.strip().lower(), value)
     found = _named_or_fields(GPU_CATALOG, value, where, "GPU")
     if isinstance(found, GpuSpec):
         return found

@@ -227,6 +227,15 @@ def test_every_gpu_in_the_catalog_carries_its_source() -> None:
         assert spec.fp8_tflops == 0 or spec.fp8_tflops == pytest.approx(2 * spec.peak_tflops, rel=0.01), spec
 
 
+def test_a_gpu_is_found_by_the_name_torch_gives_the_device_and_an_unknown_one_is_refused() -> None:
+    """What an integration declares for its cluster (``torch.cuda.get_device_name``), any case."""
+    assert make_cluster("NVIDIA H100 80GB HBM3", 8).gpu == GPU_CATALOG["h100-sxm"]
+    assert make_cluster("nvidia h200", 8).gpu == GPU_CATALOG["h200"]
+    with pytest.raises(PlanInputError) as refused:
+        make_cluster("NVIDIA H100 NVL", 8)  # 94 GB, a different part: not priced as an SXM
+    assert refused.value.field == "cluster.gpu"
+
+
 def test_context_parallelism_splits_the_sequence_and_prices_its_key_value_exchange() -> None:
     """Llama 3 8B at 32k tokens on 8 H100s, cp 4 (dp 2) against cp 1 (dp 8), global batch 8, ZeRO-1: each GPU holds a
     quarter of the sequence, so a layer's activations are a quarter and the replica's work per step the same (4
