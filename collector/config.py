@@ -227,6 +227,10 @@ class CollectorConfig:
     """Integrations (torchtitan) price each block of the model (`instrument_model(model, blocks=...)` on its
     `layers`), for the run page's per-block costs, at a few microseconds a block call."""
 
+    gpu: str | None = setting("BUBBLESCOPE_GPU", TEXT, shown="the CUDA device's name")
+    """The GPU integrations (torchtitan) declare for the run's cluster, so the planner prices its suggestions: a
+    planner GPU (`H100-SXM`, `H200`, `B200`...) or a device name as torch reports it (`NVIDIA H100 80GB HBM3`)."""
+
     stage_layers: bool = setting("BUBBLESCOPE_STAGE_LAYERS", FLAG, True, shown="on")
     """A pipeline's stages are timed layer by layer on detailed steps (at least 10 apart after the first 10 timed;
     with the default `full_spans_every`, every detailed step), so that a suggested rebalance moves measured time:

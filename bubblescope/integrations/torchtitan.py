@@ -5,8 +5,9 @@ and each step under torchtitan's own step number.
 
 takes torchtitan's own arguments and runs ``torchtitan.train``; ``instrument(trainer)`` does the same for a
 Trainer built by hand, before ``trainer.train()``. What it does, once the trainer has set up the process group:
-- ``collector.init`` (run name: ``BUBBLESCOPE_RUN``, else ``torchtitan-<model>-<flavor>``; with pipeline
-  parallelism the run's config holds the micro-batch size);
+- ``collector.init`` (run name: ``BUBBLESCOPE_RUN``, else ``torchtitan-<model>-<flavor>``; the run's config holds
+  the model, cluster, global batch and layout as the planner takes them, ``torchtitan_plan``, and with pipeline
+  parallelism the micro-batch size);
 - ``register_mesh(trainer.parallel_dims)``: each rank's coordinate in pp / dp / tp / cp / ep, torchtitan's
   data-parallel meshes (fsdp, dp_shard, dp_replicate, ...) as ``dp`` (``collector.mesh_dimensions``);
 - compute: the pipeline schedule (``instrument``) where pipeline parallelism is on, else ``instrument_model``
@@ -24,6 +25,7 @@ from typing import Any
 
 from bubblescope import collector
 from bubblescope.collector.config import env_setting
+from bubblescope.integrations.torchtitan_plan import planner_declaration
 
 
 def run_name(trainer: Any) -> str:
@@ -35,14 +37,17 @@ def run_name(trainer: Any) -> str:
 
 
 def run_config(trainer: Any) -> dict[str, Any]:
-    """What the run registers of torchtitan's config: with pipeline parallelism, the micro-batch size (the
-    suggestions' micro-batch changes are said in it, ``--parallelism.pipeline_parallel_microbatch_size``)."""
+    """What the run registers of torchtitan's config: the model, cluster, global batch and layout as the planner
+    takes them (``torchtitan_plan``), so its suggestions are priced as ``bubblescope plan`` prices; with pipeline
+    parallelism the micro-batch size (the suggestions' micro-batch changes are said in it,
+    ``--parallelism.pipeline_parallel_microbatch_size``) whatever else could be read."""
+    declared = planner_declaration(trainer)
     config = getattr(trainer, "config", None)
     parallelism = getattr(config, "parallelism", None)
     micro = getattr(parallelism, "pipeline_parallel_microbatch_size", None)
     if getattr(trainer.parallel_dims, "pp_enabled", False) and isinstance(micro, int) and micro > 0:
-        return {"microbatch_size": micro}
-    return {}
+        declared["microbatch_size"] = micro
+    return declared
 
 
 def instrument(trainer: Any) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bubblescope.analysis.memory_fixes import declared_plan
 from tests.support import LiveServer, migrated_database, run_torchrun, start_server, wait_for_steps
 
 pytestmark = pytest.mark.slow
@@ -89,12 +90,18 @@ def answers(service: LiveServer, run_key: str, from_step: int | None = None) -> 
 def test_torchtitan_fsdp_records_its_compute_under_its_own_step_numbers(
     service: LiveServer, assets: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """With ``BUBBLESCOPE_MODEL_BLOCKS=1``: each of the model's ``layers`` priced as a block."""
-    run_key = run_titan(
-        service, assets, tmp_path, "--parallelism.data_parallel_shard_degree=2", env={"BUBBLESCOPE_MODEL_BLOCKS": "1"}
-    )
+    """With ``BUBBLESCOPE_MODEL_BLOCKS=1``: each of the model's ``layers`` priced as a block. With ``BUBBLESCOPE_GPU``
+    (this CPU has none to name): the run's config declares torchtitan's model, cluster and layout as ``plan`` takes
+    them."""
+    env = {"BUBBLESCOPE_MODEL_BLOCKS": "1", "BUBBLESCOPE_GPU": "H100-SXM"}
+    run_key = run_titan(service, assets, tmp_path, "--parallelism.data_parallel_shard_degree=2", env=env)
     run, analysis = answers(service, run_key)
     assert run["name"] == "torchtitan-llama3-debugmodel"
+    declared = declared_plan(run["config"])  # as the service stored it
+    assert declared is not None, run["config"]
+    assert (declared.model.layers, declared.model.hidden, declared.model.seq) == (6, 256, 128)  # debugmodel, seq_len
+    assert (declared.cluster.gpu.name, declared.cluster.gpus, declared.global_batch) == ("H100-SXM", 2, 4)
+    assert (declared.config.zero, declared.config.mbs, declared.config.recompute) == (3, 2, "op")
     assert [s["step"] for s in run["steps"]] == list(range(1, STEPS + 1))  # torchtitan counts from 1
     assert sorted(r["coords"]["dp"] for r in run["ranks"]) == [0, 1]  # dp_shard / fsdp read as dp
     split = analysis["step_split"]
@@ -120,6 +127,7 @@ def test_torchtitan_pp_is_analysed_as_its_pipeline(
     run, analysis = answers(service, run_key, from_step=2)  # steps 2-6: step 1 builds the schedule
     assert (run["config"]["schedule"], run["config"]["num_stages"]) == ("Schedule1F1B", 2)
     assert run["config"]["microbatch_size"] == 4
+    assert (run["config"]["pp"], run["config"]["layers_per_stage"]) == (2, [3, 3])  # torchtitan's own split
     assert {r["rank"]: r["coords"] for r in run["ranks"]} == {0: {"pp": 0}, 1: {"pp": 1}}
     assert {r["rank"]: r["stage_layers"] for r in run["ranks"]} == {0: [3], 1: [3]}
     assert analysis["step_split"] is None and analysis["attribution"] is not None, analysis

@@ -1,0 +1,116 @@
+"""What a torchtitan run declares to the planner (``bubblescope.integrations.torchtitan_plan``), read from torchtitan
+0.3.0's own configs as its command line builds them, and taken by the analysis as ``plan`` takes it
+(``memory_fixes.declared_plan``). The run through the service is in test_torchtitan.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from bubblescope.analysis.memory_fixes import declared_plan
+from bubblescope.analysis.planner import MODEL_PRESETS, evaluate, model_from
+from bubblescope.integrations.torchtitan_plan import planner_declaration
+from tests.integrations.test_torchtitan import require_torchtitan
+
+H100 = "NVIDIA H100 80GB HBM3"  # torch.cuda.get_device_name on an H100 SXM
+
+
+def declared(module: str, flavor: str, *flags: str, gpus: int, **degrees: int) -> dict[str, Any]:
+    """The declaration for torchtitan's ``--module``/``--config`` and flags on ``gpus`` ranks of ``degrees``."""
+    require_torchtitan()
+    from torchtitan.config import ConfigManager
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    config = ConfigManager().parse_args(
+        ["--module", module, "--config", flavor, "--training.disable_cuda_graphs", *flags]
+    )
+    sizes = {"dp_replicate": 1, "dp_shard": -1, "cp": 1, "tp": 1, "pp": 1, "ep": 1} | degrees
+    dims = ParallelDims(**sizes, world_size=gpus)
+    return planner_declaration(SimpleNamespace(config=config, parallel_dims=dims))
+
+
+def test_llama3_8b_with_tp_and_cp_is_the_planners_llama_3_8b_laid_out_as_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BUBBLESCOPE_GPU", H100)
+    tp_cp = ("--parallelism.tensor_parallel_degree=2", "--parallelism.context_parallel_degree=2")
+    run = declared("llama3", "llama3_8b", *tp_cp, "--training.seq_len=32768", gpus=64, tp=2, cp=2)
+    model = model_from(run["model"])
+    # the architecture torchtitan builds is the published Llama 3 8B the planner's preset holds
+    assert dataclasses.replace(model, name="llama-3-8b", seq=8192) == MODEL_PRESETS["llama-3-8b"]
+    assert model.seq == 32768
+    assert run["cluster"] == {"gpu": H100, "gpus": 64, "gpus_per_node": 8}
+    assert run["global_batch"] == 16  # llama3_8b's local batch 1 on dp_shard 64 / (tp 2 · cp 2)
+    plan = declared_plan(run)
+    assert plan is not None and plan.cluster.gpu.name == "H100-SXM"
+    cfg = plan.config
+    assert (cfg.tp, cfg.pp, cfg.cp, cfg.mbs, cfg.zero) == (2, 1, 2, 1, 3)
+    assert (cfg.cp_comm, cfg.recompute, cfg.attention_kernel, cfg.precision) == ("allgather", "op", "flash2", "bf16")
+    assert cfg.sequence_parallel and not cfg.compile and cfg.grad_reduce == "fp32" and not cfg.kv_repeated
+    priced = evaluate(plan.model, plan.cluster, cfg, plan.global_batch)
+    assert priced.feasible and priced.step is not None and priced.step.total > 0
+
+
+def test_a_pipeline_declares_torchtitans_own_split_and_full_recompute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """70B over 8 stages: torchtitan's split counts the embedding and the output layer as a layer each
+    (``pipeline_parallel_first/last_stage_less_layers`` 1), so the first and last stages hold fewer blocks."""
+    monkeypatch.setenv("BUBBLESCOPE_GPU", "H200")
+    pp = ("--parallelism.pipeline_parallel_degree=8", "--parallelism.pipeline_parallel_schedule=1F1B")
+    flags = (*pp, "--parallelism.tensor_parallel_degree=8", "--training.local_batch_size=16", "--compile.enable")
+    run = declared("llama3", "llama3_70b", *flags, "activation-checkpoint:full", gpus=256, tp=8, pp=8)
+    split = run["layers_per_stage"]
+    assert len(split) == 8 and sum(split) == 80 and split[0] < max(split) and split[-1] < max(split), split
+    assert (run["pp"], run["microbatch_size"], run["recompute"], run["compile"]) == (8, 1, "full", True)
+    plan = declared_plan(run)
+    assert plan is not None and plan.config.layers_per_stage == tuple(split) and plan.config.zero == 3
+    assert plan.global_batch == 16 * 4  # dp_shard 256 / (tp 8 · pp 8)
+
+
+def test_float8_linears_declare_fp8(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchtitan's Float8 converter (emulated here, as its CPU tests run it) swaps the blocks' linears."""
+    monkeypatch.setenv("BUBBLESCOPE_GPU", "H100-SXM")
+    require_torchtitan()
+    from torchtitan.components.quantization.float8 import Float8LinearConverter
+    from torchtitan.config import ConfigManager
+    from torchtitan.distributed.parallel_dims import ParallelDims
+    from torchtitan.models.llama3 import model_registry
+
+    config = ConfigManager().parse_args(["--module", "llama3", "--config", "llama3_8b"])
+    plain = planner_declaration(SimpleNamespace(config=config, parallel_dims=ParallelDims(1, -1, 1, 1, 1, 1, 8)))
+    config.model_spec = model_registry("8B", converters=[Float8LinearConverter.Config(emulate=True)])
+    fp8 = planner_declaration(SimpleNamespace(config=config, parallel_dims=ParallelDims(1, -1, 1, 1, 1, 1, 8)))
+    assert (plain["precision"], fp8["precision"]) == ("bf16", "fp8")
+    assert fp8["model"] == plain["model"]
+    plan = declared_plan(fp8)
+    assert plan is not None and plan.config.precision == "fp8" and not plan.config.fp8_all_gather
+
+
+def test_a_mixture_of_experts_declares_its_layout_but_no_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planner's MoE fields are not read from torchtitan: the run is not priced rather than priced dense."""
+    monkeypatch.setenv("BUBBLESCOPE_GPU", "H100-SXM")
+    run = declared("qwen3", "qwen3_30b_a3b", "--parallelism.expert_parallel_degree=8", gpus=8, ep=8)
+    assert "model" not in run and run["ep"] == 8
+    assert declared_plan(run) is None
+
+
+def test_a_head_width_apart_from_hidden_over_heads_is_declared(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BUBBLESCOPE_GPU", "H100-SXM")
+    run = declared("qwen3", "qwen3_0_6b", gpus=8)
+    model = run["model"]
+    assert model["head_dim"] * model["heads"] != model["hidden"], model  # Qwen3 0.6B: 16 heads of 128 on 1,024
+    assert model_from(model).head_width == model["head_dim"]
+
+
+def test_without_a_gpu_no_cluster_is_declared_and_nothing_is_priced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BUBBLESCOPE_GPU", raising=False)  # this machine's torch has no CUDA
+    run = declared("llama3", "llama3_debugmodel", gpus=2)
+    assert "cluster" not in run and run["model"]["layers"] == 6
+    assert declared_plan(run) is None
+
+
+def test_an_unreadable_config_declares_nothing_and_does_not_raise(caplog: pytest.LogCaptureFixture) -> None:
+    assert planner_declaration(SimpleNamespace(config=object(), parallel_dims=None)) == {}
+    assert "not declared to the planner" in caplog.text
