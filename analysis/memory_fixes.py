@@ -82,7 +82,7 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
             fields["pp"] = positive_int(config["num_stages"], "num_stages") // per_rank
             if fields["pp"] < 1:
                 return None
-        fields = stage_layout(fields, model.layers)
+        fields = stage_layout(_layers_per_rank(fields), model.layers)
         # torchtitan's flag does nothing without Float8 linears and weights to gather: kept only where it acts
         wanted = fields.pop("fp8_all_gather", False)
         parallel = config_from(fields)
@@ -96,6 +96,19 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
         return DeclaredPlan(model, cluster, parallel, batch)
     except (KeyError, TypeError, ValueError, PlanInputError):  # ScheduleError is a ValueError
         return None
+
+
+def _layers_per_rank(fields: dict[str, Any]) -> dict[str, Any]:
+    """A run's ``layers_per_stage`` counts every (virtual) stage, the planner's every pipeline rank: pp·v counts are
+    summed onto the ranks that run them, as the schedule places its stages (looped, or in a V)."""
+    given, pp = fields.get("layers_per_stage"), fields.get("pp", 1)
+    if not given or len(given) == pp or len(given) % pp:
+        return fields  # one stage a rank, or counts that fit no placement (which the planner then refuses)
+    schedule = fields.get("schedule", DEFAULT_SCHEDULE)
+    per_rank = [0] * pp
+    for stage, count in enumerate(given):
+        per_rank[schedule.stage_rank(pp, stage)] += count
+    return {**fields, "layers_per_stage": tuple(per_rank), "vpp": fields.get("vpp", len(given) // pp)}
 
 
 def _plan_fields(config: Mapping[str, Any]) -> dict[str, Any]:

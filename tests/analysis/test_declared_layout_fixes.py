@@ -44,6 +44,12 @@ def test_every_knob_plan_takes_is_read_from_the_runs_config_as_plan_reads_it() -
     interleaved = declared_plan(run | {"tp": 2, "pp": 4, "vpp": 2, "layers_per_stage": "7/9/9/7"})
     assert interleaved is not None and interleaved.config.vpp == 2
     assert interleaved.config.layers_per_stage == (7, 9, 9, 7)  # uneven stages with virtual stages, as plan takes them
+    # the collector's (and torchtitan's) count of every virtual stage, pp·v of them, summed onto the ranks running them
+    looped = {"pp": 2, "schedule": "Interleaved1F1B", "virtual_stages": 2, "layers_per_stage": [5, 9, 10, 8]}
+    folded = declared_plan(run | looped)
+    assert folded is not None and (folded.config.layers_per_stage, folded.config.vpp) == ((15, 17), 2)
+    v_shaped = declared_plan(run | {"pp": 2, "schedule": "ZBVZeroBubble", "layers_per_stage": [5, 9, 10, 8]})
+    assert v_shaped is not None and v_shaped.config.layers_per_stage == (13, 19)  # rank 0 runs stages 0 and 3
     moe = declared_plan({**run, "model": "mixtral-8x7b", "ep": 4, "capacity_factor": 1.25})
     assert moe is not None and (moe.config.ep, moe.config.capacity_factor) == (4, 1.25)
     # what `plan` refuses prices nothing (and raises nothing): an unknown CP method, uneven stages that do not add up

@@ -69,6 +69,17 @@ def test_a_pipeline_declares_torchtitans_own_split_and_full_recompute(monkeypatc
     assert plan.global_batch == 16 * 4  # dp_shard 256 / (tp 8 · pp 8)
 
 
+def test_torchtitans_default_interleaved_split_is_priced_per_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    """debugmodel's own schedule, Interleaved1F1B: 2 stages a rank, 6 blocks split 1/2/2/1 (the embedding and the
+    output layer weigh a block each); with what the collector adds from the schedule (``collector.describe``), the
+    planner holds 3 blocks on each rank in 2 chunks."""
+    monkeypatch.setenv("BUBBLESCOPE_GPU", "H100-SXM")
+    run = declared("llama3", "llama3_debugmodel", "--parallelism.pipeline_parallel_degree=2", gpus=2, pp=2)
+    assert run["layers_per_stage"] == [1, 2, 2, 1]
+    plan = declared_plan(run | {"schedule": "ScheduleInterleaved1F1B", "num_stages": 4, "virtual_stages": 2})
+    assert plan is not None and (plan.config.layers_per_stage, plan.config.vpp) == ((3, 3), 2)
+
+
 def test_float8_linears_declare_fp8(monkeypatch: pytest.MonkeyPatch) -> None:
     """torchtitan's Float8 converter (emulated here, as its CPU tests run it) swaps the blocks' linears."""
     monkeypatch.setenv("BUBBLESCOPE_GPU", "H100-SXM")
