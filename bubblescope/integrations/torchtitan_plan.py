@@ -5,17 +5,19 @@ suggestions are priced by the same model as ``plan`` (``analysis/memory_fixes.de
 Read off torchtitan 0.3.0's ``Trainer.Config`` (``model_spec.model``, ``training``, ``parallelism``,
 ``activation_checkpoint``, ``compile``) and the trainer's ``parallel_dims``:
 - the model: a decoder whose blocks are alike (``dim``, ``vocab_size``, ``layers``; each block's attention heads,
-  key/value heads and head width, its feed-forward width, gated when it has a ``w3``; rotary positions, no position
-  table); a mixture of experts, or
-  blocks that differ, declare no model (the planner's MoE fields are not read from torchtitan yet);
+  key/value heads and head width, and its feed-forward width, gated when it has a ``w3``, or its mixture of experts:
+  their count, top-k, width and shared experts; rotary positions, no position table); blocks that differ, or that
+  the planner cannot take (DeepSeek's latent attention), declare no model;
 - the cluster: the GPU ``BUBBLESCOPE_GPU`` names (the planner's name, or the device's as torch reports it), else the
   CUDA device's own name; the world size; ``LOCAL_WORLD_SIZE`` GPUs a node. No GPU, no cluster: nothing is priced;
-- the layout: tp, pp, cp, ep and the micro-batch (the pipeline's, else the local batch); ZeRO 3 where FSDP shards
-  (the planner's ZeRO 3 with a pipeline is FSDP as torchtitan runs it there); torchtitan's selective activation checkpointing is per op (``op``), ``FullAC`` is ``full``; Float8
-  linears are ``fp8``; ``compile`` when the model is compiled; CP gathers the keys and values (``allgather``:
-  FlexAttention's ``flex_cp_allgather`` and SDPA's context-parallel dispatcher alike); its fused attention is priced
-  as ``flash2`` (FlexAttention and SDPA as the calibration's torchtitan rows ran); gradients reduce in fp32
-  (``mixed_precision_reduce``); the pipeline's layers per stage as torchtitan's own split makes them.
+- the layout: tp, pp, cp, ep (its experts not tensor-parallel: etp 1; its dispatcher, all-to-all or DeepEP's) and
+  the micro-batch (the pipeline's, else the local batch); ZeRO 3 where FSDP shards (the planner's ZeRO 3 with a
+  pipeline is FSDP as torchtitan runs it there); torchtitan's selective activation checkpointing is per op (``op``),
+  ``FullAC`` is ``full``; Float8 linears are ``fp8``; ``compile`` when the model is compiled; CP gathers the keys and
+  values (``allgather``: FlexAttention's ``flex_cp_allgather`` and SDPA's context-parallel dispatcher alike); its
+  fused attention is priced as ``flash2`` (FlexAttention and SDPA as the calibration's torchtitan rows ran);
+  gradients reduce in fp32 (``mixed_precision_reduce``); the pipeline's layers per stage as torchtitan's own split
+  makes them.
 
 Nothing here raises into training: a config it cannot read declares nothing (``{}``).
 """
@@ -56,6 +58,11 @@ def _declaration(config: Any, dims: Any) -> dict[str, Any]:
     local = training.local_batch_size
     out["global_batch"] = training.global_batch_size if training.global_batch_size > 0 else local * data_parallel
     out |= {"tp": dims.tp, "pp": dims.pp, "cp": dims.cp, "ep": dims.ep}
+    if dims.ep > 1:
+        out["etp"] = 1  # torchtitan's experts are not tensor-parallel (Megatron's, the planner's etp 0, follow tp)
+    dispatcher = _dispatcher(config.model_spec.model)
+    if dispatcher is not None:
+        out["dispatcher"] = dispatcher
     out["microbatch_size"] = parallelism.pipeline_parallel_microbatch_size if dims.pp > 1 else local
     out["zero"] = _zero(dims)
     recompute = _recompute(type(config.activation_checkpoint).__qualname__)
@@ -76,40 +83,60 @@ def _declaration(config: Any, dims: Any) -> dict[str, Any]:
 
 
 def model_fields(spec: Any, seq: int) -> dict[str, Any] | None:
-    """The planner's model fields of a decoder whose blocks are alike; None for a mixture of experts or mixed blocks."""
+    """The planner's model fields of a decoder whose blocks are alike (dense, or each a mixture of the same experts);
+    None for blocks that differ or that it cannot read (DeepSeek's latent attention, dense first layers)."""
     model = spec.model
     blocks = list(model.layers)
-    shapes = {_block_shape(block) for block in blocks}
-    if len(shapes) != 1 or None in shapes:
+    try:
+        shapes = {tuple(sorted(_block_fields(block).items())) for block in blocks}
+    except (AttributeError, TypeError, ValueError):
         return None
-    heads, kv_heads, head_dim, ffn, gated = shapes.pop()  # type: ignore[misc]
+    if len(shapes) != 1:
+        return None
     fields: dict[str, Any] = {
         "name": f"{spec.name}-{spec.flavor}",
         "layers": len(blocks),
         "hidden": model.dim,
-        "heads": heads,
-        "kv_heads": kv_heads,
-        "ffn_hidden": ffn,
         "vocab": model.vocab_size,
         "seq": seq,
-        "gated_mlp": gated,
         "tied_embeddings": bool(getattr(model, "enable_weight_tying", False)),
         "learned_positions": False,  # rotary positions in attention: torchtitan's decoders have no position table
+        **dict(shapes.pop()),
     }
-    if head_dim and head_dim * heads != model.dim:
+    head_dim = fields.pop("head_dim")
+    if head_dim and head_dim * fields["heads"] != model.dim:
         fields["head_dim"] = head_dim
     return fields
 
 
-def _block_shape(block: Any) -> tuple[int, int, int | None, int, bool] | None:
-    if getattr(block, "moe", None) is not None:
-        return None
-    attention, feed_forward = block.attention, block.feed_forward
-    heads = attention.n_heads
-    kv_heads = getattr(attention, "n_kv_heads", None) or heads
-    head_dim = getattr(attention, "head_dim", None) or getattr(getattr(attention, "qkv_linear", None), "head_dim", None)
-    gated = getattr(feed_forward, "w3", None) is not None
-    return heads, kv_heads, head_dim, feed_forward.w1.out_features, gated
+def _block_fields(block: Any) -> dict[str, Any]:
+    """One block's heads, key/value heads, head width and feed-forward: a dense MLP's width (gated with a ``w3``),
+    or a mixture of experts' count, top-k, expert width and shared experts (in expert widths); raises where a field
+    is missing or is not the planner's."""
+    attention = block.attention
+    heads = int(attention.n_heads)
+    fields: dict[str, Any] = {
+        "heads": heads,
+        "kv_heads": int(getattr(attention, "n_kv_heads", None) or heads),
+        "head_dim": getattr(attention, "head_dim", None) or getattr(attention.qkv_linear, "head_dim", None),
+    }
+    moe = getattr(block, "moe", None)
+    if moe is None:
+        feed_forward = block.feed_forward
+        return fields | {"ffn_hidden": int(feed_forward.w1.out_features), "gated_mlp": feed_forward.w3 is not None}
+    experts = moe.routed_experts.inner_experts
+    width = int(experts.hidden_dim)
+    shared = moe.shared_experts
+    shared_width = 0 if shared is None else int(shared.w1.out_features)
+    if shared_width % width:
+        raise ValueError(f"shared experts {shared_width} wide, not a whole number of {width}-wide experts")
+    return fields | {
+        "experts": int(moe.num_experts),
+        "top_k": int(moe.router.top_k),
+        "moe_ffn_hidden": width,
+        "shared_experts": shared_width // width,
+        "gated_mlp": True,  # torchtitan's grouped experts: w1, w2 and w3 (SwiGLU)
+    }
 
 
 def _float8_linears(model: Any) -> bool:
@@ -118,6 +145,16 @@ def _float8_linears(model: Any) -> bool:
     block = model.layers[0]
     linears = (getattr(block.attention, "wo", None), getattr(getattr(block, "feed_forward", None), "w1", None))
     return any("Float8" in type(linear).__qualname__ for linear in linears if linear is not None)
+
+
+def _dispatcher(model: Any) -> str | None:
+    """How the routed tokens of the first mixture of experts travel (its ``token_dispatcher``): DeepEP's or
+    HybridEP's kernels, else all-to-all; None for a dense model."""
+    moe = next((block.moe for block in model.layers if getattr(block, "moe", None) is not None), None)
+    if moe is None:
+        return None
+    kind = type(getattr(moe.routed_experts, "token_dispatcher", None)).__qualname__.lower()
+    return "hybridep" if "hybridep" in kind else "deepep" if "deepep" in kind else "alltoall"
 
 
 def _zero(dims: Any) -> int:

@@ -99,11 +99,32 @@ def test_float8_linears_declare_fp8(monkeypatch: pytest.MonkeyPatch) -> None:
     assert plan is not None and plan.config.precision == "fp8" and not plan.config.fp8_all_gather
 
 
-def test_a_mixture_of_experts_declares_its_layout_but_no_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The planner's MoE fields are not read from torchtitan: the run is not priced rather than priced dense."""
+def test_qwen3_30b_a3b_is_the_planners_mixture_of_experts_with_torchtitans_expert_layout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """128 experts of 768, 8 a token, in each of 48 blocks: the planner's Qwen3 30B-A3B preset (its dense
+    ``ffn_hidden`` unused where no block is dense); torchtitan's experts are not tensor-parallel (etp 1) and travel
+    all-to-all."""
     monkeypatch.setenv("BUBBLESCOPE_GPU", "H100-SXM")
-    run = declared("qwen3", "qwen3_30b_a3b", "--parallelism.expert_parallel_degree=8", gpus=8, ep=8)
-    assert "model" not in run and run["ep"] == 8
+    ep = ("--parallelism.expert_parallel_degree=8", "--parallelism.tensor_parallel_degree=2")
+    run = declared("qwen3", "qwen3_30b_a3b", *ep, gpus=16, ep=8, tp=2)
+    model = model_from(run["model"])
+    preset = MODEL_PRESETS["qwen3-30b-a3b"]
+    assert dataclasses.replace(model, name=preset.name, seq=preset.seq, ffn_hidden=preset.ffn_hidden) == preset
+    assert (run["ep"], run["etp"], run["dispatcher"]) == (8, 1, "alltoall")
+    plan = declared_plan(run)
+    assert plan is not None and (plan.config.ep, plan.config.expert_tp, plan.config.tp) == (8, 1, 2)
+    priced = evaluate(plan.model, plan.cluster, plan.config, plan.global_batch)
+    assert priced.feasible and priced.step is not None and priced.step.ep_comm > 0
+
+
+def test_blocks_that_differ_declare_the_layout_but_no_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSeek V3: dense first blocks, then experts, and latent attention: not one shape the planner takes, so the
+    run is not priced rather than priced as some other model."""
+    monkeypatch.setenv("BUBBLESCOPE_GPU", "H100-SXM")
+    run = declared("deepseek_v3", "deepseek_v3_16b_hybridep", gpus=8)
+    assert "model" not in run and run["tp"] == 1 and run["zero"] == 3
+    assert run["dispatcher"] == "hybridep"  # its experts' dispatcher, read past the dense first blocks
     assert declared_plan(run) is None
 
 
