@@ -1,5 +1,5 @@
 """What a torchtitan run declares to the planner, read from torchtitan's own config: the model, the cluster, the
-global batch and the layout, under the names ``bubblescope plan`` takes (docs/collector.md), so that the run's
+global batch and the layout, under the names ``bubblescope plan`` takes (docs/integrations.md), so that the run's
 suggestions are priced by the same model as ``plan`` (``analysis/memory_fixes.declared_plan``).
 
 Read off torchtitan 0.3.0's ``Trainer.Config`` (``model_spec.model``, ``training``, ``parallelism``,
@@ -159,7 +159,8 @@ def _dispatcher(model: Any) -> str | None:
 
 def _zero(dims: Any) -> int:
     """FSDP over dp_shard (and cp) is the planner's ZeRO 3 (with a pipeline, its FSDP as torchtitan runs it: the
-    weights gathered once a step); data parallelism by replicas alone is 0."""
+    weights gathered once a step); data parallelism by replicas alone is 0. HSDP (replicas of FSDP groups) is read
+    as ZeRO 3 over every data-parallel rank: the planner has no shard group smaller than dp."""
     return 3 if dims.dp_shard * dims.cp > 1 else 0
 
 
@@ -174,17 +175,20 @@ def _recompute(policy: str) -> str | None:
 
 
 def layers_per_stage(config: Any, dims: Any) -> list[int] | None:
-    """Each pipeline stage's transformer blocks (every virtual stage, as the run's ``layers_per_stage`` counts them)
-    as torchtitan splits them (its own ``module_fqns_per_model_part``,
-    else its ``_generate_llm_fqn_per_model_part``), first stage first; None where it cannot be read."""
+    """Each pipeline stage's transformer blocks (every virtual stage, as the run's ``layers_per_stage`` counts them),
+    first stage first, as torchtitan splits them: its own ``module_fqns_per_model_part``, else its
+    ``_generate_llm_fqn_per_model_part`` (private: None where this torchtitan has no such function)."""
     parts = config.parallelism.module_fqns_per_model_part
     if parts is None:
-        from torchtitan.distributed import pipeline_parallel
+        try:
+            from torchtitan.distributed import pipeline_parallel
 
-        stages, layers, first, last = pipeline_parallel._get_pipeline_metadata(
-            dims, config.parallelism, config.model_spec.model
-        )
-        parts = pipeline_parallel._generate_llm_fqn_per_model_part(stages, layers, first, last)
+            stages, layers, first, last = pipeline_parallel._get_pipeline_metadata(
+                dims, config.parallelism, config.model_spec.model
+            )
+            parts = pipeline_parallel._generate_llm_fqn_per_model_part(stages, layers, first, last)
+        except (ImportError, AttributeError, TypeError, ValueError):
+            return None
     counts = [sum(1 for name in part if str(name).startswith("layers.")) for part in parts]
     return counts if counts and all(counts) else None
 
