@@ -25,7 +25,14 @@ from bubblescope.analysis.memory_fixes import declared_plan
 from bubblescope.analysis.planner import evaluate
 from bubblescope.analysis.schedules import lookup
 from bubblescope.analysis.simulator import StageCost, simulate
-from bubblescope.analysis.suggestions import DP_GROUPS, EXPOSED_COMM_MARGIN, RunEvidence, Suggestion, build_suggestion
+from bubblescope.analysis.suggestions import (
+    DP_GROUPS,
+    EXPOSED_COMM_MARGIN,
+    RunEvidence,
+    Suggestion,
+    build_suggestion,
+    torchtitan_pipeline,
+)
 
 
 def trade_dp_for_pp(evidence: RunEvidence, mesh_sizes: Mapping[str, int]) -> list[Suggestion]:
@@ -71,10 +78,7 @@ def trade_dp_for_pp(evidence: RunEvidence, mesh_sizes: Mapping[str, int]) -> lis
             "twice the micro-batches of half as many layers: about today's activation bytes",
             {"dp": new_dp, "pp": 2 * pp, "num_microbatches": 2 * setup.microbatches},
             None,
-            {
-                "parallelism.data_parallel_shard_degree": new_dp,
-                "parallelism.pipeline_parallel_degree": 2 * pp,
-            },
+            {"parallelism.data_parallel_shard_degree": new_dp} | torchtitan_pipeline(2 * pp),
             [f"--pipeline-model-parallel-size {2 * pp}", "(data-parallel size follows: world / (tp × pp))"],
         )
     ]

@@ -43,7 +43,15 @@ from bubblescope.analysis.planner.request import (
 )
 from bubblescope.analysis.planner.specs import RECOMPUTE, fp8_all_gather_problem, positive_int
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE
-from bubblescope.analysis.suggestions import RunEvidence, Suggestion, build_suggestion
+from bubblescope.analysis.suggestions import (
+    RunEvidence,
+    Suggestion,
+    build_suggestion,
+    torchtitan_batch,
+    torchtitan_pipeline,
+    torchtitan_recompute,
+    torchtitan_sharding,
+)
 
 PRESSURE = 0.9
 GIB = 2**30
@@ -100,15 +108,20 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
 
 def _layers_per_rank(fields: dict[str, Any]) -> dict[str, Any]:
     """A run's ``layers_per_stage`` counts every (virtual) stage, the planner's every pipeline rank: pp·v counts are
-    summed onto the ranks that run them, as the schedule places its stages (looped, or in a V)."""
+    summed onto the ranks that run them, as the schedule places its stages (looped, or in a V). Only where the counts
+    are pp·v for the schedule (v 2 for a V, the given vpp or at least 2 for a looped one, never for one stage a rank);
+    any other list is left as given, for the planner to refuse."""
     given, pp = fields.get("layers_per_stage"), fields.get("pp", 1)
-    if not given or len(given) == pp or len(given) % pp:
-        return fields  # one stage a rank, or counts that fit no placement (which the planner then refuses)
+    if not given or pp < 2 or len(given) % pp or len(given) == pp:
+        return fields
     schedule = fields.get("schedule", DEFAULT_SCHEDULE)
+    v = len(given) // pp
+    if schedule.placement == "single" or (schedule.placement == "v" and v != 2) or fields.get("vpp", v) != v:
+        return fields
     per_rank = [0] * pp
     for stage, count in enumerate(given):
         per_rank[schedule.stage_rank(pp, stage)] += count
-    return {**fields, "layers_per_stage": tuple(per_rank), "vpp": fields.get("vpp", len(given) // pp)}
+    return {**fields, "layers_per_stage": tuple(per_rank), "vpp": v}
 
 
 def _plan_fields(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -219,17 +232,17 @@ def memory_suggestions(
                         None,
                         {
                             "parallelism.tensor_parallel_degree": plan.config.tp,
-                            "parallelism.pipeline_parallel_degree": plan.config.pp,
                             "parallelism.context_parallel_degree": plan.config.cp,
                         }
+                        | torchtitan_sharding(plan.config.dp, plan.config.zero)
+                        | torchtitan_batch(plan.config.mbs, plan.config.pp, plan.config.dp, batch)
                         | (
-                            {
-                                "parallelism.expert_parallel_degree": plan.config.ep,
-                                "parallelism.expert_tensor_parallel_degree": plan.config.expert_tp,
-                            }
-                            if model.moe
-                            else {}
-                        ),
+                            torchtitan_pipeline(plan.config.pp)
+                            if plan.config.pp > 1
+                            else {"parallelism.pipeline_parallel_degree": 1}
+                        )
+                        # torchtitan 0.3.0 has no expert tensor parallelism to set (its experts' tp is 1)
+                        | ({"parallelism.expert_parallel_degree": plan.config.ep} if model.moe else {}),
                         [
                             f"--tensor-model-parallel-size {plan.config.tp}",
                             f"--pipeline-model-parallel-size {plan.config.pp}",
@@ -264,14 +277,12 @@ def _candidates(
             (
                 f"Shard optimizer state with ZeRO-{zero}",
                 replace(config, zero=zero),
-                {"parallelism.data_parallel_shard_degree": config.dp},
+                torchtitan_sharding(config.dp, zero),
                 ["--use-distributed-optimizer"] if zero == 1 else [f"(ZeRO-{zero}: use FSDP2 fully_shard)"],
             )
         )
     for mode in RECOMPUTE[RECOMPUTE.index(config.recompute) + 1 :]:  # each keeps less than the one before
-        torchtitan: dict[str, Any] = {"activation_checkpoint.mode": "selective" if mode == "op" else mode}
-        if mode == "op":
-            torchtitan["activation_checkpoint.selective_ac_option"] = "op"
+        torchtitan = torchtitan_recompute(mode)
         megatron = ["(per-op checkpointing is torchtitan's; Megatron-LM has no flag for it)"] if mode == "op" else []
         out.append(
             (
@@ -286,7 +297,7 @@ def _candidates(
             (
                 f"Double pipeline stages to {config.pp * 2} (data parallel {config.dp // 2})",
                 replace(config, pp=config.pp * 2, dp=config.dp // 2, layers_per_stage=()),
-                {"parallelism.pipeline_parallel_degree": config.pp * 2},
+                torchtitan_pipeline(config.pp * 2),
                 [f"--pipeline-model-parallel-size {config.pp * 2}"],
             )
         )

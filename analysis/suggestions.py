@@ -277,10 +277,7 @@ def _communication_fixes(evidence: RunEvidence) -> list[Suggestion]:
                 why=f"each TP group spans {evidence.tp_hosts_per_group} hosts; exposed TP communication {tp / 1e6:.1f} ms per step",
                 memory="unchanged if t·p stays the same",
                 apply={"tp_within_node": True},
-                torchtitan={
-                    "parallelism.tensor_parallel_degree": "≤ GPUs per node",
-                    "parallelism.pipeline_parallel_degree": "nodes",
-                },
+                torchtitan={"parallelism.tensor_parallel_degree": "≤ GPUs per node"} | torchtitan_pipeline("nodes"),
                 megatron=["--tensor-model-parallel-size <≤ GPUs per node>", "--pipeline-model-parallel-size <nodes>"],
                 torch="init_device_mesh('cuda', (pp, dp, tp), mesh_dim_names=('pp','dp','tp')) with tp innermost",
             )
@@ -357,6 +354,43 @@ def _suggestion(
         torchtitan,
         megatron,
     )
+
+
+#: torchtitan 0.3.0's activation checkpointing is a choice on its command line (``activation-checkpoint:full``, a
+#: subcommand: a key with a colon is given bare, without the dashes of a flag, after the flags), per recompute mode;
+#: Megatron's ``selective`` (the attention core alone) has none.
+TORCHTITAN_RECOMPUTE = {"op": "activation-checkpoint:selective", "full": "activation-checkpoint:full"}
+
+
+def torchtitan_recompute(mode: str) -> dict[str, Any]:
+    """A recompute mode in torchtitan's terms (``TORCHTITAN_RECOMPUTE``); empty where torchtitan has none."""
+    return {TORCHTITAN_RECOMPUTE[mode]: True} if mode in TORCHTITAN_RECOMPUTE else {}
+
+
+def torchtitan_sharding(dp: int, zero: int) -> dict[str, Any]:
+    """``dp`` data-parallel ranks at a ZeRO stage in torchtitan's terms: replicas for 0; else FSDP over all of them
+    (``data_parallel_shard_degree``), which keeps its gathered weights to the backward for ZeRO 1 and 2
+    (``fsdp_reshard_after_forward never``: torchtitan shards no optimizer state without the weights) and gathers
+    them again for ZeRO 3."""
+    if zero == 0:
+        return {"parallelism.data_parallel_replicate_degree": dp, "parallelism.data_parallel_shard_degree": 1}
+    sharded = {"parallelism.data_parallel_replicate_degree": 1, "parallelism.data_parallel_shard_degree": dp}
+    return sharded | ({"parallelism.fsdp_reshard_after_forward": "never"} if zero < 3 else {})
+
+
+def torchtitan_batch(mbs: int, pp: int, dp: int, global_batch: int) -> dict[str, Any]:
+    """A micro-batch of ``mbs`` sequences in torchtitan's terms, the global batch kept: with a pipeline, its
+    micro-batch size over a local batch of the replica's whole share (one flush a step); without one, the local
+    batch, accumulated to the global batch."""
+    if pp > 1:
+        return {"parallelism.pipeline_parallel_microbatch_size": mbs, "training.local_batch_size": global_batch // dp}
+    return {"training.local_batch_size": mbs, "training.global_batch_size": global_batch}
+
+
+def torchtitan_pipeline(pp: int | str) -> dict[str, Any]:
+    """Pipeline parallelism of ``pp`` ranks in torchtitan's terms: torchtitan 0.3.0 refuses a pipeline with its CUDA
+    graphs on ("CUDA graphs do not support pipeline parallelism yet"), so they are turned off with it."""
+    return {"parallelism.pipeline_parallel_degree": pp, "training.disable_cuda_graphs": True}
 
 
 def torchtitan_layer_split(layers_per_stage: tuple[int, ...] | list[int]) -> dict[str, Any]:

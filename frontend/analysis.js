@@ -192,9 +192,12 @@ function suggestionItem(s, bubbleNs) {
   li.append(el("div", {}, `Evidence: ${s.evidence}`), el("div", {}, `Memory: ${s.memory_cost}`));
   const code = [];
   if (s.torch_pipelining) code.push(`torch: ${s.torch_pipelining}`);
-  // torchtitan's command-line flags; a list of lists (model parts) is set in the job's config function instead
+  // torchtitan's command-line flags (a key with a colon is a choice, given bare and last, as its parser takes it:
+  // activation-checkpoint:full); a list of lists (model parts) is set in the job's config function instead
   const entries = Object.entries(s.torchtitan);
-  const flags = entries.filter(([, v]) => !Array.isArray(v)).map(([k, v]) => (v === true ? `--${k}` : `--${k} ${v}`));
+  const flag = ([k, v]) => (k.includes(":") ? k : v === true ? `--${k}` : `--${k} ${v}`);
+  const flags = entries.filter(([k, v]) => !Array.isArray(v) && !k.includes(":")).map(flag)
+    .concat(entries.filter(([k]) => k.includes(":")).map(flag));
   const listed = entries.filter(([, v]) => Array.isArray(v)).map(([k, v]) => `config.${k} = ${JSON.stringify(v)}  # in your config function`);
   if (flags.length) code.push(`torchtitan: ${flags.join(" ")}`);
   code.push(...listed.map((line) => `torchtitan: ${line}`));

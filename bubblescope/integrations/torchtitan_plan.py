@@ -7,15 +7,20 @@ Read off torchtitan 0.3.0's ``Trainer.Config`` (``model_spec.model``, ``training
 - the model: a decoder whose blocks are alike (``dim``, ``vocab_size``, ``layers``; each block's attention heads,
   key/value heads and head width, and its feed-forward width, gated when it has a ``w3``, or its mixture of experts:
   their count, top-k, width and shared experts; rotary positions, no position table); blocks that differ, or that
-  the planner cannot take (DeepSeek's latent attention), declare no model;
+  the planner cannot take (DeepSeek's latent attention, gpt-oss's and Muse Glimmer's sliding windows), declare no
+  model;
 - the cluster: the GPU ``BUBBLESCOPE_GPU`` names (the planner's name, or the device's as torch reports it), else the
   CUDA device's own name; the world size; ``LOCAL_WORLD_SIZE`` GPUs a node. No GPU, no cluster: nothing is priced;
+- the global batch (``training.global_batch_size``, else the local batch times dp_replicate·dp_shard); with a
+  pipeline, one accumulation step's (local batch times dp), as torchtitan flushes its pipeline once per accumulation
+  step;
 - the layout: tp, pp, cp, ep (its experts not tensor-parallel: etp 1; its dispatcher, all-to-all or DeepEP's) and
   the micro-batch (the pipeline's, else the local batch); ZeRO 3 where FSDP shards (the planner's ZeRO 3 with a
   pipeline is FSDP as torchtitan runs it there); torchtitan's selective activation checkpointing is per op (``op``),
-  ``FullAC`` is ``full``; Float8 linears are ``fp8``; ``compile`` when the model is compiled; CP gathers the keys and
-  values (``allgather``: FlexAttention's ``flex_cp_allgather`` and SDPA's context-parallel dispatcher alike); its
-  fused attention is priced as ``flash2`` (FlexAttention and SDPA as the calibration's torchtitan rows ran);
+  ``FullAC`` is ``full``; Float8 linears are ``fp8``; ``compile`` when the model is compiled; async TP is
+  ``tp_comm_overlap``; CP gathers the keys and values (``allgather``: FlexAttention's ``flex_cp_allgather`` and SDPA's
+  context-parallel dispatcher alike); fused attention priced as ``flash2`` (FlexAttention, and SDPA as the
+  calibration's torchtitan rows ran it);
   gradients reduce in fp32 (``mixed_precision_reduce``); the pipeline's layers per stage as torchtitan's own split
   makes them.
 
@@ -24,6 +29,7 @@ Nothing here raises into training: a config it cannot read declares nothing (``{
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -56,7 +62,10 @@ def _declaration(config: Any, dims: Any) -> dict[str, Any]:
         out["cluster"] = {"gpu": gpu, "gpus": dims.world_size, "gpus_per_node": _gpus_per_node(dims.world_size)}
     data_parallel = dims.dp_replicate * dims.dp_shard
     local = training.local_batch_size
-    out["global_batch"] = training.global_batch_size if training.global_batch_size > 0 else local * data_parallel
+    whole = training.global_batch_size if training.global_batch_size > 0 else local * data_parallel
+    # with a pipeline, torchtitan flushes it once per accumulation step: the planner prices one flush (its bubble is
+    # the schedule's over local / micro-batch, not over the whole batch's micro-batches)
+    out["global_batch"] = local * data_parallel if dims.pp > 1 else whole
     out |= {"tp": dims.tp, "pp": dims.pp, "cp": dims.cp, "ep": dims.ep}
     if dims.ep > 1:
         out["etp"] = 1  # torchtitan's experts are not tensor-parallel (Megatron's, the planner's etp 0, follow tp)
@@ -65,13 +74,17 @@ def _declaration(config: Any, dims: Any) -> dict[str, Any]:
         out["dispatcher"] = dispatcher
     out["microbatch_size"] = parallelism.pipeline_parallel_microbatch_size if dims.pp > 1 else local
     out["zero"] = _zero(dims)
-    recompute = _recompute(type(config.activation_checkpoint).__qualname__)
+    recompute = _recompute(config.activation_checkpoint)
     if recompute is not None:
         out["recompute"] = recompute
     out["sequence_parallel"] = dims.tp > 1 and bool(parallelism.enable_sequence_parallel)
     out["precision"] = "fp8" if _float8_linears(config.model_spec.model) else "bf16"
     out["compile"] = bool(config.compile.enable) and "model" in config.compile.components
+    # FlexAttention (a Triton kernel) and SDPA both priced as FlashAttention-2, as the calibration's torchtitan rows
+    # ran; torchtitan's SDPA lists cuDNN's first, which torch takes only with a recent cuDNN on Hopper and Blackwell
+    # and, for grouped keys and values (enable_gqa), was not verified here
     out["attention_kernel"] = "flash2"
+    out["tp_comm_overlap"] = dims.tp > 1 and bool(config.compile.enable_async_tensor_parallel)
     out["grad_reduce"] = "fp32" if training.mixed_precision_reduce == "float32" else "bf16"
     if dims.cp > 1:
         out["cp_comm"] = "allgather"
@@ -114,6 +127,8 @@ def _block_fields(block: Any) -> dict[str, Any]:
     or a mixture of experts' count, top-k, expert width and shared experts (in expert widths); raises where a field
     is missing or is not the planner's."""
     attention = block.attention
+    if _windowed(attention):
+        raise ValueError("sliding-window attention, which the planner prices as full")
     heads = int(attention.n_heads)
     fields: dict[str, Any] = {
         "heads": heads,
@@ -137,6 +152,21 @@ def _block_fields(block: Any) -> dict[str, Any]:
         "shared_experts": shared_width // width,
         "gated_mlp": True,  # torchtitan's grouped experts: w1, w2 and w3 (SwiGLU)
     }
+
+
+def _windowed(config: Any) -> bool:
+    """Whether an attention config, or one nested in it, sets a window (gpt-oss's ``sliding_window_size``, an inner
+    attention's ``window_size`` other than unlimited ``(-1, ...)``)."""
+    for item in dataclasses.fields(config):
+        value = getattr(config, item.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            if _windowed(value):
+                return True
+            continue
+        unlimited = value in (None, 0, -1) or (isinstance(value, tuple) and bool(value) and value[0] == -1)
+        if "window" in item.name and not unlimited:
+            return True
+    return False
 
 
 def _float8_linears(model: Any) -> bool:
@@ -164,14 +194,17 @@ def _zero(dims: Any) -> int:
     return 3 if dims.dp_shard * dims.cp > 1 else 0
 
 
-def _recompute(policy: str) -> str | None:
-    if policy.startswith("SelectiveAC"):
-        return "op"
-    if policy.startswith("FullAC"):
-        return "full"
-    if policy.startswith(("NoAC", "NoneType")):
+def _recompute(policy: Any) -> str | None:
+    """torchtitan's activation-checkpointing policy (its config; ``None`` for none) as the planner's recompute: a
+    ``SelectiveAC`` (or a subclass of it) per op, ``FullAC`` full; a memory budget is not the planner's (None)."""
+    if policy is None:
         return "none"
-    return None  # a memory budget, or a policy of the user's: the planner's default
+    names = {cls.__qualname__ for cls in type(policy).__mro__}
+    if "SelectiveAC.Config" in names:
+        return "op"
+    if "FullAC.Config" in names:
+        return "full"
+    return None
 
 
 def layers_per_stage(config: Any, dims: Any) -> list[int] | None:

@@ -347,10 +347,7 @@ def test_memory_pressure_is_priced_by_the_planner() -> None:
     with_flash = memory_suggestions(pressed, 2e9)  # no scores stored: selective recompute has nothing to drop
     assert with_flash and not any(s.apply == {"recompute": "selective"} for s in with_flash), with_flash
     per_op = next(s for s in with_flash if s.apply == {"recompute": "op"})  # torchtitan's: keeps half the matmuls
-    assert per_op.torchtitan == {
-        "activation_checkpoint.mode": "selective",
-        "activation_checkpoint.selective_ac_option": "op",
-    }
+    assert per_op.torchtitan == {"activation-checkpoint:selective": True}  # torchtitan 0.3.0's SelectiveAC
     assert not any("--recompute-granularity" in flag for flag in per_op.megatron), per_op.megatron
     assert memory_suggestions({**config, "microbatch_size": 1, "recompute": "full"}, 2e9) == []  # no pressure
     assert memory_suggestions({"schedule": "1f1b"}, 2e9) == []  # no model declared

@@ -50,6 +50,14 @@ def test_every_knob_plan_takes_is_read_from_the_runs_config_as_plan_reads_it() -
     assert folded is not None and (folded.config.layers_per_stage, folded.config.vpp) == ((15, 17), 2)
     v_shaped = declared_plan(run | {"pp": 2, "schedule": "ZBVZeroBubble", "layers_per_stage": [5, 9, 10, 8]})
     assert v_shaped is not None and v_shaped.config.layers_per_stage == (13, 19)  # rank 0 runs stages 0 and 3
+    # counts that fit no placement are refused as before, never folded onto the wrong ranks
+    for wrong in (
+        {"pp": 2, "schedule": "ZBVZeroBubble", "layers_per_stage": [4] * 8},  # a V runs two stages a rank, not four
+        {"pp": 2, "schedule": "1F1B", "layers_per_stage": [8] * 4},  # one stage a rank
+        {"layers_per_stage": [8] * 4},  # no pipeline declared
+        {"pp": 2, "vpp": 4, "schedule": "Interleaved1F1B", "layers_per_stage": [8] * 4},  # 2 a rank given, 4 said
+    ):
+        assert declared_plan(run | wrong) is None, wrong
     moe = declared_plan({**run, "model": "mixtral-8x7b", "ep": 4, "capacity_factor": 1.25})
     assert moe is not None and (moe.config.ep, moe.config.capacity_factor) == (4, 1.25)
     # what `plan` refuses prices nothing (and raises nothing): an unknown CP method, uneven stages that do not add up

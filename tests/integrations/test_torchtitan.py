@@ -153,13 +153,21 @@ def assert_torchtitan_takes(snippet: dict[str, Any]) -> None:
     from torchtitan.config import ConfigManager
 
     base = ["--module", "llama3", "--config", "llama3_debugmodel"]
-    flags = []
+    flags, choices = [], []
     for key, value in snippet.items():
         if key == "parallelism.module_fqns_per_model_part":
             continue
-        flags.append(f"--{key}" if value is True else f"--{key}={value}")
-    config = ConfigManager().parse_args([*base, *flags])
+        if ":" in key:  # a choice (activation-checkpoint:full), given bare and after the flags, as tyro parses it
+            choices.append(key)
+        else:
+            flags.append(f"--{key}" if value is True else f"--{key}={value}")
+    config = ConfigManager().parse_args([*base, *flags, *choices])
     for key, value in snippet.items():
+        if ":" in key:  # the choice made: activation-checkpoint:full is a FullAC policy
+            section, choice = key.split(":")
+            chosen = type(getattr(config, section.replace("-", "_"))).__qualname__.lower()
+            assert chosen.startswith(choice.replace("-", "")), (key, chosen)
+            continue
         section, field = key.split(".")
         if key != "parallelism.module_fqns_per_model_part":
             assert getattr(getattr(config, section), field) == value, (key, value)

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from bubblescope.analysis.memory_fixes import declared_plan
+from bubblescope.analysis.memory_fixes import declared_plan, memory_suggestions
 from bubblescope.analysis.planner import MODEL_PRESETS, evaluate, model_from
 from bubblescope.integrations.torchtitan_plan import planner_declaration
-from tests.integrations.test_torchtitan import require_torchtitan
+from tests.integrations.test_torchtitan import assert_torchtitan_takes, require_torchtitan
 
 H100 = "NVIDIA H100 80GB HBM3"  # torch.cuda.get_device_name on an H100 SXM
 
@@ -55,18 +55,53 @@ def test_llama3_8b_with_tp_and_cp_is_the_planners_llama_3_8b_laid_out_as_it_runs
 
 
 def test_a_pipeline_declares_torchtitans_own_split_and_full_recompute(monkeypatch: pytest.MonkeyPatch) -> None:
-    """70B over 8 stages: torchtitan's split counts the embedding and the output layer as a layer each
-    (``pipeline_parallel_first/last_stage_less_layers`` 1), so the first and last stages hold fewer blocks."""
+    """70B over 8 stages: torchtitan's split weighs the embedding and the output layer as a layer each
+    (``pipeline_parallel_first/last_stage_less_layers`` 1): 82 over 8, the last stage one block short. Async TP is
+    the planner's TP overlap; a global batch of 128 over dp 4 at a local batch of 16 is two accumulation steps, each
+    its own pipeline flush, so the planner prices one (64)."""
     monkeypatch.setenv("BUBBLESCOPE_GPU", "H200")
     pp = ("--parallelism.pipeline_parallel_degree=8", "--parallelism.pipeline_parallel_schedule=1F1B")
-    flags = (*pp, "--parallelism.tensor_parallel_degree=8", "--training.local_batch_size=16", "--compile.enable")
+    batch = ("--training.local_batch_size=16", "--training.global_batch_size=128")
+    compiled = ("--compile.enable", "--compile.enable_async_tensor_parallel")
+    flags = (*pp, "--parallelism.tensor_parallel_degree=8", *batch, *compiled)
     run = declared("llama3", "llama3_70b", *flags, "activation-checkpoint:full", gpus=256, tp=8, pp=8)
-    split = run["layers_per_stage"]
-    assert len(split) == 8 and sum(split) == 80 and split[0] < max(split) and split[-1] < max(split), split
+    assert run["layers_per_stage"] == [10, 11, 10, 10, 10, 10, 10, 9]
     assert (run["pp"], run["microbatch_size"], run["recompute"], run["compile"]) == (8, 1, "full", True)
+    assert run["tp_comm_overlap"] and run["global_batch"] == 16 * 4  # dp_shard 256 / (tp 8 · pp 8)
     plan = declared_plan(run)
-    assert plan is not None and plan.config.layers_per_stage == tuple(split) and plan.config.zero == 3
-    assert plan.global_batch == 16 * 4  # dp_shard 256 / (tp 8 · pp 8)
+    assert plan is not None and plan.config.layers_per_stage == (10, 11, 10, 10, 10, 10, 10, 9)
+    assert plan.config.zero == 3 and plan.config.tp_comm_overlap
+
+
+def test_sliding_window_attention_declares_no_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpt-oss 20B: a 128-token window on every other block, which the planner would price as full attention."""
+    monkeypatch.setenv("BUBBLESCOPE_GPU", "H100-SXM")
+    run = declared("gpt_oss", "gpt_oss_20b", gpus=8)
+    assert "model" not in run and run["zero"] == 3
+
+
+def test_memory_fixes_for_a_torchtitan_run_are_said_in_flags_torchtitan_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Llama 3 8B on 8 H100s without activation checkpointing, local batch 4: at 4k tokens with FSDP the planner's
+    single fixes fit (per-op or full recompute, CP 2); at 16k tokens with replicas (no sharding) none does, and it
+    re-plans the layout (sharding, CP, the micro-batch accumulated to the same global batch). Every fix is said in
+    flags torchtitan 0.3.0's own parser takes, with the effect it names."""
+    monkeypatch.setenv("BUBBLESCOPE_GPU", H100)
+    local = ("--training.local_batch_size=4", "activation-checkpoint:none")  # a choice: after the flags
+    sharded = declared("llama3", "llama3_8b", "--training.seq_len=4096", *local, gpus=8)
+    replicas = ("--parallelism.data_parallel_replicate_degree=8", "--parallelism.data_parallel_shard_degree=1")
+    replicated = declared(
+        "llama3", "llama3_8b", *replicas, "--training.seq_len=16384", *local, gpus=8, dp_replicate=8, dp_shard=1
+    )
+    assert (sharded["zero"], replicated["zero"], sharded["recompute"]) == (3, 0, "none")
+    found = memory_suggestions(sharded, 10e9) + memory_suggestions(replicated, 10e9)
+    titles = [suggestion.title for suggestion in found]
+    assert {"Recompute activations (op)", "Recompute activations (full)"} <= set(titles), titles
+    assert any(title.startswith("Re-plan the layout") for title in titles), titles
+    for suggestion in found:
+        assert suggestion.torchtitan, suggestion.title
+        assert_torchtitan_takes(suggestion.torchtitan)
+    replanned = next(s.torchtitan for s in found if s.title.startswith("Re-plan"))
+    assert replanned["training.global_batch_size"] == replicated["global_batch"]  # the batch kept, accumulated
 
 
 def test_torchtitans_default_interleaved_split_is_priced_per_rank(monkeypatch: pytest.MonkeyPatch) -> None:
