@@ -183,7 +183,7 @@ def _dispatcher(model: Any) -> str | None:
     moe = next((block.moe for block in model.layers if getattr(block, "moe", None) is not None), None)
     if moe is None:
         return None
-    kind = type(getattr(moe.routed_experts, "token_dispatcher", None)).__qualname__.lower()
+    kind = type(getattr(getattr(moe, "routed_experts", None), "token_dispatcher", None)).__qualname__.lower()
     return "hybridep" if "hybridep" in kind else "deepep" if "deepep" in kind else "alltoall"
 
 
