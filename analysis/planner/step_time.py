@@ -242,6 +242,10 @@ def mlp_tp_seconds(
     return seconds
 
 
+#: Bytes an FP8 activation or gradient takes in a tensor-parallel all-gather.
+FP8_GATHER_BYTES = 1.0
+
+
 def tp_pair_bytes(cfg: ParallelConfig, elements: float) -> float:
     """The bytes a phase of one sequence-parallel all-gather + reduce-scatter pair moves, on average, for ``elements``
     activations: 2 each in bf16; with ``precision="fp8"`` the all-gather moves the FP8 input (forward) or output
@@ -251,10 +255,6 @@ def tp_pair_bytes(cfg: ParallelConfig, elements: float) -> float:
     if cfg.precision == "fp8" and cfg.sequence_parallel:
         return (FP8_GATHER_BYTES + 2.0) / 2 * elements
     return 2.0 * elements
-
-
-#: Bytes an FP8 activation or gradient takes in a tensor-parallel all-gather.
-FP8_GATHER_BYTES = 1.0
 
 
 def op_recomputed_gemm_seconds(model: ModelSpec, gemms: list[float]) -> float:

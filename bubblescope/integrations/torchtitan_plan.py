@@ -62,10 +62,10 @@ def _declaration(config: Any, dims: Any) -> dict[str, Any]:
         out["cluster"] = {"gpu": gpu, "gpus": dims.world_size, "gpus_per_node": _gpus_per_node(dims.world_size)}
     data_parallel = dims.dp_replicate * dims.dp_shard
     local = training.local_batch_size
-    whole = training.global_batch_size if training.global_batch_size > 0 else local * data_parallel
     # with a pipeline, torchtitan flushes it once per accumulation step: the planner prices one flush (its bubble is
     # the schedule's over local / micro-batch, not over the whole batch's micro-batches)
-    out["global_batch"] = local * data_parallel if dims.pp > 1 else whole
+    accumulated = training.global_batch_size > 0 and dims.pp == 1
+    out["global_batch"] = training.global_batch_size if accumulated else local * data_parallel
     out |= {"tp": dims.tp, "pp": dims.pp, "cp": dims.cp, "ep": dims.ep}
     if dims.ep > 1:
         out["etp"] = 1  # torchtitan's experts are not tensor-parallel (Megatron's, the planner's etp 0, follow tp)
