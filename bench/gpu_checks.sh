@@ -2,7 +2,8 @@
 # The README's GPU checks in one run, on a machine with a CUDA GPU and torch (the server stack not needed):
 # the collector's GPU tests, its overhead on one device, a DDP job written from the docs run on the GPU
 # and the same with FSDP2 (each collected into a spool and profiled by torch.profiler), the published runs' GEMMs and
-# attention timed for the planner (PLANNER_GPU: the planner's name for the GPU, for its peaks; default H200), and a
+# attention timed for the planner (PLANNER_GPU: the planner's name for the GPU, for its peaks; default H200), one
+# context-parallel rank's attention as torch schedules it (cp_attention.csv), and a
 # Flight Recorder dump from NCCL. Everything
 # lands in $OUT (default /tmp/gpu-checks): log.txt, gpu-tests.xml, kernels.json and results.tgz (the spool, the trace,
 # the dumps), which the machine without a GPU then reads (docs/benchmarks.md, "GPU checks", says how).
@@ -36,6 +37,8 @@ step() { echo; echo "=== $* ($(date +%T))"; }
         bench/ddp_from_docs.py --run-name gpu-fsdp2-docs --cuda --fsdp2 --hidden 4096 --steps 40 --trace-dir "$out/work/trace-fsdp2"
     step "the planner's GEMMs and attention on this GPU (published runs' shapes)"
     timeout 240 python3 bench/gpu_kernel_efficiency.py --gpu "${PLANNER_GPU:-H200}" --json "$out/kernels.json"
+    step "context parallelism's attention: one rank's blocks as torch schedules them (torchtitan's long-sequence rows)"
+    timeout 150 python3 bench/gpu_cp_attention.py --csv "$out/cp_attention.csv"
     step "Flight Recorder from NCCL"
     TORCH_FR_BUFFER_SIZE=100 timeout 60 python3 bench/gpu_fr_dump.py "$out/work/fr"
     step "done"
