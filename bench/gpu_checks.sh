@@ -3,7 +3,8 @@
 # the collector's GPU tests, its overhead on one device, a DDP job written from the docs run on the GPU
 # and the same with FSDP2 (each collected into a spool and profiled by torch.profiler), the published runs' GEMMs and
 # attention timed for the planner (PLANNER_GPU: the planner's name for the GPU, for its peaks; default H200), one
-# context-parallel rank's attention as torch schedules it (cp_attention.csv), and a
+# context-parallel rank's attention as torch schedules it (cp_attention.csv), which attention torchtitan's SDPA
+# call runs, and a
 # Flight Recorder dump from NCCL. Everything
 # lands in $OUT (default /tmp/gpu-checks): log.txt, gpu-tests.xml, kernels.json and results.tgz (the spool, the trace,
 # the dumps), which the machine without a GPU then reads (docs/benchmarks.md, "GPU checks", says how).
@@ -39,6 +40,8 @@ step() { echo; echo "=== $* ($(date +%T))"; }
     timeout 240 python3 bench/gpu_kernel_efficiency.py --gpu "${PLANNER_GPU:-H200}" --json "$out/kernels.json"
     step "context parallelism's attention: one rank's blocks as torch schedules them (torchtitan's long-sequence rows)"
     timeout 150 python3 bench/gpu_cp_attention.py --csv "$out/cp_attention.csv"
+    step "which fused attention torchtitan's SDPA call runs (cuDNN first, grouped keys and values)"
+    timeout 120 python3 bench/gpu_sdpa_backend.py
     step "Flight Recorder from NCCL"
     TORCH_FR_BUFFER_SIZE=100 timeout 60 python3 bench/gpu_fr_dump.py "$out/work/fr"
     step "done"
