@@ -44,9 +44,10 @@ def seconds(backends: list[SDPBackend], q, k, v, gqa: bool, repeats: int = 5) ->
 
 def kernels_run(backends: list[SDPBackend], q, k, v, gqa: bool) -> list[str]:
     """The CUDA kernels whose names say attention (fmha, flash, cudnn, sdpa), forward and backward."""
-    with sdpa_kernel(backends, set_priority=True), torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CUDA]
-    ) as profile:
+    with (
+        sdpa_kernel(backends, set_priority=True),
+        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile,
+    ):
         attention_step(q, k, v, gqa)
         torch.cuda.synchronize()
     names = {e.key for e in profile.key_averages()}
@@ -55,13 +56,17 @@ def kernels_run(backends: list[SDPBackend], q, k, v, gqa: bool) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default="32:8:8192,64:8:8192,32:8:32768", help="heads:kv_heads:seq, comma-separated")
+    parser.add_argument(
+        "--shapes", default="32:8:8192,64:8:8192,32:8:32768", help="heads:kv_heads:seq, comma-separated"
+    )
     args = parser.parse_args()
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
     for shape in args.shapes.split(","):
         heads, kv_heads, seq = (int(x) for x in shape.split(":"))
-        make = lambda n: torch.randn(1, n, seq, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)  # noqa: E731
-        q, k, v = make(heads), make(kv_heads), make(kv_heads)
+        q, k, v = (
+            torch.randn(1, n, seq, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            for n in (heads, kv_heads, kv_heads)
+        )
         kr, vr = (t.detach().repeat_interleave(heads // kv_heads, dim=1).requires_grad_() for t in (k, v))
         flops = 3.5 * 2.0 * seq * seq * 128 * heads  # causal: half of 4·s²·d, backward 2.5× the forward
         print(f"\n{heads} heads, {kv_heads} key-value heads, seq {seq}")
