@@ -40,8 +40,8 @@ step() { echo; echo "=== $* ($(date +%T))"; }
     timeout 240 python3 bench/gpu_kernel_efficiency.py --gpu "${PLANNER_GPU:-H200}" --json "$out/kernels.json"
     step "context parallelism's attention: one rank's blocks as torch schedules them (torchtitan's long-sequence rows)"
     timeout 150 python3 bench/gpu_cp_attention.py --csv "$out/cp_attention.csv"
-    step "which fused attention torchtitan's SDPA call runs (cuDNN first, grouped keys and values)"
-    timeout 120 python3 bench/gpu_sdpa_backend.py
+    step "which fused attention each of torchtitan's attention backends runs, and how fast"
+    timeout 330 python3 bench/gpu_attention_backends.py
     step "Flight Recorder from NCCL"
     TORCH_FR_BUFFER_SIZE=100 timeout 60 python3 bench/gpu_fr_dump.py "$out/work/fr"
     step "done"

@@ -1,0 +1,134 @@
+"""Which fused attention each of torchtitan's attention backends runs on this GPU, and how fast, against
+FlashAttention-2 and cuDNN forced through SDPA.
+
+torchtitan 0.3.0 (``models/common/attention.py``, ``config_utils.get_attention_config``) trains a language model
+with ``flex`` (the default: ``flex_attention`` compiled with max-autotune and coordinate-descent tuning, a causal
+block mask, grouped keys and values) or ``varlen`` (``torch.nn.attention.varlen.varlen_attn``, causal window
+(-1, 0)); its ``ScaledDotProductAttention`` (Flux, and a model a user writes on SDPA) calls
+``F.scaled_dot_product_attention(..., enable_gqa=True)`` under ``sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION,
+MATH], set_priority=True)``. The planner prices torchtitan's attention as FlashAttention-2 (``attention_kernel=
+flash2``) unless this says otherwise. Each runs forward and backward at Llama 3 8B's heads (32 query, 8 key-value,
+width 128); the SDPA call's kernels are named by torch.profiler. Needs a CUDA GPU; imports nothing but torch.
+
+    python bench/gpu_attention_backends.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+TORCHTITAN_SDPA_PRIORITY = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
+#: torchtitan 0.3.0's ``FlexAttention.inductor_configs`` (less ``wrap_inductor_compiled_regions``, which only
+#: matters inside a compiled model)
+TORCHTITAN_FLEX_OPTIONS = {"max_autotune": True, "coordinate_descent_tuning": True, "triton.cudagraphs": False}
+
+
+def sdpa_step(backends: list[SDPBackend], q, k, v, gqa: bool) -> Callable[[], None]:
+    def step() -> None:
+        with sdpa_kernel(backends, set_priority=True):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa).sum().backward()
+
+    return step
+
+
+def flex_step(q, k, v) -> Callable[[], None]:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    seq = q.shape[2]
+    mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, seq, seq, device=q.device)
+    compiled = torch.compile(flex_attention, options=TORCHTITAN_FLEX_OPTIONS)
+
+    def step() -> None:
+        compiled(q, k, v, block_mask=mask, enable_gqa=True).sum().backward()
+
+    return step
+
+
+def varlen_step(q, k, v) -> Callable[[], None]:
+    from torch.nn.attention.varlen import varlen_attn
+
+    seq = q.shape[2]
+    packed = [t.detach().transpose(1, 2).reshape(seq, t.shape[1], t.shape[3]).requires_grad_() for t in (q, k, v)]
+    cu_seq = torch.tensor([0, seq], device=q.device, dtype=torch.int32)
+
+    def step() -> None:
+        varlen_attn(*packed, cu_seq, cu_seq, seq, seq, window_size=(-1, 0), enable_gqa=True).sum().backward()
+
+    return step
+
+
+def seconds(step: Callable[[], None], repeats: int = 5) -> float:
+    """Median seconds of a forward and backward, after two warm-ups (compilation and autotuning in the first)."""
+    step()
+    step()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(samples)
+
+
+def kernels_run(step: Callable[[], None]) -> list[str]:
+    """The CUDA kernels whose names say attention (fmha, flash, cudnn, sdpa, attn), forward and backward."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        step()
+        torch.cuda.synchronize()
+    names = {e.key for e in profile.key_averages()}
+    words = ("fmha", "flash", "cudnn", "sdpa", "attn", "triton_tem")
+    return sorted(n[:70] for n in names if any(w in n.lower() for w in words))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="32:8:8192,32:8:32768", help="heads:kv_heads:seq, comma-separated")
+    parser.add_argument("--skip-flex", action="store_true", help="FlexAttention's autotuning takes minutes")
+    args = parser.parse_args()
+    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
+    for shape in args.shapes.split(","):
+        heads, kv_heads, seq = (int(x) for x in shape.split(":"))
+        run_shape(heads, kv_heads, seq, args.skip_flex)
+
+
+def run_shape(heads: int, kv_heads: int, seq: int, skip_flex: bool) -> None:
+    """Every backend's forward and backward at one shape, printed."""
+    q, k, v = (
+        torch.randn(1, n, seq, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for n in (heads, kv_heads, kv_heads)
+    )
+    kr, vr = (t.detach().repeat_interleave(heads // kv_heads, dim=1).requires_grad_() for t in (k, v))
+    flops = 3.5 * 2.0 * seq * seq * 128 * heads  # causal: half of 4·s²·d, backward 2.5× the forward
+    print(f"\n{heads} heads, {kv_heads} key-value heads, seq {seq}")
+    titan = sdpa_step(TORCHTITAN_SDPA_PRIORITY, q, k, v, True)
+    print("  torchtitan's SDPA call runs:", ", ".join(kernels_run(titan)) or "(none named)")
+    cases: dict[str, Callable[[], Callable[[], None]]] = {
+        "SDPA, torchtitan's priority (cuDNN > flash > math)": lambda: titan,
+        "SDPA, cuDNN forced": lambda: sdpa_step([SDPBackend.CUDNN_ATTENTION], q, k, v, True),
+        "SDPA, FlashAttention-2 forced": lambda: sdpa_step([SDPBackend.FLASH_ATTENTION], q, k, v, True),
+        "SDPA, FlashAttention-2, keys and values repeated": lambda: sdpa_step(
+            [SDPBackend.FLASH_ATTENTION], q, kr, vr, False
+        ),
+        "varlen_attn (torchtitan's varlen)": lambda: varlen_step(q, k, v),
+    }
+    if not skip_flex:
+        cases["flex_attention (torchtitan's flex, autotuned)"] = lambda: flex_step(q, k, v)
+    for label, make in cases.items():
+        try:
+            took = seconds(make())
+        except Exception as refused:  # noqa: BLE001 - a backend this torch or GPU lacks: say so, go on
+            print(f"  {label:52} not run: {type(refused).__name__}: {str(refused).splitlines()[0][:90]}")
+            continue
+        print(f"  {label:52} {took * 1e3:8.2f} ms fwd+bwd  {flops / took / 1e12:6.1f} TFLOP/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
