@@ -19,8 +19,9 @@ Read off torchtitan 0.3.0's ``Trainer.Config`` (``model_spec.model``, ``training
   pipeline is FSDP as torchtitan runs it there); torchtitan's selective activation checkpointing is per op (``op``),
   ``FullAC`` is ``full``; Float8 linears are ``fp8``; ``compile`` when the model is compiled; async TP is
   ``tp_comm_overlap``; CP gathers the keys and values (``allgather``: FlexAttention's ``flex_cp_allgather`` and SDPA's
-  context-parallel dispatcher alike); fused attention priced as ``flash2`` (FlexAttention, and SDPA as the
-  calibration's torchtitan rows ran it);
+  context-parallel dispatcher alike); fused attention priced as ``flash2``: torchtitan 0.3.0's language models run
+  FlexAttention (its default) or varlen (FlashAttention-2), and FlexAttention as torchtitan compiles it runs at
+  FlashAttention-2's speed (1.0-1.2× it; 0.57-0.67 of cuDNN's, measured on an H200, docs/planner.md);
   gradients reduce in fp32 (``mixed_precision_reduce``); the pipeline's layers per stage as torchtitan's own split
   makes them.
 
@@ -80,9 +81,9 @@ def _declaration(config: Any, dims: Any) -> dict[str, Any]:
     out["sequence_parallel"] = dims.tp > 1 and bool(parallelism.enable_sequence_parallel)
     out["precision"] = "fp8" if _float8_linears(config.model_spec.model) else "bf16"
     out["compile"] = bool(config.compile.enable) and "model" in config.compile.components
-    # FlexAttention (a Triton kernel) and SDPA both priced as FlashAttention-2, as the calibration's torchtitan rows
-    # ran; torchtitan's SDPA lists cuDNN's first, which torch takes only with a recent cuDNN on Hopper and Blackwell
-    # and, for grouped keys and values (enable_gqa), was not verified here
+    # FlexAttention autotuned as torchtitan compiles it ran at 1.0-1.2× FlashAttention-2's speed on an H200
+    # (bench/gpu_attention_backends.py); torchtitan 0.3.0 refuses SDPA for a language model (its SDPA, cuDNN first,
+    # is Flux's)
     out["attention_kernel"] = "flash2"
     out["tp_comm_overlap"] = dims.tp > 1 and bool(config.compile.enable_async_tensor_parallel)
     out["grad_reduce"] = "fp32" if training.mixed_precision_reduce == "float32" else "bf16"
