@@ -10,8 +10,8 @@ also runs the output layer and the loss):
   backward pass runs two GEMMs of the same shape per forward GEMM (input and weight gradients).
   Small heads (head dim 64–160) make the attention GEMMs memory-bound; that is where size matters.
 * **Fused (flash) attention** — the causal half of the two products' FLOPs at ``attention`` of the peak (times
-  ``attention_kernel_share``: FlashAttention-2 at 0.57 of cuDNN's on Hopper), backward 2.5× forward
-  (``attention_seconds``).
+  ``attention_kernel_share``: FlashAttention-2 at 0.55 of cuDNN's on Hopper), backward 2.7× (FlashAttention-2) or
+  3.1× (cuDNN's) forward, as measured (``ATTENTION_BACKWARD_RATIO``, ``attention_seconds``).
 * **Memory-bound kernels** (norms, softmax, dropout, GeLU, bias and residual adds) move about
   ``elementwise_traffic`` bytes of HBM per byte of the activations they leave behind (the
   Korthikanti stored-activation count, which is what those kernels write), twice that backward;
@@ -306,12 +306,17 @@ def fp8_cast_seconds(model: ModelSpec, cfg: ParallelConfig, hbm_bytes_s: float, 
     return forward, backward
 
 
-#: FlashAttention-2's efficiency over cuDNN's fused attention on Hopper, measured on an H200 (torch 2.11's SDPA
-#: backends, every H100-class published run's heads, sequence and micro-batch, forward + backward, two runs):
-#: 0.53-0.60, median 0.57 (``bench/gpu_kernel_efficiency.py``). Elsewhere (A100: FlashAttention-2 is the faster) the
-#: two are priced alike.
-FLASH2_SHARE_ON_HOPPER = 0.57
+#: FlashAttention-2's forward efficiency over cuDNN's fused attention's on Hopper, measured on an H200 (torch 2.11's
+#: SDPA backends, every H100-class published run's heads, sequence and micro-batch): 0.44-0.58, median 0.55
+#: (``bench/gpu_kernel_efficiency.py``, 2026-11-30; forward + backward 0.54-0.60, median 0.58, which the backward
+#: ratios below give as 0.61). Elsewhere (A100: FlashAttention-2 is the faster) the two are priced alike.
+FLASH2_SHARE_ON_HOPPER = 0.55
 HOPPER = ("H100", "H200")
+#: Fused attention's backward over its forward, by kernel, measured on an H200 (torch 2.11, ``bench/gpu_kernel_
+#: efficiency.py``: every published H100-class run's heads, sequence and micro-batch): FlashAttention-2 2.43-3.06,
+#: median 2.7; cuDNN's 2.80-3.28, median 3.1. FLOPs alone say 2.5 (FlashAttention-2, §3.1: the scores recomputed and
+#: four more products); the backward's products run further below the peak than the forward's.
+ATTENTION_BACKWARD_RATIO = {"flash2": 2.7, "cudnn": 3.1}
 
 
 def attention_kernel_share(gpu: GpuSpec, kernel: str) -> float:
@@ -326,12 +331,13 @@ def attention_seconds(
 
     Fused (flash) attention keeps the scores on chip and skips the blocks a causal mask hides: half of the
     4·q·s·d FLOPs a head's two products take forward, at ``eff.attention`` of the peak; its backward recomputes the
-    scores and runs four more products, 2.5× the forward (FlashAttention-2, §3.1). Unfused attention writes the
+    scores and runs four more products, 2.5× the forward's FLOPs (FlashAttention-2, §3.1) and, measured,
+    ``ATTENTION_BACKWARD_RATIO`` × its time. Unfused attention writes the
     full s×s scores (the mask applied after): two GEMMs on the roofline forward, twice that backward."""
     if cfg.flash_attention:
         reach = eff.attention * attention_kernel_share(gpu, cfg.attention_kernel)
         forward = 2.0 * queries * model.seq * model.head_dim * heads / (gpu.peak_tflops * 1e12 * reach)
-        return forward, 2.5 * forward
+        return forward, ATTENTION_BACKWARD_RATIO[cfg.attention_kernel] * forward
     forward = gemm_seconds(queries, model.seq, model.head_dim, gpu, eff, heads) + gemm_seconds(
         queries, model.head_dim, model.seq, gpu, eff, heads
     )
