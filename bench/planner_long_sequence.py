@@ -4,7 +4,7 @@ on 4 to 1,024 H100s, CP 1 to 32 (``analysis/planner/data/checks_nemo_long_sequen
 A check, not calibration: the table leaves micro-batch, recompute, TP overlap and gradient type out (the rows take 1,
 none, off and fp32). Each row is predicted with the H100 SXM's constants (``efficiencies.csv``), its attention priced
 as the cuDNN fused attention Transformer Engine ran on Hopper (TE 1.4 ``attention.py``: FusedAttention on sm90), and
-again at FlashAttention-2's speed (``attention_kernel=flash2``, 0.57 of it): where the error moves with the sequence
+again at FlashAttention-2's speed (``attention_kernel=flash2``, its forward 0.55 of it): where the error moves with the sequence
 length, attention's speed is off; where it is flat across CP 1-32, the context-parallel pricing holds.
 
     python bench/planner_long_sequence.py
