@@ -2,15 +2,17 @@
 FlashAttention-2 and cuDNN forced through SDPA.
 
 torchtitan 0.3.0 (``models/common/attention.py``, ``config_utils.get_attention_config``) trains a language model
-with ``flex`` (the default: ``flex_attention`` compiled with max-autotune and coordinate-descent tuning, a causal
-block mask, grouped keys and values) or ``varlen`` (``torch.nn.attention.varlen.varlen_attn``, causal window
-(-1, 0)); its ``ScaledDotProductAttention`` (Flux, and a model a user writes on SDPA) calls
+with ``flex`` (the default: ``flex_attention`` compiled with max-autotune and coordinate-descent tuning, a block
+mask, grouped keys and values; here one document a sequence, so a causal mask), ``flex_flash`` (the same on
+FlexAttention's FLASH backend, Hopper and Blackwell) or ``varlen`` (``torch.nn.attention.varlen.varlen_attn``,
+causal window (-1, 0)); its ``ScaledDotProductAttention`` (Flux, and a model a user writes on SDPA) calls
 ``F.scaled_dot_product_attention(..., enable_gqa=True)`` under ``sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION,
 MATH], set_priority=True)``. The planner prices torchtitan's attention as FlashAttention-2 (``attention_kernel=
 flash2``) unless this says otherwise. Each runs forward and backward at Llama 3 8B's heads (32 query, 8 key-value,
 width 128); the SDPA call's kernels are named by torch.profiler. Needs a CUDA GPU; imports nothing but torch.
 
     python bench/gpu_attention_backends.py
+    python bench/gpu_attention_backends.py --shapes 32:8:8192 --only FLASH     # flex_flash alone
 """
 
 from __future__ import annotations
@@ -37,15 +39,20 @@ def sdpa_step(backends: list[SDPBackend], q, k, v, gqa: bool) -> Callable[[], No
     return step
 
 
-def flex_step(q, k, v) -> Callable[[], None]:
+def flex_step(q, k, v, flash_backend: bool = False) -> Callable[[], None]:
+    """torchtitan's ``flex`` (Triton), or with ``flash_backend`` its ``flex_flash`` (FlexAttention's FLASH backend,
+    Hopper and Blackwell: blocks of 256 × 128, ``kernel_options={"BACKEND": "FLASH"}``). One document a sequence: a
+    causal mask (torchtitan's document masks skip more blocks where a sequence packs several)."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     seq = q.shape[2]
-    mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, seq, seq, device=q.device)
+    block = {"BLOCK_SIZE": (256, 128)} if flash_backend else {}
+    mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, seq, seq, device=q.device, **block)
+    options = {"kernel_options": {"BACKEND": "FLASH"}} if flash_backend else {}
     compiled = torch.compile(flex_attention, options=TORCHTITAN_FLEX_OPTIONS)
 
     def step() -> None:
-        compiled(q, k, v, block_mask=mask, enable_gqa=True).sum().backward()
+        compiled(q, k, v, block_mask=mask, enable_gqa=True, **options).sum().backward()
 
     return step
 
@@ -91,15 +98,19 @@ def kernels_run(step: Callable[[], None]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="32:8:8192,32:8:32768", help="heads:kv_heads:seq, comma-separated")
-    parser.add_argument("--skip-flex", action="store_true", help="FlexAttention's autotuning takes minutes")
+    parser.add_argument(
+        "--only",
+        default="SDPA,varlen,flex",
+        help="cases whose label holds one of these words (flex: autotuned, minutes)",
+    )
     args = parser.parse_args()
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
     for shape in args.shapes.split(","):
         heads, kv_heads, seq = (int(x) for x in shape.split(":"))
-        run_shape(heads, kv_heads, seq, args.skip_flex)
+        run_shape(heads, kv_heads, seq, args.only.split(","))
 
 
-def run_shape(heads: int, kv_heads: int, seq: int, skip_flex: bool) -> None:
+def run_shape(heads: int, kv_heads: int, seq: int, only: list[str]) -> None:
     """Every backend's forward and backward at one shape, printed."""
     q, k, v = (
         torch.randn(1, n, seq, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -118,9 +129,10 @@ def run_shape(heads: int, kv_heads: int, seq: int, skip_flex: bool) -> None:
             [SDPBackend.FLASH_ATTENTION], q, kr, vr, False
         ),
         "varlen_attn (torchtitan's varlen)": lambda: varlen_step(q, k, v),
+        "flex_attention (torchtitan's flex, autotuned)": lambda: flex_step(q, k, v),
+        "flex_attention, FLASH backend (torchtitan's flex_flash)": lambda: flex_step(q, k, v, flash_backend=True),
     }
-    if not skip_flex:
-        cases["flex_attention (torchtitan's flex, autotuned)"] = lambda: flex_step(q, k, v)
+    cases = {label: make for label, make in cases.items() if any(word in label for word in only)}
     for label, make in cases.items():
         try:
             took = seconds(make())

@@ -3,8 +3,8 @@
 # the collector's GPU tests, its overhead on one device, a DDP job written from the docs run on the GPU
 # and the same with FSDP2 (each collected into a spool and profiled by torch.profiler), the published runs' GEMMs and
 # attention timed for the planner (PLANNER_GPU: the planner's name for the GPU, for its peaks; default H200), one
-# context-parallel rank's attention as torch schedules it (cp_attention.csv), which attention torchtitan's SDPA
-# call runs, and a
+# context-parallel rank's attention as torch schedules it (cp_attention.csv), which kernel each of torchtitan's
+# attention backends runs, and a
 # Flight Recorder dump from NCCL. Everything
 # lands in $OUT (default /tmp/gpu-checks): log.txt, gpu-tests.xml, kernels.json and results.tgz (the spool, the trace,
 # the dumps), which the machine without a GPU then reads (docs/benchmarks.md, "GPU checks", says how).

@@ -5,7 +5,8 @@ holds chunks r and 2c-1-r of the sequence) runs, on each rank, one causal block 
 c-1 blocks against the other ranks' keys and values, each half a square and unmasked (all of the queries against the
 first half of the keys, or the second half of the queries against all of the keys), and merges the blocks' outputs
 by their log-sum-exp in fp32; the backward runs the same blocks and sums the gradients in fp32. This bench runs
-exactly those kernel calls and merges on one GPU, without the communication (which one GPU cannot time), for
+those kernel calls, merges, packs and casts, buffer for buffer, on one GPU, without the communication (which one GPU
+cannot time; what it would deliver is stood in for by buffers of its size), and at cp 1 plain attention, for
 Llama 3 8B's heads (keys and values repeated to every head, as torchtitan's Llama did) at 32k tokens a rank, cp 1,
 2, 4 and 8: the compute of torchtitan's long-sequence rows (Table 2: 32k, 64k, 128k and 256k tokens on 8 GPUs).
 Beside each, ``step_time.attention_seconds`` for the same rank on this GPU (``--gpu``: the planner's name).
@@ -143,6 +144,13 @@ def rank_forward(
     return out.to(q.dtype), lse.squeeze(-1) if squeeze else lse, saved
 
 
+def _partial_add(original: Tensor, new: Tensor, idx: int) -> Tensor:
+    """torch's ``_partial_update(..., n_chunks=2, add=True)``: ``new`` added to one half, the halves concatenated."""
+    halves = list(original.chunk(2, dim=2))
+    halves[idx] += new
+    return torch.cat(halves, dim=2)
+
+
 def rank_backward(
     kernel: Kernel,
     rank: int,
@@ -152,12 +160,21 @@ def rank_backward(
     lse: Tensor,
     dout: Tensor,
     saved: list[tuple],
-) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
-    """One rank's backward: the same blocks' gradients, summed in fp32. Returns the queries' gradient and, for each
-    step's keys and values, this rank's contribution to their gradients (what torch passes on round the ring)."""
+    arrived: Callable[[], Tensor],
+) -> tuple[Tensor, list[Tensor]]:
+    """One rank's backward, buffer for buffer as torch's ``_templated_ring_attention_backward`` runs it: the same
+    blocks' gradients, the queries' summed in fp32 (a half at a time by torch's ``_partial_update`` where the block
+    took half of them), the keys' and values' added into the fp32 buffer that arrived from the previous rank
+    (``arrived()`` stands in for it: the communication is not run) and packed to send on, and the casts back at the
+    end. Returns the queries' gradient and what the rank sends at each step: with ``arrived`` giving zeros, its own
+    contribution to the gradients of step i's keys and values (K then V, flattened)."""
     grad_q = torch.zeros_like(q, dtype=torch.float32)
-    grad_kv = []
+    k0, v0 = kv_by_step[0]
+    grad_k, grad_v = torch.zeros_like(k0, dtype=torch.float32), torch.zeros_like(v0, dtype=torch.float32)
+    sent = []
     for i, (k, v) in enumerate(kv_by_step):
+        if i != len(kv_by_step) - 1:  # torch packs the keys and values to send on
+            torch.cat([k.flatten(), v.flatten()])
         bq, bk, bv, partial = block_inputs(i, rank, q, k, v)
         if partial:
             b_out, b_dout = out.chunk(2, dim=2)[1], dout.chunk(2, dim=2)[1]
@@ -165,16 +182,24 @@ def rank_backward(
         else:
             b_out, b_dout, b_lse = out, dout, lse
         dq, dk, dv = kernel.backward(b_dout, bq, bk, bv, b_out, b_lse, saved[i], i == 0)
-        gk, gv = torch.zeros_like(k, dtype=torch.float32), torch.zeros_like(v, dtype=torch.float32)
-        gk[:, :, : dk.shape[2]] += dk  # i <= rank: the first half of the keys; else all of them
-        gv[:, :, : dv.shape[2]] += dv
-        torch.cat([gk.flatten(), gv.flatten()])  # torch packs the key and value gradients to send on
-        grad_kv.append((gk, gv))
-        if partial:
-            grad_q[:, :, q.shape[2] // 2 :] += dq
+        if i == 0:
+            grad_k += dk
+            grad_v += dv
+        else:
+            buffer = arrived()
+            grad_k, grad_v = buffer[: k.numel()].reshape(k.shape), buffer[k.numel() :].reshape(v.shape)
+            if i <= rank:  # the first half of the keys
+                grad_k, grad_v = _partial_add(grad_k, dk, 0), _partial_add(grad_v, dv, 0)
+            else:
+                grad_k += dk
+                grad_v += dv
+        sent.append(torch.cat([grad_k.flatten(), grad_v.flatten()]))
+        if partial:  # the second half of the queries
+            grad_q = _partial_add(grad_q, dq, 1)
         else:
             grad_q += dq
-    return grad_q, grad_kv
+    arrived().to(k0.dtype)  # the rank's own gradients, back round the ring, cast to the keys' dtype
+    return grad_q.to(q.dtype), sent
 
 
 def ring_order(rank: int, cp: int) -> list[int]:
@@ -202,14 +227,27 @@ def timed(run: Callable[[], object], device: str, repeats: int) -> float:
 
 
 def time_rank(kernel: Kernel, rank: int, cp: int, local: int, heads: int, dim: int, device: str, repeats: int):
-    """Seconds of one rank's forward and backward at ``local`` tokens a rank (other ranks' keys and values stood in
-    for by tensors of the same shape: the kernels' time does not depend on their values)."""
+    """Seconds of one rank's forward and backward at ``local`` tokens a rank (other ranks' keys and values, and the
+    gradient buffers that arrive from them, stood in for by tensors of the same shape: the kernels' time does not
+    depend on their values). At cp 1, plain attention: one causal block, no merge, as a run without CP calls it."""
     shape = (1, heads, local, dim)
     q, k, v, dout = (torch.randn(shape, device=device, dtype=torch.bfloat16) for _ in range(4))
+    if cp == 1:
+        out, lse, kept = kernel.forward(q, k, v, True)
+        forward = timed(lambda: kernel.forward(q, k, v, True), device, repeats)
+        backward = timed(lambda: kernel.backward(dout, q, k, v, out, lse, kept, True), device, repeats)
+        return forward, backward
     kv_by_step = [(k, v)] * cp
     out, lse, saved = rank_forward(kernel, rank, q, kv_by_step)
+    size = 2 * k.numel()
+
+    def arrived() -> Tensor:  # the buffer NCCL would write, unfilled
+        return torch.empty(size, device=device, dtype=torch.float32)
+
     forward = timed(lambda: rank_forward(kernel, rank, q, kv_by_step), device, repeats)
-    backward = timed(lambda: rank_backward(kernel, rank, q, kv_by_step, out, lse, dout, saved), device, repeats)
+    backward = timed(
+        lambda: rank_backward(kernel, rank, q, kv_by_step, out, lse, dout, saved, arrived), device, repeats
+    )
     return forward, backward
 
 
