@@ -92,7 +92,7 @@ DEFAULTS_SAID = {
     "sequence_parallel": "sequence_parallel: on when tp > 1",
     "grad_reduce": "grad_reduce: fp32 (gradients reduced in fp32, as Megatron-LM and torchtitan do by default)",
     "attention_kernel": "attention_kernel: cudnn (cuDNN's fused attention: Transformer Engine's, and torch's SDPA's on"
-    " Hopper and Blackwell with a recent cuDNN; flash2 runs at 0.55 of its speed on Hopper)",
+    " Hopper and Blackwell with a recent cuDNN; flash2's forward runs at 0.55 of it on Hopper)",
 }
 MAX_TOP = 1000
 

@@ -309,13 +309,14 @@ def fp8_cast_seconds(model: ModelSpec, cfg: ParallelConfig, hbm_bytes_s: float, 
 #: FlashAttention-2's forward efficiency over cuDNN's fused attention's on Hopper, measured on an H200 (torch 2.11's
 #: SDPA backends, every H100-class published run's heads, sequence and micro-batch): 0.44-0.58, median 0.55
 #: (``bench/gpu_kernel_efficiency.py``, 2026-11-30; forward + backward 0.54-0.60, median 0.58, which the backward
-#: ratios below give as 0.61). Elsewhere (A100: FlashAttention-2 is the faster) the two are priced alike.
+#: ratios below give as 0.61). Elsewhere (A100: FlashAttention-2 is the faster) the two forwards are priced alike.
 FLASH2_SHARE_ON_HOPPER = 0.55
 HOPPER = ("H100", "H200")
 #: Fused attention's backward over its forward, by kernel, measured on an H200 (torch 2.11, ``bench/gpu_kernel_
 #: efficiency.py``: every published H100-class run's heads, sequence and micro-batch): FlashAttention-2 2.43-3.06,
 #: median 2.7; cuDNN's 2.80-3.28, median 3.1. FLOPs alone say 2.5 (FlashAttention-2, §3.1: the scores recomputed and
-#: four more products); the backward's products run further below the peak than the forward's.
+#: four more products); the backward's products run further below the peak than the forward's. Measured on Hopper
+#: alone, applied on every GPU (the A100 calibration rows run unfused attention; the B200's fused).
 ATTENTION_BACKWARD_RATIO = {"flash2": 2.7, "cudnn": 3.1}
 
 

@@ -58,7 +58,7 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         "sequence_parallel: on when tp > 1",
         "grad_reduce: fp32 (gradients reduced in fp32, as Megatron-LM and torchtitan do by default)",
         "attention_kernel: cudnn (cuDNN's fused attention: Transformer Engine's, and torch's SDPA's on Hopper and"
-        " Blackwell with a recent cuDNN; flash2 runs at 0.55 of its speed on Hopper)",
+        " Blackwell with a recent cuDNN; flash2's forward runs at 0.55 of it on Hopper)",
         "constants: the defaults, chosen on 18 published A100-80GB runs",  # and which constants priced it
     ]
     p, v, m = 8, 3, 64

@@ -242,7 +242,7 @@ def test_context_parallelism_splits_the_sequence_and_prices_its_key_value_exchan
     micro-batches of a quarter against 1 whole). The keys and values, 4·32768·1024 bytes, gathered over NVLink, hide
     under attention either way here: ring attention (``p2p``) under each block, torch's ``allgather`` under the first
     of its 4 blocks; what ``allgather`` leaves exposed is the last of its key and value gradients' fp32 steps, 2·bytes/4,
-    a layer and micro-batch: 10 µs + 2·(4·32768·1024)/4 / (450 GB/s · 0.55)."""
+    a layer and micro-batch: 10 µs + 2·(4·32768·1024)/4 / (450 GB/s · the H100 SXM's NVLink efficiency)."""
     model = model_from({"preset": "llama-3-8b", "seq": 32768})
     cluster = make_cluster("H100-SXM", 8)
     base = {"tp": 1, "mbs": 1, "zero": 1, "recompute": "none"}
@@ -611,7 +611,7 @@ def test_tensor_parallel_overlap_hides_its_collectives_under_the_linear_gemms_an
 
 
 def test_fp8_with_sequence_parallelism_gathers_its_activations_in_one_byte() -> None:
-    """Llama 3 70B, 8k tokens, tp 8 with sequence parallelism over NVLink (450 GB/s · 0.55), no recompute: a pass
+    """Llama 3 70B, 8k tokens, tp 8 with sequence parallelism over NVLink (450 GB/s · its efficiency), no recompute: a pass
     runs two all-gather + reduce-scatter pairs (attention's and the MLP's) of 8192·8192 activations, two passes a
     layer. In bf16 each collective moves 2 bytes an element; in FP8 the all-gathers move the FP8 input (forward) or
     output gradient (backward), 1 byte, and the reduce-scatters bf16, 2 (torchao's Float8ColwiseParallel and

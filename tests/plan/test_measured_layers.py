@@ -1,9 +1,9 @@
 """The planner's price of one layer against the same layer timed on a GPU (``data/measured_layers_h200.csv``:
 Llama 3 8B and 70B layers on an H200, bf16 and FP8, and the 8B at 32k tokens in bf16, ``bench/gpu_layer_step.py``).
-The H200 prices with the H100 SXM's constants, which were never fitted on these layers; bf16 reads within 8% (8k
-+2.4 to +4.1%; 32k +7.4%, its backward: fused attention's within 7% of its measure, the linears' and element-wise
-kernels' 15% slow), FP8 within 15% (it reads 7% fast on the 8B: torchao's casts cost more than ``fp8_cast_seconds``
-charges), docs/planner.md "Measured on an H200"."""
+The H200 prices with the H100 SXM's constants, which were never fitted on these layers; bf16 reads within 5% at 8k
+(+4.1%, +2.4%) and 8% at 32k (+7.4%: its attention priced 10% over the measure of the same kernels, cuDNN's causal
+kernel outrunning the fitted 0.6 there, the rest of its backward 11% over), FP8 within 15% (it reads 7% fast on the
+8B: torchao's casts cost more than ``fp8_cast_seconds`` charges), docs/planner.md "Measured on an H200"."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from bubblescope.analysis.planner.efficiencies import efficiencies_for
 from bubblescope.analysis.planner.step_time import layer_cost
 
 ROWS = published_rows(PUBLISHED_RUNS.with_name("measured_layers_h200.csv"))
-BOUND = {"bf16": 0.08, "fp8": 0.15}
+BOUND = {"bf16": 0.05, "fp8": 0.15}
+BF16_BOUND_AT_32K = 0.08
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r['preset']}-{r['seq']}-{r['precision']}" for r in ROWS])
@@ -26,11 +27,12 @@ def test_a_layer_timed_on_an_h200_is_priced_within_its_bound(row: dict[str, str]
     cfg = ParallelConfig(tp=1, pp=1, dp=8, mbs=int(row["mbs"]), flash_attention=True, precision=row["precision"])
     cost = layer_cost(model, make_cluster("H200", 8), cfg, efficiencies_for("H200"))
     measured = float(row["forward_backward_ms"]) / 1e3
-    assert abs(cost.seconds / measured - 1) < BOUND[row["precision"]], (cost.seconds, measured)
+    bound = BF16_BOUND_AT_32K if (row["precision"], row["seq"]) == ("bf16", "32768") else BOUND[row["precision"]]
+    assert abs(cost.seconds / measured - 1) < bound, (cost.seconds, measured)
 
 
 def test_fp8_over_bf16_is_priced_within_15_percent_of_the_measured_speed_up() -> None:
-    """A whole layer's FP8 speed-up: 1.23× (8B) and 1.46× (70B) measured; priced at 1.39× and 1.52× (1.48× and
+    """A whole layer's FP8 speed-up: 1.23× (8B) and 1.46× (70B) measured; priced at 1.38× and 1.51× (1.48× and
     1.64× were FP8 GEMMs as efficient as bf16's, ``FP8_GEMM_SHARE`` 1)."""
     cluster, eff = make_cluster("H200", 8), efficiencies_for("H200")
     for preset in ("llama-3-8b", "llama-3-70b"):

@@ -81,7 +81,7 @@ def test_gradients_reduced_in_fp32_move_twice_the_bytes_of_bf16() -> None:
         assert fp16.dp_comm == bf16.dp_comm
 
 
-def test_fused_attention_is_causal_with_a_backward_of_two_and_a_half_forwards_at_its_own_efficiency() -> None:
+def test_fused_attention_is_causal_with_its_measured_backward_at_its_own_efficiency() -> None:
     """Fused attention forward: 2·q·s·d per head (half of the two products' 4·q·s·d: the causal mask skips the rest)
     at ``attention`` of the peak; backward 3.1× (cuDNN's, measured on an H200). Halving that efficiency adds 4.1
     forwards' worth a layer."""
@@ -95,11 +95,11 @@ def test_fused_attention_is_causal_with_a_backward_of_two_and_a_half_forwards_at
     assert unfused.compute == _step(replace(cfg, flash_attention=False), 1, 1, attention=0.5).compute
 
 
-def test_flash_attention_2_runs_at_0_55_of_cudnns_attention_forward_on_hopper_and_alike_elsewhere() -> None:
+def test_flash_attention_2_runs_its_forward_at_0_55_of_cudnns_on_hopper_and_each_its_own_backward() -> None:
     """``attention_kernel=flash2`` on an H100: fused attention's forward at 0.55·``attention`` of the peak
     (FlashAttention-2 against cuDNN's kernel, measured on an H200), its backward 2.7× that (cuDNN's 3.1×): a layer's
-    attention takes F · (3.7/0.55 − 4.1) more, F the forward at cuDNN's. On an A100 the two price alike (each with its
-    own backward)."""
+    attention takes F · (3.7/0.55 − 4.1) more, F the forward at cuDNN's. On an A100 the forwards price alike and only
+    the backwards differ: FlashAttention-2's 0.4·F shorter."""
     cudnn, flash2 = (_step(ParallelConfig(mbs=1, attention_kernel=k), 1, 1) for k in ("cudnn", "flash2"))
     s, d, heads = LLAMA_8B.seq, LLAMA_8B.head_dim, LLAMA_8B.heads
     forward = 2 * s * s * d * heads / (989e12 * DEFAULT_EFFICIENCIES.attention)
