@@ -20,8 +20,9 @@ Read off torchtitan 0.3.0's ``Trainer.Config`` (``model_spec.model``, ``training
   ``FullAC`` is ``full``; Float8 linears are ``fp8``; ``compile`` when the model is compiled; async TP is
   ``tp_comm_overlap``; CP gathers the keys and values (``allgather``: FlexAttention's ``flex_cp_allgather`` and SDPA's
   context-parallel dispatcher alike); fused attention priced as ``flash2``: torchtitan 0.3.0's language models run
-  FlexAttention (its default) or varlen (FlashAttention-2), and FlexAttention as torchtitan compiles it runs at
-  FlashAttention-2's speed (1.0-1.2× it; 0.57-0.67 of cuDNN's, measured on an H200, docs/planner.md);
+  FlexAttention (its default), its FLASH backend or varlen (FlashAttention-2), and FlexAttention as torchtitan
+  compiles it runs at FlashAttention-2's speed (1.0-1.2× it; 0.57-0.67 of cuDNN's, measured on an H200,
+  docs/planner.md; the FLASH backend's price is unverified);
   gradients reduce in fp32 (``mixed_precision_reduce``); the pipeline's layers per stage as torchtitan's own split
   makes them.
 
