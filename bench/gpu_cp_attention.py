@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import argparse
 import csv
-import statistics
-import time
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import torch
 import torch.nn.functional as F
 
+from bench.gpu_layer_step import timed
 from bubblescope.analysis.planner.efficiencies import efficiencies_for
 from bubblescope.analysis.planner.specs import ParallelConfig, gpu_from, model_from
 from bubblescope.analysis.planner.step_time import attention_seconds
@@ -207,25 +209,6 @@ def ring_order(rank: int, cp: int) -> list[int]:
     return [(rank - i) % cp for i in range(cp)]
 
 
-def timed(run: Callable[[], object], device: str, repeats: int) -> float:
-    """Median seconds of ``repeats`` calls after one warm-up: CUDA events on a GPU, the host clock elsewhere."""
-    run()
-    samples = []
-    for _ in range(repeats):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3)
-        else:
-            began = time.perf_counter()
-            run()
-            samples.append(time.perf_counter() - began)
-    return statistics.median(samples)
-
-
 def time_rank(kernel: Kernel, rank: int, cp: int, local: int, heads: int, dim: int, device: str, repeats: int):
     """Seconds of one rank's forward and backward at ``local`` tokens a rank (other ranks' keys and values, and the
     gradient buffers that arrive from them, stood in for by tensors of the same shape: the kernels' time does not
@@ -233,17 +216,19 @@ def time_rank(kernel: Kernel, rank: int, cp: int, local: int, heads: int, dim: i
     shape = (1, heads, local, dim)
     q, k, v, dout = (torch.randn(shape, device=device, dtype=torch.bfloat16) for _ in range(4))
     if cp == 1:
-        out, lse, kept = kernel.forward(q, k, v, True)
+        out, lse, kept = kernel.forward(q, k, v, True)  # also the warm-up
+        kernel.backward(dout, q, k, v, out, lse, kept, True)
         forward = timed(lambda: kernel.forward(q, k, v, True), device, repeats)
         backward = timed(lambda: kernel.backward(dout, q, k, v, out, lse, kept, True), device, repeats)
         return forward, backward
     kv_by_step = [(k, v)] * cp
-    out, lse, saved = rank_forward(kernel, rank, q, kv_by_step)
+    out, lse, saved = rank_forward(kernel, rank, q, kv_by_step)  # also the forward's warm-up
     size = 2 * k.numel()
 
     def arrived() -> Tensor:  # the buffer NCCL would write, unfilled
         return torch.empty(size, device=device, dtype=torch.float32)
 
+    rank_backward(kernel, rank, q, kv_by_step, out, lse, dout, saved, arrived)  # the backward's warm-up
     forward = timed(lambda: rank_forward(kernel, rank, q, kv_by_step), device, repeats)
     backward = timed(
         lambda: rank_backward(kernel, rank, q, kv_by_step, out, lse, dout, saved, arrived), device, repeats
