@@ -1,8 +1,10 @@
 """``bench/gpu_cp_attention.py`` times one context-parallel rank's attention as torch schedules it. Here, on the CPU
 (torch's CPU flash attention, the same calls), every rank's blocks, merged as the bench merges them, must give
 whole causal attention's output, and the gradients each rank sends round the ring must sum to whole attention's:
-the bench runs the blocks CP runs. That it runs torch's copies and casts too is read off torch's source (the bench
-follows ``_templated_ring_attention_backward`` buffer for buffer), not tested here."""
+the bench runs the blocks CP runs; and a rank adds its gradients to what arrives before sending them on. That it
+runs torch's copies and casts too is read off torch 2.13's source (the bench follows
+``_templated_ring_attention_backward`` buffer for buffer), not tested here. At cp 1 this checks the schedule of one
+rank; the bench times plain attention there instead, as a run without CP calls it."""
 
 from __future__ import annotations
 
@@ -57,6 +59,32 @@ def test_every_ranks_blocks_merge_to_whole_causal_attention_forward_and_backward
     for src in range(cp):  # the key and value gradients, summed round the ring, are whole attention's
         torch.testing.assert_close(dk_sum[src], bench.rank_chunks(k.grad, src, cp), atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(dv_sum[src], bench.rank_chunks(v.grad, src, cp), atol=1e-5, rtol=1e-4)
+
+
+def test_a_rank_adds_its_key_and_value_gradients_to_what_arrives_and_sends_the_sum_on() -> None:
+    """torch's backward adds a rank's key and value gradients into the buffer that arrived from the previous rank
+    (half of it where the block took the first half of the keys) and sends that on: with a buffer R arriving at each
+    step, what the rank sends is R plus what it sends when nothing has arrived (rank 1 of 4: both kinds of block)."""
+    bench = load_bench()
+    kernel, cp, rank = bench.KERNELS["cpu"], 4, 1
+    torch.manual_seed(7)
+    q, k, v, dout = (torch.randn(1, 2, 64 * cp, 16) for _ in range(4))
+    mine, order = bench.rank_chunks(q, rank, cp), bench.ring_order(rank, cp)
+    kv_by_step = [(bench.rank_chunks(k, src, cp), bench.rank_chunks(v, src, cp)) for src in order]
+    out, lse, saved = bench.rank_forward(kernel, rank, mine, kv_by_step)
+    size = 2 * kv_by_step[0][0].numel()
+    arriving = torch.randn(size)
+
+    def sends(arrived) -> list[torch.Tensor]:
+        return bench.rank_backward(
+            kernel, rank, mine, kv_by_step, out, lse, bench.rank_chunks(dout, rank, cp), saved, arrived
+        )[1]
+
+    own = sends(lambda: torch.zeros(size))
+    summed = sends(lambda: arriving.clone())  # a fresh buffer each step, as a collective's output is
+    torch.testing.assert_close(summed[0], own[0])  # step 0: the rank's own keys, nothing arrived yet
+    for step in range(1, cp):
+        torch.testing.assert_close(summed[step], arriving + own[step], atol=1e-5, rtol=1e-4)
 
 
 def test_a_blocks_schedule_is_torchs_a_causal_square_then_half_squares() -> None:
