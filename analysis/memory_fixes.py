@@ -236,11 +236,7 @@ def memory_suggestions(
                         }
                         | torchtitan_sharding(plan.config.dp, plan.config.zero)
                         | torchtitan_batch(plan.config.mbs, plan.config.pp, plan.config.dp, batch)
-                        | (
-                            torchtitan_pipeline(plan.config.pp)
-                            if plan.config.pp > 1
-                            else {"parallelism.pipeline_parallel_degree": 1}
-                        )
+                        | torchtitan_pipeline(plan.config.pp)
                         # torchtitan 0.3.0 has no expert tensor parallelism to set (its experts' tp is 1)
                         | ({"parallelism.expert_parallel_degree": plan.config.ep} if model.moe else {}),
                         [

@@ -389,7 +389,10 @@ def torchtitan_batch(mbs: int, pp: int, dp: int, global_batch: int) -> dict[str,
 
 def torchtitan_pipeline(pp: int | str) -> dict[str, Any]:
     """Pipeline parallelism of ``pp`` ranks in torchtitan's terms: torchtitan 0.3.0 refuses a pipeline with its CUDA
-    graphs on ("CUDA graphs do not support pipeline parallelism yet"), so they are turned off with it."""
+    graphs on ("CUDA graphs do not support pipeline parallelism yet"), so they are turned off with it (not for one
+    stage, no pipeline)."""
+    if pp == 1:
+        return {"parallelism.pipeline_parallel_degree": 1}
     return {"parallelism.pipeline_parallel_degree": pp, "training.disable_cuda_graphs": True}
 
 

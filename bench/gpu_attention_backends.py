@@ -9,7 +9,8 @@ causal window (-1, 0)); its ``ScaledDotProductAttention`` (Flux, and a model a u
 ``F.scaled_dot_product_attention(..., enable_gqa=True)`` under ``sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION,
 MATH], set_priority=True)``. The planner prices torchtitan's attention as FlashAttention-2 (``attention_kernel=
 flash2``) unless this says otherwise. Each runs forward and backward at Llama 3 8B's heads (32 query, 8 key-value,
-width 128); the SDPA call's kernels are named by torch.profiler. Needs a CUDA GPU; imports nothing but torch.
+width 128); the SDPA call's kernels are named by torch.profiler. Needs a CUDA GPU and the package installed (its timer
+is ``gpu_layer_step``'s).
 
     python bench/gpu_attention_backends.py
     python bench/gpu_attention_backends.py --shapes 32:8:8192 --only FLASH     # flex_flash alone
@@ -18,12 +19,17 @@ width 128); the SDPA call's kernels are named by torch.profiler. Needs a CUDA GP
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from bench.gpu_layer_step import timed
 
 TORCHTITAN_SDPA_PRIORITY = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
 #: torchtitan 0.3.0's ``FlexAttention.inductor_configs`` (less ``wrap_inductor_compiled_regions``, which only
@@ -74,15 +80,7 @@ def seconds(step: Callable[[], None], repeats: int = 5) -> float:
     """Median seconds of a forward and backward, after two warm-ups (compilation and autotuning in the first)."""
     step()
     step()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(samples)
+    return timed(step, "cuda", repeats)
 
 
 def kernels_run(step: Callable[[], None]) -> list[str]:
