@@ -20,7 +20,13 @@ from pathlib import Path
 
 import numpy
 
-from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES, DEFAULTS_CHOSEN_ON, MIN_ROWS, Efficiencies
+from bubblescope.analysis.planner.efficiencies import (
+    DEFAULT_EFFICIENCIES,
+    DEFAULTS_CHOSEN_ON,
+    MIN_ROWS,
+    Efficiencies,
+    measured_on,
+)
 from bubblescope.analysis.planner.evaluate import evaluate
 from bubblescope.analysis.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, make_cluster, model_from
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, INTERLEAVED_1F1B
@@ -246,7 +252,7 @@ def _predictions(
     return _prediction_table(paths, tuple((name, tuple(values)) for name, values in grid.items()))
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=8)
 def _prediction_table(
     paths: tuple[Path, ...], grid: tuple[tuple[str, tuple[float, ...]], ...]
 ) -> tuple[list[Efficiencies], list[list[CalibrationRow]]]:
@@ -289,6 +295,8 @@ def leave_one_out(
                 held.append(HeldOut(predict_row(row, DEFAULT_EFFICIENCIES), DEFAULT_EFFICIENCIES))
                 continue
             others = alike or others
+            if group == "gpu":
+                options, table = _predictions(sources, family_grid(wanted, grid))
         chosen = _best(table, others)
         held.append(HeldOut(table[chosen][index], options[chosen]))
     return held
@@ -305,6 +313,13 @@ def constants_family(gpu: str) -> str:
     return next((other for name, other in PRICED_AS.items() if name.lower() == gpu.lower()), gpu)
 
 
+def family_grid(family: str, grid: Mapping[str, Sequence[float]]) -> dict[str, Sequence[float]]:
+    """``grid`` for the constants of ``family``'s GPU, with what was measured on its chip fixed at the measure
+    (``efficiencies.measured_on``), chosen by no fit."""
+    measured = measured_on(family)
+    return {**grid, **{name: (value,) for name, value in measured.items()}}
+
+
 def fit_per_gpu(
     sources: Sequence[Path], grid: Mapping[str, Sequence[float]] = GRID_EVERY_ROW
 ) -> dict[str, tuple[Efficiencies, list[str], int]]:
@@ -313,17 +328,18 @@ def fit_per_gpu(
     were chosen on, nor where there are fewer than ``MIN_ROWS`` rows (``efficiencies.efficiencies_for``). A constant
     the rows do not pin (the fit's mean error the same with the default value: eager traffic where every row is
     compiled) keeps its default."""
-    options, table = _predictions(sources, grid)
     published = published_rows(sources)
     out: dict[str, tuple[Efficiencies, list[str], int]] = {}
     for gpu in dict.fromkeys(row["gpu"] for row in published):
         family = [i for i, row in enumerate(published) if row["gpu"] == constants_family(gpu)]
         if gpu == DEFAULTS_CHOSEN_ON[0] or len(family) < MIN_ROWS:
             continue
+        options, table = _predictions(sources, family_grid(constants_family(gpu), grid))
         chosen = options[_best(table, family)]
         rows = [published[i] for i in family]
         error = _mean_abs_error(rows, chosen)
-        for name in grid:
+        measured = measured_on(constants_family(gpu))
+        for name in [name for name in grid if name not in measured]:
             unpinned = replace(chosen, **{name: getattr(DEFAULT_EFFICIENCIES, name)})
             if abs(_mean_abs_error(rows, unpinned) - error) < 1e-9:
                 chosen = unpinned
@@ -357,8 +373,8 @@ def fits_on_few_rows(
 ) -> list[FewRowsFit]:
     """For each size k, constants fitted on k of ``gpu``'s rows (every such subset, or ``samples`` of them drawn
     with ``seed``) predict its other rows: the evidence for ``MIN_ROWS``, the fewest runs a GPU's own fit needs to
-    beat the defaults."""
-    _, table = _predictions(sources, grid)
+    beat the defaults. What was measured on the GPU's chip is kept, as ``fit_per_gpu`` keeps it (``family_grid``)."""
+    _, table = _predictions(sources, family_grid(constants_family(gpu), grid))
     published = published_rows(sources)
     family = [i for i, row in enumerate(published) if row["gpu"].lower() == gpu.lower()]
     errors = numpy.array([[abs(table[c][i].error_pct) for i in family] for c in range(len(table))])

@@ -58,9 +58,8 @@ class Efficiencies:
 
     Chosen on the H100/H200 rows (the A100 rows never exercise them; ``calibration.GRID_EVERY_ROW``):
     attention 0.5: fraction of the bf16 peak fused (flash) attention sustains over the FLOPs a causal mask leaves
-      (FlashAttention-2 reaches 50–73 % of an A100's forward peak, FlashAttention-3 75 % of an H100's); the
-      torchtitan rows' SDPA on 500 W H100s choose 0.2, and so do Megatron-LM's H100 rows fitted alone (the grid's
-      lowest value in both: ``data/efficiencies.csv``).
+      (FlashAttention-2 reaches 50–73 % of an A100's forward peak, FlashAttention-3 75 % of an H100's); on the H100
+      SXM and H200 measured, not fitted (``MEASURED_CONSTANTS``), on the 500 W H100 fitted (``data/efficiencies.csv``).
     eager_traffic 3.0: how many times the element-wise bytes eager PyTorch moves against fused kernels (each
       norm, activation and rotary embedding op its own kernel, the norms upcast to fp32); torchtitan's eager and
       compiled rows choose 3.
@@ -93,6 +92,22 @@ FITTED_NAMES = ("gemm", "nvlink", "network", "dp_overlap", "tp_overlap", "attent
 #: for k ≤ 4 (mean |error| 10.8, 9.2, 8.6, 7.9% against 7.3%) and about as well from 5 (7.4 against 7.5%);
 #: ``calibration.fits_on_few_rows``, printed by bench/planner_calibration.py.
 MIN_ROWS = 5
+#: Constants measured on a GPU's chip, which its fit keeps instead of choosing (``calibration.family_grid``), by the GPU
+#: whose runs the fit reads (``calibration.constants_family``). Fused attention on the H100 SXM (and so the H200):
+#: cuDNN's forward (Transformer Engine's kernel, and SDPA's) on an H200, the same GH100 chip at the same clocks, levels
+#: off at 0.60-0.61 of the bf16 peak at 32k tokens (``data/measured_attention_h200.csv``); shorter launches run lower
+#: (0.38-0.58 at 4k-8k tokens), which one constant does not price. Chosen by the fit instead, the H100 SXM's
+#: attention rested on its two FP8 runs (the only ones with enough attention to weigh it): left out in turn,
+#: Megatron-Bridge's 70B had the rest choose 0.2 and read 23.6% too slow. The shapes' median (0.52) would price the
+#: 32k CP ranks of ``data/measured_cp_attention_h200.csv`` 14-22% slow.
+MEASURED_CONSTANTS: dict[str, dict[str, float]] = {"H100-SXM": {"attention": 0.6}}
+
+
+def measured_on(gpu: str) -> dict[str, float]:
+    """The constants measured on ``gpu``'s chip (``MEASURED_CONSTANTS``; any case), none where nothing was."""
+    return next((found for name, found in MEASURED_CONSTANTS.items() if name.lower() == gpu.lower()), {})
+
+
 #: The GPU the defaults were chosen on, and on how many of its published runs (``data/published_runs.csv``).
 DEFAULTS_CHOSEN_ON = ("A100-80GB", 18)
 

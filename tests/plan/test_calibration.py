@@ -139,7 +139,7 @@ def test_constants_per_gpu_are_fitted_on_that_gpus_other_rows_alone(tmp_path: Pa
     predicted as if the H100 rows did not exist; an H200 row, which prices with the H100 SXM's constants
     (``calibration.PRICED_AS``), by the fit on the H100 SXM rows alone; a row of a GPU left with fewer than
     ``MIN_ROWS`` other rows, with the defaults the planner would then price it with."""
-    from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS_H100, predict_row
+    from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS_H100, family_grid, predict_row
     from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES, MIN_ROWS
 
     grid = {"gemm": (0.4, 0.56, 0.76), "tp_overlap": (0.4, 0.8)}
@@ -154,7 +154,8 @@ def test_constants_per_gpu_are_fitted_on_that_gpus_other_rows_alone(tmp_path: Pa
         writer = csv.DictWriter(handle, fieldnames=list(rows[second]))
         writer.writeheader()
         writer.writerows([row for row in rows if row["gpu"] == "H100-SXM"])
-    assert per_gpu[first].fitted == per_gpu[second].fitted == fit(sxm, grid)
+    measured = family_grid("H100-SXM", grid)  # what was measured on its chip (attention) kept, not chosen
+    assert per_gpu[first].fitted == per_gpu[second].fitted == fit(sxm, measured) != fit(sxm, grid)
     # the 500 W H100 rows choose a lower GEMM efficiency than the A100 rows: the one the catalog's SXM peak needs
     five_hundred = {h.fitted.gemm for h, row in zip(per_gpu, rows) if row["gpu"] == "H100-HBM2e-500W"}
     assert five_hundred and max(five_hundred) < 0.76
@@ -170,10 +171,12 @@ def test_constants_per_gpu_are_fitted_on_that_gpus_other_rows_alone(tmp_path: Pa
 def test_a_fit_on_few_of_a_gpus_runs_is_scored_on_its_other_runs_against_the_defaults() -> None:
     """``fits_on_few_rows`` (the evidence for ``MIN_ROWS``, printed by bench/planner_calibration.py): for each size k,
     every k of the GPU's runs (or a sample) choose the grid's constants, which are scored on the GPU's other runs
-    beside the defaults on the same runs; here by hand on a three-value grid."""
+    beside the defaults on the same runs, the constants measured on the GPU's chip kept (``family_grid``); here by hand
+    on a three-value grid."""
     from bubblescope.analysis.planner.calibration import (
         PUBLISHED_RUNS_H100,
         candidates,
+        family_grid,
         fits_on_few_rows,
         predict_row,
         published_rows,
@@ -182,7 +185,8 @@ def test_a_fit_on_few_of_a_gpus_runs_is_scored_on_its_other_runs_against_the_def
 
     grid = {"gemm": (0.56, 0.68, 0.8)}
     rows = [row for row in published_rows(PUBLISHED_RUNS_H100) if row["gpu"] == "H100-SXM"]
-    errors = [[abs(predict_row(row, eff).error_pct) for row in rows] for eff in candidates(grid)]
+    measured = family_grid("H100-SXM", grid)
+    errors = [[abs(predict_row(row, eff).error_pct) for row in rows] for eff in candidates(measured)]
     defaults = [abs(predict_row(row, DEFAULT_EFFICIENCIES).error_pct) for row in rows]
     fit_errors, default_errors, better = [], [], 0
     for alone in range(len(rows)):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import statistics
 
-from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS, published_rows
+from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS, family_grid, published_rows
+from bubblescope.analysis.planner.efficiencies import efficiencies_for, measured_on
 from bubblescope.analysis.planner.step_time import ATTENTION_BACKWARD_RATIO, FLASH2_SHARE_ON_HOPPER
 
 SHAPES = published_rows(PUBLISHED_RUNS.with_name("measured_attention_h200.csv"))
@@ -35,3 +36,20 @@ def test_each_kernels_backward_ratio_is_the_median_of_the_measured_shapes() -> N
 def test_flash_attention_2s_forward_share_is_the_median_of_the_measured_shapes() -> None:
     median = statistics.median(float(r["flash2_forward"]) / float(r["cudnn_forward"]) for r in SHAPES)
     assert abs(FLASH2_SHARE_ON_HOPPER - median) < 0.01, median
+
+
+def test_the_h100_sxms_attention_is_cudnns_measured_forward_at_long_sequences_not_a_fit() -> None:
+    """The constant the H100 SXM's (and H200's) fit keeps for fused attention is cuDNN's forward efficiency measured at
+    the longest shapes (32k tokens, where it levels off), above every shorter shape's, and the fit keeps it whatever the
+    rows would choose (``calibration.family_grid``)."""
+    long = [float(r["cudnn_forward"]) for r in SHAPES if int(r["seq"]) >= 32768]
+    shorter = [float(r["cudnn_forward"]) for r in SHAPES if int(r["seq"]) < 32768]
+    measured = measured_on("H100-SXM")["attention"]
+    assert len(long) == 2 and abs(measured - statistics.fmean(long)) < 0.02, long
+    assert max(shorter) < min(long)  # the one constant prices shorter launches faster than they run (docs)
+    grid = family_grid("H100-SXM", {"attention": (0.2, 0.4), "gemm": (0.6, 0.7)})
+    assert grid == {"attention": (measured,), "gemm": (0.6, 0.7)}
+    assert family_grid("h100-sxm", {"attention": (0.2,)}) == {"attention": (measured,)}  # any case
+    assert family_grid("H100-HBM2e-500W", {"attention": (0.2, 0.4)}) == {"attention": (0.2, 0.4)}  # not measured
+    for gpu in ("H100-SXM", "H200"):
+        assert efficiencies_for(gpu).attention == measured, gpu
