@@ -89,8 +89,8 @@ FITTED = Path(__file__).resolve().parent / "data" / "efficiencies.csv"
 FITTED_NAMES = ("gemm", "nvlink", "network", "dp_overlap", "tp_overlap", "attention", "eager_traffic")
 #: Fewer published runs than this on a GPU: it prices with the defaults. Constants fitted on k of the H100 SXM's runs
 #: (a GPU whose datasheet the planner knows, as it knows the B200's) predicted its other runs worse than the defaults
-#: for k ≤ 4 (mean |error| 10.8, 9.2, 8.6, 7.9% against 7.3%) and about as well from 5 (7.4 against 7.5%);
-#: ``calibration.fits_on_few_rows``, printed by bench/planner_calibration.py.
+#: for k ≤ 3 (mean |error| 10.2, 8.8, 7.9% against 7.4%) and a little better from 4 (6.9 against 7.3%; 6.9 against
+#: 7.5% at 5): ``calibration.fits_on_few_rows``, printed by bench/planner_calibration.py. Five keeps a margin.
 MIN_ROWS = 5
 #: Constants measured on a GPU's chip, which its fit keeps instead of choosing (``calibration.family_grid``), by the GPU
 #: whose runs the fit reads (``calibration.constants_family``). Fused attention on the H100 SXM (and so the H200):
