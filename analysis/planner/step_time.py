@@ -321,7 +321,7 @@ ATTENTION_BACKWARD_RATIO = {"flash2": 2.7, "cudnn": 3.1}
 
 
 def attention_kernel_share(gpu: GpuSpec, kernel: str) -> float:
-    """The share of ``Efficiencies.attention`` (cuDNN's kernel, where the GPU has it fitted) ``kernel`` reaches."""
+    """The share of ``Efficiencies.attention`` (cuDNN's kernel, where the GPU has it fitted or measured) ``kernel`` reaches."""
     return FLASH2_SHARE_ON_HOPPER if kernel == "flash2" and gpu.name.upper().startswith(HOPPER) else 1.0
 
 

@@ -156,6 +156,8 @@ def test_constants_per_gpu_are_fitted_on_that_gpus_other_rows_alone(tmp_path: Pa
         writer.writerows([row for row in rows if row["gpu"] == "H100-SXM"])
     measured = family_grid("H100-SXM", grid)  # what was measured on its chip (attention) kept, not chosen
     assert per_gpu[first].fitted == per_gpu[second].fitted == fit(sxm, measured) != fit(sxm, grid)
+    sxm_rows = [h.fitted for h, row in zip(per_gpu, rows) if row["gpu"] == "H100-SXM"]  # each left out in turn
+    assert len(sxm_rows) == 11 and {eff.attention for eff in sxm_rows} == set(measured["attention"])
     # the 500 W H100 rows choose a lower GEMM efficiency than the A100 rows: the one the catalog's SXM peak needs
     five_hundred = {h.fitted.gemm for h, row in zip(per_gpu, rows) if row["gpu"] == "H100-HBM2e-500W"}
     assert five_hundred and max(five_hundred) < 0.76

@@ -14,6 +14,7 @@ from bubblescope.analysis.planner.calibration import (
     PUBLISHED_RUNS,
     PUBLISHED_RUNS_H100,
     constants_family,
+    fit_per_gpu,
     predict_row,
     published_rows,
 )
@@ -64,7 +65,8 @@ def test_no_single_step_of_the_grid_fits_the_gpus_runs_better(gpu: str) -> None:
     for constant in FITTED_NAMES:
         grid = GRID_EVERY_ROW[constant]
         value = getattr(fitted, constant)
-        if value not in grid:  # kept at the default (the rows do not pin it) or measured (no fit chose it)
+        # the default kept (the rows do not pin it), or measured on the chip (chosen by no fit)
+        if value not in grid or constant in measured_on(constants_family(gpu)):
             continue
         at = grid.index(value)
         for step in (at - 1, at + 1):
@@ -102,3 +104,12 @@ def test_the_h200_runs_read_within_three_percent_with_the_h100_sxms_constants_ne
     assert all(abs(error) < 3 for error in errors), errors
     as_cudnn = [predict_row({**row, "attention_kernel": ""}, efficiencies_for("H200")).error_pct for row in h200]
     assert all(cudnn > error + 2 for cudnn, error in zip(as_cudnn, errors)), (as_cudnn, errors)
+
+
+def test_a_gpus_fit_keeps_what_was_measured_on_its_chip_whatever_the_grid_offers() -> None:
+    """``fit_per_gpu`` (what ``--write-efficiencies`` writes): the H100 SXM's and the H200's attention is the measured
+    value even on a grid that offers only others; the 500 W H100, with nothing measured, chooses from the grid."""
+    fitted = fit_per_gpu([PUBLISHED_RUNS, PUBLISHED_RUNS_H100], {"attention": (0.2, 0.4)})
+    measured = measured_on("H100-SXM")["attention"]
+    assert fitted["H100-SXM"][0].attention == fitted["H200"][0].attention == measured
+    assert fitted["H100-HBM2e-500W"][0].attention in (0.2, 0.4)
