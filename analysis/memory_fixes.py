@@ -214,6 +214,7 @@ def memory_suggestions(
             "dispatcher",
             "cp_comm",
             "kv_repeated",
+            "overlap_param_gather",
         )
         runs_own = current.config.as_dict()
         fixed = {field: runs_own[field] for field in kept}

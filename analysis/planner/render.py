@@ -16,6 +16,7 @@ def config_label(plan: Plan) -> str:
     flags += "+tp-overlap" if c.tp_comm_overlap else ""
     flags += "+eager" if not c.compile else ""
     flags += "+fp8-all-gather" if c.fp8_all_gather else ""
+    flags += "+overlap-param-gather" if c.overlap_param_gather else ""
     flags += f"+grad-{c.grad_reduce}" if c.grad_reduce != "fp32" else ""
     stages = f" layers={'/'.join(map(str, c.layers_per_stage))}" if c.layers_per_stage else ""
     context = f" cp={c.cp}({c.cp_comm})" if c.cp > 1 else ""

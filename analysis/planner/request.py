@@ -28,6 +28,7 @@ from bubblescope.analysis.planner.specs import (
     make_cluster,
     model_from,
     one_of,
+    overlap_param_gather_problem,
     positive_float,
     positive_int,
 )
@@ -54,7 +55,15 @@ CONFIG_ALIASES = {
 #: Megatron's (and the planner's, etp 0) is the layout's tp.
 TORCHTITAN_EP = "expert_parallel_degree"
 _INT_FIELDS = ("tp", "pp", "dp", "vpp", "mbs", "cp", "ep", "etp", "first_stage_layers", "last_stage_layers")
-_BOOL_FIELDS = ("sequence_parallel", "flash_attention", "tp_comm_overlap", "compile", "fp8_all_gather", "kv_repeated")
+_BOOL_FIELDS = (
+    "sequence_parallel",
+    "flash_attention",
+    "tp_comm_overlap",
+    "compile",
+    "fp8_all_gather",
+    "kv_repeated",
+    "overlap_param_gather",
+)
 #: Every field a configuration takes (``config`` and ``fixed``), in the order the unknown-field answer names them.
 CONFIG_FIELDS = (
     "tp",
@@ -83,6 +92,7 @@ CONFIG_FIELDS = (
     "fp8_all_gather",
     "attention_kernel",
     "kv_repeated",
+    "overlap_param_gather",
 )
 MAX_STAGES = 4096
 #: What a configuration assumes where the request is silent, said in the answer (``assumed``).
@@ -93,6 +103,8 @@ DEFAULTS_SAID = {
     "grad_reduce": "grad_reduce: fp32 (gradients reduced in fp32, as Megatron-LM and torchtitan do by default)",
     "attention_kernel": "attention_kernel: cudnn (cuDNN's fused attention: Transformer Engine's, and torch's SDPA's on"
     " Hopper and Blackwell with a recent cuDNN; flash2's forward runs at 0.55 of it on Hopper)",
+    "overlap_param_gather": "overlap_param_gather: false (ZeRO-1/2 gather the updated weights after the optimizer's"
+    " step, in the open, as Megatron-LM and DeepSpeed do by default; true hides it under the next forward)",
 }
 MAX_TOP = 1000
 
@@ -267,6 +279,9 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
             raise PlanInputError("fixed", "give either config (evaluate one) or fixed (search), not both")
         fields = stage_layout(config_fields(document["config"]), model.layers)
         config = config_from(fields).with_dp(cluster.gpus)
+        hidden_gather = overlap_param_gather_problem(config.zero) if config.overlap_param_gather else None
+        if hidden_gather:
+            raise PlanInputError("config.overlap_param_gather", hidden_gather)
         for field_name, message in structural_problems(model, cluster, config, batch):
             raise PlanInputError(f"config.{field_name}", message)
         plans = [evaluate(model, cluster, config, batch)]
@@ -279,6 +294,9 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
     )
     if fp8_gathers:
         raise PlanInputError("fixed.fp8_all_gather", fp8_gathers)
+    hidden_gather = overlap_param_gather_problem(fixed.get("zero")) if fixed.get("overlap_param_gather") else None
+    if hidden_gather:
+        raise PlanInputError("fixed.overlap_param_gather", hidden_gather)
     return PlanOutcome(model, cluster, batch, True, search(model, cluster, batch, top, fixed), _assumed(fixed, cluster))
 
 

@@ -98,6 +98,7 @@ def candidates(
                                 etp,
                                 str(fix.get("dispatcher", "alltoall")),
                                 bool(fix.get("kv_repeated", False)),
+                                bool(fix.get("overlap_param_gather", False)) and zero in (1, 2),
                             )
 
 

@@ -280,6 +280,10 @@ class ParallelConfig:
     ``fp8_all_gather``: with ``precision="fp8"``, the layers' linear weights are gathered over data parallelism in
     FP8, one byte a weight (torchtitan's ``enable_fsdp_float8_all_gather``, Megatron-LM's ``--fp8-param-gather``); the
     embedding, the output layer and the norms still travel in bf16. It needs weights to gather (zero ≥ 1).
+    ``overlap_param_gather``: with ZeRO 1 or 2 (the distributed optimizer), the updated weights' all-gather runs under
+    the next step's first forward, bucket by bucket, instead of after the optimizer's step (Megatron's
+    ``--overlap-param-gather``, which Megatron-Bridge sets with the distributed optimizer; DeepSpeed's ZeRO-1/2 gather
+    in the open). Nothing to do at zero 0 (no gather) or 3 (FSDP gathers each layer under the forward already).
     ``attention_kernel``: which fused attention runs: ``cudnn`` (cuDNN's, what Transformer Engine runs and torch's
     SDPA prefers on Hopper and Blackwell with a recent cuDNN) or ``flash2`` (FlashAttention-2, torch's SDPA default
     before that, and the ``flash-attn`` package's v2); priced apart on Hopper only.
@@ -312,6 +316,7 @@ class ParallelConfig:
     etp: int = 0
     dispatcher: str = "alltoall"
     kv_repeated: bool = False
+    overlap_param_gather: bool = False
 
     def with_dp(self, gpus: int) -> ParallelConfig:
         return self if self.dp else replace(self, dp=gpus // (self.tp * self.cp * self.pp))
@@ -364,6 +369,7 @@ class ParallelConfig:
             "compile": self.compile,
             "fp8_all_gather": self.fp8_all_gather,
             "kv_repeated": self.kv_repeated,
+            "overlap_param_gather": self.overlap_param_gather,
         }
 
 
@@ -589,6 +595,17 @@ def fp8_all_gather_problem(precision: str | None, zero: int | None) -> str | Non
         return "gathers the FP8 linears' weights: needs precision fp8 (precision=fp8)"
     if zero == 0:
         return "without ZeRO no weights are gathered: needs zero ≥ 1"
+    return None
+
+
+def overlap_param_gather_problem(zero: int | None) -> str | None:
+    """Why hiding the weights' all-gather under the next forward (``ParallelConfig.overlap_param_gather``) cannot act,
+    or None: only the distributed optimizer (ZeRO 1 or 2) gathers the weights once a step after the optimizer's
+    (``zero`` None: not known yet, as in a search, which sets it on its ZeRO-1/2 layouts alone)."""
+    if zero == 0:
+        return "without ZeRO no weights are gathered: needs zero 1 or 2 (the distributed optimizer)"
+    if zero == 3:
+        return "ZeRO-3 (FSDP) gathers each layer under the forward already: needs zero 1 or 2"
     return None
 
 

@@ -32,7 +32,8 @@ also runs the output layer and the loss):
 
 Step = m·T_stage / (1 − bubble) with the bubble from the schedule's closed form (for 1F1B:
 (m + p − 1)·T_stage), then the exposed part of the data-parallel gradient reduction (in ``grad_reduce``'s type;
-ZeRO-3's gathers and reductions one layer ahead of each micro-batch's compute: ``zero3_exposed_seconds``), the tied
+ZeRO-3's gathers and reductions one layer ahead of each micro-batch's compute: ``zero3_exposed_seconds``; ZeRO-1/2's
+weight gather under the next forward with ``overlap_param_gather``: ``gathered_under_forward``), the tied
 embedding's gradient all-reduce between the first and last stage, and the optimizer step
 (memory-bound: ``optimizer_bytes_per_param`` of HBM traffic per local parameter).
 """
@@ -467,7 +468,9 @@ def dp_seconds(
     and the last stage. Gradients travel in ``grad_reduce``'s type, weights in bf16 (the layers' linear weights in FP8
     with ``fp8_all_gather``: ``gathered_weight_bytes``). ZeRO 0–2: the gradients'
     all-reduce (or reduce-scatter, then the weights' all-gather), of which ``dp_overlap`` of the last micro-batch's
-    backward hides some (gradients are accumulated locally before it, so only that pass can). ZeRO-3: per
+    backward hides some (gradients are accumulated locally before it, so only that pass can); with
+    ``overlap_param_gather`` the all-gather runs under the next step's first forward instead
+    (``gathered_under_forward``). ZeRO-3: per
     micro-batch, ``zero3_exposed_seconds``; under a pipeline, torchtitan's way: the weights gathered once under the
     first micro-batch's forward and kept, the gradients reduced once after the last backward, where torch's schedules
     run FSDP's post-backward (``perform_reduce_grad``), with nothing left to hide it."""
@@ -491,12 +494,17 @@ def dp_seconds(
     gather = one_pass(*gathered_weight_bytes(model, cfg, params, experts))
     reduce_scatter = one_pass(grad_bytes * (params - experts), grad_bytes * experts)
     if cfg.zero == 3 and cfg.pp > 1:  # gathered once for the step, reduced once after its last micro-batch
-        reduce = max(0.0, gather - forward_s) + gather / max(layers, 1) + reduce_scatter + latency
+        reduce = gathered_under_forward(gather, forward_s, layers) + reduce_scatter + latency
     elif cfg.zero == 3:  # every micro-batch gathers and reduces
         exposed = zero3_exposed_seconds(gather, reduce_scatter, forward_s, last_backward_s, layers)
         reduce = microbatches * (exposed + latency)
     elif cfg.zero == 0:  # an all-reduce: two passes of the gradients
         reduce = max(0.0, 2 * reduce_scatter + latency - eff.dp_overlap * last_backward_s)
+    elif (
+        cfg.overlap_param_gather
+    ):  # the gradients' shards reduce-scattered; the weights gathered under the next forward
+        reduce = max(0.0, reduce_scatter + latency - eff.dp_overlap * last_backward_s)
+        reduce += gathered_under_forward(gather, forward_s, layers)
     else:  # the gradients' shards reduce-scattered, the updated weights all-gathered
         reduce = max(0.0, reduce_scatter + gather + latency - eff.dp_overlap * last_backward_s)
     embedding = 0.0
@@ -515,6 +523,13 @@ def gathered_weight_bytes(model: ModelSpec, cfg: ParallelConfig, params: float, 
         return 2.0 * (params - experts), 2.0 * experts
     linear = layers_on_stage(model, cfg.pp, cfg.layers_per_stage) * model.layer_dense_matmul_params / cfg.tp
     return 2.0 * (params - experts) - linear, experts
+
+
+def gathered_under_forward(gather_s: float, forward_s: float, layers: int) -> float:
+    """Weights gathered once, under a micro-batch's forward over the stage's ``layers`` (ZeRO-3 under a pipeline,
+    ZeRO-1/2 with ``overlap_param_gather``): the forward waits for the first layer's share, and for whatever of the
+    gather outlasts it."""
+    return max(0.0, gather_s - forward_s) + gather_s / max(layers, 1)
 
 
 def zero3_exposed_seconds(gather_s: float, reduce_s: float, forward_s: float, backward_s: float, layers: int) -> float:

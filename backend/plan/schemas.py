@@ -119,6 +119,11 @@ class ConfigIn(BaseModel):
         description="keys and values repeated to every query head before attention (torchtitan's Llama before "
         "January 2026): context parallelism moves heads·head_dim a token, not kv_heads·head_dim; default false",
     )
+    overlap_param_gather: Annotated[bool, Strict()] | None = Field(
+        default=None,
+        description="with zero 1 or 2, the updated weights' all-gather under the next step's first forward "
+        "(Megatron's --overlap-param-gather, Megatron-Bridge's default with the distributed optimizer); default false",
+    )
 
 
 class PlanRequestIn(BaseModel):

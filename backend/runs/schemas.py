@@ -87,6 +87,11 @@ class RunConfig(BaseModel):
         default=None,
         description="keys and values repeated to every query head (the planner's suggestions; default false)",
     )
+    overlap_param_gather: Annotated[bool, Strict()] | None = Field(
+        default=None,
+        description="ZeRO-1/2's weight all-gather under the next forward, Megatron's --overlap-param-gather (the "
+        "planner's suggestions; default false)",
+    )
     dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = Field(
         default=None, description="how a mixture of experts' routed tokens travel (the planner's suggestions)"
     )

@@ -52,6 +52,7 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         "fp8_all_gather": False,
         "attention_kernel": "cudnn",
         "kv_repeated": False,
+        "overlap_param_gather": False,
     }
     assert answer["assumed"] == [  # what the request left to the defaults, in words
         "precision: bf16 (fp8 runs the linear GEMMs in FP8)",
@@ -59,6 +60,8 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         "grad_reduce: fp32 (gradients reduced in fp32, as Megatron-LM and torchtitan do by default)",
         "attention_kernel: cudnn (cuDNN's fused attention: Transformer Engine's, and torch's SDPA's on Hopper and"
         " Blackwell with a recent cuDNN; flash2's forward runs at 0.55 of it on Hopper)",
+        "overlap_param_gather: false (ZeRO-1/2 gather the updated weights after the optimizer's step, in the open, as"
+        " Megatron-LM and DeepSpeed do by default; true hides it under the next forward)",
         "constants: the defaults, chosen on 18 published A100-80GB runs",  # and which constants priced it
     ]
     p, v, m = 8, 3, 64
@@ -181,6 +184,12 @@ BAD: list[tuple[str, dict[str, Any], list[Any], str]] = [
         {"model": "gpt-22b", "cluster": "h100-sxm-x8", "global_batch": 4, "config": {"kv_repeated": "yes"}},
         ["body", "config", "kv_repeated"],
         "Input should be a valid boolean",
+    ),
+    (
+        "weights gathered under the forward without the distributed optimizer",
+        {"model": "gpt-22b", "cluster": "h100-sxm-x8", "global_batch": 4, "config": {"overlap_param_gather": True}},
+        ["body", "config", "overlap_param_gather"],
+        "needs zero 1 or 2",
     ),
     (
         "config and fixed",

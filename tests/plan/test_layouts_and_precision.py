@@ -184,6 +184,9 @@ def test_flash_attention_is_on_unless_asked_off_and_the_answer_says_what_it_assu
         ({"fp8_all_gather": "sometimes"}, "config.fp8_all_gather", "true or false"),
         ({"attention_kernel": "fa3"}, "config.attention_kernel", "expected one of cudnn, flash2"),
         ({"kv_repeated": "grouped"}, "config.kv_repeated", "true or false"),
+        ({"overlap_param_gather": True}, "config.overlap_param_gather", "needs zero 1 or 2"),
+        ({"zero": 3, "overlap_param_gather": True}, "config.overlap_param_gather", "under the forward already"),
+        ({"zero": 1, "overlap_param_gather": "hidden"}, "config.overlap_param_gather", "true or false"),
     ],
 )
 def test_each_new_knob_out_of_range_is_refused_by_name(config: dict[str, Any], field: str, words: str) -> None:

@@ -13,7 +13,7 @@ from bubblescope.analysis.planner import ParallelConfig, evaluate, make_cluster,
 from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES
 from bubblescope.analysis.planner.memory import activation_bytes_per_layer, layer_params_on_gpu, stage_params
 from bubblescope.analysis.planner.request import plan_document
-from bubblescope.analysis.planner.specs import PlanInputError
+from bubblescope.analysis.planner.specs import ClusterSpec, PlanInputError
 from bubblescope.analysis.planner.step_time import StepTime, layer_cost, output_layer_cost
 
 LLAMA_8B = model_from("llama-3-8b")
@@ -30,6 +30,17 @@ def _ring_pass(bytes_: float, ranks: int, gbps: float, link_eff: float) -> float
     return DEFAULT_EFFICIENCIES.collective_latency_s + (ranks - 1) / ranks * bytes_ / (gbps * 1e9 * link_eff)
 
 
+def _llama_8b_over_128(cluster: ClusterSpec, cfg: ParallelConfig, gbps: float) -> tuple[float, float, float, float]:
+    """Llama 3 8B over 128 data-parallel ranks, unpipelined, by hand: one bf16 gather of its weights, one fp32
+    reduce-scatter of its gradients, and a micro-batch's forward and backward (the layers' and the output layer's)."""
+    params, eff = stage_params(LLAMA_8B, 1, 1), DEFAULT_EFFICIENCIES
+    gather = _ring_pass(2 * params, 128, gbps, eff.network)
+    reduce = _ring_pass(4 * params, 128, gbps, eff.network)
+    layer, output = layer_cost(LLAMA_8B, cluster, cfg.with_dp(128), eff), output_layer_cost(LLAMA_8B, cluster, cfg, eff)
+    forward = LLAMA_8B.layers * layer.forward + output.forward
+    return gather, reduce, forward, LLAMA_8B.layers * layer.backward + output.backward
+
+
 @pytest.mark.parametrize("network_gbps", [50.0, 2.0])  # hidden under the compute; then mostly exposed
 def test_zero3_gathers_one_layer_ahead_and_exposes_only_what_the_compute_does_not_cover(network_gbps: float) -> None:
     """FSDP on 128 GPUs (16 nodes), 2 micro-batches: per micro-batch, the weights' gather (bf16) under the forward,
@@ -43,11 +54,7 @@ def test_zero3_gathers_one_layer_ahead_and_exposes_only_what_the_compute_does_no
     step = plan.step
     assert step is not None and step.microbatches == 2
     params, ranks, eff = stage_params(LLAMA_8B, 1, 1), 128, DEFAULT_EFFICIENCIES
-    gather = _ring_pass(2 * params, ranks, network_gbps, eff.network)
-    reduce = _ring_pass(4 * params, ranks, network_gbps, eff.network)
-    layer, output = layer_cost(LLAMA_8B, cluster, cfg.with_dp(128), eff), output_layer_cost(LLAMA_8B, cluster, cfg, eff)
-    forward = LLAMA_8B.layers * layer.forward + output.forward
-    backward = LLAMA_8B.layers * layer.backward + output.backward
+    gather, reduce, forward, backward = _llama_8b_over_128(cluster, cfg, network_gbps)
     assert backward > 2 * forward  # fused attention's backward is 3.1 forwards (cuDNN's, measured)
     exposed = max(0, gather - forward) + max(0, gather + reduce - backward) + (gather + reduce) / LLAMA_8B.layers
     buckets = math.ceil(4 * params / eff.bucket_bytes)
@@ -161,8 +168,9 @@ def test_the_answer_says_which_reduction_type_it_assumed() -> None:
 
 
 def test_a_collected_run_declares_the_same_knobs_the_planner_takes() -> None:
-    """A run's config (docs/planner.md: the same model for a collected run's suggestions) reads ``grad_reduce`` and
-    ``compile`` with the planner's defaults; a value the planner refuses leaves the run without a declared plan."""
+    """A run's config (docs/planner.md: the same model for a collected run's suggestions) reads ``grad_reduce``,
+    ``compile`` and ``overlap_param_gather`` with the planner's defaults; a value the planner refuses leaves the run
+    without a declared plan."""
     from bubblescope.analysis.memory_fixes import declared_plan
 
     config = {"model": "llama-3-8b", "cluster": "h100-sxm-x16", "global_batch": 32, "zero": 3}
@@ -171,6 +179,9 @@ def test_a_collected_run_declares_the_same_knobs_the_planner_takes() -> None:
     told = declared_plan({**config, "grad_reduce": "bf16", "compile": False})
     assert told is not None and (told.config.grad_reduce, told.config.compile) == ("bf16", False)
     assert declared_plan({**config, "grad_reduce": "int4"}) is None
+    megatron = declared_plan({**config, "zero": 1, "overlap_param_gather": True})  # --overlap-param-gather
+    assert megatron is not None and megatron.config.overlap_param_gather and not told.config.overlap_param_gather
+    assert declared_plan({**config, "zero": 1, "overlap_param_gather": "sometimes"}) is None
 
 
 def test_fp8_all_gather_gathers_the_layers_linear_weights_in_one_byte() -> None:
@@ -269,6 +280,7 @@ def test_the_reduction_types_the_service_accepts_are_the_planners() -> None:
     for field, value in (
         ("compile", "yes"),
         ("kv_repeated", "yes"),
+        ("overlap_param_gather", "yes"),
         ("grad_reduce", "int8"),
         ("attention_kernel", "fa3"),
         ("dispatcher", "nccl"),
@@ -311,6 +323,51 @@ def test_zero3_under_a_pipeline_gathers_once_and_reduces_once_a_step() -> None:
     assert plan.step.dp_comm == pytest.approx(expected, rel=1e-9)
     refused = evaluate(model, cluster, replace(fsdp, zero=2), 256)
     assert refused.step is None and any("ZeRO-2" in problem for problem in refused.problems)
+
+
+@pytest.mark.parametrize("network_gbps", [50.0, 4.0])  # the gather hidden under the forward; then outlasting it
+def test_the_distributed_optimizers_gather_under_the_next_forward_exposes_what_the_forward_does_not_cover(
+    network_gbps: float,
+) -> None:
+    """ZeRO-1 on 128 GPUs (16 nodes), 2 micro-batches, Megatron's ``--overlap-param-gather``: the gradients'
+    reduce-scatter under the last backward as without it, max(0, R + the tree latency − dp_overlap·B); the updated
+    weights' all-gather no longer after the optimizer's step but under the next step's first forward,
+    max(0, G − F) + G/L (the first layer waits for its share). Without the knob: max(0, R + G + latency − dp_overlap·B);
+    the knob saves at most G."""
+    cluster = make_cluster({**_SLOW_NIC, "network_gbps": network_gbps}, 128)
+    cfg = ParallelConfig(mbs=2, zero=1, recompute="selective")
+    hidden, open_ = (evaluate(LLAMA_8B, cluster, replace(cfg, overlap_param_gather=on), 512) for on in (True, False))
+    assert hidden.step is not None and open_.step is not None, hidden.problems
+    assert hidden.config.overlap_param_gather and hidden.step.microbatches == 2
+    params, ranks, eff = stage_params(LLAMA_8B, 1, 1), 128, DEFAULT_EFFICIENCIES
+    gather, reduce, forward, backward = _llama_8b_over_128(cluster, cfg, network_gbps)
+    buckets = math.ceil(4 * params / eff.bucket_bytes)
+    latency = buckets * 2 / 2 * 2 * math.ceil(math.log2(ranks)) * eff.hop_latency_s  # a reduce-scatter and a gather
+    under_backward = max(0.0, reduce + latency - eff.dp_overlap * backward)
+    expected = under_backward + max(0.0, gather - forward) + gather / LLAMA_8B.layers
+    assert hidden.step.dp_comm == pytest.approx(expected, rel=1e-9)
+    assert open_.step.dp_comm == pytest.approx(max(0.0, reduce + gather + latency - eff.dp_overlap * backward))
+    assert 0 < open_.step.dp_comm - hidden.step.dp_comm <= gather
+    if network_gbps == 50.0:
+        assert gather < forward  # all but the first layer's share hidden
+    else:
+        assert gather > forward and hidden.step.dp_comm > under_backward + gather - forward
+    assert hidden.memory == open_.memory  # the same buffers, gathered at another time
+
+
+def test_a_search_holding_overlap_param_gather_sets_it_on_the_layouts_that_gather_once_a_step() -> None:
+    """``fixed: {overlap_param_gather: true}``: the ZeRO-1/2 layouts the search ranks carry it, the ZeRO-0 and
+    ZeRO-3 ones (nothing gathered once a step) do not, and a search holding it with zero 0 or 3 is refused by name."""
+    body = {"model": "llama-3-8b", "cluster": "h100-sxm-x64", "global_batch": 64, "top": 1000}
+    plans = plan_document(body | {"fixed": {"overlap_param_gather": True}}).plans
+    by_zero = {
+        zero: {plan.config.overlap_param_gather for plan in plans if plan.config.zero == zero} for zero in range(4)
+    }
+    assert by_zero[1] == {True} and by_zero[0] == by_zero[3] == {False}, by_zero
+    for zero, words in ((0, "needs zero 1 or 2"), (3, "under the forward already")):
+        with pytest.raises(PlanInputError) as refused:
+            plan_document(body | {"fixed": {"overlap_param_gather": True, "zero": zero}})
+        assert refused.value.field == "fixed.overlap_param_gather" and words in refused.value.message
 
 
 def test_torchtitan_per_op_checkpointing_keeps_every_second_matmul_and_runs_the_others_again() -> None:
