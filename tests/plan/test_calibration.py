@@ -124,6 +124,18 @@ def test_h100_rows_never_fitted_are_all_predicted_and_tensor_parallel_overlap_na
             assert exposed.error_pct < overlapped.error_pct - 8, (row["model"], exposed.error_pct)
 
 
+def test_the_megatron_rows_gather_their_weights_under_the_next_forward_and_torchtitans_do_not() -> None:
+    """``overlap_param_gather`` as analysis/planner/data/SOURCES.md reads each framework's runs: on for Megatron-LM's
+    README rows and Megatron-Bridge's (the distributed optimizer, zero 1), off for torchtitan's (FSDP, zero 3)."""
+    from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS_H100
+
+    rows = list(csv.DictReader(PUBLISHED_RUNS_H100.open(newline="")))
+    megatron = [row_config(row) for row in rows if row["source"].startswith(("megatron_lm", "megatron_bridge"))]
+    others = [row_config(row) for row in rows if not row["source"].startswith(("megatron_lm", "megatron_bridge"))]
+    assert len(megatron) == 13 and all(cfg.overlap_param_gather and cfg.zero == 1 for cfg in megatron)
+    assert others and not any(cfg.overlap_param_gather for cfg in others)
+
+
 def test_the_h200_rows_whose_peak_is_known_are_predicted_within_10_percent() -> None:
     """torchtitan's Llama 3.1 8B on 32 and 64 H200s (Trainy, 2025: FSDP, Float8 linears, per-op selective AC, 10,938 and
     10,753 tokens/s per GPU), never fitted, within 10 % with the default constants."""
