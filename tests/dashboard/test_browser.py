@@ -389,10 +389,13 @@ def test_a_run_without_a_pipeline_shows_its_step_split_and_no_bubble(
         report = output_dir / f"{mode}-own"
         blocks = ("--blocks", "--heavy-block=2") if mode == "ddp" else ()
         args = (mode, f"--run-name={mode}", f"--report={report}", "--steps=12", *blocks)
-        job = run_torchrun(sqlite_server.url, "tests/runs/user_jobs.py", 2, *args, run_key=run_key)
+        # full spans every step: the blocks' costs are medians over the seven steps past the warm-up, not one step's
+        # (on a loaded machine one descheduled light block once outweighed the heavy one)
+        every = {"BUBBLESCOPE_FULL_SPANS_EVERY": "1"}
+        job = run_torchrun(sqlite_server.url, "tests/runs/user_jobs.py", 2, *args, run_key=run_key, extra_env=every)
         assert job.returncode == 0, job.output[-3000:]
         with sqlite_server.client() as client:
-            wait_for_steps(client, run_key, ranks=2, steps=2)  # full spans of steps 0 and 10, aggregates of all
+            wait_for_steps(client, run_key, ranks=2, steps=12)
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
         errors: list[str] = []
         page.on("pageerror", lambda error: errors.append(str(error)))
