@@ -41,7 +41,12 @@ from bubblescope.analysis.planner.request import (
     stage_layout,
     with_framework_etp,
 )
-from bubblescope.analysis.planner.specs import RECOMPUTE, fp8_all_gather_problem, positive_int
+from bubblescope.analysis.planner.specs import (
+    RECOMPUTE,
+    fp8_all_gather_problem,
+    overlap_param_gather_problem,
+    positive_int,
+)
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE
 from bubblescope.analysis.suggestions import (
     RunEvidence,
@@ -91,11 +96,14 @@ def declared_plan(config: Mapping[str, Any]) -> DeclaredPlan | None:
             if fields["pp"] < 1:
                 return None
         fields = stage_layout(_layers_per_rank(fields), model.layers)
-        # torchtitan's flag does nothing without Float8 linears and weights to gather: kept only where it acts
+        # torchtitan's flag does nothing without Float8 linears and weights to gather, Megatron's
+        # --overlap-param-gather nothing without the distributed optimizer's gather: each kept only where it acts
         wanted = fields.pop("fp8_all_gather", False)
+        hidden = fields.pop("overlap_param_gather", False)
         parallel = config_from(fields)
         acts = fp8_all_gather_problem(parallel.precision, parallel.zero) is None
-        parallel = replace(parallel, fp8_all_gather=wanted and acts)
+        hides = overlap_param_gather_problem(parallel.zero) is None
+        parallel = replace(parallel, fp8_all_gather=wanted and acts, overlap_param_gather=hidden and hides)
         batch = positive_int(config["global_batch"], "global_batch")
         problems = structural_problems(model, cluster, parallel.with_dp(cluster.gpus), batch)
         if any(field not in ("schedule", "vpp") for field, _ in problems):
@@ -248,6 +256,7 @@ def memory_suggestions(
                             if plan.config.recompute in ("selective", "full")
                             else "",
                             "--fp8-param-gather" if plan.config.fp8_all_gather else "",
+                            "--overlap-param-gather" if plan.config.overlap_param_gather else "",
                             f"--context-parallel-size {plan.config.cp}" if plan.config.cp > 1 else "",
                             f"--expert-model-parallel-size {plan.config.ep}" if plan.config.ep > 1 else "",
                             f"--expert-tensor-parallel-size {plan.config.etp}" if plan.config.etp else "",
@@ -273,7 +282,12 @@ def _candidates(
         out.append(
             (
                 f"Shard optimizer state with ZeRO-{zero}",
-                replace(config, zero=zero),
+                # the weights' gather hidden under the forward stays where the new stage still gathers once a step
+                replace(
+                    config,
+                    zero=zero,
+                    overlap_param_gather=config.overlap_param_gather and overlap_param_gather_problem(zero) is None,
+                ),
                 torchtitan_sharding(config.dp, zero),
                 ["--use-distributed-optimizer"] if zero == 1 else [f"(ZeRO-{zero}: use FSDP2 fully_shard)"],
             )

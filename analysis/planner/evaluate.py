@@ -13,6 +13,7 @@ from bubblescope.analysis.planner.specs import (
     ModelSpec,
     ParallelConfig,
     fp8_all_gather_problem,
+    overlap_param_gather_problem,
 )
 from bubblescope.analysis.planner.step_time import StepTime, step_time
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, INTERLEAVED_1F1B
@@ -152,6 +153,9 @@ def structural_problems(
     fp8_gathers = fp8_all_gather_problem(cfg.precision, cfg.zero) if cfg.fp8_all_gather else None
     if fp8_gathers:
         problems.append(("fp8_all_gather", fp8_gathers))
+    hidden_gather = overlap_param_gather_problem(cfg.zero) if cfg.overlap_param_gather else None
+    if hidden_gather:
+        problems.append(("overlap_param_gather", hidden_gather))
     layout = layout_problem(cfg, model.layers)
     if layout:
         problems.append(layout)

@@ -279,9 +279,6 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
             raise PlanInputError("fixed", "give either config (evaluate one) or fixed (search), not both")
         fields = stage_layout(config_fields(document["config"]), model.layers)
         config = config_from(fields).with_dp(cluster.gpus)
-        hidden_gather = overlap_param_gather_problem(config.zero) if config.overlap_param_gather else None
-        if hidden_gather:
-            raise PlanInputError("config.overlap_param_gather", hidden_gather)
         for field_name, message in structural_problems(model, cluster, config, batch):
             raise PlanInputError(f"config.{field_name}", message)
         plans = [evaluate(model, cluster, config, batch)]

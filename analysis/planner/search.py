@@ -19,7 +19,13 @@ from typing import Any, Final
 
 from bubblescope.analysis.planner.efficiencies import Efficiencies
 from bubblescope.analysis.planner.evaluate import Plan, evaluate
-from bubblescope.analysis.planner.specs import RECOMPUTE, ClusterSpec, ModelSpec, ParallelConfig
+from bubblescope.analysis.planner.specs import (
+    RECOMPUTE,
+    ClusterSpec,
+    ModelSpec,
+    ParallelConfig,
+    overlap_param_gather_problem,
+)
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, GPIPE, INTERLEAVED_1F1B, ONE_F_ONE_B, Schedule
 
 MAX_VPP = 8
@@ -98,7 +104,9 @@ def candidates(
                                 etp,
                                 str(fix.get("dispatcher", "alltoall")),
                                 bool(fix.get("kv_repeated", False)),
-                                bool(fix.get("overlap_param_gather", False)) and zero in (1, 2),
+                                # where the layout gathers its weights once a step (ZeRO 1 or 2)
+                                bool(fix.get("overlap_param_gather", False))
+                                and overlap_param_gather_problem(zero) is None,
                             )
 
 

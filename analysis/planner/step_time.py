@@ -500,9 +500,9 @@ def dp_seconds(
         reduce = microbatches * (exposed + latency)
     elif cfg.zero == 0:  # an all-reduce: two passes of the gradients
         reduce = max(0.0, 2 * reduce_scatter + latency - eff.dp_overlap * last_backward_s)
-    elif (
-        cfg.overlap_param_gather
-    ):  # the gradients' shards reduce-scattered; the weights gathered under the next forward
+    elif cfg.overlap_param_gather:
+        # the gradients' shards reduce-scattered (with both passes' tree latency); the weights gathered under the next
+        # step's first forward. Where the backward hid the whole sum, this costs the first layer's share, G/L, more.
         reduce = max(0.0, reduce_scatter + latency - eff.dp_overlap * last_backward_s)
         reduce += gathered_under_forward(gather, forward_s, layers)
     else:  # the gradients' shards reduce-scattered, the updated weights all-gathered

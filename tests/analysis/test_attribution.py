@@ -357,7 +357,8 @@ def test_a_re_planned_layout_keeps_the_runs_own_numerics() -> None:
     """Llama 3.1 405B on 128 H100s at tp 1 with ZeRO-3 and full recompute: no single change fits, so the planner's
     fastest layout is suggested, searched with the run's FP8 linears and FP8 weight gathers held (a layout in bf16
     would be a different job); its Megatron-LM flags say so. A run that declares torchtitan's flag without Float8 is
-    still planned, the flag dropped (it does nothing there)."""
+    still planned, the flag dropped (it does nothing there). A run with Megatron's ``--overlap-param-gather`` keeps it
+    in a re-plan that still gathers once a step."""
     from bubblescope.analysis.memory_fixes import declared_plan, memory_suggestions
 
     run = {"model": "llama-3.1-405b", "cluster": "h100-sxm-x128", "tp": 1, "zero": 3, "recompute": "full"}
@@ -369,6 +370,14 @@ def test_a_re_planned_layout_keeps_the_runs_own_numerics() -> None:
     assert "--fp8-param-gather" in replanned[0].megatron
     in_bf16 = declared_plan({**run, "precision": "bf16"})
     assert in_bf16 is not None and not in_bf16.config.fp8_all_gather
+    # Megatron's --overlap-param-gather with the distributed optimizer (Llama 3 8B on 16 H100s, ZeRO-1 at tp 1,
+    # micro-batches of 4, nothing recomputed): the re-plan, at ZeRO-2 and tp 2, keeps it, and its flags say so
+    megatron = {"model": "llama-3-8b", "cluster": "h100-sxm-x16", "tp": 1, "zero": 1, "recompute": "none"}
+    megatron |= {"microbatch_size": 4, "global_batch": 64, "overlap_param_gather": True}
+    found = memory_suggestions(megatron, 2e9)
+    replanned = [s for s in found if s.title.startswith("Re-plan the layout")]
+    assert replanned and replanned[0].apply["zero"] in (1, 2), [(s.title, s.apply) for s in found]
+    assert replanned[0].apply["overlap_param_gather"] is True and "--overlap-param-gather" in replanned[0].megatron
 
 
 def test_memory_pressure_of_a_v_shaped_run_is_priced_at_its_stages_per_rank() -> None:

@@ -187,7 +187,7 @@ BAD: list[tuple[str, dict[str, Any], list[Any], str]] = [
     ),
     (
         "weights gathered under the forward without the distributed optimizer",
-        {"model": "gpt-22b", "cluster": "h100-sxm-x8", "global_batch": 4, "config": {"overlap_param_gather": True}},
+        {"model": "gpt-22b", "cluster": "h100-sxm-x8", "global_batch": 8, "config": {"overlap_param_gather": True}},
         ["body", "config", "overlap_param_gather"],
         "needs zero 1 or 2",
     ),

@@ -182,6 +182,9 @@ def test_a_collected_run_declares_the_same_knobs_the_planner_takes() -> None:
     megatron = declared_plan({**config, "zero": 1, "overlap_param_gather": True})  # --overlap-param-gather
     assert megatron is not None and megatron.config.overlap_param_gather and not told.config.overlap_param_gather
     assert declared_plan({**config, "zero": 1, "overlap_param_gather": "sometimes"}) is None
+    for zero in (0, 3):  # nothing gathered once a step: the flag dropped, as it does nothing (torchtitan's FSDP)
+        fsdp = declared_plan({**config, "zero": zero, "overlap_param_gather": True})
+        assert fsdp is not None and not fsdp.config.overlap_param_gather
 
 
 def test_fp8_all_gather_gathers_the_layers_linear_weights_in_one_byte() -> None:
@@ -356,14 +359,18 @@ def test_the_distributed_optimizers_gather_under_the_next_forward_exposes_what_t
 
 
 def test_a_search_holding_overlap_param_gather_sets_it_on_the_layouts_that_gather_once_a_step() -> None:
-    """``fixed: {overlap_param_gather: true}``: the ZeRO-1/2 layouts the search ranks carry it, the ZeRO-0 and
-    ZeRO-3 ones (nothing gathered once a step) do not, and a search holding it with zero 0 or 3 is refused by name."""
+    """``fixed: {overlap_param_gather: true}``: the ZeRO-1/2 layouts the search ranks carry it (and the terminal's
+    label says so), the ZeRO-0 and ZeRO-3 ones (nothing gathered once a step) do not, and a search holding it with
+    zero 0 or 3 is refused by name."""
+    from bubblescope.analysis.planner.render import config_label
+
     body = {"model": "llama-3-8b", "cluster": "h100-sxm-x64", "global_batch": 64, "top": 1000}
     plans = plan_document(body | {"fixed": {"overlap_param_gather": True}}).plans
     by_zero = {
         zero: {plan.config.overlap_param_gather for plan in plans if plan.config.zero == zero} for zero in range(4)
     }
-    assert by_zero[1] == {True} and by_zero[0] == by_zero[3] == {False}, by_zero
+    assert by_zero[1] == by_zero[2] == {True} and by_zero[0] == by_zero[3] == {False}, by_zero
+    assert all(("+overlap-param-gather" in config_label(plan)) == (plan.config.zero in (1, 2)) for plan in plans)
     for zero, words in ((0, "needs zero 1 or 2"), (3, "under the forward already")):
         with pytest.raises(PlanInputError) as refused:
             plan_document(body | {"fixed": {"overlap_param_gather": True, "zero": zero}})
