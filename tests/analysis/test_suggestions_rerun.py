@@ -89,12 +89,16 @@ def test_imbalanced_pipeline_rebalanced_as_suggested_has_balanced_stages(sqlite_
     with the suggested split comes within that bound plus 15 points (a quiet trial read 0.9%; the base
     63%): stage costs are medians of each stage's forward and backward spans within the run, but a loaded
     2-core machine does not stretch the two ranks alike (a CI run once read 17.8%, when the split counted
-    layers rather than time). The imbalance's share of the step falls to at most half the base's."""
+    layers rather than time). The imbalance's share of the step falls to at most half the base's where the suggested
+    move is 3+3; where timings suggested 4+2 (one layer moved), it falls. Without a rebalance suggestion the failure
+    says what the analysis saw."""
     client = sqlite_server.client()
     # Large layers, so that the compute outweighs each action's fixed cost
     base = JobShape("1f1b", 4, (5, 1), microbatch_size=64, hidden=1280, steps=8)
     _, before = run_and_analyse(sqlite_server.url, client, base)
-    rebalance = next(s for s in before["suggestions"] if s["kind"] == "rebalance_stages")
+    rebalance = next((s for s in before["suggestions"] if s["kind"] == "rebalance_stages"), None)
+    said = [s["kind"] for s in before["suggestions"]], before["imbalance"], before["pipeline_unavailable"]
+    assert rebalance is not None, said
     assert before["layers_source"] == "counted"  # the job declared no layer split: the collector counted it
     # 3+3 on a quiet machine; 4+2 once in CI, where load stretched the measured layers unevenly: either is a
     # move of time off stage 0, and the re-run below checks the one suggested
@@ -121,13 +125,15 @@ def test_imbalanced_pipeline_rebalanced_as_suggested_has_balanced_stages(sqlite_
 
     _, after = run_and_analyse(sqlite_server.url, client, base.applied(rebalance["apply"]))
     assert after["imbalance"]["layers_per_stage"] == split
+    shares = (causes(before)["stage_imbalance"], causes(after)["stage_imbalance"])
     if split == [3, 3]:
         assert after["imbalance"]["slowest_excess"] <= predicted + 0.15, (predicted, after["imbalance"])
+        assert shares[1] <= shares[0] / 2, shares
     else:  # suggested from load-stretched timings (a fresh-clone CI: 4+2 predicted 13.7% above the mean, re-run 28.7%):
-        # the re-run is less unbalanced than the base, not near what those timings predicted
+        # the re-run is less unbalanced than the base, not near what those timings predicted, and the one layer moved
+        # does not halve the imbalance's share of the step (2026-12-01, idle: 0.10 → 0.08, 0.12 → 0.07 in two of five)
         excess = (before["imbalance"]["slowest_excess"], after["imbalance"]["slowest_excess"])
-        assert excess[1] < excess[0], (predicted, excess)
-    assert causes(after)["stage_imbalance"] <= causes(before)["stage_imbalance"] / 2, (causes(before), causes(after))
+        assert excess[1] < excess[0] and shares[1] < shares[0], (predicted, excess, shares)
     # The re-run converges on 3+3. After 3+3 nothing is left to move: a move is named only when it cuts the
     # slowest stage by more than that stage's median cost is known to (a loaded CI re-run once read stage 1 14%
     # above the mean after 3+3 and named 4+2, which would have left stage 0 about as far above it). After a
