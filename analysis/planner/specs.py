@@ -283,7 +283,8 @@ class ParallelConfig:
     ``overlap_param_gather``: with ZeRO 1 or 2 (the distributed optimizer), the updated weights' all-gather runs under
     the next step's first forward, bucket by bucket, instead of after the optimizer's step (Megatron's
     ``--overlap-param-gather``, which Megatron-Bridge sets with the distributed optimizer; DeepSpeed's ZeRO-1/2 gather
-    in the open). Nothing to do at zero 0 (no gather) or 3 (FSDP gathers each layer under the forward already).
+    in the open). It needs zero 1 or 2: at 0 nothing is gathered, at 3 FSDP gathers each layer under the forward
+    already (``overlap_param_gather_problem``).
     ``attention_kernel``: which fused attention runs: ``cudnn`` (cuDNN's, what Transformer Engine runs and torch's
     SDPA prefers on Hopper and Blackwell with a recent cuDNN) or ``flash2`` (FlashAttention-2, torch's SDPA default
     before that, and the ``flash-attn`` package's v2); priced apart on Hopper only.
