@@ -7,6 +7,12 @@ as the cuDNN fused attention Transformer Engine ran on Hopper (TE 1.4 ``attentio
 again at FlashAttention-2's speed (``attention_kernel=flash2``, its forward 0.55 of it): where the error moves with the sequence
 length, attention's speed is off; where it is flat across CP 1-32, the context-parallel pricing holds.
 
+Second, torchtitan's four Llama 3 8B long-sequence rows (32k-256k tokens, CP 1-8, 32,768 tokens a rank) against the
+context-parallel attention measured on an H200 (``data/measured_cp_attention_h200.csv``, the slowest rank at each CP
+degree): the best any step of the form X + k·A (A: a rank's measured attention over the step, forward twice under full
+AC; X and k chosen for these rows, X ≥ 0) can do on them. Attention is the only work a rank's step adds with the CP
+degree at a fixed 32,768 tokens a rank, so no model that prices attention by its work reads these rows better.
+
     python bench/planner_long_sequence.py
 """
 
@@ -16,14 +22,17 @@ import csv
 
 from bubblescope.analysis.planner.calibration import (
     NEMO_LONG_SEQUENCE_CHECKS,
+    PUBLISHED_RUNS,
+    PUBLISHED_RUNS_H100,
     nemo_flops_per_token,
     predict_row,
+    published_rows,
     row_model,
 )
 from bubblescope.analysis.planner.efficiencies import efficiencies_for
 
 
-def main() -> None:
+def nemo_check() -> None:
     rows = list(csv.DictReader(NEMO_LONG_SEQUENCE_CHECKS.open(newline="")))
     print(f"{'row':26} {'TFLOP/s':>8} {'tokens/s':>9} {'cuDNN':>14} {'FA2 speed':>14}")
     errors: dict[str, list[float]] = {"cudnn": [], "flash2": []}
@@ -38,6 +47,67 @@ def main() -> None:
     for kernel, found in errors.items():
         mean = sum(abs(e) for e in found) / len(found)
         print(f"{kernel}: mean |error| {mean:.1f}%, from {min(found):+.1f}% to {max(found):+.1f}%")
+
+
+def measured_cp_attention_s(preset: str, kernel: str, layers: int) -> dict[int, float]:
+    """Per CP degree, the slowest measured rank's attention over a full-AC step: every layer's forward twice (the
+    forward and its recomputation) and its backward, in seconds."""
+    slowest: dict[int, float] = {}
+    for row in published_rows(PUBLISHED_RUNS.with_name("measured_cp_attention_h200.csv")):
+        if row["preset"] == preset and row["kernel"] == kernel:
+            seconds = layers * (2 * float(row["forward_ms"]) + float(row["backward_ms"])) / 1e3
+            slowest[int(row["cp"])] = max(seconds, slowest.get(int(row["cp"]), 0.0))
+    return slowest
+
+
+def best_affine_fit(steps: list[float], attention: list[float]) -> tuple[float, float, list[float]]:
+    """The X ≥ 0 and k minimising the largest |error| of tokens/s predicted as from a step X + k·A (a grid: X by
+    10 ms, k by 0.002), with each row's error in %."""
+    best: tuple[float, float, list[float]] | None = None
+    for x_step in range(1001):
+        x = x_step * 0.01
+        for k_step in range(1, 2001):
+            k = k_step * 0.002
+            errors = [100.0 * (step / (x + k * a) - 1.0) for step, a in zip(steps, attention, strict=True)]
+            if best is None or max(map(abs, errors)) < max(map(abs, best[2])):
+                best = (x, k, errors)
+    assert best is not None
+    return best
+
+
+def torchtitan_cp_rows() -> None:
+    rows = [
+        row
+        for row in published_rows(PUBLISHED_RUNS_H100)
+        if row["source"] == "torchtitan_llama3_h100_2024" and row["preset"] == "llama-3-8b" and int(row["seq"]) >= 32768
+    ]
+    model = row_model(rows[0])
+    attention_by_cp = measured_cp_attention_s(model.name, rows[0]["attention_kernel"], model.layers)
+    steps, attention = [], []
+    print(f"\n{'torchtitan row':24} {'cp':>3} {'step s':>7} {'H200 attention s':>17}")
+    for row in rows:
+        tokens = int(row["global_batch"]) * int(row["seq"]) / int(row["gpus"])
+        steps.append(tokens / float(row["measured_tokens_per_gpu_s"]))
+        attention.append(attention_by_cp[int(row["cp"])])
+        print(f"{row['model']:24} {row['cp']:>3} {steps[-1]:7.2f} {attention[-1]:17.2f}")
+    degrees = [int(row["cp"]) for row in rows]
+    slopes = [(steps[i + 1] - steps[i]) / (degrees[i + 1] - degrees[i]) for i in range(len(rows) - 1)]
+    print(
+        "step's growth a CP degree, between neighbours: "
+        + ", ".join(f"{slope:.2f} s" for slope in slopes)
+        + " (a cost convex in the degree needs them rising, a concave one falling)"
+    )
+    x, k, errors = best_affine_fit(steps, attention)
+    print(
+        f"best step X + k·A over these rows: X {x:.2f} s, k {k:.3f}; errors "
+        + ", ".join(f"{e:+.1f}%" for e in errors)
+        + f"; max |error| {max(map(abs, errors)):.1f}% (Calculon's max: 8.87%)"
+    )
+
+
+def main() -> None:
+    nemo_check()
+    torchtitan_cp_rows()
 
 
 if __name__ == "__main__":
