@@ -30,6 +30,7 @@ from bubblescope.analysis.planner.calibration import (
     row_model,
 )
 from bubblescope.analysis.planner.efficiencies import efficiencies_for
+from bubblescope.analysis.planner.specs import gpu_from
 
 
 def nemo_check() -> None:
@@ -75,6 +76,22 @@ def best_affine_fit(steps: list[float], attention: list[float]) -> tuple[float, 
     return best
 
 
+def short_row_microseconds(layers: int) -> tuple[float, float]:
+    """torchtitan's 8B FP8 row at 8,192 tokens (8 GPUs): its whole cost a token on a GPU, and its attention's at the
+    H200's measured FlashAttention-2 speed (``measured_attention_h200.csv``: a fraction of the bf16 peak under the
+    planner's causal count, 2·s·h a token a layer forward, the backward 2.5 forwards), in µs."""
+    row = next(r for r in published_rows(PUBLISHED_RUNS_H100) if r["model"] == "llama-3.1-8b fsdp fp8")
+    shape = next(
+        r
+        for r in published_rows(PUBLISHED_RUNS.with_name("measured_attention_h200.csv"))
+        if "llama-3.1-8b fsdp fp8" in r["published_rows"].split("; ")
+    )
+    model = row_model(row)
+    flops = layers * 3.5 * 2 * model.seq * model.heads * model.head_dim
+    seconds = flops / (float(shape["flash2_forward_backward"]) * gpu_from("H200", "gpu").peak_tflops * 1e12)
+    return 1e6 / float(row["measured_tokens_per_gpu_s"]), seconds * 1e6
+
+
 def torchtitan_cp_rows() -> None:
     rows = [
         row
@@ -96,6 +113,19 @@ def torchtitan_cp_rows() -> None:
         "step's growth a CP degree, between neighbours: "
         + ", ".join(f"{slope:.2f} s" for slope in slopes)
         + " (a cost convex in the degree needs them rising, a concave one falling)"
+    )
+    rank_tokens = int(rows[0]["global_batch"]) * int(rows[0]["seq"]) / int(rows[0]["gpus"])
+    for i, j in ((0, 1), (2, 3)):
+        k_pair = (steps[j] - steps[i]) / (attention[j] - attention[i])
+        x_pair = steps[i] - k_pair * attention[i]
+        print(
+            f"through {rows[i]['model']} and {rows[j]['model']}: k {k_pair:.3f}, X {x_pair:.2f} s, "
+            f"{x_pair / rank_tokens * 1e6:.0f} µs a token of non-attention work"
+        )
+    short = short_row_microseconds(model.layers)
+    print(
+        f"the 8k FP8 row: {short[0]:.0f} µs a token in all, its attention {short[1]:.0f} µs at the H200's measured speed"
+        f" (the rest: {short[0] - short[1]:.0f} µs; per-op AC, which recomputes less than full AC)"
     )
     x, k, errors = best_affine_fit(steps, attention)
     print(
