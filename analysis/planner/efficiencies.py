@@ -33,7 +33,9 @@ class Efficiencies:
     hbm 0.85: fraction of HBM bandwidth a streaming kernel sustains.
     nvlink 0.65, network 0.80: NCCL bus bandwidth over link peak for the 10–100 MB messages of
       tensor parallelism (nccl-tests on DGX A100 reach ≈ 230 of 300 GB/s only for GB messages) and
-      for point-to-point and data-parallel traffic over one HDR NIC per GPU.
+      for point-to-point and data-parallel traffic over one HDR NIC per GPU. On the H100's NVLink 4 and NVSwitch
+      (the H100 SXM, the H200 and the 500 W HBM2e part) NVLink is NCCL's published figure, not fitted
+      (``MEASURED_CONSTANTS``).
     collective_latency_s 10 µs: fixed cost of one NCCL collective or point-to-point transfer.
     elementwise_traffic 2.0: HBM bytes the memory-bound kernels of a layer move forward per byte of
       activation they leave stored (each written once and read about once more).
@@ -92,15 +94,26 @@ FITTED_NAMES = ("gemm", "nvlink", "network", "dp_overlap", "tp_overlap", "attent
 #: for k ≤ 3 (mean |error| 10.2, 8.8, 7.9% against 7.4%) and a little better from 4 (6.9 against 7.3%; 6.9 against
 #: 7.5% at 5): ``calibration.fits_on_few_rows``, printed by bench/planner_calibration.py. Five keeps a margin.
 MIN_ROWS = 5
-#: Constants measured on a GPU's chip, which its fit keeps instead of choosing (``calibration.family_grid``), by the GPU
-#: whose runs the fit reads (``calibration.constants_family``). Fused attention on the H100 SXM (and so the H200):
+#: NVLink's efficiency on an H100's 8-GPU NVSwitch board: NCCL reaches 370 of NVLink 4's 450 GB/s line rate one way
+#: as bus bandwidth on ring collectives (all-gather, reduce-scatter, point-to-point: ~20% protocol overhead; NCCL's
+#: maintainer, NVIDIA/nccl-tests issue 212, 2024-05-06; ``data/SOURCES.md``). The same board carries the H100 SXM
+#: (DGX H100), the H200 and the 500 W HBM2e H100 of torchtitan's runs (Grand Teton's HGX H100). Fitted instead, each
+#: family's NVLink rested on its few tensor-parallel runs: left out, torchtitan's 70B pair had the 500 W part's other
+#: runs choose 0.55 and read 11.0 and 8.3% slow, Megatron-LM's 1.7B had the H100 SXM's choose 0.65 and read 13.2% fast.
+HOPPER_NVLINK = round(370 / 450, 3)
+#: Constants measured on a GPU's chip or its fabric (or published for it), which its fit keeps instead of choosing
+#: (``calibration.family_grid``), by the GPU whose runs the fit reads (``calibration.constants_family``): NVLink on the
+#: H100's NVSwitch board (``HOPPER_NVLINK``). Fused attention on the H100 SXM (and so the H200):
 #: cuDNN's forward (Transformer Engine's kernel, and SDPA's) on an H200, the same GH100 chip at the same clocks, levels
 #: off at 0.60-0.61 of the bf16 peak at 32k tokens (``data/measured_attention_h200.csv``); shorter launches run lower
 #: (0.38-0.58 at 4k-8k tokens), which one constant does not price. Chosen by the fit instead, the H100 SXM's
 #: attention rested on its two FP8 runs (the only ones with enough attention to weigh it): left out in turn,
 #: Megatron-Bridge's 70B had the rest choose 0.2 and read 23.6% too slow. The shapes' median (0.52) would price the
 #: 32k CP ranks of ``data/measured_cp_attention_h200.csv`` 14-22% slow.
-MEASURED_CONSTANTS: dict[str, dict[str, float]] = {"H100-SXM": {"attention": 0.6}}
+MEASURED_CONSTANTS: dict[str, dict[str, float]] = {
+    "H100-SXM": {"attention": 0.6, "nvlink": HOPPER_NVLINK},
+    "H100-HBM2e-500W": {"nvlink": HOPPER_NVLINK},
+}
 
 
 def measured_on(gpu: str) -> dict[str, float]:

@@ -22,6 +22,7 @@ from bubblescope.analysis.planner.efficiencies import (
     DEFAULT_EFFICIENCIES,
     FITTED_BY_GPU,
     FITTED_NAMES,
+    HOPPER_NVLINK,
     MIN_ROWS,
     Efficiencies,
     efficiencies_for,
@@ -114,3 +115,17 @@ def test_a_gpus_fit_keeps_what_was_measured_on_its_chip_whatever_the_grid_offers
     measured = measured_on("H100-SXM")["attention"]
     assert fitted["H100-SXM"][0].attention == fitted["H200"][0].attention == measured
     assert fitted["H100-HBM2e-500W"][0].attention in (0.2, 0.4)
+
+
+def test_every_h100_boards_fit_keeps_nccls_published_nvlink_figure() -> None:
+    """NVLink on the H100's NVSwitch board is NCCL's published 370 of 450 GB/s (``HOPPER_NVLINK``), in the fits of the
+    H100 SXM, the H200 (priced as it) and the 500 W part alike, even on a grid that offers only others; the csv holds
+    it too."""
+    fitted = fit_per_gpu([PUBLISHED_RUNS, PUBLISHED_RUNS_H100], {"nvlink": (0.55, 0.65)})
+    assert pytest.approx(370 / 450, abs=1e-3) == HOPPER_NVLINK
+    assert {gpu: found[0].nvlink for gpu, found in fitted.items()} == dict.fromkeys(
+        ("H100-SXM", "H100-HBM2e-500W", "H200"), HOPPER_NVLINK
+    )
+    assert {name: found.efficiencies.nvlink for name, found in FITTED_BY_GPU.items()} == dict.fromkeys(
+        ("h100-sxm", "h100-hbm2e-500w", "h200"), HOPPER_NVLINK
+    )

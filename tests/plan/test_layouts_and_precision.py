@@ -266,12 +266,12 @@ def test_context_parallelism_splits_the_sequence_and_prices_its_key_value_exchan
 
 def test_torchs_context_parallelism_hides_its_gathers_under_the_first_block_and_its_gradients_under_the_next() -> None:
     """``cp_seconds`` for ``allgather`` (torch's ``_templated_ring_attention`` and its backward), by hand: Llama 3 8B at
-    128k tokens, cp 4 over NVLink (450 GB/s · 0.85), the keys and values repeated to its 32 heads (``kv_repeated``,
-    torchtitan's Llama until 2026): 4·131072·4096 bytes, a gather (3/4 of them) 10 µs + 4.21 ms. With attention 6 ms
-    forward and 16 ms backward, a block is 1.5 and 4 ms: each gather shows 2.72 ms beyond its first block forward
-    (twice with full recompute) and 0.22 ms backward; a gradient step (2·bytes/4 in fp32: 10 µs + 2.81 ms) hides under
-    the next block's backward, three times, and the last one shows whole. Without ``kv_repeated`` a quarter of the
-    bytes (1,024 wide): every gather hides too, and only the last gradient step shows (10 µs + 0.70 ms)."""
+    128k tokens, cp 4 over NVLink (450 GB/s · 0.822, NCCL's published figure), the keys and values repeated to its 32
+    heads (``kv_repeated``, torchtitan's Llama until 2026): 4·131072·4096 bytes, a gather (3/4 of them) 10 µs + 4.35 ms.
+    With attention 6 ms forward and 16 ms backward, a block is 1.5 and 4 ms: each gather shows 2.86 ms beyond its first
+    block forward (twice with full recompute) and 0.36 ms backward; a gradient step (2·bytes/4 in fp32: 10 µs + 2.90 ms)
+    hides under the next block's backward, three times, and the last one shows whole. Without ``kv_repeated`` a quarter
+    of the bytes (1,024 wide): every gather hides too, and only the last gradient step shows (10 µs + 0.73 ms)."""
     from bubblescope.analysis.planner.step_time import cp_seconds
 
     model = model_from({"preset": "llama-3-8b", "seq": 131072})
@@ -281,7 +281,7 @@ def test_torchs_context_parallelism_hides_its_gathers_under_the_first_block_and_
     gather = 10e-6 + 0.75 * kv_bytes / link
     step = 10e-6 + 2 * kv_bytes / 4 / link
     attention, backward = 6e-3, 16e-3
-    assert SXM.nvlink == 0.85 and step < 4e-3 < gather  # the numbers the docstring works with
+    assert SXM.nvlink == 0.822 and step < 4e-3 < gather  # the numbers the docstring works with
     for recompute, forwards in (("none", 1), ("full", 2)):
         cfg = ParallelConfig(cp=4, cp_comm="allgather", kv_repeated=True, recompute=recompute)
         expected = forwards * (gather - 1.5e-3) + (gather - 4e-3) + step

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 
 from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS, family_grid, published_rows
-from bubblescope.analysis.planner.efficiencies import efficiencies_for, measured_on
+from bubblescope.analysis.planner.efficiencies import HOPPER_NVLINK, efficiencies_for, measured_on
 from bubblescope.analysis.planner.step_time import ATTENTION_BACKWARD_RATIO, FLASH2_SHARE_ON_HOPPER
 
 SHAPES = published_rows(PUBLISHED_RUNS.with_name("measured_attention_h200.csv"))
@@ -48,8 +48,9 @@ def test_the_h100_sxms_attention_is_cudnns_measured_forward_at_long_sequences_no
     assert len(long) == 2 and abs(measured - statistics.fmean(long)) < 0.02, long
     assert max(shorter) < min(long)  # the one constant prices shorter launches faster than they run (docs)
     grid = family_grid("H100-SXM", {"attention": (0.2, 0.4), "gemm": (0.6, 0.7)})
-    assert grid == {"attention": (measured,), "gemm": (0.6, 0.7)}
-    assert family_grid("h100-sxm", {"attention": (0.2,)}) == {"attention": (measured,)}  # any case
-    assert family_grid("H100-HBM2e-500W", {"attention": (0.2, 0.4)}) == {"attention": (0.2, 0.4)}  # not measured
+    nvlink = {"nvlink": (HOPPER_NVLINK,)}  # NCCL's published figure, held on every H100 board (test_efficiencies)
+    assert grid == {"attention": (measured,), "gemm": (0.6, 0.7), **nvlink}
+    assert family_grid("h100-sxm", {"attention": (0.2,)}) == {"attention": (measured,), **nvlink}  # any case
+    assert family_grid("H100-HBM2e-500W", {"attention": (0.2, 0.4)}) == {"attention": (0.2, 0.4), **nvlink}
     for gpu in ("H100-SXM", "H200"):
         assert efficiencies_for(gpu).attention == measured, gpu
