@@ -91,8 +91,8 @@ FITTED = Path(__file__).resolve().parent / "data" / "efficiencies.csv"
 FITTED_NAMES = ("gemm", "nvlink", "network", "dp_overlap", "tp_overlap", "attention", "eager_traffic")
 #: Fewer published runs than this on a GPU: it prices with the defaults. Constants fitted on k of the H100 SXM's runs
 #: (a GPU whose datasheet the planner knows, as it knows the B200's) predicted its other runs worse than the defaults
-#: for k ≤ 3 (mean |error| 10.2, 8.8, 7.9% against 7.4%) and a little better from 4 (6.9 against 7.3%; 6.9 against
-#: 7.5% at 5): ``calibration.fits_on_few_rows``, printed by bench/planner_calibration.py. Five keeps a margin.
+#: for k ≤ 3 (mean |error| 8.7, 8.9, 7.8% against 7.4%, 2026-12-01) and better from 4 (6.5 against 7.3%; 6.3
+#: against 7.3% at 5): ``calibration.fits_on_few_rows``, printed by bench/planner_calibration.py. Five keeps a margin.
 MIN_ROWS = 5
 #: NVLink's efficiency on an H100's 8-GPU NVSwitch board: NCCL reaches 370 of NVLink 4's 450 GB/s line rate one way
 #: as bus bandwidth on ring collectives (all-gather, reduce-scatter, point-to-point: ~20% protocol overhead; NCCL's
