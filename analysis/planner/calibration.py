@@ -205,8 +205,8 @@ GRID: dict[str, tuple[float, ...]] = {
     "dp_overlap": (0.25, 0.5, 0.75),
 }
 #: The grid for every published row at once (A100, H100, H200): the GEMM efficiency reaches down to 0.32 (the
-#: torchtitan rows' 500 W H100s, whose peak is not published, sit below the SXM figure), NVLink up to 0.85 (NCCL's
-#: bus bandwidth on an H100 NVSwitch), and the constants only the newer rows exercise are chosen too: the
+#: torchtitan rows' 500 W H100s, whose peak is not published, sit below the SXM figure), NVLink up to 0.85 (the A100 and
+#: B200 defaults' range; on an H100 board NVLink is held at NCCL's published 0.822, ``efficiencies.HOPPER_NVLINK``), and the constants only the newer rows exercise are chosen too: the
 #: tensor-parallel overlap (the A100 rows did not overlap; torchtitan's async TP of December 2024 gained 5.7% on its
 #: 70B run, where hiding 40% of the GEMM time under the collectives would gain 17-19%: 0.2 is in), fused attention's
 #: efficiency (the A100 rows stored the scores) and eager PyTorch's element-wise traffic (every A100 row ran Megatron's

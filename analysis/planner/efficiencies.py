@@ -35,7 +35,7 @@ class Efficiencies:
       tensor parallelism (nccl-tests on DGX A100 reach ≈ 230 of 300 GB/s only for GB messages) and
       for point-to-point and data-parallel traffic over one HDR NIC per GPU. On the H100's NVLink 4 and NVSwitch
       (the H100 SXM, the H200 and the 500 W HBM2e part) NVLink is NCCL's published figure, not fitted
-      (``MEASURED_CONSTANTS``).
+      (``MEASURED_CONSTANTS``): its large-message peak, so an upper figure for smaller TP messages.
     collective_latency_s 10 µs: fixed cost of one NCCL collective or point-to-point transfer.
     elementwise_traffic 2.0: HBM bytes the memory-bound kernels of a layer move forward per byte of
       activation they leave stored (each written once and read about once more).
@@ -95,7 +95,7 @@ FITTED_NAMES = ("gemm", "nvlink", "network", "dp_overlap", "tp_overlap", "attent
 #: against 7.3% at 5): ``calibration.fits_on_few_rows``, printed by bench/planner_calibration.py. Five keeps a margin.
 MIN_ROWS = 5
 #: NVLink's efficiency on an H100's 8-GPU NVSwitch board: NCCL reaches 370 of NVLink 4's 450 GB/s line rate one way
-#: as bus bandwidth on ring collectives (all-gather, reduce-scatter, point-to-point: ~20% protocol overhead; NCCL's
+#: as bus bandwidth on collectives other than all-reduce, and on a ring all-reduce (~20% protocol overhead; NCCL's
 #: maintainer, NVIDIA/nccl-tests issue 212, 2024-05-06; ``data/SOURCES.md``). The same board carries the H100 SXM
 #: (DGX H100), the H200 and the 500 W HBM2e H100 of torchtitan's runs (Grand Teton's HGX H100). Fitted instead, each
 #: family's NVLink rested on its few tensor-parallel runs: left out, torchtitan's 70B pair had the 500 W part's other
