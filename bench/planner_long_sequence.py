@@ -10,8 +10,9 @@ length, attention's speed is off; where it is flat across CP 1-32, the context-p
 Second, torchtitan's four Llama 3 8B long-sequence rows (32k-256k tokens, CP 1-8, 32,768 tokens a rank) against the
 context-parallel attention measured on an H200 (``data/measured_cp_attention_h200.csv``, the slowest rank at each CP
 degree): the best any step of the form X + k·A (A: a rank's measured attention over the step, forward twice under full
-AC; X and k chosen for these rows, X ≥ 0) can do on them. Attention is the only work a rank's step adds with the CP
-degree at a fixed 32,768 tokens a rank, so no model that prices attention by its work reads these rows better.
+AC; X and k chosen for these rows, X ≥ 0) can do on them: the rank's other work fixed (its tokens are), its attention
+at one speed. CP's transfers, which also grow with the degree, are not in that form. Then each pair of neighbours
+priced exactly, and the 8k FP8 row's cost a token beside them.
 
     python bench/planner_long_sequence.py
 """
