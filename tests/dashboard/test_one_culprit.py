@@ -105,6 +105,8 @@ def test_a_run_hung_on_two_ranks_names_both_everywhere(browser: Any, service: Li
             page, errors = open_run(browser, f"{service.url}/runs/{run_key}", width)
             expect(page.locator("#glance-slowest .value")).to_have_text("ranks 1, 3", timeout=20_000)
             assert "the others wait for them: the run is hung" in glance(page, "slowest")
+            # the card names the ranks from the run's state at once, and their PIDs once the alerts have loaded
+            expect(page.locator("#glance-do")).to_contain_text("py-spy dump --pid", timeout=20_000)
             do_first = glance(page, "do")
             assert "Find why ranks 1, 3 are stuck" in do_first and "py-spy dump --pid" in do_first, do_first
             expect(page.locator("#alert-banner")).to_contain_text("2 ranks", timeout=20_000)  # its own request
