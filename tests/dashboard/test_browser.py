@@ -262,7 +262,7 @@ def test_run_page_explains_the_bubble_and_lists_suggestions(
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(f"{sqlite_server.url}/runs/{job.run_key}")
-    page.wait_for_selector("body[data-suggestions]", timeout=20_000)
+    page.wait_for_selector("body[data-drawn='true']", timeout=30_000)  # the charts too: Plotly loads on its own
     causes = page.locator("#causes tbody tr").all_inner_texts()
     assert [row.split("\t")[0] for row in causes] == [
         "schedule-inherent",

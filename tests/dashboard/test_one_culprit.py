@@ -44,6 +44,7 @@ def assert_stragglers_name(page: Any, culprit: str, what: str) -> None:
 
 def assert_bubble_card_adds_up(page: Any) -> None:
     """The bubble card's figures are of one step: the floor's share plus the points above it is the bubble."""
+    expect(page.locator("#glance-bubble")).to_contain_text("of the step", timeout=20_000)  # the analysis has landed
     text = glance(page, "bubble")
     bubble, floor = (float(found) for found in re.findall(r"([\d.]+)%", text)[:2])
     assert re.search(rf"{floor}% of the step, simulated", text), text
