@@ -49,10 +49,16 @@ from bubblescope.analysis.planner.specs import (
 )
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE
 from bubblescope.analysis.suggestions import (
+    TORCHTITAN_EVEN,
     RunEvidence,
     Suggestion,
     build_suggestion,
+    megatron_layer_split,
+    megatron_pipeline,
+    megatron_recompute,
+    megatron_sharding,
     torchtitan_batch,
+    torchtitan_layer_split,
     torchtitan_pipeline,
     torchtitan_recompute,
     torchtitan_sharding,
@@ -239,31 +245,63 @@ def memory_suggestions(
                         f"memory per GPU {current.memory.total / GIB:.1f} → {plan.memory.total / GIB:.1f} GiB",
                         plan.config.as_dict(),
                         None,
-                        {
-                            "parallelism.tensor_parallel_degree": plan.config.tp,
-                            "parallelism.context_parallel_degree": plan.config.cp,
-                        }
-                        | torchtitan_sharding(plan.config.dp, plan.config.zero)
-                        | torchtitan_batch(plan.config.mbs, plan.config.pp, plan.config.dp, batch)
-                        | torchtitan_pipeline(plan.config.pp)
-                        # torchtitan 0.3.0 has no expert tensor parallelism to set (its experts' tp is 1)
-                        | ({"parallelism.expert_parallel_degree": plan.config.ep} if model.moe else {}),
-                        [
-                            f"--tensor-model-parallel-size {plan.config.tp}",
-                            f"--pipeline-model-parallel-size {plan.config.pp}",
-                            f"--micro-batch-size {plan.config.mbs}",
-                            f"--recompute-granularity {plan.config.recompute}"
-                            if plan.config.recompute in ("selective", "full")
-                            else "",
-                            "--fp8-param-gather" if plan.config.fp8_all_gather else "",
-                            "--overlap-param-gather" if plan.config.overlap_param_gather else "",
-                            f"--context-parallel-size {plan.config.cp}" if plan.config.cp > 1 else "",
-                            f"--expert-model-parallel-size {plan.config.ep}" if plan.config.ep > 1 else "",
-                            f"--expert-tensor-parallel-size {plan.config.etp}" if plan.config.etp else "",
-                        ],
+                        torchtitan_layout(plan.config, model, batch),
+                        megatron_layout(plan.config),
                     )
                 )
     return out
+
+
+def torchtitan_layout(config: ParallelConfig, model: ModelSpec, batch: int) -> dict[str, Any]:
+    """A whole layout in torchtitan 0.3.0's flags, every field the planner's search sets (a re-planned layout)."""
+    snippet: dict[str, Any] = {
+        "parallelism.tensor_parallel_degree": config.tp,
+        "parallelism.context_parallel_degree": config.cp,
+    }
+    snippet |= torchtitan_sharding(config.dp, config.zero) | torchtitan_batch(config.mbs, config.pp, config.dp, batch)
+    snippet |= torchtitan_pipeline(config.pp) | torchtitan_recompute(config.recompute)
+    snippet |= torchtitan_stages(config, model.layers)
+    if config.tp > 1 and config.tp_comm_overlap:  # torchtitan's async TP runs under torch.compile only
+        snippet |= {"compile.enable": True, "compile.enable_async_tensor_parallel": True}
+    # torchtitan 0.3.0 has no expert tensor parallelism to set (its experts' tp is 1)
+    return snippet | ({"parallelism.expert_parallel_degree": config.ep} if model.moe else {})
+
+
+def torchtitan_stages(config: ParallelConfig, layers: int) -> dict[str, Any]:
+    """A pipeline's schedule and split in torchtitan 0.3.0's flags: the split given (one stage a rank), else the
+    planner's even one over ``pp·vpp`` stages (torchtitan's stages a rank follow its layers a stage)."""
+    if config.pp == 1:
+        return {}
+    name = config.schedule.torchtitan_name
+    snippet: dict[str, Any] = {"parallelism.pipeline_parallel_schedule": name} if name else {}
+    if config.layers_per_stage and config.vpp == 1:
+        return snippet | torchtitan_layer_split(config.layers_per_stage)
+    stages = config.pp * config.vpp
+    if layers % stages == 0:
+        return snippet | torchtitan_layer_split([layers // stages] * stages)
+    return snippet | TORCHTITAN_EVEN  # one stage a rank, the first ones a layer more: as ``stage_layers`` splits
+
+
+def megatron_layout(config: ParallelConfig) -> list[str]:
+    """A whole layout in Megatron-LM's flags, every field the planner's search sets (a re-planned layout)."""
+    flags = [
+        f"--tensor-model-parallel-size {config.tp}",
+        f"--pipeline-model-parallel-size {config.pp}",
+        f"--micro-batch-size {config.mbs}",
+        # the planner's split is per pipeline rank, as Megatron's first/last-stage flags are (its chunks even)
+        *(megatron_layer_split(config.layers_per_stage) if config.layers_per_stage else []),
+        *megatron_pipeline(config.schedule, config.vpp, None),
+        *megatron_sharding(config.zero),
+        *megatron_recompute(config.recompute),
+        "--sequence-parallel" if config.tp > 1 and config.sequence_parallel else "",
+        "--tp-comm-overlap" if config.tp > 1 and config.tp_comm_overlap else "",
+        "--fp8-param-gather" if config.fp8_all_gather else "",
+        "--overlap-param-gather" if config.overlap_param_gather else "",
+        f"--context-parallel-size {config.cp}" if config.cp > 1 else "",
+        f"--expert-model-parallel-size {config.ep}" if config.ep > 1 else "",
+        f"--expert-tensor-parallel-size {config.etp}" if config.etp else "",
+    ]
+    return [flag for flag in flags if flag]
 
 
 def _layout_changes(now: Mapping[str, Any], then: Mapping[str, Any]) -> str:
@@ -289,18 +327,16 @@ def _candidates(
                     overlap_param_gather=config.overlap_param_gather and overlap_param_gather_problem(zero) is None,
                 ),
                 torchtitan_sharding(config.dp, zero),
-                ["--use-distributed-optimizer"] if zero == 1 else [f"(ZeRO-{zero}: use FSDP2 fully_shard)"],
+                megatron_sharding(zero),
             )
         )
     for mode in RECOMPUTE[RECOMPUTE.index(config.recompute) + 1 :]:  # each keeps less than the one before
-        torchtitan = torchtitan_recompute(mode)
-        megatron = ["(per-op checkpointing is torchtitan's; Megatron-LM has no flag for it)"] if mode == "op" else []
         out.append(
             (
                 f"Recompute activations ({mode})",
                 replace(config, recompute=mode),
-                torchtitan,
-                megatron or [f"--recompute-granularity {mode}"],
+                torchtitan_recompute(mode),
+                megatron_recompute(mode),
             )
         )
     if config.dp % 2 == 0:

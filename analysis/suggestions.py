@@ -32,6 +32,7 @@ from bubblescope.analysis.schedules import (
     NAIVE,
     ONE_F_ONE_B,
     ZBV,
+    Schedule,
     lookup,
 )
 from bubblescope.analysis.whatif import Change, Prediction, predict
@@ -325,19 +326,10 @@ def _suggestion(
     if "microbatch_size" in apply:
         torchtitan["parallelism.pipeline_parallel_microbatch_size"] = apply["microbatch_size"]
         megatron.append(f"--micro-batch-size {apply['microbatch_size']}")
-    if prediction.layers_per_stage is not None and "layers_per_stage" in apply:
-        torchtitan.update(torchtitan_layer_split(prediction.layers_per_stage))
-        if prediction.stages_per_rank == 1:
-            megatron += megatron_layer_split(prediction.layers_per_stage)
-        else:  # Megatron's first/last-stage flags are per pipeline rank, not per virtual stage
-            megatron.append(
-                f"(layers per virtual stage {','.join(map(str, prediction.layers_per_stage))}: no Megatron-LM flags give it)"
-            )
-    if prediction.stages_per_rank > 1:
-        if schedule is INTERLEAVED_1F1B:
-            megatron.append(f"--num-virtual-stages-per-pipeline-rank {prediction.stages_per_rank}")
-        elif schedule is not LOOPED_BFS:
-            megatron.append("(Megatron-LM core has no zero-bubble/V schedule flag: use torch.distributed.pipelining)")
+    split = prediction.layers_per_stage if "layers_per_stage" in apply else None
+    if split is not None:
+        torchtitan.update(torchtitan_layer_split(split))
+    megatron += megatron_pipeline(schedule, prediction.stages_per_rank, split)
     args = f"n_microbatches={prediction.microbatches}, loss_fn=loss_fn"
     stage_arg = "stages" if prediction.stages_per_rank > 1 else "stage"
     torch = f"torch.distributed.pipelining.{schedule.torch_class}({stage_arg}, {args})"
@@ -356,10 +348,51 @@ def _suggestion(
     )
 
 
+def megatron_pipeline(schedule: Schedule, stages_per_rank: int, layers_per_stage: Sequence[int] | None) -> list[str]:
+    """A schedule's stages per rank and a layer split (None: Megatron's even one) in Megatron-LM's flags, beside
+    ``--pipeline-model-parallel-size``; a line saying so where Megatron has none."""
+    flags = []
+    if layers_per_stage is not None:
+        if stages_per_rank == 1:
+            flags += megatron_layer_split(layers_per_stage)
+        else:  # Megatron's first/last-stage flags are per pipeline rank, not per virtual stage
+            flags.append(
+                f"(layers per virtual stage {','.join(map(str, layers_per_stage))}: no Megatron-LM flags give it)"
+            )
+    if stages_per_rank == 1 and schedule not in (ONE_F_ONE_B, NAIVE):
+        flags.append(f"(Megatron-LM runs 1F1B: it has no {schedule.label} schedule flag)")
+    if stages_per_rank > 1:
+        if schedule is INTERLEAVED_1F1B:
+            flags.append(f"--num-virtual-stages-per-pipeline-rank {stages_per_rank}")
+        elif schedule is not LOOPED_BFS:
+            flags.append("(Megatron-LM core has no zero-bubble/V schedule flag: use torch.distributed.pipelining)")
+    return flags
+
+
+def megatron_sharding(zero: int) -> list[str]:
+    """A ZeRO stage in Megatron-LM's flags: its distributed optimizer shards the optimizer state (1); past that,
+    FSDP2 (which Megatron's own data-parallel wrapper is not)."""
+    if zero == 0:
+        return []
+    return ["--use-distributed-optimizer"] if zero == 1 else [f"(ZeRO-{zero}: use FSDP2 fully_shard)"]
+
+
+def megatron_recompute(mode: str) -> list[str]:
+    """A recompute mode in Megatron-LM's flags: ``selective`` and ``full`` are its granularities; per-op is
+    torchtitan's."""
+    if mode in ("selective", "full"):
+        return [f"--recompute-granularity {mode}"]
+    return ["(per-op checkpointing is torchtitan's; Megatron-LM has no flag for it)"] if mode == "op" else []
+
+
 #: torchtitan 0.3.0's activation checkpointing is a choice on its command line (``activation-checkpoint:full``, a
 #: subcommand: a key with a colon is given bare, without the dashes of a flag, after the flags), per recompute mode;
 #: Megatron's ``selective`` (the attention core alone) has none.
-TORCHTITAN_RECOMPUTE = {"op": "activation-checkpoint:selective", "full": "activation-checkpoint:full"}
+TORCHTITAN_RECOMPUTE = {
+    "none": "activation-checkpoint:none",
+    "op": "activation-checkpoint:selective",
+    "full": "activation-checkpoint:full",
+}
 
 
 def torchtitan_recompute(mode: str) -> dict[str, Any]:
@@ -396,14 +429,23 @@ def torchtitan_pipeline(pp: int | str) -> dict[str, Any]:
     return {"parallelism.pipeline_parallel_degree": pp, "training.disable_cuda_graphs": True}
 
 
-def torchtitan_layer_split(layers_per_stage: tuple[int, ...] | list[int]) -> dict[str, Any]:
+#: torchtitan 0.3.0 counts the embedding and the output as a layer each by default
+#: (``pipeline_parallel_first/last_stage_less_layers`` 1), so 4 layers at 2 a stage make 3 stages; counted as none,
+#: its split is the planner's even one (``ParallelConfig.stage_layers``: the first stages one more).
+TORCHTITAN_EVEN = {
+    "parallelism.pipeline_parallel_first_stage_less_layers": 0,
+    "parallelism.pipeline_parallel_last_stage_less_layers": 0,
+}
+
+
+def torchtitan_layer_split(layers_per_stage: Sequence[int]) -> dict[str, Any]:
     """A layer split in torchtitan's terms: ``pipeline_parallel_layers_per_stage`` (one int) when
-    every stage has as many layers, else ``module_fqns_per_model_part`` (each stage's module
-    names, torchtitan 0.3.0's llama3 naming: the embedding with the first stage, norm and lm_head
-    with the last; set in the job's config function, as torchtitan's command line cannot spell a list
-    of lists)."""
+    every stage has as many layers, with the embedding and the output counted as no layer (``TORCHTITAN_EVEN``),
+    else ``module_fqns_per_model_part`` (each stage's module names, torchtitan 0.3.0's llama3 naming: the
+    embedding with the first stage, norm and lm_head with the last; set in the job's config function, as
+    torchtitan's command line cannot spell a list of lists)."""
     if len(set(layers_per_stage)) == 1:
-        return {"parallelism.pipeline_parallel_layers_per_stage": layers_per_stage[0]}
+        return {"parallelism.pipeline_parallel_layers_per_stage": layers_per_stage[0]} | TORCHTITAN_EVEN
     parts: list[list[str]] = []
     first = 0
     for count in layers_per_stage:
@@ -414,7 +456,7 @@ def torchtitan_layer_split(layers_per_stage: tuple[int, ...] | list[int]) -> dic
     return {"parallelism.module_fqns_per_model_part": parts}
 
 
-def megatron_layer_split(layers_per_stage: tuple[int, ...] | list[int]) -> list[str]:
+def megatron_layer_split(layers_per_stage: Sequence[int]) -> list[str]:
     """A layer split in Megatron-LM's flags. ``--decoder-first/last-pipeline-num-layers`` set the first and last
     stage's layers, and Megatron splits the rest evenly over the stages between (it refuses a remainder): a
     split whose middle stages differ has no such flags, and the line says so instead of flags that would give

@@ -490,4 +490,8 @@ def test_an_uneven_layer_split_is_given_to_torchtitan_as_module_names_per_stage(
             ["layers.7", "norm", "lm_head"],
         ]
     }
-    assert torchtitan_layer_split([4, 4]) == {"parallelism.pipeline_parallel_layers_per_stage": 4}
+    assert torchtitan_layer_split([4, 4]) == {  # the embedding and the output counted as no layer: 2 stages, not 3
+        "parallelism.pipeline_parallel_layers_per_stage": 4,
+        "parallelism.pipeline_parallel_first_stage_less_layers": 0,
+        "parallelism.pipeline_parallel_last_stage_less_layers": 0,
+    }

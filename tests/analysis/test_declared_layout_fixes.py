@@ -102,6 +102,12 @@ def test_a_long_sequence_under_memory_pressure_is_offered_context_parallelism_pr
     assert replanned.apply["zero"] == 3 and replanned.apply["precision"] == "bf16"
     assert replanned.torchtitan["parallelism.context_parallel_degree"] == cp
     assert f"--context-parallel-size {cp}" in replanned.megatron
+    # the flags say the whole layout priced, its sharding and recompute too (FSDP2's for ZeRO 3, per-op
+    # checkpointing torchtitan's: said as lines in Megatron's), not only what the title lists
+    assert replanned.apply["recompute"] == "op" and "recompute full → op" in replanned.title, replanned.title
+    assert replanned.torchtitan["activation-checkpoint:selective"] is True
+    assert "(ZeRO-3: use FSDP2 fully_shard)" in replanned.megatron, replanned.megatron
+    assert "(per-op checkpointing is torchtitan's; Megatron-LM has no flag for it)" in replanned.megatron
 
 
 def test_a_mixture_of_experts_under_memory_pressure_is_offered_more_expert_parallelism_priced_as_plan_prices_it() -> (

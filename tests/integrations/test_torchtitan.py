@@ -145,14 +145,13 @@ def test_torchtitan_pp_is_analysed_as_its_pipeline(
             assert "parallelism.pipeline_parallel_microbatch_size" in suggestion["torchtitan"], suggestion
 
 
-def assert_torchtitan_takes(snippet: dict[str, Any]) -> None:
-    """Each key of a suggestion's torchtitan snippet, given to torchtitan's own config parser as its command line
-    spells it; a split into model parts (which its command line cannot spell), checked against the model's own
-    module names: every part's names exist and together hold every module once."""
-    import torch
+def torchtitan_parses(snippet: dict[str, Any], flavor: str = "llama3_debugmodel") -> Any:
+    """A suggestion's torchtitan snippet given to torchtitan's own config parser as its command line spells it,
+    on llama3's ``flavor``: the config it builds (a split into model parts, which the command line cannot spell,
+    left out)."""
     from torchtitan.config import ConfigManager
 
-    base = ["--module", "llama3", "--config", "llama3_debugmodel"]
+    base = ["--module", "llama3", "--config", flavor]
     flags, choices = [], []
     for key, value in snippet.items():
         if key == "parallelism.module_fqns_per_model_part":
@@ -161,7 +160,16 @@ def assert_torchtitan_takes(snippet: dict[str, Any]) -> None:
             choices.append(key)
         else:
             flags.append(f"--{key}" if value is True else f"--{key}={value}")
-    config = ConfigManager().parse_args([*base, *flags, *choices])
+    return ConfigManager().parse_args([*base, *flags, *choices])
+
+
+def assert_torchtitan_takes(snippet: dict[str, Any]) -> None:
+    """Each key of a suggestion's torchtitan snippet, given to torchtitan's own config parser, holds the value
+    given; a split into model parts, checked against the model's own module names: every part's names exist and
+    together hold every module once."""
+    import torch
+
+    config = torchtitan_parses(snippet)
     for key, value in snippet.items():
         if ":" in key:  # the choice made: activation-checkpoint:full is a FullAC policy
             section, choice = key.split(":")

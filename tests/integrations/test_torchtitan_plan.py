@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
-from bubblescope.analysis.memory_fixes import declared_plan, memory_suggestions
+from bubblescope.analysis.memory_fixes import declared_plan, megatron_layout, memory_suggestions, torchtitan_layout
 from bubblescope.analysis.planner import MODEL_PRESETS, evaluate, model_from
+from bubblescope.analysis.planner.specs import ParallelConfig
+from bubblescope.analysis.schedules import lookup
 from bubblescope.integrations.torchtitan_plan import planner_declaration
-from tests.integrations.test_torchtitan import assert_torchtitan_takes, require_torchtitan
+from tests.integrations.test_torchtitan import assert_torchtitan_takes, require_torchtitan, torchtitan_parses
 
 H100 = "NVIDIA H100 80GB HBM3"  # torch.cuda.get_device_name on an H100 SXM
 
@@ -181,3 +183,56 @@ def test_without_a_gpu_no_cluster_is_declared_and_nothing_is_priced(monkeypatch:
 def test_an_unreadable_config_declares_nothing_and_does_not_raise(caplog: pytest.LogCaptureFixture) -> None:
     assert planner_declaration(SimpleNamespace(config=object(), parallel_dims=None)) == {}
     assert "not declared to the planner" in caplog.text
+
+
+def torchtitans_stages(snippet: dict[str, Any], pp: int) -> list[int]:
+    """Each stage's blocks as torchtitan 0.3.0 splits Llama 3 8B (32 blocks) over ``pp`` ranks from a snippet: its
+    own parser, then its own stage count and splitter (``torchtitan.distributed.pipeline_parallel``)."""
+    from torchtitan.distributed import pipeline_parallel
+
+    config = torchtitan_parses(snippet, "llama3_8b")
+    metadata = pipeline_parallel._get_pipeline_metadata(
+        SimpleNamespace(pp=pp), config.parallelism, config.model_spec.model
+    )
+    stages, blocks, before, after = metadata
+    parts = pipeline_parallel._generate_llm_fqn_per_model_part(stages, blocks, before, after)
+    return [sum(name.startswith("layers.") for name in part) for part in parts]
+
+
+@pytest.mark.parametrize(
+    ("schedule", "pp", "vpp", "planned"),
+    [("interleaved1f1b", 4, 2, [4] * 8), ("1f1b", 3, 1, [11, 11, 10]), ("1f1b", 4, 1, [8] * 4)],
+)
+def test_a_replanned_layout_is_the_layout_torchtitan_builds_from_its_flags(
+    schedule: str, pp: int, vpp: int, planned: list[int]
+) -> None:
+    """A re-planned layout (``memory_fixes.torchtitan_layout``, the memory fix that re-plans a run) given to
+    torchtitan's own parser and stage splitter: its stages hold the planner's blocks (the embedding and the output
+    counted as none, as the planner splits), its schedule, recompute, sharding and async TP are the plan's; Megatron's
+    flags say the same layout."""
+    require_torchtitan()
+    model = MODEL_PRESETS["llama-3-8b"]
+    config = ParallelConfig(
+        tp=2,
+        pp=pp,
+        dp=2,
+        vpp=vpp,
+        schedule=lookup(schedule),
+        zero=1,
+        recompute="full",
+        sequence_parallel=True,
+        tp_comm_overlap=True,
+    )
+    snippet = torchtitan_layout(config, model, 64)
+    assert_torchtitan_takes(snippet)
+    assert torchtitans_stages(snippet, pp) == planned
+    assert [*config.stage_layers(model.layers)] == [sum(planned[r::pp]) for r in range(pp)]  # each rank's chunks
+    parsed = torchtitan_parses(snippet, "llama3_8b")
+    assert parsed.parallelism.pipeline_parallel_schedule == config.schedule.torchtitan_name
+    assert type(parsed.activation_checkpoint).__qualname__ == "FullAC.Config"
+    assert parsed.parallelism.fsdp_reshard_after_forward == "never"  # ZeRO 1: gathered once, kept to the backward
+    assert parsed.compile.enable_async_tensor_parallel and parsed.parallelism.tensor_parallel_degree == 2
+    flags = megatron_layout(config)
+    assert {"--use-distributed-optimizer", "--recompute-granularity full", "--sequence-parallel"} <= set(flags)
+    assert "--tp-comm-overlap" in flags and f"--pipeline-model-parallel-size {pp}" in flags
+    assert ("--num-virtual-stages-per-pipeline-rank 2" in flags) == (vpp == 2), flags
