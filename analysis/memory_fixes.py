@@ -65,6 +65,8 @@ from bubblescope.analysis.suggestions import (
 )
 
 PRESSURE = 0.9
+#: A layout's switches that act only with tensor parallelism: a re-plan to tp 1 does not list them as changes.
+TP_ONLY = ("sequence_parallel", "tp_comm_overlap")
 GIB = 2**30
 
 
@@ -229,6 +231,7 @@ def memory_suggestions(
             "cp_comm",
             "kv_repeated",
             "overlap_param_gather",
+            "tp_comm_overlap",  # the run's code (async TP, Transformer Engine's overlap); acts only where tp > 1
         )
         runs_own = current.config.as_dict()
         fixed = {field: runs_own[field] for field in kept}
@@ -307,7 +310,8 @@ def megatron_layout(config: ParallelConfig) -> list[str]:
 def _layout_changes(now: Mapping[str, Any], then: Mapping[str, Any]) -> str:
     """The fields a re-planned layout changes, each as run → planned (``tp 1 → 8``; a field the run left unset,
     ``etp`` say, as its planned value alone): what an on-call engineer has to change, not the whole layout."""
-    changed = [(k, now.get(k), v) for k, v in then.items() if v is not None and now.get(k) != v]
+    moot = TP_ONLY if then.get("tp") == 1 else ()  # switches of tensor parallelism, moot without it
+    changed = [(k, now.get(k), v) for k, v in then.items() if v is not None and now.get(k) != v and k not in moot]
     return ", ".join(f"{k} {old} → {new}" if old is not None else f"{k} {new}" for k, old, new in changed)
 
 

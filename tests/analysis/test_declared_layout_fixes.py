@@ -108,6 +108,15 @@ def test_a_long_sequence_under_memory_pressure_is_offered_context_parallelism_pr
     assert replanned.torchtitan["activation-checkpoint:selective"] is True
     assert "(ZeRO-3: use FSDP2 fully_shard)" in replanned.megatron, replanned.megatron
     assert "(per-op checkpointing is torchtitan's; Megatron-LM has no flag for it)" in replanned.megatron
+    # re-planned to tp 1, the title lists no switch of TP's (moot there); a run with TP overlap keeps it (its code)
+    # and is priced with it, so TP stays in its layout and its flags
+    widest = run | layout | longest | {"model": {"preset": "llama-3-8b", "seq": 262144}, "tp": 2}
+    (to_cp,) = memory_suggestions(widest, STEP_NS)
+    assert to_cp.title == "Re-plan the layout: tp 2 → 1, dp 8 → 2, cp 1 → 8", to_cp.title
+    (overlapped,) = memory_suggestions(widest | {"tp_comm_overlap": True}, STEP_NS)
+    assert overlapped.apply["tp"] > 1 and overlapped.apply["tp_comm_overlap"] is True, overlapped.apply
+    assert {"--tp-comm-overlap", "--sequence-parallel"} <= set(overlapped.megatron), overlapped.megatron
+    assert overlapped.torchtitan["compile.enable_async_tensor_parallel"] is True
 
 
 def test_a_mixture_of_experts_under_memory_pressure_is_offered_more_expert_parallelism_priced_as_plan_prices_it() -> (
