@@ -283,7 +283,8 @@ def leave_one_out(
     alone. With ``group`` (a column, e.g. ``gpu``), only on the other rows that share the held-out row's value there
     (constants per GPU: the rows of the GPU it prices as, ``constants_family``, as ``fit_per_gpu`` fits what the
     planner prices with); on every other row where none does. Per GPU, a row whose GPU keeps fewer than ``MIN_ROWS``
-    other rows is predicted with the defaults, as the planner would price that GPU without it (``fit_per_gpu``)."""
+    other rows is predicted with the defaults, as the planner would price that GPU without it (``fit_per_gpu``), and a
+    constant the other rows do not pin keeps its default, as there (``defaults_where_unpinned``)."""
     options, table = _predictions(sources, grid)
     published = published_rows(sources)
     held: list[HeldOut] = []
@@ -296,8 +297,13 @@ def leave_one_out(
                 held.append(HeldOut(predict_row(row, DEFAULT_EFFICIENCIES), DEFAULT_EFFICIENCIES))
                 continue
             others = alike or others
-            if group == "gpu":
+            if group == "gpu":  # as ``fit_per_gpu`` fits what the planner prices with, its tie rule included
                 options, table = _predictions(sources, family_grid(wanted, grid))
+                chosen = _best(table, others)
+                fitted = defaults_where_unpinned(options[chosen], [published[o] for o in others], grid, wanted)
+                same = fitted == options[chosen]
+                held.append(HeldOut(table[chosen][index] if same else predict_row(row, fitted), fitted))
+                continue
         chosen = _best(table, others)
         held.append(HeldOut(table[chosen][index], options[chosen]))
     return held
@@ -336,16 +342,25 @@ def fit_per_gpu(
         if gpu == DEFAULTS_CHOSEN_ON[0] or len(family) < MIN_ROWS:
             continue
         options, table = _predictions(sources, family_grid(constants_family(gpu), grid))
-        chosen = options[_best(table, family)]
         rows = [published[i] for i in family]
-        error = _mean_abs_error(rows, chosen)
-        measured = measured_on(constants_family(gpu))
-        for name in [name for name in grid if name not in measured]:
-            unpinned = replace(chosen, **{name: getattr(DEFAULT_EFFICIENCIES, name)})
-            if abs(_mean_abs_error(rows, unpinned) - error) < 1e-9:
-                chosen = unpinned
+        chosen = defaults_where_unpinned(options[_best(table, family)], rows, grid, constants_family(gpu))
         out[gpu] = (chosen, sorted({published[i]["gpu"] for i in family}), len(family))
     return out
+
+
+def defaults_where_unpinned(
+    chosen: Efficiencies, rows: Sequence[dict[str, str]], grid: Mapping[str, Sequence[float]], family: str
+) -> Efficiencies:
+    """``chosen`` with each constant of ``grid`` that ``rows`` do not pin (their mean error the same with the
+    default value: eager traffic where every row is compiled) at its default; one measured on ``family``'s chip
+    stays at its measure."""
+    error = _mean_abs_error(rows, chosen)
+    measured = measured_on(family)
+    for name in [name for name in grid if name not in measured]:
+        unpinned = replace(chosen, **{name: getattr(DEFAULT_EFFICIENCIES, name)})
+        if unpinned != chosen and abs(_mean_abs_error(rows, unpinned) - error) < 1e-9:
+            chosen = unpinned
+    return chosen
 
 
 def _mean_abs_error(rows: Sequence[dict[str, str]], eff: Efficiencies) -> float:

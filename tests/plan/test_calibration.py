@@ -182,6 +182,27 @@ def test_constants_per_gpu_are_fitted_on_that_gpus_other_rows_alone(tmp_path: Pa
         assert per_gpu[i].row == predict_row(rows[i], DEFAULT_EFFICIENCIES)
 
 
+def test_left_out_per_gpu_a_constant_the_other_rows_do_not_pin_keeps_its_default_as_the_planners_fit_does() -> None:
+    """No H100 SXM run is eager, so its rows do not pin the eager traffic: the grid's first value and the default
+    predict them alike. Left out per GPU, a row is priced as ``fit_per_gpu`` prices (the default kept on such a tie),
+    not with whichever value the grid lists first; the 500 W rows, two of them eager, pin it."""
+    from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS_H100, fit_per_gpu, predict_row
+    from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES
+
+    default = DEFAULT_EFFICIENCIES.eager_traffic
+    grid = {"gemm": (0.56, 0.68), "eager_traffic": (default - 1.0, default + 3.0)}
+    every = [CSV, PUBLISHED_RUNS_H100]
+    rows = list(csv.DictReader(CSV.open(newline=""))) + list(csv.DictReader(PUBLISHED_RUNS_H100.open(newline="")))
+    held = leave_one_out(every, grid, group="gpu")
+    sxm = [h for h, row in zip(held, rows) if row["gpu"] in ("H100-SXM", "H200")]
+    assert len(sxm) == 13 and {h.fitted.eager_traffic for h in sxm} == {default}
+    for h, row in zip(held, rows):
+        assert h.row == predict_row(row, h.fitted)  # the row priced with the constants said
+    assert fit_per_gpu(every, grid)["H100-SXM"][0].eager_traffic == default
+    five_hundred = {h.fitted.eager_traffic for h, row in zip(held, rows) if row["gpu"] == "H100-HBM2e-500W"}
+    assert five_hundred and default not in five_hundred  # pinned there: a grid value, not the default
+
+
 def test_a_fit_on_few_of_a_gpus_runs_is_scored_on_its_other_runs_against_the_defaults() -> None:
     """``fits_on_few_rows`` (the evidence for ``MIN_ROWS``, printed by bench/planner_calibration.py): for each size k,
     every k of the GPU's runs (or a sample) choose the grid's constants, which are scored on the GPU's other runs
