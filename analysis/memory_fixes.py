@@ -256,7 +256,8 @@ def memory_suggestions(
 
 
 def torchtitan_layout(config: ParallelConfig, model: ModelSpec, batch: int) -> dict[str, Any]:
-    """A whole layout in torchtitan 0.3.0's flags, every field the planner's search sets (a re-planned layout)."""
+    """A whole layout in torchtitan 0.3.0's flags, every field the planner's search sets (a re-planned layout);
+    Megatron's selective recompute, which torchtitan has not, is left as the run set it."""
     snippet: dict[str, Any] = {
         "parallelism.tensor_parallel_degree": config.tp,
         "parallelism.context_parallel_degree": config.cp,
@@ -264,25 +265,40 @@ def torchtitan_layout(config: ParallelConfig, model: ModelSpec, batch: int) -> d
     snippet |= torchtitan_sharding(config.dp, config.zero) | torchtitan_batch(config.mbs, config.pp, config.dp, batch)
     snippet |= torchtitan_pipeline(config.pp) | torchtitan_recompute(config.recompute)
     snippet |= torchtitan_stages(config, model.layers)
-    if config.tp > 1 and config.tp_comm_overlap:  # torchtitan's async TP runs under torch.compile only
+    if config.tp > 1:
+        snippet["parallelism.enable_sequence_parallel"] = config.sequence_parallel
+    if acts(config, "tp_comm_overlap") and config.compile:  # torchtitan's async TP runs under torch.compile only
         snippet |= {"compile.enable": True, "compile.enable_async_tensor_parallel": True}
     # torchtitan 0.3.0 has no expert tensor parallelism to set (its experts' tp is 1)
     return snippet | ({"parallelism.expert_parallel_degree": config.ep} if model.moe else {})
 
 
 def torchtitan_stages(config: ParallelConfig, layers: int) -> dict[str, Any]:
-    """A pipeline's schedule and split in torchtitan 0.3.0's flags: the split given (one stage a rank), else the
-    planner's even one over ``pp·vpp`` stages (torchtitan's stages a rank follow its layers a stage)."""
+    """A pipeline's schedule and split in torchtitan 0.3.0's flags: each rank's layers (as given, else as even as
+    they go) over its ``vpp`` stages, each stage at its index as the schedule places it; torchtitan's own even split
+    where that is the planner's (one stage a rank, none given)."""
     if config.pp == 1:
         return {}
     name = config.schedule.torchtitan_name
     snippet: dict[str, Any] = {"parallelism.pipeline_parallel_schedule": name} if name else {}
-    if config.layers_per_stage and config.vpp == 1:
-        return snippet | torchtitan_layer_split(config.layers_per_stage)
-    stages = config.pp * config.vpp
-    if layers % stages == 0:
-        return snippet | torchtitan_layer_split([layers // stages] * stages)
-    return snippet | TORCHTITAN_EVEN  # one stage a rank, the first ones a layer more: as ``stage_layers`` splits
+    if config.vpp == 1 and not config.layers_per_stage:
+        return snippet | TORCHTITAN_EVEN  # one stage a rank, the first ones a layer more: as ``stage_layers`` splits
+    chunks = [_as_even(count, config.vpp) for count in config.stage_layers(layers)]
+    virtual = []
+    for stage in range(config.pp * config.vpp):
+        rank = config.schedule.stage_rank(config.pp, stage)
+        virtual.append(chunks[rank][config.schedule.local_stages(rank, config.pp, config.vpp).index(stage)])
+    return snippet | torchtitan_layer_split(virtual)
+
+
+def _as_even(count: int, parts: int) -> list[int]:
+    """``count`` layers over ``parts`` stages as evenly as they go, the first ones a layer more."""
+    return [count // parts + (1 if part < count % parts else 0) for part in range(parts)]
+
+
+def acts(config: ParallelConfig, switch: str) -> bool:
+    """Whether a layout's boolean ``switch`` is on where it acts (``TP_ONLY``'s only with tensor parallelism)."""
+    return bool(getattr(config, switch)) and (config.tp > 1 or switch not in TP_ONLY)
 
 
 def megatron_layout(config: ParallelConfig) -> list[str]:
@@ -296,10 +312,11 @@ def megatron_layout(config: ParallelConfig) -> list[str]:
         *megatron_pipeline(config.schedule, config.vpp, None),
         *megatron_sharding(config.zero),
         *megatron_recompute(config.recompute),
-        "--sequence-parallel" if config.tp > 1 and config.sequence_parallel else "",
-        "--tp-comm-overlap" if config.tp > 1 and config.tp_comm_overlap else "",
+        "--sequence-parallel" if acts(config, "sequence_parallel") else "",
+        "--tp-comm-overlap" if acts(config, "tp_comm_overlap") else "",
         "--fp8-param-gather" if config.fp8_all_gather else "",
-        "--overlap-param-gather" if config.overlap_param_gather else "",
+        # Megatron gathers the weights under the forward only with the gradients' reduction overlapped too
+        *(["--overlap-grad-reduce", "--overlap-param-gather"] if config.overlap_param_gather else []),
         f"--context-parallel-size {config.cp}" if config.cp > 1 else "",
         f"--expert-model-parallel-size {config.ep}" if config.ep > 1 else "",
         f"--expert-tensor-parallel-size {config.etp}" if config.etp else "",

@@ -360,7 +360,7 @@ def megatron_pipeline(schedule: Schedule, stages_per_rank: int, layers_per_stage
                 f"(layers per virtual stage {','.join(map(str, layers_per_stage))}: no Megatron-LM flags give it)"
             )
     if stages_per_rank == 1 and schedule not in (ONE_F_ONE_B, NAIVE):
-        flags.append(f"(Megatron-LM runs 1F1B: it has no {schedule.label} schedule flag)")
+        flags.append(f"(Megatron-LM runs 1F1B: it has no {schedule.torchtitan_name or schedule.name} schedule flag)")
     if stages_per_rank > 1:
         if schedule is INTERLEAVED_1F1B:
             flags.append(f"--num-virtual-stages-per-pipeline-rank {stages_per_rank}")
@@ -369,12 +369,18 @@ def megatron_pipeline(schedule: Schedule, stages_per_rank: int, layers_per_stage
     return flags
 
 
+#: Megatron-FSDP's sharding strategy per ZeRO stage past the distributed optimizer's (``--data-parallel-sharding-strategy``)
+MEGATRON_FSDP_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+
+
 def megatron_sharding(zero: int) -> list[str]:
-    """A ZeRO stage in Megatron-LM's flags: its distributed optimizer shards the optimizer state (1); past that,
-    FSDP2 (which Megatron's own data-parallel wrapper is not)."""
+    """A ZeRO stage in Megatron-LM's flags: its distributed optimizer shards the optimizer state (1); Megatron-FSDP
+    the gradients too (2) and the weights (3)."""
     if zero == 0:
         return []
-    return ["--use-distributed-optimizer"] if zero == 1 else [f"(ZeRO-{zero}: use FSDP2 fully_shard)"]
+    if zero == 1:
+        return ["--use-distributed-optimizer"]
+    return ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {MEGATRON_FSDP_SHARDING[zero]}"]
 
 
 def megatron_recompute(mode: str) -> list[str]:

@@ -102,11 +102,11 @@ def test_a_long_sequence_under_memory_pressure_is_offered_context_parallelism_pr
     assert replanned.apply["zero"] == 3 and replanned.apply["precision"] == "bf16"
     assert replanned.torchtitan["parallelism.context_parallel_degree"] == cp
     assert f"--context-parallel-size {cp}" in replanned.megatron
-    # the flags say the whole layout priced, its sharding and recompute too (FSDP2's for ZeRO 3, per-op
+    # the flags say the whole layout priced, its sharding and recompute too (Megatron-FSDP for ZeRO 3, per-op
     # checkpointing torchtitan's: said as lines in Megatron's), not only what the title lists
     assert replanned.apply["recompute"] == "op" and "recompute full → op" in replanned.title, replanned.title
     assert replanned.torchtitan["activation-checkpoint:selective"] is True
-    assert "(ZeRO-3: use FSDP2 fully_shard)" in replanned.megatron, replanned.megatron
+    assert {"--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"} <= set(replanned.megatron)
     assert "(per-op checkpointing is torchtitan's; Megatron-LM has no flag for it)" in replanned.megatron
     # re-planned to tp 1, the title lists no switch of TP's (moot there); a run with TP overlap keeps it (its code)
     # and is priced with it, so TP stays in its layout and its flags
