@@ -329,7 +329,7 @@ def _suggestion(
     split = prediction.layers_per_stage if "layers_per_stage" in apply else None
     if split is not None:
         torchtitan.update(torchtitan_layer_split(split))
-    megatron += megatron_pipeline(schedule, prediction.stages_per_rank, split)
+    megatron += megatron_pipeline(schedule, prediction.stages_per_rank, split, prediction.microbatches)
     args = f"n_microbatches={prediction.microbatches}, loss_fn=loss_fn"
     stage_arg = "stages" if prediction.stages_per_rank > 1 else "stage"
     torch = f"torch.distributed.pipelining.{schedule.torch_class}({stage_arg}, {args})"
@@ -348,9 +348,14 @@ def _suggestion(
     )
 
 
-def megatron_pipeline(schedule: Schedule, stages_per_rank: int, layers_per_stage: Sequence[int] | None) -> list[str]:
+def megatron_pipeline(
+    schedule: Schedule, stages_per_rank: int, layers_per_stage: Sequence[int] | None, microbatches: int | None = None
+) -> list[str]:
     """A schedule's stages per rank and a layer split (None: Megatron's even one) in Megatron-LM's flags, beside
-    ``--pipeline-model-parallel-size``; a line saying so where Megatron has none."""
+    ``--pipeline-model-parallel-size``; a line saying so where Megatron has none. Looped BFS is Megatron's interleaved
+    schedule run breadth-first: with ``microbatch_group_size_per_vp_stage`` the step's micro-batches (its default, the
+    pipeline's size, is depth-first) a rank warms up every virtual stage but its last over all of them, then runs 1F1B
+    (``megatron/core/pipeline_parallel/schedules.py``, ``get_schedule_table``)."""
     flags = []
     if layers_per_stage is not None:
         if stages_per_rank == 1:
@@ -362,9 +367,12 @@ def megatron_pipeline(schedule: Schedule, stages_per_rank: int, layers_per_stage
     if stages_per_rank == 1 and schedule not in (ONE_F_ONE_B, NAIVE):
         flags.append(f"(Megatron-LM runs 1F1B: it has no {schedule.torchtitan_name or schedule.name} schedule flag)")
     if stages_per_rank > 1:
-        if schedule is INTERLEAVED_1F1B:
+        if schedule in (INTERLEAVED_1F1B, LOOPED_BFS):
             flags.append(f"--num-virtual-stages-per-pipeline-rank {stages_per_rank}")
-        elif schedule is not LOOPED_BFS:
+        if schedule is LOOPED_BFS:
+            group = "--microbatch-group-size-per-virtual-pipeline-stage"
+            flags.append(f"({group}: the step's micro-batches)" if microbatches is None else f"{group} {microbatches}")
+        elif schedule is not INTERLEAVED_1F1B:
             flags.append("(Megatron-LM core has no zero-bubble/V schedule flag: use torch.distributed.pipelining)")
     return flags
 

@@ -9,6 +9,7 @@ from bubblescope.analysis.memory_fixes import megatron_layout, torchtitan_layout
 from bubblescope.analysis.planner import MODEL_PRESETS
 from bubblescope.analysis.planner.specs import ParallelConfig
 from bubblescope.analysis.schedules import lookup
+from bubblescope.analysis.suggestions import megatron_pipeline
 
 LLAMA_8B = MODEL_PRESETS["llama-3-8b"]  # 32 blocks
 
@@ -57,3 +58,17 @@ def test_switches_of_tensor_parallelism_are_said_only_with_it_and_a_schedule_meg
     interleaved = megatron_layout(ParallelConfig(pp=4, vpp=2, schedule=lookup("interleaved1f1b")))
     assert "--num-virtual-stages-per-pipeline-rank 2" in interleaved
     assert not [f for f in megatron_layout(ParallelConfig(pp=4)) if f.startswith("(")]  # 1F1B: Megatron's own
+
+
+def test_looped_bfs_is_megatrons_interleaved_schedule_taking_every_micro_batch_a_virtual_stage() -> None:
+    looped = lookup("loopedbfs")
+    flags = megatron_pipeline(looped, 2, None, 16)
+    assert flags == [
+        "--num-virtual-stages-per-pipeline-rank 2",
+        "--microbatch-group-size-per-virtual-pipeline-stage 16",
+    ]
+    unknown = megatron_layout(ParallelConfig(pp=4, vpp=2, schedule=looped))  # a re-plan knows no step's count
+    assert "--num-virtual-stages-per-pipeline-rank 2" in unknown
+    assert "(--microbatch-group-size-per-virtual-pipeline-stage: the step's micro-batches)" in unknown
+    interleaved = megatron_pipeline(lookup("interleaved1f1b"), 2, None, 16)
+    assert interleaved == ["--num-virtual-stages-per-pipeline-rank 2"]  # the default group: depth-first
