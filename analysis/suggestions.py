@@ -367,13 +367,13 @@ def megatron_pipeline(
     if stages_per_rank == 1 and schedule not in (ONE_F_ONE_B, NAIVE):
         flags.append(f"(Megatron-LM runs 1F1B: it has no {schedule.torchtitan_name or schedule.name} schedule flag)")
     if stages_per_rank > 1:
-        if schedule in (INTERLEAVED_1F1B, LOOPED_BFS):
-            flags.append(f"--num-virtual-stages-per-pipeline-rank {stages_per_rank}")
+        if schedule not in (INTERLEAVED_1F1B, LOOPED_BFS):
+            flags.append("(Megatron-LM core has no zero-bubble/V schedule flag: use torch.distributed.pipelining)")
+            return flags
+        flags.append(f"--num-virtual-stages-per-pipeline-rank {stages_per_rank}")
         if schedule is LOOPED_BFS:
             group = "--microbatch-group-size-per-virtual-pipeline-stage"
             flags.append(f"({group}: the step's micro-batches)" if microbatches is None else f"{group} {microbatches}")
-        elif schedule is not INTERLEAVED_1F1B:
-            flags.append("(Megatron-LM core has no zero-bubble/V schedule flag: use torch.distributed.pipelining)")
     return flags
 
 
