@@ -127,6 +127,7 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
     )
     from bubblescope.analysis.step_split import (
         STEP_PARTS as STEP_PARTS,
+        Culprit as Culprit,
         StepSplit as StepSplit,
     )
     from bubblescope.analysis.stragglers import (
@@ -231,7 +232,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "lookup",
         "stages_floor",
     ),
-    "step_split": ("STEP_PARTS", "StepSplit"),
+    "step_split": ("STEP_PARTS", "Culprit", "StepSplit"),
     "step_record": (
         "BrokenDownStep",
         "RankTotals",

@@ -30,7 +30,7 @@ from bubblescope.analysis.pipeline_profile import MeasuredPipeline, StepSpans, m
 from bubblescope.analysis.spread import range95
 from bubblescope.analysis.step_fixes import step_fixes
 from bubblescope.analysis.step_record import BrokenDownStep, bubble_of_step
-from bubblescope.analysis.step_split import StepSplit, split_steps
+from bubblescope.analysis.step_split import Culprit, StepSplit, split_steps
 from bubblescope.analysis.stragglers import MIN_VERDICT_STEPS, StragglerReport
 from bubblescope.analysis.suggestions import RunEvidence, StragglerNote, Suggestion, suggest
 from bubblescope.analysis.warmup import WARMUP_STEPS, StepSeen, is_complete, is_warmup, usual_steps
@@ -192,6 +192,7 @@ def analyse_run(
         attribution = attribute_bubble(measured, statistics.median(figures.bubble_ns), step_ns, mesh_wait)
         imbalance = stage_imbalance(measured)
     nearest_limit = next((m for m in stage_memory_rows if m.nearest_limit), None)
+    split = None if has_pipeline else split_steps(steps, facts.places)
     evidence = RunEvidence(
         config=facts.config,
         step_ns=step_ns,
@@ -201,10 +202,9 @@ def analyse_run(
         exposed_comm_ns=figures.exposed_by_group,
         tp_hosts_per_group=_tp_hosts(facts.places),
         memory_notes=memory_suggestions(facts.config, step_ns, nearest_limit),
-        stragglers=straggler_notes(stragglers),
+        stragglers=straggler_notes(stragglers, split.culprit if split is not None else None),
     )
     evidence = replace(evidence, layout_notes=trade_dp_for_pp(evidence, mesh_sizes(facts.places)))
-    split = None if has_pipeline else split_steps(steps, facts.places)
     fixes = suggest(evidence) if split is None else _job_fixes(split, evidence)
     replay_error_ns = attribution.replay_excess_ns if attribution is not None else 0.0
     withheld = (
@@ -314,15 +314,20 @@ def what_if(facts: RunFacts, steps: Sequence[BrokenDownStep], change: Change) ->
     return WhatIf(measured.measured_step_ns, prediction, ratio, abs(ratio - 1) < 1e-6)
 
 
-def straggler_notes(report: StragglerReport | None) -> list[StragglerNote]:
-    """The persistent slow ranks and hosts of a straggler report, as the suggestions take them."""
+def straggler_notes(report: StragglerReport | None, culprit: Culprit | None = None) -> list[StragglerNote]:
+    """The persistent slow ranks and hosts of a straggler report, as the suggestions take them; none whose ranks
+    wait in the collectives for ``culprit``, the rank a job without a pipeline waits for (draining them would
+    leave the step as long)."""
     if report is None:
         return []
     hosts = {score.rank: score.host for score in report.rank_scores}
     return [
         StragglerNote(finding.ranks[0], hosts.get(finding.ranks[0]), finding.ratio or 1.0, finding.message)
         for finding in report.findings
-        if finding.verdict == "persistent" and finding.kind in ("slow rank", "slow host") and finding.ranks
+        if finding.verdict == "persistent"
+        and finding.kind in ("slow rank", "slow host")
+        and finding.ranks
+        and not (culprit is not None and culprit.waited_on_by(finding.ranks))
     ]
 
 

@@ -101,6 +101,11 @@ class Culprit:
     victims: list[int]  # the ranks that waited for it
     lateness_ns: float  # each victim's exposed wait for it (not under its own compute), mean per step
 
+    def waited_on_by(self, ranks: Sequence[int]) -> bool:
+        """Whether every one of ``ranks`` waits for this rank in the collectives: then whatever extra compute they
+        show (a straggler finding) is not what holds the step, this rank is (the page and the suggestions say so)."""
+        return bool(ranks) and self.rank not in ranks and set(ranks) <= set(self.victims)
+
 
 @dataclass(frozen=True)
 class StepSplit:

@@ -8,7 +8,7 @@ import { el } from "./dom.js";
 import { ms, percent } from "./format.js";
 import { cause } from "./causes.js";
 import { overheadsDominate, unevenOutsideWork } from "./overhead.js";
-import { largestOtherPart, lateCulprit, verdict } from "./verdict.js";
+import { largestOtherPart, timedLateCulprit, verdict, waitsForCulprit } from "./verdict.js";
 
 // The warm-up and the baseline's length come with the run (warmup_until_step, baseline_steps).
 const NOW_STEPS = 5; // "now": median of the newest complete steps
@@ -169,12 +169,13 @@ function culpritItem(t) {
 }
 
 // The straggler view's worst rank; in a run without a pipeline, the rank the others wait for in the
-// collectives where the straggler view finds no persistent one (its lateness may be host work, not compute).
+// collectives where the straggler view finds no persistent one, or only ranks that wait for it (its lateness may
+// be host work, not compute).
 function slowestItem(view, analysis) {
   const finding = view.findings[0];
   const split = analysis ? analysis.step_split : null;
-  const culprit = split && split.compute_instrumented ? lateCulprit(split) : null; // without compute, waits mislead
-  if (culprit && !(finding && finding.verdict === "persistent")) {
+  const culprit = timedLateCulprit(split);
+  if (culprit && !(finding && finding.verdict === "persistent" && !waitsForCulprit(finding, culprit))) {
     const where = culprit.host ? `host ${culprit.host}; ` : "";
     return item("glance-slowest", "Slowest", `rank ${culprit.rank}`,
       `${where}its peers wait ${ms(culprit.lateness_ns)} ms a step each for it in the collectives (${percent(culprit.share)} of the waits)`, "bad");

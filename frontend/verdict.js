@@ -57,6 +57,14 @@ function pipelineSentence(analysis, config) {
 const LATE_SHARE = 0.02;
 export const lateCulprit = (split) => (split.culprit && split.culprit.lateness_ns >= LATE_SHARE * split.window_ns ? split.culprit : null);
 
+// The late culprit of a split whose compute is timed (without compute, waits mislead), or null.
+export const timedLateCulprit = (split) => (split && split.compute_instrumented ? lateCulprit(split) : null);
+
+// Whether every rank of a straggler finding waits for the late culprit in the collectives (the analysis'
+// Culprit.waited_on_by): their extra compute is not what holds the step, the culprit is, and it leads.
+export const waitsForCulprit = (finding, culprit) => Boolean(finding && culprit && finding.ranks.length
+  && !finding.ranks.includes(culprit.rank) && finding.ranks.every((r) => culprit.victims.includes(r)));
+
 // The largest part of a step without a pipeline that is not the model's own work (null: none); host gaps counted as
 // those every rank has (one rank's own gaps are what its peers wait for: the waiting is the cause to show).
 export function largestOtherPart(split) {
@@ -90,7 +98,8 @@ export function verdict(known, stopped) {
   const finding = known.stragglers ? known.stragglers.findings[0] : null;
   const analysis = known.analysis;
   const advised = analysis && !analysis.advice_withheld;
-  if (finding && finding.verdict === "persistent" && finding.kind === "slow rank" && finding.ratio) {
+  const late = analysis ? timedLateCulprit(analysis.step_split) : null;
+  if (finding && finding.verdict === "persistent" && finding.kind === "slow rank" && finding.ratio && !waitsForCulprit(finding, late)) {
     const slow = `Rank ${finding.ranks[0]} of ${known.run.world_size} is persistently slow: ${finding.ratio.toFixed(2)}× ${finding.compared_with}`;
     return `${slow}; the ranks it meets wait for it.${advised ? fixSentence(analysis) : ""}`;
   }

@@ -21,8 +21,10 @@ from bubblescope.analysis import (
     MIN_VERDICT_STEPS,
     WARMUP_STEPS,
     BubbleFigures,
+    Culprit,
     InputError,
     RegressionFigures,
+    RunReport,
     StragglerFinding,
     Thresholds,
 )
@@ -105,11 +107,13 @@ def compute_figures(session: Session, asked: FigureRequest) -> ComputedFigures:
     if baseline is None:
         baseline = _baseline(session, asked.run_id, asked.newest_step)
     t = asked.thresholds
+    report = _newest_report(session, asked.run_id, asked.newest_step, t)
+    split = report.step_split if report is not None else None
     return ComputedFigures(
         baseline,
         _regression(session, asked.run_id, asked.newest_step, baseline, asked.usual_step_s, t),
-        _bubble(session, asked.run_id, asked.newest_step, t),
-        _stragglers(session, asked.run_id, asked.run_key, asked.newest_step),
+        _bubble(report),
+        _stragglers(session, asked.run_id, asked.run_key, asked.newest_step, split.culprit if split else None),
     )
 
 
@@ -155,16 +159,20 @@ def _regression(
     return RegressionFigures(baseline_s, medians, covered_s)
 
 
-def _bubble(session: Session, run_id: int, newest_step: int, t: Thresholds) -> BubbleFigures | None:
-    """The measured bubble and the simulator's floor over the newest steps with spans (a pipeline run)."""
+def _newest_report(session: Session, run_id: int, newest_step: int, t: Thresholds) -> RunReport | None:
+    """The run's report over its newest ``bubble_for_steps`` steps with spans; None where it has none."""
     run = session.get(Run, run_id)
     if run is None:
         return None
     try:
-        report = run_report(session, run, max(0, newest_step - t.bubble_for_steps + 1), newest_step)
+        return run_report(session, run, max(0, newest_step - t.bubble_for_steps + 1), newest_step)
     except (DomainError, InputError):  # no step with spans in the window, or not a pipeline the simulator knows
         return None
-    if report.attribution is None:
+
+
+def _bubble(report: RunReport | None) -> BubbleFigures | None:
+    """The measured bubble and the simulator's floor over the newest steps with spans (a pipeline run)."""
+    if report is None or report.attribution is None:
         return None
     action = next((s.title for s in report.suggestions if not s.within_noise), None)
     return BubbleFigures(
@@ -175,9 +183,12 @@ def _bubble(session: Session, run_id: int, newest_step: int, t: Thresholds) -> B
     )
 
 
-def _stragglers(session: Session, run_id: int, run_key: str, newest_step: int) -> list[StragglerFinding]:
+def _stragglers(
+    session: Session, run_id: int, run_key: str, newest_step: int, culprit: Culprit | None
+) -> list[StragglerFinding]:
     """The straggler analysis' persistent findings over its default range of the newest steps, past
-    the warm-up, once there are ``MIN_VERDICT_STEPS`` of them (a verdict on 2 of 4 steps is noise)."""
+    the warm-up, once there are ``MIN_VERDICT_STEPS`` of them (a verdict on 2 of 4 steps is noise); none whose
+    ranks wait in the collectives for ``culprit`` (their extra compute is not what holds the step)."""
     first = first_step(session, run_id)
     if first is None or newest_step - (first + WARMUP_STEPS) + 1 < MIN_VERDICT_STEPS:
         return []
@@ -186,7 +197,7 @@ def _stragglers(session: Session, run_id: int, run_key: str, newest_step: int) -
     stages = {score.rank: score.stage for score in report.rank_scores}
     found = []
     for finding in report.findings:
-        if finding.verdict != "persistent":
+        if finding.verdict != "persistent" or (culprit is not None and culprit.waited_on_by(finding.ranks)):
             continue
         named_hosts = sorted({host for r in finding.ranks if (host := hosts.get(r))})
         named_stages = {stages.get(r) for r in finding.ranks}
