@@ -43,6 +43,7 @@ from bubblescope.analysis.planner.calibration import (
     published_rows,
     summarize,
 )
+from bubblescope.analysis.planner.cp_scans import cp_scans
 from bubblescope.analysis.planner.efficiencies import (
     DEFAULT_EFFICIENCIES,
     FITTED,
@@ -134,6 +135,19 @@ def print_fits_on_few_rows(sources: list[Path]) -> None:
             )
 
 
+def print_cp_scan_floors(published: list[dict[str, str]]) -> None:
+    """The floor under any model's largest error on each published CP scan (``cp_scans``): what the issue's max bound
+    asks of a row is out of reach where the scan itself is not linear in the CP degree."""
+    print(
+        "\nCP scans (one model, same tokens per GPU, the sequence doubling with CP): the least largest |error| any step "
+        "at CP 1 plus a cost per further CP rank (both >= 0) leaves on the scan's rows; the planner's step is of that form "
+        "on them, its CP exchange hidden under attention on NVLink"
+    )
+    for scan in cp_scans(published):
+        errors = ", ".join(f"CP {cp} {error:+.1f}%" for cp, error in zip(scan.cps, scan.errors_pct, strict=True))
+        print(f"  {scan.rows[0]} ... {scan.rows[-1]}: floor {scan.max_error_pct:.2f}% ({errors})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=PUBLISHED_RUNS)
@@ -181,6 +195,7 @@ def main() -> None:
     print_table([h.row for h in per_gpu])
     published = published_rows(every_file)
     print_by_gpu([row["gpu"] for row in published], [h.row for h in per_gpu])
+    print_cp_scan_floors(published)
     print_fits_on_few_rows(every_file)
     print_as_planned(published)
     if args.sc21:

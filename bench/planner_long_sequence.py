@@ -9,10 +9,10 @@ length, attention's speed is off; where it is flat across CP 1-32, the context-p
 
 Second, torchtitan's four Llama 3 8B long-sequence rows (32k-256k tokens, CP 1-8, 32,768 tokens a rank) against the
 context-parallel attention measured on an H200 (``data/measured_cp_attention_h200.csv``, the slowest rank at each CP
-degree): the best any step of the form X + k·A (A: a rank's measured attention over the step, forward twice under full
-AC; X and k chosen for these rows, X ≥ 0) can do on them: the rank's other work fixed (its tokens are), its attention
-at one speed. CP's transfers, which also grow with the degree, are not in that form. Then each pair of neighbours
-priced exactly, and the 8k FP8 row's cost a token beside them.
+degree): each pair of neighbours priced exactly as X + k·A (A: a rank's measured attention over the step, forward twice
+under full AC), the 8k FP8 row's cost a token beside them, and the best any step linear in the CP degree can do on the
+four (``planner.cp_scans``: the rank's other work fixed, as its tokens are; its attention and CP's transfers each a
+cost per further CP rank).
 
     python bench/planner_long_sequence.py
 """
@@ -30,6 +30,7 @@ from bubblescope.analysis.planner.calibration import (
     published_rows,
     row_model,
 )
+from bubblescope.analysis.planner.cp_scans import cp_scans
 from bubblescope.analysis.planner.efficiencies import efficiencies_for
 from bubblescope.analysis.planner.specs import gpu_from
 
@@ -60,21 +61,6 @@ def measured_cp_attention_s(preset: str, kernel: str, layers: int) -> dict[int, 
             seconds = layers * (2 * float(row["forward_ms"]) + float(row["backward_ms"])) / 1e3
             slowest[int(row["cp"])] = max(seconds, slowest.get(int(row["cp"]), 0.0))
     return slowest
-
-
-def best_affine_fit(steps: list[float], attention: list[float]) -> tuple[float, float, list[float]]:
-    """The X ≥ 0 and k minimising the largest |error| of tokens/s predicted as from a step X + k·A (a grid: X by
-    10 ms, k by 0.002), with each row's error in %."""
-    best: tuple[float, float, list[float]] | None = None
-    for x_step in range(1001):
-        x = x_step * 0.01
-        for k_step in range(1, 2001):
-            k = k_step * 0.002
-            errors = [100.0 * (step / (x + k * a) - 1.0) for step, a in zip(steps, attention, strict=True)]
-            if best is None or max(map(abs, errors)) < max(map(abs, best[2])):
-                best = (x, k, errors)
-    assert best is not None
-    return best
 
 
 def short_row_microseconds(layers: int) -> tuple[float, float]:
@@ -128,11 +114,12 @@ def torchtitan_cp_rows() -> None:
         f"the 8k FP8 row: {short[0]:.0f} µs a token in all, its attention {short[1]:.0f} µs at the H200's measured speed"
         f" (the rest: {short[0] - short[1]:.0f} µs; per-op AC, which recomputes less than full AC)"
     )
-    x, k, errors = best_affine_fit(steps, attention)
+    (floor,) = [scan for scan in cp_scans(rows) if scan.rows[0] == rows[0]["model"]]
     print(
-        f"best step X + k·A over these rows: X {x:.2f} s, k {k:.3f}; errors "
-        + ", ".join(f"{e:+.1f}%" for e in errors)
-        + f"; max |error| {max(map(abs, errors)):.1f}% (Calculon's max: 8.87%)"
+        "best step linear in the CP degree over these rows (its value at CP 1 and a cost per further CP rank, both "
+        "≥ 0: attention and CP's transfers alike; planner.cp_scans): errors "
+        + ", ".join(f"{e:+.1f}%" for e in floor.errors_pct)
+        + f"; max |error| {floor.max_error_pct:.2f}% (Calculon's max: 8.87%)"
     )
 
 
