@@ -168,6 +168,8 @@ def _key_values(text: str | None, option: str) -> dict[str, str] | None:
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise ValueError(f"{option}: expected K=V[,K=V...], got {item!r}")
+        if key.strip() in pairs:
+            raise ValueError(f"{option}: {key.strip()} given twice")
         pairs[key.strip()] = value.strip()
     return pairs
 
@@ -180,10 +182,16 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         if (args.cluster is None) == (args.gpu is None):
             raise ValueError("cluster: give --cluster NAME|FILE, or --gpu TYPE --gpus N [--gpus-per-node K]")
+        if args.cluster is not None and (args.gpus is not None or args.gpus_per_node is not None):
+            raise ValueError("cluster: --gpus and --gpus-per-node go with --gpu; a --cluster names its own")
         cluster = (
             _plan_source(args.cluster, "--cluster")
             if args.cluster is not None
-            else {"gpu": args.gpu, "gpus": args.gpus, "gpus_per_node": args.gpus_per_node}
+            else {
+                "gpu": args.gpu,
+                "gpus": args.gpus,
+                "gpus_per_node": 8 if args.gpus_per_node is None else args.gpus_per_node,
+            }
         )
         document = {
             "model": _plan_source(args.model, "--model"),
@@ -198,8 +206,8 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"bubblescope plan: {error}", file=sys.stderr)
         return 2
     if args.json:
-        for plan in outcome.plans:
-            print(json.dumps(plan.as_dict()))
+        for plan in outcome.plans:  # each line says the defaults it relied on, as the API's answer does
+            print(json.dumps({**plan.as_dict(), "assumed": list(outcome.assumed)}))
     else:
         print(render_outcome(outcome))
     return 0 if outcome.plans else 1
@@ -421,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"instead of --cluster: GPU type ({', '.join(gpu.name for gpu in GPU_CATALOG.values())})",
     )
     plan.add_argument("--gpus", type=int, help="with --gpu: number of GPUs")
-    plan.add_argument("--gpus-per-node", type=int, default=8, help="with --gpu (default 8)")
+    plan.add_argument("--gpus-per-node", type=int, help="with --gpu (default 8)")
     plan.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
     plan.add_argument(
         "--config",
@@ -433,7 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--fix", help="search holding these K=V,... fields")
     plan.add_argument("--top", type=int, default=10, help="configurations to list when searching (default 10)")
-    plan.add_argument("--json", action="store_true", help="one JSON object per configuration per line")
+    plan.add_argument(
+        "--json", action="store_true", help="one JSON object per configuration per line, with the defaults assumed"
+    )
     plan.set_defaults(handler=_plan)
     _prometheus_rules_parser(commands)
     _describe(parser)

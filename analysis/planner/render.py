@@ -6,6 +6,11 @@ from bubblescope.analysis.planner.evaluate import Plan
 from bubblescope.analysis.planner.memory import GIB
 from bubblescope.analysis.planner.request import PlanOutcome
 
+FP8_MFU_NOTE = (
+    "MFU: model FLOPs over the GPUs' dense bf16 peak, as usual; FP8 GEMMs run at up to twice it, so an FP8 plan "
+    "can read above 100%"
+)
+
 
 def config_label(plan: Plan) -> str:
     c = plan.config
@@ -34,11 +39,13 @@ def config_label(plan: Plan) -> str:
 def render_outcome(outcome: PlanOutcome) -> str:
     model, cluster = outcome.model, outcome.cluster
     lines = [
-        f"{model.name}: {model.params / 1e9:.1f}B parameters on {cluster.gpus} × {cluster.gpu.name} "
-        f"({cluster.gpus_per_node} per node), global batch {outcome.global_batch}"
+        f"{model.name}: {model.params / 1e9:.1f}B parameters, sequence {model.seq:,} tokens, on {cluster.gpus} × "
+        f"{cluster.gpu.name} ({cluster.gpus_per_node} per node), global batch {outcome.global_batch}"
     ]
     if outcome.assumed:
         lines.append("assumed: " + "; ".join(outcome.assumed))
+    if any(plan.config.precision == "fp8" for plan in outcome.plans):
+        lines.append(FP8_MFU_NOTE)
     if not outcome.plans:
         lines.append("no configuration runs and fits in memory")
         return "\n".join(lines)
@@ -77,6 +84,7 @@ def render_outcome(outcome: PlanOutcome) -> str:
     }
     lines.append(
         f"step {step.total:.3f} s, MFU {plan.mfu:.1%}, bubble {step.bubble_fraction:.1%} of the pipeline "
-        f"({step.microbatches} micro-batches): " + ", ".join(f"{k} {v:.3f}" for k, v in parts.items())
+        f"({step.microbatches} micro-batch{'es' if step.microbatches != 1 else ''}): "
+        + ", ".join(f"{k} {v:.3f}" for k, v in parts.items())
     )
     return "\n".join(lines)

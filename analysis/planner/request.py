@@ -15,7 +15,7 @@ from typing import Any
 
 from bubblescope.analysis.planner.efficiencies import constants_said
 from bubblescope.analysis.planner.evaluate import Plan, evaluate, structural_problems
-from bubblescope.analysis.planner.search import search
+from bubblescope.analysis.planner.search import LONG_SEQUENCE, candidates, search
 from bubblescope.analysis.planner.specs import (
     CHOICES,
     ClusterSpec,
@@ -105,6 +105,19 @@ DEFAULTS_SAID = {
     " Hopper and Blackwell with a recent cuDNN; flash2's forward runs at 0.55 of it on Hopper)",
     "overlap_param_gather": "overlap_param_gather: false (ZeRO-1/2 gather the updated weights after the optimizer's"
     " step, in the open, as Megatron-LM and DeepSpeed do by default; true hides it under the next forward)",
+    "compile": "compile: true (element-wise kernels fused: torch.compile, Megatron's fused kernels)",
+    "tp_comm_overlap": "tp_comm_overlap: false (tensor-parallel collectives in the open between the GEMMs)",
+}
+#: Defaults said only where they bear on the request: context parallelism (a long sequence, or cp > 1), FP8, experts.
+CONTEXT_DEFAULTS_SAID = {
+    "cp_comm": "cp_comm: p2p (ring attention passing key/value blocks, Transformer Engine's; allgather is torch's)",
+    "kv_repeated": "kv_repeated: false (keys and values travel at the KV heads' width, not repeated to every head)",
+}
+FP8_DEFAULTS_SAID = {"fp8_all_gather": "fp8_all_gather: false (ZeRO gathers the linear weights in bf16)"}
+EXPERT_DEFAULTS_SAID = {
+    "dispatcher": "dispatcher: alltoall (routed tokens travel by all-to-all, no node-level dedup)",
+    "capacity_factor": "capacity_factor: 1.0 (an expert sized for an even share of the routed tokens)",
+    "etp": "etp: tp (the experts split as the rest of the layer; torchtitan's expert_parallel_degree means etp 1)",
 }
 MAX_TOP = 1000
 
@@ -271,7 +284,7 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
     model = model_from(document["model"])
     cluster = cluster_from(document["cluster"])
     batch = positive_int(document["global_batch"], "global_batch")
-    top = positive_int(document.get("top") or 10, "top")
+    top = 10 if document.get("top") is None else positive_int(document["top"], "top")
     if top > MAX_TOP:
         raise PlanInputError("top", f"at most {MAX_TOP}")
     if document.get("config") is not None:
@@ -279,10 +292,13 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
             raise PlanInputError("fixed", "give either config (evaluate one) or fixed (search), not both")
         fields = stage_layout(config_fields(document["config"]), model.layers)
         config = config_from(fields).with_dp(cluster.gpus)
+        pipeline_only = pipeline_fields_without_pipeline(fields, config)
+        if pipeline_only:
+            raise PlanInputError(f"config.{pipeline_only[0]}", pipeline_only[1])
         for field_name, message in structural_problems(model, cluster, config, batch):
             raise PlanInputError(f"config.{field_name}", message)
         plans = [evaluate(model, cluster, config, batch)]
-        return PlanOutcome(model, cluster, batch, False, plans, _assumed(fields, cluster))
+        return PlanOutcome(model, cluster, batch, False, plans, _assumed(fields, cluster, model))
     fixed = stage_layout(config_fields(document.get("fixed") or {}, "fixed"), model.layers, "fixed")
     if "layers_per_stage" in fixed and "pp" not in fixed:
         raise PlanInputError("fixed.pp", "give pp with layers_per_stage (or first/last_stage_layers)")
@@ -294,10 +310,65 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
     hidden_gather = overlap_param_gather_problem(fixed.get("zero")) if fixed.get("overlap_param_gather") else None
     if hidden_gather:
         raise PlanInputError("fixed.overlap_param_gather", hidden_gather)
-    return PlanOutcome(model, cluster, batch, True, search(model, cluster, batch, top, fixed), _assumed(fixed, cluster))
+    plans = search(model, cluster, batch, top, fixed)
+    blamed = None if plans or not fixed else fixed_field_refused(model, cluster, batch, fixed)
+    if blamed:
+        raise PlanInputError(f"fixed.{blamed[0]}", blamed[1])
+    return PlanOutcome(model, cluster, batch, True, plans, _assumed(fixed, cluster, model))
 
 
-def _assumed(given: Mapping[str, Any], cluster: ClusterSpec) -> tuple[str, ...]:
-    """The defaults a request relied on, and the constants its GPU prices with, in words (the answer says them)."""
-    defaults = tuple(said for field, said in DEFAULTS_SAID.items() if field not in given)
+def pipeline_fields_without_pipeline(fields: Mapping[str, Any], config: ParallelConfig) -> tuple[str, str] | None:
+    """(field, why) where a configuration asks for a pipeline schedule or virtual stages without a pipeline (pp 1),
+    which would otherwise be read as plain gradient accumulation without a word."""
+    if config.pp > 1:
+        return None
+    if fields.get("vpp", 1) > 1:
+        return "vpp", f"vpp={fields['vpp']} virtual stages need a pipeline: give pp ≥ 2"
+    schedule = fields.get("schedule")
+    if schedule is not None and schedule is not DEFAULT_SCHEDULE:
+        return "schedule", f"{schedule.label} needs a pipeline: give pp ≥ 2 (without one a step accumulates plainly)"
+    return None
+
+
+def fixed_field_refused(
+    model: ModelSpec, cluster: ClusterSpec, batch: int, fixed: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """Where a search holding ``fixed`` found nothing: (field, why) for a fixed field that every configuration of the
+    space is refused for, memory aside (FP8 on an A100, ep on a dense model, a cp the GPUs or the sequence do not
+    split into); with no configuration at all, the fixed fields with the rest at their defaults. None: memory is
+    what stops them."""
+    blamed: dict[str, str] | None = None
+    for cfg in candidates(model, cluster, batch, fixed):
+        named = _fixed_problems(model, cluster, cfg.with_dp(cluster.gpus), batch, fixed)
+        blamed = named if blamed is None else {field: why for field, why in blamed.items() if field in named}
+        if not blamed:
+            return None
+    if blamed is None:
+        blamed = _fixed_problems(model, cluster, config_from(fixed).with_dp(cluster.gpus), batch, fixed)
+    return next(iter(blamed.items()), None)
+
+
+def _fixed_problems(
+    model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, batch: int, fixed: Mapping[str, Any]
+) -> dict[str, str]:
+    """Each fixed field ``cfg``'s structural problems name, with the first reason given for it."""
+    named: dict[str, str] = {}
+    for field, why in structural_problems(model, cluster, cfg, batch):
+        if field in fixed:
+            named.setdefault(field, why)
+    return named
+
+
+def _assumed(given: Mapping[str, Any], cluster: ClusterSpec, model: ModelSpec) -> tuple[str, ...]:
+    """The defaults a request relied on, and the constants its GPU prices with, in words (the answer says them):
+    context parallelism's where the sequence is long enough for the search to try it or cp > 1 is given, FP8's with
+    precision fp8, the experts' on a mixture of experts."""
+    said = dict(DEFAULTS_SAID)
+    if given.get("cp", 1) > 1 or (model.seq >= LONG_SEQUENCE and "cp" not in given):
+        said |= CONTEXT_DEFAULTS_SAID
+    if given.get("precision") == "fp8":
+        said |= FP8_DEFAULTS_SAID
+    if model.moe:
+        said |= EXPERT_DEFAULTS_SAID
+    defaults = tuple(words for field, words in said.items() if field not in given)
     return (*defaults, constants_said(cluster.gpu))

@@ -5,7 +5,7 @@ sequences of 16k tokens or more every power of two keeping t·c inside a node; p
 the layers (uneven stages allowed); d the rest; for a mixture of experts, the experts' own tensor parallelism as t
 or 1, and e (expert parallel) any divisor of t·d·c over that degree that divides the experts; micro-batch sizes
 powers of two dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that splits the
-stage's layers evenly, up to 8); ZeRO 0–3 (0, 1 and 3 with pipelining); recompute none, selective, op (torchtitan's
+stage's layers evenly, up to 8); ZeRO 0–3 (0, 1 and 3 with pipelining) wherever dp·cp > 1, the ranks it shards over; recompute none, selective, op (torchtitan's
 per-op), full; sequence parallelism whenever t > 1 (same communication volume, less memory); flash attention on and bf16
 unless fixed otherwise. Any field given in ``fixed`` is held at that value (``layers_per_stage`` with its ``pp``;
 interleaved with any v up to 8 and the fewest layers a stage holds).
@@ -77,7 +77,7 @@ def candidates(
             ):
                 for schedule, vpp in _schedules(model, pp, fix):
                     zeros = [0, 1, 3] if pp > 1 else [0, 1, 2, 3]
-                    for zero in choose("zero", zeros if dp > 1 else [0]):
+                    for zero in choose("zero", zeros if dp * cp > 1 else [0]):  # ZeRO shards over dp·cp
                         for recompute in choose("recompute", list(RECOMPUTE)):
                             yield ParallelConfig(
                                 tp,

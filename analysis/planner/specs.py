@@ -522,7 +522,7 @@ def model_from(value: str | Mapping[str, Any], where: str = "model") -> ModelSpe
     ints = ("layers", "hidden", "heads", "seq", "vocab", "ffn_hidden", "kv_heads", "experts", "top_k", "moe_ffn_hidden")
     counts = ("shared_experts",)  # may be 0
     flags = ("gated_mlp", "tied_embeddings", "learned_positions")
-    _no_extra(fields, {"name", "head_dim", *ints, *counts, *flags}, where)
+    _no_extra(fields, {"preset", "name", "head_dim", *ints, *counts, *flags}, where)  # preset: popped above
     values: dict[str, Any] = {} if base is None else {k: getattr(base, k) for k in ("name", *ints, *counts, *flags)}
     if base is not None:
         values["head_width"] = base.head_width

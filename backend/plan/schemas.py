@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-from bubblescope.analysis import NAMES
+from bubblescope.analysis import MODEL_PRESETS, NAMES
 from bubblescope.backend.fields import PositiveInt
 
 PositiveFloat = Annotated[float, Field(gt=0, le=1e9)]  # far past any device; 1e308 would overflow the model
@@ -81,7 +81,9 @@ class ConfigIn(BaseModel):
     flash_attention: Annotated[bool, Strict()] | None = Field(default=None, description="default true")
     precision: Literal["bf16", "fp8"] | None = Field(default=None, description="fp8: the linear GEMMs at FP8")
     layers_per_stage: Annotated[list[PositiveInt], Field(min_length=1, max_length=4096)] | None = Field(
-        default=None, description="each pipeline stage's layers, first stage first (vpp 1)"
+        default=None,
+        description="each pipeline stage's layers, first stage first (with vpp > 1 split over its virtual stages, "
+        "at least one layer each)",
     )
     first_stage_layers: PositiveInt | None = Field(default=None, description="Megatron's first-stage layers")
     last_stage_layers: PositiveInt | None = Field(default=None, description="Megatron's last-stage layers")
@@ -131,9 +133,7 @@ class PlanRequestIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | ModelIn = Field(
-        description="preset (gpt-1.7b … gpt-1t, llama-2-7b, llama-3-8b, llama-3-70b) or fields"
-    )
+    model: str | ModelIn = Field(description=f"preset ({', '.join(MODEL_PRESETS)}) or fields")
     cluster: str | ClusterIn = Field(description="preset <gpu>-x<count> (a100-80gb-x64) or fields")
     global_batch: PositiveInt
     config: ConfigIn | None = None

@@ -62,6 +62,8 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         " Blackwell with a recent cuDNN; flash2's forward runs at 0.55 of it on Hopper)",
         "overlap_param_gather: false (ZeRO-1/2 gather the updated weights after the optimizer's step, in the open, as"
         " Megatron-LM and DeepSpeed do by default; true hides it under the next forward)",
+        "compile: true (element-wise kernels fused: torch.compile, Megatron's fused kernels)",
+        "tp_comm_overlap: false (tensor-parallel collectives in the open between the GEMMs)",
         "constants: the defaults, chosen on 18 published A100-80GB runs",  # and which constants priced it
     ]
     p, v, m = 8, 3, 64
@@ -190,6 +192,18 @@ BAD: list[tuple[str, dict[str, Any], list[Any], str]] = [
         {"model": "gpt-22b", "cluster": "h100-sxm-x8", "global_batch": 8, "config": {"overlap_param_gather": True}},
         ["body", "config", "overlap_param_gather"],
         "needs zero 1 or 2",
+    ),
+    (
+        "a fixed field no layout runs with",
+        {"model": "llama-3-8b", "cluster": "a100-80gb-x8", "global_batch": 8, "fixed": {"precision": "fp8"}},
+        ["body", "fixed", "precision"],
+        "has no FP8 tensor cores",
+    ),
+    (
+        "virtual stages without a pipeline",
+        {"model": "gpt-22b", "cluster": "h100-sxm-x8", "global_batch": 8, "config": {"vpp": 2}},
+        ["body", "config", "vpp"],
+        "need a pipeline",
     ),
     (
         "config and fixed",

@@ -60,6 +60,13 @@ def test_search_prints_json_lines_fastest_first() -> None:
     assert times == sorted(times)
     assert all(r["fits"] and r["memory_gib_per_gpu"] <= r["memory_gib"]["available"] for r in results)
     assert all(r["config"]["tp"] * r["config"]["pp"] * r["config"]["dp"] == 64 for r in results)
+    # each line says what it assumed, as the API's answer does: here flash attention and bf16, nothing of CP or experts
+    assumed = results[0]["assumed"]
+    assert all(r["assumed"] == assumed for r in results)
+    assert any(a.startswith("flash_attention: true") for a in assumed) and any(
+        a.startswith("precision: bf16") for a in assumed
+    )
+    assert not any(a.startswith(("cp_comm", "dispatcher")) for a in assumed), assumed
 
 
 def test_json_files_give_the_same_answer_as_presets(tmp_path: Path) -> None:
@@ -114,6 +121,11 @@ def test_a_model_file_with_head_dim_gives_the_qwen3_presets_answer(tmp_path: Pat
         (["--model", "gpt-22b", "--cluster", "nope-x8"], "cluster: unknown cluster"),
         (["--model", "gpt-22b"], "cluster: give --cluster"),
         (["--model", "missing.json", "--cluster", "a100-80gb-x8"], "--model: cannot read JSON file"),
+        (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--top", "0"], "top: must be at least 1"),
+        (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--gpus", "16"], "--gpus and --gpus-per-node go with"),
+        (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--config", "tp=2,tp=4"], "--config: tp given twice"),
+        (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--fix", "precision=fp8"], "fixed.precision: A100"),
+        (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--config", "vpp=2"], "config.vpp: vpp=2 virtual"),
     ],
 )
 def test_bad_input_names_the_field_and_exits_2(args: list[str], words: str) -> None:

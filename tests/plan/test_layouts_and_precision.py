@@ -293,16 +293,20 @@ def test_torchs_context_parallelism_hides_its_gathers_under_the_first_block_and_
 
 def test_a_long_sequence_is_searched_with_context_parallelism() -> None:
     """128k tokens, 8 H100s, 2 sequences a step. On torchtitan's own 96 GB parts the layout torchtitan ran (FSDP 2 ×
-    CP 4, full AC) is among the three fastest, and each of them splits the sequence, over CP or over TP with sequence
-    parallelism. On 80 GB parts that layout does not fit: the loss's buffers alone are 12 bytes × 32k tokens × 128,256
-    logits a GPU, 47 GiB."""
+    CP 4, full AC) is among the ten fastest, within 0.1% of the fastest with full AC (per-op AC, which the planner
+    finds fits with the whole sequence a rank's ZeRO sharded over CP 8, leads), and each of them splits the sequence,
+    over CP or over TP with sequence parallelism. On 80 GB parts that layout does not fit: the loss's buffers alone
+    are 12 bytes × 32k tokens × 128,256 logits a GPU, 47 GiB."""
     model = {"preset": "llama-3-8b", "seq": 131072}
     torchtitans = {"tp": 1, "cp": 4, "zero": 3, "recompute": "full"}
     answer = plan_document(
-        {"model": model, "cluster": {"gpu": "H100-HBM2e-500W", "gpus": 8}, "global_batch": 2, "top": 3}
+        {"model": model, "cluster": {"gpu": "H100-HBM2e-500W", "gpus": 8}, "global_batch": 2, "top": 10}
     )
     layouts = [(p.config.tp, p.config.cp, p.config.dp, p.config.zero, p.config.recompute) for p in answer.plans]
     assert (1, 4, 2, 3, "full") in layouts, layouts
+    steps = {layout: p.step.total for layout, p in zip(layouts, answer.plans, strict=True) if p.step is not None}
+    fastest_full = min(step for layout, step in steps.items() if layout[-1] == "full")
+    assert steps[(1, 4, 2, 3, "full")] == pytest.approx(fastest_full, rel=1e-3), steps
     assert all(cp > 1 or tp > 1 for tp, cp, *_ in layouts), layouts
     on_80gb = plan_document({"model": model, "cluster": "h100-sxm-x8", "global_batch": 2, "config": torchtitans})
     memory = on_80gb.plans[0].memory

@@ -182,6 +182,22 @@ def test_search_holds_fixed_fields() -> None:
 
 def test_search_reports_nothing_when_nothing_fits() -> None:
     assert search(MODEL_PRESETS["gpt-1t"], cluster_preset("a100-40gb-x8"), 8) == []
+    # memory, not a fixed field, is what stops it: an empty answer, not a refusal
+    assert (
+        plan_document({"model": "gpt-1t", "cluster": "a100-40gb-x8", "global_batch": 8, "fixed": {"tp": 8}}).plans == []
+    )
+
+
+def test_the_search_shards_over_context_parallel_ranks_where_dp_is_1() -> None:
+    """Llama 3 8B at 128k tokens on 8 H100s, a sequence a rank: every layout has dp 1, and ZeRO shards over dp·cp, so
+    cp 8 with ZeRO-3 is tried; it is what fits fastest (cp 8 without sharding needs about 140 GiB of weights, gradients
+    and optimizer state a GPU)."""
+    model = replace(MODEL_PRESETS["llama-3-8b"], seq=131072)
+    plans = search(model, cluster_preset("h100-sxm-x8"), 8, top=5)
+    assert plans and all(p.config.dp == 1 for p in plans)
+    assert any(p.config.zero > 0 and p.config.cp > 1 for p in plans), [p.config for p in plans]
+    best = plans[0].config
+    assert best.cp * best.tp == 8 and best.zero > 0, best
 
 
 @pytest.mark.parametrize(
@@ -230,6 +246,31 @@ def test_search_reports_nothing_when_nothing_fits() -> None:
             "config.zero",
         ),
         ({"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"colour": 1}}, "config.colour"),
+        # a pipeline's schedule or virtual stages without a pipeline: not read as plain accumulation without a word
+        ({"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"vpp": 2}}, "config.vpp"),
+        (
+            {"model": "gpt-22b", "cluster": "h100-sxm-x8", "global_batch": 4, "config": {"schedule": "gpipe"}},
+            "config.schedule",
+        ),
+        # a fixed field no configuration of the space can run with: refused, not an empty answer
+        (
+            {"model": "llama-3-8b", "cluster": "a100-80gb-x8", "global_batch": 8, "fixed": {"precision": "fp8"}},
+            "fixed.precision",
+        ),
+        ({"model": "llama-3-8b", "cluster": "h100-sxm-x8", "global_batch": 8, "fixed": {"cp": 3}}, "fixed.cp"),
+        ({"model": "llama-3-8b", "cluster": "h100-sxm-x8", "global_batch": 8, "fixed": {"tp": 3}}, "fixed.tp"),
+        ({"model": "llama-3-8b", "cluster": "h100-sxm-x8", "global_batch": 8, "fixed": {"ep": 8}}, "fixed.ep"),
+        ({"model": "qwen3-30b-a3b", "cluster": "b200-x16", "global_batch": 256, "fixed": {"ep": 256}}, "fixed.ep"),
+        (
+            {
+                "model": {"preset": "llama-3-8b", "seq": 131000},
+                "cluster": "h100-sxm-x8",
+                "global_batch": 8,
+                "fixed": {"cp": 8},
+            },
+            "fixed.cp",
+        ),
+        ({"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "top": 0}, "top"),
     ],
 )
 def test_bad_inputs_name_the_field(document: dict, field: str) -> None:
