@@ -34,12 +34,11 @@ def feed(client: httpx.Client, host_work_ms: int) -> str:
             spans, (start, end) = rank_spans(rank, step, host_work_ms)
             compute = sum(s.end_ns - s.start_ns for s in spans if s.kind != "all_reduce")
             comm = sum(s.end_ns - s.start_ns for s in spans if s.kind == "all_reduce")
-            window = (start, end)
             aggregates.append(
                 {
                     "step": step,
-                    "start_ns": window[0],
-                    "end_ns": window[1],
+                    "start_ns": start,
+                    "end_ns": end,
                     "compute_ns": compute,
                     "comm_ns": comm,
                     "exposed_comm_ns": comm,
