@@ -2,7 +2,7 @@
 
 Rows: Narayanan et al. 2021 Table 1 (TFLOP/s per GPU, hardware FLOPs with recompute) and
 Korthikanti et al. 2022 Table 5 (iteration seconds), on A100s. Then the H100 and H200 rows (Megatron-LM's README table of
-2024, GPT 1.7B-462B on 48-6,144 H100s, model TFLOP/s per GPU; torchtitan's Llama 3.1 tables on 500 W H100s and Trainy's
+2024, GPT 1.7B-462B on 48-6,144 H100s, model TFLOP/s per GPU; torchtitan's Llama 3.1 and async-TP tables on 500 W H100s and Trainy's
 H200 runs, tokens/s per GPU), predicted with the default constants (only the attention and eager-traffic
 defaults, which no A100 row exercises, were chosen on them). Table 1 leaves micro-batch size and
 interleaving unpublished (Megatron-LM's README table the micro-batch); one rule fills them

@@ -236,3 +236,25 @@ def test_a_fit_on_few_of_a_gpus_runs_is_scored_on_its_other_runs_against_the_def
     assert one.defaults_error_pct == pytest.approx(statistics.fmean(default_errors))
     (sampled,) = fits_on_few_rows([CSV, PUBLISHED_RUNS_H100], "H100-SXM", (3,), grid, samples=5)
     assert sampled.subsets == 5
+
+
+def test_torchtitans_async_tp_page_is_read_as_its_commands_ran_and_async_tp_is_priced_faster() -> None:
+    """torchtitan's async-TP page (June 2025; data/SOURCES.md): eight rows, 70B FSDP 32 × TP 8 and 8B FSDP 8 × TP 8, bf16
+    and Float8 tensor-wise, vanilla and async TP. Each reads as its command ran (sequence parallelism, compile, TP
+    overlap only with async TP, no FP8 weight gather: the commands leave ``enable_fsdp_float8_all_gather`` at its
+    default, false), the planner prices every one, and async TP is priced faster than vanilla on each pair, as the
+    page measured (1.04-1.16×)."""
+    from bubblescope.analysis.planner.calibration import PUBLISHED_RUNS_H100, predict_row
+
+    rows = [
+        r for r in csv.DictReader(PUBLISHED_RUNS_H100.open(newline="")) if r["source"] == "torchtitan_asynctp_h100_2025"
+    ]
+    assert len(rows) == 8
+    configs = [row_config(row) for row in rows]
+    assert all(cfg.tp == 8 and cfg.sequence_parallel and cfg.compile and not cfg.fp8_all_gather for cfg in configs)
+    assert [cfg.tp_comm_overlap for cfg in configs] == ["async" in row["model"] for row in rows]
+    predicted = {row["model"]: predict_row(row) for row in rows}
+    for name, priced in predicted.items():
+        if "async" in name:
+            vanilla = predicted[name.replace("async ", "")]
+            assert priced.measured > vanilla.measured and priced.predicted > vanilla.predicted, name
