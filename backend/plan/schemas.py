@@ -5,12 +5,31 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Strict, Tag
 
 from bubblescope.analysis import MODEL_PRESETS, NAMES
 from bubblescope.backend.fields import PositiveInt
 
 PositiveFloat = Annotated[float, Field(gt=0, le=1e9)]  # far past any device; 1e308 would overflow the model
+
+
+def preset_or_fields(value: Any) -> str | None:
+    """Which form a ``model``, ``cluster`` or ``gpu`` was given in: a name (``"preset"``) or an object of fields
+    (``"fields"``). Validated as that form alone, a bad object's 422 names its fields (``model.fields.head_dim``)
+    without a second error saying it is not a string."""
+    if isinstance(value, str):
+        return "preset"
+    return "fields" if isinstance(value, dict | BaseModel) else None
+
+
+def named_or_given(what: str) -> Discriminator:
+    """The ``Discriminator`` of a ``str | <fields>`` union named ``what``: anything but a string or an object is
+    refused as neither, in one error."""
+    return Discriminator(
+        preset_or_fields,
+        custom_error_type="preset_or_fields",
+        custom_error_message=f"{what} must be a name or an object of fields",
+    )
 
 
 class ModelIn(BaseModel):
@@ -51,10 +70,13 @@ class GpuIn(BaseModel):
     fp8_tflops: PositiveFloat | None = Field(default=None, description="dense FP8 TFLOP/s (none: no FP8)")
 
 
+GpuGiven = Annotated[Annotated[str, Tag("preset")] | Annotated[GpuIn, Tag("fields")], named_or_given("gpu")]
+
+
 class ClusterIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpu: str | GpuIn = Field(
+    gpu: GpuGiven = Field(
         description="catalog name (A100-40GB, A100-80GB, H100-SXM, H100-PCIe, H100-HBM2e-500W, H200, B200) or the "
         "GPU's fields"
     )
@@ -128,13 +150,17 @@ class ConfigIn(BaseModel):
     )
 
 
+ModelGiven = Annotated[Annotated[str, Tag("preset")] | Annotated[ModelIn, Tag("fields")], named_or_given("model")]
+ClusterGiven = Annotated[Annotated[str, Tag("preset")] | Annotated[ClusterIn, Tag("fields")], named_or_given("cluster")]
+
+
 class PlanRequestIn(BaseModel):
     """``config``: evaluate that one configuration; otherwise search (holding ``fixed``) and rank."""
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | ModelIn = Field(description=f"preset ({', '.join(MODEL_PRESETS)}) or fields")
-    cluster: str | ClusterIn = Field(description="preset <gpu>-x<count> (a100-80gb-x64) or fields")
+    model: ModelGiven = Field(description=f"preset ({', '.join(MODEL_PRESETS)}) or fields")
+    cluster: ClusterGiven = Field(description="preset <gpu>-x<count> (a100-80gb-x64) or fields")
     global_batch: PositiveInt
     config: ConfigIn | None = None
     fixed: ConfigIn | None = None

@@ -219,3 +219,38 @@ def test_bad_requests_name_the_field(server: LiveServer, case: tuple[str, dict[s
     _name, body, loc, words = case
     with server.client() as client:
         assert_names(client.post("/api/v1/plan", json=body), 422, loc, words)
+
+
+def test_a_model_cluster_or_gpu_given_as_fields_is_refused_for_its_fields_alone(server: LiveServer) -> None:
+    """``model``, ``cluster`` and ``cluster.gpu`` are a name or an object of fields: a bad object is refused for its
+    fields, under ``fields`` (``model.fields.head_dim``), with no second error saying it is not a string; neither a
+    string nor an object (a number, a list) is one error naming the field and both forms."""
+    body: dict[str, Any] = {"model": "llama-3-8b", "cluster": "h100-sxm-x8", "global_batch": 8}
+    cases: list[tuple[dict[str, Any], list[Any], str]] = [
+        ({"model": {"preset": "llama-3-8b", "head_dim": 0}}, ["body", "model", "fields", "head_dim"], "greater than"),
+        ({"model": 5}, ["body", "model"], "model must be a name or an object of fields"),
+        ({"cluster": {"gpu": "H100-SXM", "gpus": 0}}, ["body", "cluster", "fields", "gpus"], "greater than"),
+        ({"cluster": ["h100-sxm-x8"]}, ["body", "cluster"], "cluster must be a name or an object of fields"),
+        (
+            {
+                "cluster": {
+                    "gpu": {
+                        "peak_tflops": -1,
+                        "memory_gib": 80,
+                        "hbm_gbps": 3350,
+                        "nvlink_gbps": 450,
+                        "network_gbps": 50,
+                    },
+                    "gpus": 8,
+                }
+            },
+            ["body", "cluster", "fields", "gpu", "fields", "peak_tflops"],
+            "greater than 0",
+        ),
+        ({"cluster": {"gpu": 7, "gpus": 8}}, ["body", "cluster", "fields", "gpu"], "gpu must be a name or an object"),
+    ]
+    with server.client() as client:
+        for change, loc, words in cases:
+            response = client.post("/api/v1/plan", json=body | change)
+            assert_names(response, 422, loc, words)
+            assert len(response.json()["detail"]) == 1, response.json()  # the other form's error is not listed

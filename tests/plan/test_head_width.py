@@ -78,4 +78,4 @@ def test_the_api_takes_head_dim_and_names_it_when_bad(server: LiveServer) -> Non
         assert good.json()["model"]["head_dim"] == 64
         assert good.json()["model"]["params"] < model_from("qwen3-30b-a3b").params
         bad = client.post("/api/v1/plan", json=body | {"model": {"preset": "qwen3-30b-a3b", "head_dim": 0}})
-        assert_names(bad, 422, ["body", "model", "ModelIn", "head_dim"], "greater than or equal to 1")
+        assert_names(bad, 422, ["body", "model", "fields", "head_dim"], "greater than or equal to 1")
