@@ -15,7 +15,7 @@ from typing import Any
 
 from bubblescope.analysis.planner.efficiencies import constants_said
 from bubblescope.analysis.planner.evaluate import Plan, evaluate, structural_problems
-from bubblescope.analysis.planner.search import LONG_SEQUENCE, candidates, search
+from bubblescope.analysis.planner.search import LONG_SEQUENCE, candidates, pipeline_fields_without_pipeline, search
 from bubblescope.analysis.planner.specs import (
     CHOICES,
     ClusterSpec,
@@ -292,7 +292,7 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
             raise PlanInputError("fixed", "give either config (evaluate one) or fixed (search), not both")
         fields = stage_layout(config_fields(document["config"]), model.layers)
         config = config_from(fields).with_dp(cluster.gpus)
-        pipeline_only = pipeline_fields_without_pipeline(fields, config)
+        pipeline_only = pipeline_fields_without_pipeline(fields, config.pp)
         if pipeline_only:
             raise PlanInputError(f"config.{pipeline_only[0]}", pipeline_only[1])
         for field_name, message in structural_problems(model, cluster, config, batch):
@@ -315,19 +315,6 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
     if blamed:
         raise PlanInputError(f"fixed.{blamed[0]}", blamed[1])
     return PlanOutcome(model, cluster, batch, True, plans, _assumed(fixed, cluster, model))
-
-
-def pipeline_fields_without_pipeline(fields: Mapping[str, Any], config: ParallelConfig) -> tuple[str, str] | None:
-    """(field, why) where a configuration asks for a pipeline schedule or virtual stages without a pipeline (pp 1),
-    which would otherwise be read as plain gradient accumulation without a word."""
-    if config.pp > 1:
-        return None
-    if fields.get("vpp", 1) > 1:
-        return "vpp", f"vpp={fields['vpp']} virtual stages need a pipeline: give pp ≥ 2"
-    schedule = fields.get("schedule")
-    if schedule is not None and schedule is not DEFAULT_SCHEDULE:
-        return "schedule", f"{schedule.label} needs a pipeline: give pp ≥ 2 (without one a step accumulates plainly)"
-    return None
 
 
 def fixed_field_refused(
@@ -353,7 +340,8 @@ def _fixed_problems(
 ) -> dict[str, str]:
     """Each fixed field ``cfg``'s structural problems name, with the first reason given for it."""
     named: dict[str, str] = {}
-    for field, why in structural_problems(model, cluster, cfg, batch):
+    pipeline_only = pipeline_fields_without_pipeline(fixed, cfg.pp)
+    for field, why in [*structural_problems(model, cluster, cfg, batch), *([pipeline_only] if pipeline_only else [])]:
         if field in fixed:
             named.setdefault(field, why)
     return named

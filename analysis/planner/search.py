@@ -133,7 +133,8 @@ def _context_degrees(model: ModelSpec, cluster: ClusterSpec, tp: int) -> list[in
 def _schedules(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> Iterator[tuple[Schedule, int]]:
     """The schedules tried (``fix``: its ``schedule``, a registry entry), with their stages per rank."""
     if pp == 1:
-        yield fix.get("schedule", DEFAULT_SCHEDULE), 1
+        if pipeline_fields_without_pipeline(fix, pp) is None:  # a held schedule or vpp runs on pipelines alone
+            yield fix.get("schedule", DEFAULT_SCHEDULE), 1
         return
     for schedule in [fix["schedule"]] if "schedule" in fix else SEARCHED:
         if schedule.placement != "loop":
@@ -147,6 +148,19 @@ def _schedules(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> Iterator[tu
             vpps = [v for v in range(2, MAX_VPP + 1) if per_stage and per_stage % v == 0]
         for vpp in [fix["vpp"]] if "vpp" in fix else vpps:
             yield schedule, vpp
+
+
+def pipeline_fields_without_pipeline(fields: Mapping[str, Any], pp: int) -> tuple[str, str] | None:
+    """(field, why) where a configuration (or a search's fixed fields) asks for a pipeline schedule or virtual stages
+    without a pipeline (pp 1), which would otherwise be read as plain gradient accumulation without a word."""
+    if pp > 1:
+        return None
+    if fields.get("vpp", 1) > 1:
+        return "vpp", f"vpp={fields['vpp']} virtual stages need a pipeline: give pp ≥ 2"
+    schedule = fields.get("schedule")
+    if schedule is not None and schedule is not DEFAULT_SCHEDULE:
+        return "schedule", f"{schedule.label} needs a pipeline: give pp ≥ 2 (without one a step accumulates plainly)"
+    return None
 
 
 def rank_key(plan: Plan) -> tuple[float, int, int, float]:

@@ -180,6 +180,20 @@ def test_search_holds_fixed_fields() -> None:
     assert plans and all(p.config.tp == 4 and p.config.recompute == "full" for p in plans)
 
 
+def test_a_search_holding_a_pipeline_schedule_lists_pipelines_alone() -> None:
+    """A held schedule other than the default, or virtual stages, runs on a pipeline alone (as ``config`` refuses them
+    at pp 1): the search lists no pp 1 layout, which would read as plain accumulation, and every layout listed runs the
+    schedule held; the default schedule held still lets pp 1 layouts in."""
+    model, cluster = MODEL_PRESETS["gpt-22b"], cluster_preset("a100-80gb-x8")
+    assert any(p.config.pp == 1 for p in search(model, cluster, 16, top=1000, fixed={}))
+    for fixed in ({"schedule": lookup("gpipe")}, {"schedule": lookup("interleaved1f1b")}, {"vpp": 2}):
+        plans = search(model, cluster, 16, top=1000, fixed=fixed)
+        assert plans and all(p.config.pp > 1 for p in plans), fixed
+        assert all(p.config.schedule is fixed.get("schedule", p.config.schedule) for p in plans)
+    held_default = search(model, cluster, 16, top=1000, fixed={"schedule": lookup("1f1b")})
+    assert any(p.config.pp == 1 for p in held_default)
+
+
 def test_search_reports_nothing_when_nothing_fits() -> None:
     assert search(MODEL_PRESETS["gpt-1t"], cluster_preset("a100-40gb-x8"), 8) == []
     # memory, not a fixed field, is what stops it: an empty answer, not a refusal
@@ -271,6 +285,12 @@ def test_the_search_shards_over_context_parallel_ranks_where_dp_is_1() -> None:
             "fixed.cp",
         ),
         ({"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "top": 0}, "top"),
+        # a pipeline's schedule held where no layout has a pipeline (pp held at 1; one GPU)
+        (
+            {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 8, "fixed": {"pp": 1, "schedule": "gpipe"}},
+            "fixed.schedule",
+        ),
+        ({"model": "gpt-1.7b", "cluster": "h100-sxm-x1", "global_batch": 8, "fixed": {"vpp": 2}}, "fixed.vpp"),
     ],
 )
 def test_bad_inputs_name_the_field(document: dict, field: str) -> None:
