@@ -231,6 +231,7 @@ def memory_suggestions(
             "cp_comm",
             "kv_repeated",
             "overlap_param_gather",
+            "projections",
             "tp_comm_overlap",  # the run's code (async TP, Transformer Engine's overlap); acts only where tp > 1
         )
         runs_own = current.config.as_dict()

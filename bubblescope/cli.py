@@ -437,7 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
         f"zero, {_words('recompute')}, sp, flash (default true), {_words('precision')}, "
         f"layers_per_stage (7/8/8/7), first_stage_layers, last_stage_layers, tp_overlap, cp, {_words('cp_comm')}, "
         f"ep, etp (experts' own tp, default tp), {_words('dispatcher')}, capacity_factor, {_words('grad_reduce')}, "
-        f"compile (default true), fp8_all_gather, {_words('attention_kernel')}, kv_repeated, overlap_param_gather",
+        f"compile (default true), fp8_all_gather, {_words('attention_kernel')}, kv_repeated, overlap_param_gather, "
+        f"{_words('projections')}",
     )
     plan.add_argument("--fix", help="search holding these K=V,... fields")
     plan.add_argument("--top", type=int, default=10, help="configurations to list when searching (default 10)")

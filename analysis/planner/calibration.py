@@ -125,6 +125,7 @@ def _published_config(row: dict[str, str], mbs: int) -> ParallelConfig:
         fp8_all_gather=_flag(row, "fp8_all_gather"),
         kv_repeated=_flag(row, "kv_repeated"),
         overlap_param_gather=_flag(row, "overlap_param_gather"),
+        projections=row.get("projections", "").strip() or "fused",
         layers_per_stage=tuple(int(n) for n in row.get("layers_per_stage", "").split("/") if n.strip()),
     )
 

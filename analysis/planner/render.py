@@ -30,6 +30,7 @@ def config_label(plan: Plan) -> str:
     context += f"({c.dispatcher})" if c.ep > 1 and c.dispatcher != "alltoall" else ""
     flags += f"+{c.attention_kernel}" if c.attention_kernel != "cudnn" else ""
     flags += "+kv-repeated" if c.kv_repeated else ""
+    flags += f"+{c.projections.replace('_', '-')}-projections" if c.projections != "fused" else ""
     return (
         f"t={c.tp}{context} p={c.pp} d={c.dp} mbs={c.mbs} {schedule if c.pp > 1 else 'no-pp'} "
         f"zero={c.zero} recompute={c.recompute}{flags}{stages}"

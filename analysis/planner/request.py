@@ -93,6 +93,7 @@ CONFIG_FIELDS = (
     "attention_kernel",
     "kv_repeated",
     "overlap_param_gather",
+    "projections",
 )
 MAX_STAGES = 4096
 #: What a configuration assumes where the request is silent, said in the answer (``assumed``).
@@ -107,6 +108,8 @@ DEFAULTS_SAID = {
     " step, in the open, as Megatron-LM and DeepSpeed do by default; true hides it under the next forward)",
     "compile": "compile: true (element-wise kernels fused: torch.compile, Megatron's fused kernels)",
     "tp_comm_overlap": "tp_comm_overlap: false (tensor-parallel collectives in the open between the GEMMs)",
+    "projections": "projections: fused (Q, K and V in one GEMM and a gated MLP's w1 and w3 in one, as Megatron-LM and"
+    " Transformer Engine run them; separate: torchtitan's Llama before fuse_qkv, Hugging Face's)",
 }
 #: Defaults said only where they bear on the request: context parallelism (a long sequence, or cp > 1), FP8, experts.
 CONTEXT_DEFAULTS_SAID = {

@@ -107,6 +107,7 @@ def candidates(
                                 # where the layout gathers its weights once a step (ZeRO 1 or 2)
                                 bool(fix.get("overlap_param_gather", False))
                                 and overlap_param_gather_problem(zero) is None,
+                                str(fix.get("projections", "fused")),
                             )
 
 

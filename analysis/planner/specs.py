@@ -34,6 +34,11 @@ DISPATCHERS = ("alltoall", "deepep", "hybridep")
 #: --grad-reduce-in-bf16) and torchtitan (``mixed_precision_reduce``) do by default; fp16 training reduced in fp16.
 GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GRAD_REDUCES = tuple(GRAD_REDUCE_BYTES)
+#: How a layer's linear projections run (``step_time.linear_gemm_seconds``): ``fused``, Q, K and V in one GEMM and a
+#: gated MLP's w1 and w3 in one (Megatron-LM, Transformer Engine); ``separate``, each its own GEMM (torchtitan's Llama
+#: until 0.3's ``fuse_qkv``, Hugging Face's); ``fused_qkv``, Q, K and V in one and w1 and w3 apart (torchtitan 0.3's
+#: Llama 3 and Qwen3 flavors).
+PROJECTIONS = ("fused", "separate", "fused_qkv")
 #: The configuration's fields of a few words, and the words each takes: the request and the evaluation read them here;
 #: the API's schemas spell them as ``Literal``s, which a test holds equal to these.
 CHOICES = {
@@ -43,6 +48,7 @@ CHOICES = {
     "precision": PRECISIONS,
     "grad_reduce": GRAD_REDUCES,
     "dispatcher": DISPATCHERS,
+    "projections": PROJECTIONS,
 }
 
 
@@ -291,6 +297,9 @@ class ParallelConfig:
     ``kv_repeated``: the keys and values are repeated to every query head before attention (torchtitan's Llama from
     its start until 2026-01-27, ff0829c, which passes ``enable_gqa`` to SDPA instead), so context parallelism moves
     heads·head_dim a token where grouped-query attention has kv_heads·head_dim (``step_time.cp_seconds``).
+    ``projections``: which of a layer's linear projections run as one GEMM (``PROJECTIONS``): apart, each reads the
+    whole input, a narrow one runs on the roofline's memory side, and the backward sums the input's gradients
+    (``step_time.linear_gemm_seconds``, ``step_time.input_gradient_sum_bytes``).
     """
 
     tp: int = 1
@@ -318,6 +327,7 @@ class ParallelConfig:
     dispatcher: str = "alltoall"
     kv_repeated: bool = False
     overlap_param_gather: bool = False
+    projections: str = "fused"
 
     def with_dp(self, gpus: int) -> ParallelConfig:
         return self if self.dp else replace(self, dp=gpus // (self.tp * self.cp * self.pp))
@@ -371,6 +381,7 @@ class ParallelConfig:
             "fp8_all_gather": self.fp8_all_gather,
             "kv_repeated": self.kv_repeated,
             "overlap_param_gather": self.overlap_param_gather,
+            "projections": self.projections,
         }
 
 

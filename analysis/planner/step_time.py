@@ -178,10 +178,8 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     gpu, t, s, h = cluster.gpu, cfg.tp, model.seq, model.hidden
     local = s / cfg.cp  # context parallelism: this GPU's queries; its attention reads every key
     tokens = cfg.mbs * local
-    peak = linear_peak_tflops(gpu, cfg.precision)
-    gemms = [
-        gemm_seconds(rows, n, k, gpu, eff, peak_tflops=peak) for rows, k, n, _ in linear_shapes(model, cfg, tokens)
-    ]
+    parts = linear_gemm_seconds(model, cfg, gpu, eff, tokens)
+    gemms = [sum(bucket) for bucket in parts]
     dense = sum(gemms)
     if model.moe:  # the router, in bf16
         dense += gemm_seconds(tokens, model.experts, h, gpu, eff)
@@ -204,8 +202,9 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     tp_pass += mlp_tp_seconds(model, cluster, cfg, eff, tokens)
     cast_forward, cast_backward = fp8_cast_seconds(model, cfg, hbm, tokens)
     forward = dense + attention + elementwise + cast_forward
-    backward = 2 * dense + attention_backward + 2 * elementwise + cast_backward
-    rerun_gemms = {"full": dense, "op": op_recomputed_gemm_seconds(model, gemms)}.get(cfg.recompute, 0.0)
+    gradient_sums = input_gradient_sum_bytes(model, cfg, tokens) / hbm
+    backward = 2 * dense + attention_backward + 2 * elementwise + cast_backward + gradient_sums
+    rerun_gemms = {"full": dense, "op": op_recomputed_gemm_seconds(model, parts)}.get(cfg.recompute, 0.0)
     # the recomputed forward repeats its collectives: all of them (full; per-op without sequence parallelism, whose
     # all-reduces' outputs are not kept), or the two all-gathers (per-op keeps the reduce-scatters' outputs)
     rerun_passes = {"full": 1.0, "op": 0.5 if cfg.sequence_parallel else 1.0}.get(cfg.recompute, 0.0)
@@ -258,13 +257,49 @@ def tp_pair_bytes(cfg: ParallelConfig, elements: float) -> float:
     return 2.0 * elements
 
 
-def op_recomputed_gemm_seconds(model: ModelSpec, gemms: list[float]) -> float:
+def op_recomputed_gemm_seconds(model: ModelSpec, parts: list[list[float]]) -> float:
     """The matmuls torchtitan's per-op checkpointing runs again in the backward (``memory.op_checkpoint_bytes`` keeps
-    the others'), from ``linear_shapes``' four GEMM times: wk's share of the QKV GEMM, the projection wo, and w3 (half
-    the gated MLP's first GEMM) or a plain MLP's w2."""
-    qkv, projection, up, down = gemms
+    the others'), from ``linear_gemm_seconds``' four GEMMs: wk (its own GEMM with separate projections, else its share
+    of the QKV GEMM), the projection wo, and w3 (the gated MLP's second GEMM, or half its fused first) or a plain MLP's
+    w2."""
+    qkv, projection, up, down = parts
     q, k = model.q_dim, model.kv_dim
-    return qkv * k / (q + 2 * k) + projection + (up / 2 if model.gated_mlp else down)
+    wk = qkv[1] if len(qkv) == 3 else sum(qkv) * k / (q + 2 * k)
+    if not model.gated_mlp:
+        return wk + sum(projection) + sum(down)
+    return wk + sum(projection) + (up[1] if len(up) == 2 else sum(up) / 2)
+
+
+def linear_gemm_seconds(
+    model: ModelSpec, cfg: ParallelConfig, gpu: GpuSpec, eff: Efficiencies, tokens: float
+) -> list[list[float]]:
+    """Seconds of a layer's four linear GEMMs (``linear_shapes``) on one GPU, each as the GEMMs it runs as
+    (``cfg.projections``): one, or apart the QKV GEMM as three (wq, wk, wv) and a gated MLP's first as two (w1, w3),
+    each reading the whole input. A narrow one sits on the roofline's memory side: a TP 8 rank's wk of Llama 3 is 128
+    columns wide."""
+    peak = linear_peak_tflops(gpu, cfg.precision)
+    q, k = model.q_dim, model.kv_dim
+    split: dict[int, tuple[float, ...]] = {}
+    if cfg.projections == "separate":
+        split[0] = (q / (q + 2 * k), k / (q + 2 * k), k / (q + 2 * k))
+    if cfg.projections != "fused" and model.gated_mlp:
+        split[2] = (0.5, 0.5)
+    return [
+        [gemm_seconds(rows, n * share, depth, gpu, eff, peak_tflops=peak) for share in split.get(index, (1.0,))]
+        for index, (rows, depth, n, _) in enumerate(linear_shapes(model, cfg, tokens))
+    ]
+
+
+def input_gradient_sum_bytes(model: ModelSpec, cfg: ParallelConfig, tokens: float) -> float:
+    """HBM bytes one layer's backward spends summing an input's gradients where projections apart read the same input
+    (``cfg.projections``): wq, wk and wv's three, w1 and w3's two (a gated MLP), each the size of the whole input (bf16;
+    the gathered sequence under sequence parallelism, which the TP degree does not shrink). Compiled, one fused kernel
+    reads the n gradients and writes their sum (n + 1 passes); eager, autograd adds them in pairs (3 passes an add).
+    Fused projections produce the one gradient in their GEMM."""
+    mlp_rows = tokens * (model.top_k * cfg.capacity_factor + model.shared_experts) if model.moe else tokens
+    summed = [(3, tokens)] if cfg.projections == "separate" else []
+    summed += [(2, mlp_rows)] if cfg.projections != "fused" and model.gated_mlp else []
+    return sum((n + 1 if cfg.compile else 3 * (n - 1)) * 2.0 * rows * model.hidden for n, rows in summed)
 
 
 #: FP8 with dynamic (tensor-wise) scaling, as Transformer Engine's and torchao's Float8 linears do: every bf16 operand

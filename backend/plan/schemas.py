@@ -148,6 +148,12 @@ class ConfigIn(BaseModel):
         description="with zero 1 or 2, the updated weights' all-gather under the next step's first forward "
         "(Megatron's --overlap-param-gather, Megatron-Bridge's default with the distributed optimizer); default false",
     )
+    projections: Literal["fused", "separate", "fused_qkv"] | None = Field(
+        default=None,
+        description="fused: Q, K, V in one GEMM and a gated MLP's w1, w3 in one (Megatron-LM, Transformer Engine; the "
+        "default); separate: each its own GEMM (torchtitan's Llama before fuse_qkv, Hugging Face's); fused_qkv: Q, K, V "
+        "in one, w1 and w3 apart (torchtitan 0.3's Llama 3)",
+    )
 
 
 ModelGiven = Annotated[Annotated[str, Tag("preset")] | Annotated[ModelIn, Tag("fields")], named_or_given("model")]

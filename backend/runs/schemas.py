@@ -92,6 +92,11 @@ class RunConfig(BaseModel):
         description="ZeRO-1/2's weight all-gather under the next forward, Megatron's --overlap-param-gather (the "
         "planner's suggestions; default false)",
     )
+    projections: Literal["fused", "separate", "fused_qkv"] | None = Field(
+        default=None,
+        description="which linear projections run as one GEMM: fused (the default), separate, fused_qkv (the "
+        "planner's suggestions)",
+    )
     dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = Field(
         default=None, description="how a mixture of experts' routed tokens travel (the planner's suggestions)"
     )

@@ -24,7 +24,9 @@ Read off torchtitan 0.3.0's ``Trainer.Config`` (``model_spec.model``, ``training
   compiles it runs at FlashAttention-2's speed (1.0-1.2× it; 0.57-0.67 of cuDNN's, measured on an H200,
   docs/planner.md; the FLASH backend's price is unverified);
   gradients reduce in fp32 (``mixed_precision_reduce``); the pipeline's layers per stage as torchtitan's own split
-  makes them.
+  makes them; ``projections``: the MLP's w1 and w3 apart, as torchtitan runs them, and Q, K and V in one GEMM where
+  the blocks' attention is ``FusedQKVLinear`` (``fuse_qkv``, its Llama 3 flavors' default: ``fused_qkv``), else
+  apart (``QKVLinear``: ``separate``).
 
 Nothing here raises into training: a config it cannot read declares nothing (``{}``).
 """
@@ -90,6 +92,8 @@ def _declaration(config: Any, dims: Any) -> dict[str, Any]:
     out["grad_reduce"] = "fp32" if training.mixed_precision_reduce == "float32" else "bf16"
     if dims.cp > 1:
         out["cp_comm"] = "allgather"
+    if model is not None:
+        out["projections"] = _projections(config.model_spec.model)
     if dims.pp > 1 and model is not None:
         split = layers_per_stage(config, dims)
         if split is not None:
@@ -154,6 +158,13 @@ def _block_fields(block: Any) -> dict[str, Any]:
         "shared_experts": shared_width // width,
         "gated_mlp": True,  # torchtitan's grouped experts: w1, w2 and w3 (SwiGLU)
     }
+
+
+def _projections(model: Any) -> str:
+    """``fused_qkv`` where the first block's attention projects Q, K and V in one GEMM (``FusedQKVLinear``'s ``wqkv``),
+    else ``separate`` (``QKVLinear``'s wq, wk and wv); torchtitan's MLPs run w1 and w3 apart either way."""
+    attention = model.layers[0].attention
+    return "fused_qkv" if hasattr(getattr(attention, "qkv_linear", attention), "wqkv") else "separate"
 
 
 def _windowed(config: Any) -> bool:

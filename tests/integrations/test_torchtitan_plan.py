@@ -52,6 +52,7 @@ def test_llama3_8b_with_tp_and_cp_is_the_planners_llama_3_8b_laid_out_as_it_runs
     assert (cfg.tp, cfg.pp, cfg.cp, cfg.mbs, cfg.zero) == (2, 1, 2, 1, 3)
     assert (cfg.cp_comm, cfg.recompute, cfg.attention_kernel, cfg.precision) == ("allgather", "op", "flash2", "bf16")
     assert cfg.sequence_parallel and not cfg.compile and cfg.grad_reduce == "fp32" and not cfg.kv_repeated
+    assert cfg.projections == "fused_qkv"  # torchtitan 0.3's Llama 3: one wqkv, w1 and w3 apart
     priced = evaluate(plan.model, plan.cluster, cfg, plan.global_batch)
     assert priced.feasible and priced.step is not None and priced.step.total > 0
 
@@ -171,6 +172,18 @@ def test_a_head_width_apart_from_hidden_over_heads_is_declared(monkeypatch: pyte
     model = run["model"]
     assert model["head_dim"] * model["heads"] != model["hidden"], model  # Qwen3 0.6B: 16 heads of 128 on 1,024
     assert model_from(model).head_width == model["head_dim"]
+
+
+def test_the_projections_are_declared_as_the_blocks_run_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchtitan runs a gated MLP's w1 and w3 as two GEMMs, and Q, K and V as one (``FusedQKVLinear``, its flavors'
+    default since ``fuse_qkv``) or three (``QKVLinear``): the planner prices the layer's GEMMs and the backward's
+    gradient sums as laid out."""
+    monkeypatch.setenv("BUBBLESCOPE_GPU", "H100-SXM")
+    fused = declared("qwen3", "qwen3_debugmodel", gpus=8)
+    apart = declared("qwen3", "qwen3_debugmodel_non_fused_qkv", gpus=8)
+    assert (fused["projections"], apart["projections"]) == ("fused_qkv", "separate")
+    planned = declared_plan(apart)
+    assert planned is not None and planned.config.projections == "separate"
 
 
 def test_without_a_gpu_no_cluster_is_declared_and_nothing_is_priced(monkeypatch: pytest.MonkeyPatch) -> None:

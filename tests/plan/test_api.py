@@ -53,6 +53,7 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         "attention_kernel": "cudnn",
         "kv_repeated": False,
         "overlap_param_gather": False,
+        "projections": "fused",
     }
     assert answer["assumed"] == [  # what the request left to the defaults, in words
         "precision: bf16 (fp8 runs the linear GEMMs in FP8)",
@@ -64,6 +65,8 @@ def test_evaluate_one_configuration(server: LiveServer) -> None:
         " Megatron-LM and DeepSpeed do by default; true hides it under the next forward)",
         "compile: true (element-wise kernels fused: torch.compile, Megatron's fused kernels)",
         "tp_comm_overlap: false (tensor-parallel collectives in the open between the GEMMs)",
+        "projections: fused (Q, K and V in one GEMM and a gated MLP's w1 and w3 in one, as Megatron-LM and Transformer"
+        " Engine run them; separate: torchtitan's Llama before fuse_qkv, Hugging Face's)",
         "constants: the defaults, chosen on 18 published A100-80GB runs",  # and which constants priced it
     ]
     p, v, m = 8, 3, 64

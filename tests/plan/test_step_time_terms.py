@@ -150,6 +150,7 @@ def test_the_fp32_loss_moves_38_bytes_a_logit_forward_and_14_backward(tp: int) -
     [
         ({"grad_reduce": "int8"}, "config.grad_reduce", "expected one of fp32, bf16, fp16"),
         ({"compile": "sometimes"}, "config.compile", "true or false"),
+        ({"projections": "unfused"}, "config.projections", "expected one of fused, separate, fused_qkv"),
     ],
 )
 def test_the_new_knobs_are_refused_by_name(config: dict[str, object], field: str, words: str) -> None:
@@ -185,6 +186,8 @@ def test_a_collected_run_declares_the_same_knobs_the_planner_takes() -> None:
     for zero in (0, 3):  # nothing gathered once a step: the flag dropped, as it does nothing (torchtitan's FSDP)
         fsdp = declared_plan({**config, "zero": zero, "overlap_param_gather": True})
         assert fsdp is not None and not fsdp.config.overlap_param_gather
+    apart = declared_plan({**config, "projections": "separate"})  # torchtitan's Llama before fuse_qkv
+    assert apart is not None and apart.config.projections == "separate" and default.config.projections == "fused"
 
 
 def test_fp8_all_gather_gathers_the_layers_linear_weights_in_one_byte() -> None:
@@ -278,7 +281,7 @@ def test_the_reduction_types_the_service_accepts_are_the_planners() -> None:
 
     for field, planners in CHOICES.items():
         assert words(ConfigIn, field) == planners, field  # recompute's "op" included
-    for field in ("grad_reduce", "attention_kernel", "dispatcher"):
+    for field in ("grad_reduce", "attention_kernel", "dispatcher", "projections"):
         assert words(RunConfig, field) == CHOICES[field], field
     for field, value in (
         ("compile", "yes"),
@@ -287,6 +290,7 @@ def test_the_reduction_types_the_service_accepts_are_the_planners() -> None:
         ("grad_reduce", "int8"),
         ("attention_kernel", "fa3"),
         ("dispatcher", "nccl"),
+        ("projections", "unfused"),
     ):
         with pytest.raises(ValidationError) as refused:
             RunConfig.model_validate({field: value})
@@ -393,3 +397,38 @@ def test_torchtitan_per_op_checkpointing_keeps_every_second_matmul_and_runs_the_
     assert layer.recompute == pytest.approx(rerun + elementwise, rel=1e-6)
     full = layer_cost(LLAMA_8B, cluster, replace(cfg, recompute="full"), eff)
     assert 0 < layer.recompute < full.recompute  # less than the whole forward again
+
+
+def _gemm(m: float, n: float, k: float, hbm: float) -> float:
+    """A bf16 GEMM on an H100 SXM's roofline at the default constants: its FLOPs' time or its operands' bytes'."""
+    eff = DEFAULT_EFFICIENCIES
+    return max(2 * m * n * k / (989e12 * eff.gemm), 2 * (m * k + k * n + m * n) / hbm)
+
+
+@pytest.mark.parametrize(
+    ("projections", "compiled", "passes"),
+    [("separate", True, 4 + 3), ("separate", False, 2 * 3 + 3), ("fused_qkv", True, 3), ("fused_qkv", False, 3)],
+)
+def test_projections_apart_run_as_their_own_gemms_and_the_backward_sums_the_inputs_gradients(
+    projections: str, compiled: bool, passes: int
+) -> None:
+    """Llama 3 8B, TP 8 with sequence parallelism, local batch 12 of 8,192 tokens (torchtitan's async-TP page): wq, wk
+    and wv apart are GEMMs 512, 128 and 128 columns wide on a rank, w1 and w3 1,792 each, where the fused ones are 768
+    and 3,584. wk and wv then read the whole gathered input for 128 columns: memory-bound. The backward sums the
+    input's gradients over the whole gathered sequence: compiled, one kernel reads wq's, wk's and wv's and writes the
+    sum (4 passes of T·h bf16), then w1's and w3's (3); eager, autograd adds pairs (3 passes an add: 2 adds, then 1).
+    With Q, K and V fused (torchtitan 0.3's Llama 3), only the MLP's pair is apart."""
+    cluster = make_cluster("H100-SXM", 8)
+    cfg = ParallelConfig(tp=8, mbs=12, sequence_parallel=True, compile=compiled).with_dp(8)
+    tokens, h, hbm = 12 * 8192, 4096, 3350e9 * DEFAULT_EFFICIENCIES.hbm
+    fused = layer_cost(LLAMA_8B, cluster, cfg, DEFAULT_EFFICIENCIES)
+    apart = layer_cost(LLAMA_8B, cluster, replace(cfg, projections=projections), DEFAULT_EFFICIENCIES)
+    qkv = _gemm(tokens, 128, h, hbm) * 2 + _gemm(tokens, 512, h, hbm) - _gemm(tokens, 768, h, hbm)
+    assert _gemm(tokens, 128, h, hbm) == 2 * (tokens * h + h * 128 + tokens * 128) / hbm  # on the memory side
+    up = 2 * _gemm(tokens, 1792, h, hbm) - _gemm(tokens, 3584, h, hbm)
+    assert qkv > 0 and up == pytest.approx(0.0, abs=1e-12)  # w1 and w3 apart stay compute-bound: no slower
+    more = up + (qkv if projections == "separate" else 0.0)
+    assert apart.forward - fused.forward == pytest.approx(more, rel=1e-6)
+    sums = passes * 2 * tokens * h / hbm
+    assert apart.backward - fused.backward == pytest.approx(2 * more + sums, rel=1e-6)
+    assert apart.comm == fused.comm  # the same collectives
