@@ -102,6 +102,7 @@ def test_torchtitan_fsdp_records_its_compute_under_its_own_step_numbers(
     assert (declared.model.layers, declared.model.hidden, declared.model.seq) == (6, 256, 128)  # debugmodel, seq_len
     assert (declared.cluster.gpu.name, declared.cluster.gpus, declared.global_batch) == ("H100-SXM", 2, 4)
     assert (declared.config.zero, declared.config.mbs, declared.config.recompute) == (3, 2, "op")
+    assert declared.config.projections == "fused_qkv"  # the debugmodel's one wqkv, its MLP's w1 and w3 apart
     assert [s["step"] for s in run["steps"]] == list(range(1, STEPS + 1))  # torchtitan counts from 1
     assert sorted(r["coords"]["dp"] for r in run["ranks"]) == [0, 1]  # dp_shard / fsdp read as dp
     split = analysis["step_split"]
