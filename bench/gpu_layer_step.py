@@ -135,7 +135,8 @@ def main() -> None:
         except Exception as failed:  # noqa: BLE001 - torchao missing, or FP8 on a GPU without it
             print(f"{precision:10} not run: {str(failed).splitlines()[0][:100]}")
             continue
-        cfg = ParallelConfig(tp=1, pp=1, dp=8, mbs=1, flash_attention=True, precision=precision)
+        # the block's wq, wk, wv and w1, w3 are its own linears, as torchtitan wrote them before fuse_qkv
+        cfg = ParallelConfig(dp=8, mbs=1, flash_attention=True, precision=precision, projections="separate")
         cost = layer_cost(model, cluster, cfg, eff)
         print(
             f"{precision:10} {forward * 1e3:10.2f} ms {both * 1e3:6.2f} ms | {cost.forward * 1e3:9.2f} ms "
