@@ -148,7 +148,7 @@ def gemm_seconds(
 #: fitted: on an H200 (torch 2.11, cuBLASLt through ``torch._scaled_mm``, tensor-wise scales) every published
 #: H100-class run's linear GEMMs reached 0.59-0.64 of the FP8 peak where bf16 reached 0.66-0.70 of its own, 0.88-0.92
 #: of it over two runs (``bench/gpu_kernel_efficiency.py``); a whole Llama 3 70B layer ran 1.46× faster in FP8 than in
-#: bf16, priced so 1.50× (1.64× at a share of 1; ``bench/gpu_layer_step.py``, docs/planner.md "Measured on an H200").
+#: bf16, priced so 1.50× (1.62× at a share of 1; ``bench/gpu_layer_step.py``, docs/planner.md "Measured on an H200").
 FP8_GEMM_SHARE = 0.90
 
 

@@ -33,8 +33,8 @@ def test_a_layer_timed_on_an_h200_is_priced_within_its_bound(row: dict[str, str]
 
 
 def test_fp8_over_bf16_is_priced_within_15_percent_of_the_measured_speed_up() -> None:
-    """A whole layer's FP8 speed-up: 1.23× (8B) and 1.46× (70B) measured; priced at 1.38× and 1.50× (1.48× and
-    1.64× were FP8 GEMMs as efficient as bf16's, ``FP8_GEMM_SHARE`` 1)."""
+    """A whole layer's FP8 speed-up: 1.23× (8B) and 1.46× (70B) measured; priced at 1.38× and 1.50× (1.46× and
+    1.62× were FP8 GEMMs as efficient as bf16's, ``FP8_GEMM_SHARE`` 1)."""
     cluster, eff = make_cluster("H200", 8), efficiencies_for("H200")
     for preset in ("llama-3-8b", "llama-3-70b"):
         measured = {
