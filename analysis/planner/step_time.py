@@ -337,9 +337,26 @@ def fp8_cast_seconds(model: ModelSpec, cfg: ParallelConfig, hbm_bytes_s: float, 
     shapes = linear_shapes(model, cfg, tokens)
     operands = sum(rows * k + weights * k * n for rows, k, n, weights in shapes)
     gradients = sum(rows * n for rows, _, n, _ in shapes)
-    forward = FP8_CAST_BYTES * operands / hbm_bytes_s
-    backward = (FP8_CAST_BYTES * gradients + FP8_TRANSPOSE_BYTES * operands) / hbm_bytes_s
+    cast_inputs = operands - sharded_cast_elements(model, cfg, shapes, inputs=True)
+    cast_gradients = gradients - sharded_cast_elements(model, cfg, shapes, inputs=False)
+    forward = FP8_CAST_BYTES * cast_inputs / hbm_bytes_s
+    backward = (FP8_CAST_BYTES * cast_gradients + FP8_TRANSPOSE_BYTES * operands) / hbm_bytes_s
     return forward, backward
+
+
+def sharded_cast_elements(
+    model: ModelSpec, cfg: ParallelConfig, shapes: list[tuple[float, float, float, float]], inputs: bool
+) -> float:
+    """The elements FP8 does not cast because sequence parallelism casts them on a rank's 1/tp share before gathering
+    them in FP8: the column-parallel GEMMs' inputs (QKV's, a dense MLP's first; ``inputs``) and the row-parallel
+    GEMMs' output gradients (the projection's, a dense MLP's second), as torchao's ``Float8ColwiseParallel`` /
+    ``Float8RowwiseParallel`` and Transformer Engine's sequence-parallel FP8 linears cast before the all-gather."""
+    if not cfg.sequence_parallel or cfg.tp <= 1:
+        return 0.0
+    shared = 1 - 1 / cfg.tp
+    picked = (0, 2) if inputs else (1, 3)
+    dense = [index for index in picked if index < 2 or not model.moe]
+    return sum(shared * shapes[i][0] * (shapes[i][1] if inputs else shapes[i][2]) for i in dense)
 
 
 #: FlashAttention-2's forward efficiency over cuDNN's fused attention's on Hopper, measured on an H200 (torch 2.11's

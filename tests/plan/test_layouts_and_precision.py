@@ -46,7 +46,10 @@ def test_fp8_gemms_run_at_nine_tenths_of_bf16s_efficiency_over_the_fp8_peak_and_
     (an FP8 GEMM reaches 0.9 of the fraction of its peak a bf16 one does, measured on an H200); a
     layer runs three passes (forward, two backward), 80 layers, 2 micro-batches. It pays for its dynamic scaling in
     HBM traffic: forward, 5 bytes an element of each GEMM's input and weight (read for the maximum, read to cast,
-    written in one byte); backward, 5 of each output gradient and 2 of each input and weight (the FP8 transposes)."""
+    written in one byte); backward, 5 of each output gradient and 2 of each input and weight (the FP8 transposes).
+    Under sequence parallelism QKV's and the MLP's first inputs, and the projection's and the MLP's second output
+    gradients, are cast on a rank's 1/t of the tokens before their FP8 all-gather (torchao's Float8ColwiseParallel and
+    Float8RowwiseParallel)."""
     model = model_from("llama-3-70b")
     cluster = make_cluster("H100-SXM", 8)
     plans = {
@@ -60,7 +63,9 @@ def test_fp8_gemms_run_at_nine_tenths_of_bf16s_efficiency_over_the_fp8_peak_and_
     shapes = [(tokens, h, (h + 2 * k) / t), (tokens, h / t, h), (tokens, h, 2 * f / t), (tokens, f / t, h)]
     operands = sum(rows * inner + inner * out for rows, inner, out in shapes)
     gradients = sum(rows * out for rows, _, out in shapes)
-    cast_bytes = 5 * operands + 5 * gradients + 2 * operands
+    inputs_cast = operands - (1 - 1 / t) * tokens * h * 2  # QKV's and w1/w3's inputs, cast on the shard
+    gradients_cast = gradients - (1 - 1 / t) * tokens * h * 2  # wo's and w2's output gradients, likewise
+    cast_bytes = 5 * inputs_cast + 5 * gradients_cast + 2 * operands
     cast_s = cast_bytes / (3350e9 * SXM.hbm)
     expected = 2 * 80 * (3 * saved_per_pass - cast_s)
     bf16, fp8 = (plans[p].step for p in ("bf16", "fp8"))
@@ -69,6 +74,25 @@ def test_fp8_gemms_run_at_nine_tenths_of_bf16s_efficiency_over_the_fp8_peak_and_
     assert bf16.optimizer == fp8.optimizer  # the GEMMs change, and the TP all-gathers move one byte (test below)
     assert fp8.tp_comm < bf16.tp_comm
     assert plans["fp8"].memory == plans["bf16"].memory  # weights and optimizer state stay as they were
+
+
+def test_sequence_parallelism_casts_the_gathered_fp8_operands_on_a_ranks_share() -> None:
+    """The same TP 8 layer with and without sequence parallelism: with it, QKV's and the MLP's first inputs are cast
+    before the all-gather and the projection's and the MLP's second output gradients before theirs, each on 1/t of
+    the tokens: 5 bytes an element less on (1 − 1/t)·2·tokens·h elements, forward and backward; the transposes stay."""
+    from bubblescope.analysis.planner.step_time import fp8_cast_seconds
+
+    model, t = model_from("llama-3-70b"), 8
+    cfg = ParallelConfig(tp=t, precision="fp8")
+    hbm, tokens = 3350e9 * SXM.hbm, model.seq
+    whole = fp8_cast_seconds(model, cfg, hbm, tokens)
+    shard = fp8_cast_seconds(model, replace(cfg, sequence_parallel=True), hbm, tokens)
+    saved = 5 * (1 - 1 / t) * 2 * tokens * model.hidden / hbm
+    assert whole[0] - shard[0] == pytest.approx(saved, rel=1e-9)
+    assert whole[1] - shard[1] == pytest.approx(saved, rel=1e-9)
+    assert fp8_cast_seconds(model, replace(cfg, tp=1, sequence_parallel=True), hbm, tokens) == fp8_cast_seconds(
+        model, replace(cfg, tp=1), hbm, tokens
+    )
 
 
 def test_megatrons_first_and_last_stage_layers_split_126_layers_over_16_stages() -> None:
