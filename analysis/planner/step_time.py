@@ -331,7 +331,8 @@ def linear_shapes(model: ModelSpec, cfg: ParallelConfig, tokens: float) -> list[
 def fp8_cast_seconds(model: ModelSpec, cfg: ParallelConfig, hbm_bytes_s: float, tokens: float) -> tuple[float, float]:
     """The HBM time of FP8's casts around a layer's linear GEMMs, forward and backward (0 in bf16): forward casts each
     input and weight; backward casts each output gradient (``FP8_CAST_BYTES``) and transposes the FP8 input and
-    weight for the weight and input gradients (``FP8_TRANSPOSE_BYTES``)."""
+    weight for the weight and input gradients (``FP8_TRANSPOSE_BYTES``); what sequence parallelism gathers in FP8 is
+    cast on a rank's share (``sharded_cast_elements``)."""
     if cfg.precision != "fp8":
         return 0.0, 0.0
     shapes = linear_shapes(model, cfg, tokens)
@@ -353,10 +354,10 @@ def sharded_cast_elements(
     ``Float8RowwiseParallel`` and Transformer Engine's sequence-parallel FP8 linears cast before the all-gather."""
     if not cfg.sequence_parallel or cfg.tp <= 1:
         return 0.0
-    shared = 1 - 1 / cfg.tp
+    not_cast = 1 - 1 / cfg.tp
     picked = (0, 2) if inputs else (1, 3)
     dense = [index for index in picked if index < 2 or not model.moe]
-    return sum(shared * shapes[i][0] * (shapes[i][1] if inputs else shapes[i][2]) for i in dense)
+    return sum(not_cast * shapes[i][0] * (shapes[i][1] if inputs else shapes[i][2]) for i in dense)
 
 
 #: FlashAttention-2's forward efficiency over cuDNN's fused attention's on Hopper, measured on an H200 (torch 2.11's
