@@ -179,8 +179,7 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     local = s / cfg.cp  # context parallelism: this GPU's queries; its attention reads every key
     tokens = cfg.mbs * local
     parts = linear_gemm_seconds(model, cfg, gpu, eff, tokens)
-    gemms = [sum(bucket) for bucket in parts]
-    dense = sum(gemms)
+    dense = sum(map(sum, parts))
     if model.moe:  # the router, in bf16
         dense += gemm_seconds(tokens, model.experts, h, gpu, eff)
     heads = cfg.mbs * model.heads / t
@@ -270,36 +269,43 @@ def op_recomputed_gemm_seconds(model: ModelSpec, parts: list[list[float]]) -> fl
     return wk + sum(projection) + (up[1] if len(up) == 2 else sum(up) / 2)
 
 
+def projection_shares(model: ModelSpec, cfg: ParallelConfig) -> dict[int, tuple[float, ...]]:
+    """The ``linear_shapes`` GEMMs that run apart (``cfg.projections``), each as the shares of its width its parts take:
+    QKV as wq, wk and wv (``separate``), a gated MLP's first as w1 and w3 (``separate``, ``fused_qkv``)."""
+    q, k = model.q_dim, model.kv_dim
+    shares: dict[int, tuple[float, ...]] = {}
+    if cfg.projections == "separate":
+        shares[0] = (q / (q + 2 * k), k / (q + 2 * k), k / (q + 2 * k))
+    if cfg.projections != "fused" and model.gated_mlp:
+        shares[2] = (0.5, 0.5)
+    return shares
+
+
 def linear_gemm_seconds(
     model: ModelSpec, cfg: ParallelConfig, gpu: GpuSpec, eff: Efficiencies, tokens: float
 ) -> list[list[float]]:
-    """Seconds of a layer's four linear GEMMs (``linear_shapes``) on one GPU, each as the GEMMs it runs as
-    (``cfg.projections``): one, or apart the QKV GEMM as three (wq, wk, wv) and a gated MLP's first as two (w1, w3),
-    each reading the whole input. A narrow one sits on the roofline's memory side: a TP 8 rank's wk of Llama 3 is 128
-    columns wide."""
+    """Seconds of a layer's four linear GEMMs (``linear_shapes``) on one GPU, each as the GEMMs it runs as: one, or its
+    parts apart (``projection_shares``), each reading the whole input. A narrow one sits on the roofline's memory side:
+    a TP 8 rank's wk of Llama 3 is 128 columns wide."""
     peak = linear_peak_tflops(gpu, cfg.precision)
-    q, k = model.q_dim, model.kv_dim
-    split: dict[int, tuple[float, ...]] = {}
-    if cfg.projections == "separate":
-        split[0] = (q / (q + 2 * k), k / (q + 2 * k), k / (q + 2 * k))
-    if cfg.projections != "fused" and model.gated_mlp:
-        split[2] = (0.5, 0.5)
+    shares = projection_shares(model, cfg)
     return [
-        [gemm_seconds(rows, n * share, depth, gpu, eff, peak_tflops=peak) for share in split.get(index, (1.0,))]
+        [gemm_seconds(rows, n * share, depth, gpu, eff, peak_tflops=peak) for share in shares.get(index, (1.0,))]
         for index, (rows, depth, n, _) in enumerate(linear_shapes(model, cfg, tokens))
     ]
 
 
 def input_gradient_sum_bytes(model: ModelSpec, cfg: ParallelConfig, tokens: float) -> float:
     """HBM bytes one layer's backward spends summing an input's gradients where projections apart read the same input
-    (``cfg.projections``): wq, wk and wv's three, w1 and w3's two (a gated MLP), each the size of the whole input (bf16;
-    the gathered sequence under sequence parallelism, which the TP degree does not shrink). Compiled, one fused kernel
+    (``projection_shares``): wq, wk and wv's three, w1 and w3's two, each the size of the whole input (bf16; the
+    gathered sequence under sequence parallelism, which the TP degree does not shrink). Compiled, one fused kernel
     reads the n gradients and writes their sum (n + 1 passes); eager, autograd adds them in pairs (3 passes an add).
     Fused projections produce the one gradient in their GEMM."""
-    mlp_rows = tokens * (model.top_k * cfg.capacity_factor + model.shared_experts) if model.moe else tokens
-    summed = [(3, tokens)] if cfg.projections == "separate" else []
-    summed += [(2, mlp_rows)] if cfg.projections != "fused" and model.gated_mlp else []
-    return sum((n + 1 if cfg.compile else 3 * (n - 1)) * 2.0 * rows * model.hidden for n, rows in summed)
+    shapes = linear_shapes(model, cfg, tokens)
+    return sum(
+        (len(parts) + 1 if cfg.compile else 3 * (len(parts) - 1)) * 2.0 * shapes[index][0] * model.hidden
+        for index, parts in projection_shares(model, cfg).items()
+    )
 
 
 #: FP8 with dynamic (tensor-wise) scaling, as Transformer Engine's and torchao's Float8 linears do: every bf16 operand
