@@ -338,17 +338,34 @@ def fp8_cast_seconds(model: ModelSpec, cfg: ParallelConfig, hbm_bytes_s: float, 
     """The HBM time of FP8's casts around a layer's linear GEMMs, forward and backward (0 in bf16): forward casts each
     input and weight; backward casts each output gradient (``FP8_CAST_BYTES``) and transposes the FP8 input and
     weight for the weight and input gradients (``FP8_TRANSPOSE_BYTES``); what sequence parallelism gathers in FP8 is
-    cast on a rank's share (``sharded_cast_elements``)."""
+    cast on a rank's share (``sharded_cast_elements``), and so are the weights ZeRO gathers in FP8 (``fp8_all_gather``:
+    ``gathered_weight_cast_share``)."""
     if cfg.precision != "fp8":
         return 0.0, 0.0
     shapes = linear_shapes(model, cfg, tokens)
     operands = sum(rows * k + weights * k * n for rows, k, n, weights in shapes)
     gradients = sum(rows * n for rows, _, n, _ in shapes)
-    cast_inputs = operands - sharded_cast_elements(model, cfg, shapes, inputs=True)
+    weight_casts = sum(
+        weights * k * n * gathered_weight_cast_share(model, cfg, index)
+        for index, (_, k, n, weights) in enumerate(shapes)
+    )
+    cast_inputs = sum(rows * k for rows, k, _, _ in shapes) + weight_casts
+    cast_inputs -= sharded_cast_elements(model, cfg, shapes, inputs=True)
     cast_gradients = gradients - sharded_cast_elements(model, cfg, shapes, inputs=False)
     forward = FP8_CAST_BYTES * cast_inputs / hbm_bytes_s
     backward = (FP8_CAST_BYTES * cast_gradients + FP8_TRANSPOSE_BYTES * operands) / hbm_bytes_s
     return forward, backward
+
+
+def gathered_weight_cast_share(model: ModelSpec, cfg: ParallelConfig, shape: int) -> float:
+    """The share of a ``linear_shapes`` GEMM's weights a GPU casts to FP8 itself: all of them, unless ZeRO gathers them
+    in FP8 (``fp8_all_gather``), which casts each rank's shard before the all-gather (torchao's FSDP float8 all-gather,
+    torchtitan's ``enable_fsdp_float8_all_gather``: "cast high precision weights (1/N on each rank) into float8, and
+    perform float8 all-gather"; Megatron's ``--fp8-param-gather`` casts the shard in the optimizer's step): 1/N of
+    them, N the ranks the weights are sharded over (the routed experts' own replicas for a mixture's MLP)."""
+    if not cfg.fp8_all_gather:
+        return 1.0
+    return 1.0 / (cfg.expert_replicas if model.moe and shape >= 2 else cfg.replicas)
 
 
 def sharded_cast_elements(
