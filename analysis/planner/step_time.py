@@ -102,6 +102,7 @@ class _Cost:
     context: float = 0.0  # exposed context-parallel communication
     experts: float = 0.0  # expert parallelism's all-to-alls
     forward: float = 0.0  # the forward pass's share of ``compute``
+    forward_comm: float = 0.0  # the forward pass's share of the exposed ``comm``, ``context`` and ``experts``
 
     def __add__(self, other: _Cost) -> _Cost:
         return _Cost(
@@ -111,6 +112,7 @@ class _Cost:
             self.context + other.context,
             self.experts + other.experts,
             self.forward + other.forward,
+            self.forward_comm + other.forward_comm,
         )
 
     def scale(self, factor: float) -> _Cost:
@@ -121,6 +123,7 @@ class _Cost:
             self.context * factor,
             self.experts * factor,
             self.forward * factor,
+            self.forward_comm * factor,
         )
 
     @property
@@ -131,6 +134,17 @@ class _Cost:
     @property
     def seconds(self) -> float:
         return self.compute + self.recompute + self.comm + self.context + self.experts
+
+    @property
+    def forward_wall(self) -> float:
+        """The forward pass as the clock reads it: its compute and its exposed communication, the window the
+        data-parallel gathers run under (they travel on their own stream while the pass computes or waits on TP)."""
+        return self.forward + self.forward_comm
+
+    @property
+    def backward_wall(self) -> float:
+        """The backward pass (with what it recomputes) as the clock reads it, likewise."""
+        return self.seconds - self.forward_wall
 
 
 def gemm_seconds(
@@ -212,15 +226,18 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     comm = max(0.0, (2 + rerun_passes) * tp_pass - hidden_under)
     context = cp_seconds(model, cluster, cfg, eff, attention, attention_backward)
     experts = ep_seconds(model, cluster, cfg, eff)
+    # one of the 2 + rerun passes that move a layer's collectives is the forward
+    forward_comm = (comm + context + experts) / (2 + rerun_passes)
     if cfg.recompute == "full":
-        return _Cost(forward + backward, forward, comm, context, experts, forward)
+        return _Cost(forward + backward, forward, comm, context, experts, forward, forward_comm)
     if cfg.recompute == "selective":
-        return _Cost(forward + backward, attention + score_elementwise, comm, context, experts, forward)
+        return _Cost(forward + backward, attention + score_elementwise, comm, context, experts, forward, forward_comm)
     if cfg.recompute == "op":  # the rerun matmuls with their FP8 casts, every element-wise op, unfused attention
         casts = cast_forward * rerun_gemms / dense if dense else 0.0
         unfused = 0.0 if cfg.flash_attention else attention + score_elementwise
-        return _Cost(forward + backward, rerun_gemms + casts + elementwise + unfused, comm, context, experts, forward)
-    return _Cost(forward + backward, 0.0, comm, context, experts, forward)
+        rerun = rerun_gemms + casts + elementwise + unfused
+        return _Cost(forward + backward, rerun, comm, context, experts, forward, forward_comm)
+    return _Cost(forward + backward, 0.0, comm, context, experts, forward, forward_comm)
 
 
 def mlp_tp_seconds(
@@ -517,7 +534,7 @@ def output_layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfi
     loss, loss_backward = LOSS_BYTES_FORWARD * per_logit_byte, LOSS_BYTES_BACKWARD * per_logit_byte
     bandwidth, link_eff = _tp_bandwidth(cluster, t, eff)
     comm = 2 * ring_seconds(2.0 * tokens * h, t, bandwidth, link_eff, eff, passes=1)
-    return _Cost(3 * gemm + loss + loss_backward, 0.0, comm, forward=gemm + loss)
+    return _Cost(3 * gemm + loss + loss_backward, 0.0, comm, forward=gemm + loss, forward_comm=comm / 2)
 
 
 def p2p_seconds(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies) -> float:
@@ -549,7 +566,10 @@ def dp_seconds(
     (``gathered_under_forward``). ZeRO-3: per
     micro-batch, ``zero3_exposed_seconds``; under a pipeline, torchtitan's way: the weights gathered once under the
     first micro-batch's forward and kept, the gradients reduced once after the last backward, where torch's schedules
-    run FSDP's post-backward (``perform_reduce_grad``), with nothing left to hide it."""
+    run FSDP's post-backward (``perform_reduce_grad``), with nothing left to hide it. Under ZeRO-3 ``forward_s`` and
+    ``last_backward_s`` are the passes as the clock reads them (``_Cost.forward_wall``, ``backward_wall``): compute and
+    the exposed TP, CP and EP transfers, which FSDP's prefetch stream runs under as it runs under compute; under ZeRO
+    0-2 the passes' compute, which ``dp_overlap`` was fitted on."""
     params = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage, cfg.ep, cfg.expert_tp)
     experts = stage_expert_params(model, cfg)
     layers = layers_on_stage(model, cfg.pp, cfg.layers_per_stage)
@@ -672,7 +692,10 @@ def step_time(
     sharded = cfg.zero >= 1  # the optimizer steps a rank's shard: dense over dp·cp ranks, an expert over its replicas
     local_params = (held - experts) / cfg.replicas + experts / cfg.expert_replicas if sharded else held
     optimizer = local_params * eff.optimizer_bytes_per_param / (cluster.gpu.hbm_gbps * 1e9 * eff.hbm)
-    dp_comm = dp_seconds(model, cluster, cfg, eff, stage.backward, stage.forward, microbatches)
+    # FSDP's per-layer prefetch runs under each pass as the clock reads it; ZeRO 0-2's dp_overlap is a share of the
+    # last backward's compute, as it was fitted
+    windows = (stage.backward_wall, stage.forward_wall) if cfg.zero == 3 else (stage.backward, stage.forward)
+    dp_comm = dp_seconds(model, cluster, cfg, eff, *windows, microbatches)
     before = busy / (1.0 - bubble) + dp_comm + optimizer
     return StepTime(
         compute=microbatches * stage.compute,

@@ -113,9 +113,10 @@ def test_weights_gathered_in_fp8_are_cast_on_a_ranks_shard() -> None:
     assert whole[1] == shard[1]
     moe = model_from("qwen3-30b-a3b")
     experts = replace(cfg, dp=16, ep=8, fp8_all_gather=True)  # 16 replicas of the dense weights, 2 of each expert
-    ratio = fp8_cast_seconds(moe, replace(experts, fp8_all_gather=False), hbm, tokens)[0] - fp8_cast_seconds(
-        moe, experts, hbm, tokens
-    )[0]
+    ratio = (
+        fp8_cast_seconds(moe, replace(experts, fp8_all_gather=False), hbm, tokens)[0]
+        - fp8_cast_seconds(moe, experts, hbm, tokens)[0]
+    )
     h, q, kv = moe.hidden, moe.q_dim, moe.kv_dim
     held = moe.experts / 8
     routed = held * 3 * h * moe.moe_ffn_hidden
