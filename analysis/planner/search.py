@@ -62,7 +62,7 @@ def candidates(
     for tp, cp in layouts:
         if cluster.gpus % (tp * cp):
             continue
-        for pp in choose("pp", [p for p in _divisors(cluster.gpus // (tp * cp)) if p <= model.layers]):
+        for pp in choose("pp", [p for p in _divisors(cluster.gpus // (tp * cp)) if _even_stages(model, p, fix)]):
             if cluster.gpus % (tp * cp * pp):
                 continue
             dp = cluster.gpus // (tp * cp * pp)
@@ -109,6 +109,12 @@ def candidates(
                                 and overlap_param_gather_problem(zero) is None,
                                 str(fix.get("projections", "fused")),
                             )
+
+
+def _even_stages(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> bool:
+    """Whether the search tries ``pp`` stages: where they split the layers evenly, or where the user gave the split
+    (uneven stages change the code, so the search never picks them unasked; a held ``pp`` is tried as given)."""
+    return pp <= model.layers and (model.layers % pp == 0 or "layers_per_stage" in fix)
 
 
 def _expert_tp_degrees(model: ModelSpec, tp: int) -> list[int]:
@@ -165,9 +171,11 @@ def pipeline_fields_without_pipeline(fields: Mapping[str, Any], pp: int) -> tupl
 
 
 def rank_key(plan: Plan) -> tuple[float, int, int, float]:
-    """Fastest first; among equals the simpler (lower ZeRO stage, less recompute), then less memory."""
+    """Fastest first; among equals the simpler (lower ZeRO stage, less recompute), then less memory. Steps equal to 12
+    significant digits are equals: the same seconds summed in another order differ in their last bits."""
     assert plan.step is not None and plan.memory is not None
-    return (plan.step.total, plan.config.zero, RECOMPUTE.index(plan.config.recompute), plan.memory.total)
+    step = float(f"{plan.step.total:.12g}")
+    return (step, plan.config.zero, RECOMPUTE.index(plan.config.recompute), plan.memory.total)
 
 
 def search(

@@ -351,3 +351,34 @@ def test_memory_past_the_schedule_orders_limit_does_not_jump() -> None:
     assert memory_per_gpu(llama, cluster, cfg, 5000).total == pytest.approx(
         memory_per_gpu(llama, cluster, cfg, 5001).total
     )
+
+
+def test_equal_steps_rank_the_simpler_configuration_first() -> None:
+    """Two configurations whose steps differ only in their last bits (the same seconds summed in another order, as
+    selective recompute with fused attention, which recomputes nothing, and no recompute do) are equals: the lesser
+    recompute ranks first, as documented, not whichever sum rounded lower."""
+    from bubblescope.analysis.planner.search import rank_key
+
+    cfg = ParallelConfig(tp=2, mbs=2, zero=3, sequence_parallel=True)
+    plain = evaluate(model_from("llama-3-8b"), make_cluster("H100-SXM", 16), cfg, 64)
+    assert plain.step is not None
+    noise = replace(plain.step, compute=plain.step.compute * (1 - 4e-16))
+    selective = replace(plain, config=replace(cfg, recompute="selective"), step=noise)
+    assert selective.step is not None and selective.step.total < plain.step.total
+    assert sorted([selective, plain], key=rank_key)[0].config.recompute == "none"
+    faster = replace(selective, step=replace(plain.step, compute=plain.step.compute * 0.999))
+    assert sorted([plain, faster], key=rank_key)[0] is faster  # a real difference still ranks first
+
+
+def test_the_search_tries_only_pipelines_that_split_the_layers_evenly_unless_the_split_is_given() -> None:
+    """Llama 3 70B (80 layers) on 144 B200s: 144 = 2^4·3^2 GPUs allow 9 stages, which 80 layers do not split evenly;
+    uneven stages are the user's to give, so the search does not try pp 9 (nor 3, 6, 12...) on its own. Given the
+    split (``layers_per_stage``), or pp itself, it does."""
+    document = {"model": "llama-3-70b", "cluster": {"gpu": "B200", "gpus": 144}, "global_batch": 288, "top": 1000}
+    plans = plan_document(document).plans
+    assert plans and all(80 % plan.config.pp == 0 for plan in plans)
+    split = {"pp": 9, "layers_per_stage": [8] + [9] * 8}
+    given = plan_document({**document, "top": 5, "fixed": split}).plans
+    assert given and all(plan.config.layers_per_stage == (8,) + (9,) * 8 for plan in given)
+    held = plan_document({**document, "top": 5, "fixed": {"pp": 9}}).plans
+    assert held and all(plan.config.pp == 9 for plan in held)
