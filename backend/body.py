@@ -37,6 +37,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
+from bubblescope.analysis.planner.request import DuplicateKeyError, unique_json_object
 from bubblescope.backend.errors import ApiError, Loc, busy, from_validation_error
 from bubblescope.backend.settings import SMALL_BODY_BYTES, MiB, ServiceSettings, settings_of
 
@@ -85,8 +86,9 @@ def json_body_doc(model: type[BaseModel]) -> dict[str, Any]:
     }
 
 
-async def read_json(request: Request, limit: BodyLimit = SMALL_BODY) -> Any:
-    """The request's JSON document, refused as the module docstring says."""
+async def read_json(request: Request, limit: BodyLimit = SMALL_BODY, unique_keys: bool = False) -> Any:
+    """The request's JSON document, refused as the module docstring says; with ``unique_keys`` also where an object
+    names a key twice (422)."""
     _require_json(request)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit.wire_bytes:
@@ -121,7 +123,7 @@ async def read_json(request: Request, limit: BodyLimit = SMALL_BODY) -> Any:
         raw = b"".join(parts)
         parts.clear()
         async with _parse_slots():  # waited for on the event loop, not in a worker thread
-            return await run_in_threadpool(decode_json, raw)
+            return await run_in_threadpool(decode_json, raw, unique_keys)
     except TimeoutError:
         raise ApiError(408, ["body"], f"the body did not arrive within {timeout_s:g} s", "timeout") from None
     finally:
@@ -235,16 +237,20 @@ def _parse_slots() -> asyncio.Semaphore:
     return _PARSE_SLOTS.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(PARSED_AT_ONCE))
 
 
-def decode_json(raw: bytes) -> Any:
-    """Parse ``raw`` (runs in a worker thread); see the module docstring."""
+def decode_json(raw: bytes, unique_keys: bool = False) -> Any:
+    """Parse ``raw`` (runs in a worker thread); see the module docstring. ``unique_keys``: an object naming a key
+    twice is refused (422 naming the key) instead of keeping its last value, as a plan's request is."""
     if not raw.strip():
         raise ApiError(400, ["body"], "empty body; expected a JSON object", "json_invalid")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ApiError(400, ["body"], f"body is not valid UTF-8: {error}", "json_invalid") from None
+    hook = unique_json_object if unique_keys else None
     try:
-        document = json.loads(text, parse_constant=_not_json, parse_float=_finite)
+        document = json.loads(text, parse_constant=_not_json, parse_float=_finite, object_pairs_hook=hook)
+    except DuplicateKeyError as error:
+        raise ApiError(422, ["body", error.key], "given twice in one object; give it once", "value_error") from None
     except RecursionError:
         raise ApiError(400, ["body"], "JSON nested too deeply", "json_invalid") from None
     except ValueError as error:

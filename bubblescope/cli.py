@@ -154,17 +154,34 @@ def _plan_source(value: str, option: str) -> object:
 
     if not (value.endswith(".json") or Path(value).is_file()):
         return value
+    from bubblescope.analysis.planner.request import unique_json_object
+
     try:
-        return json.loads(Path(value).read_text())
+        return json.loads(Path(value).read_text(), object_pairs_hook=unique_json_object)
     except (OSError, ValueError) as error:
         raise ValueError(f"{option}: cannot read JSON file {value!r}: {error}") from None
 
 
-def _key_values(text: str | None, option: str) -> dict[str, str] | None:
-    if text is None:
+class _StoreOnce(argparse.Action):
+    """An option that takes one value: given twice, the command refuses it (exit 2) instead of keeping the last."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option: str | None = None
+    ) -> None:
+        given: set[str] = namespace.__dict__.setdefault("_given_once", set())
+        if self.dest in given:
+            parser.error(f"{option} given twice; give it once")
+        given.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
+def _key_values(texts: list[str] | None, option: str) -> dict[str, str] | None:
+    """The K=V pairs of every time ``option`` was given (``--fix tp=2 --fix pp=2`` holds both), a key given twice
+    refused."""
+    if texts is None:
         return None
     pairs: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
+    for item in filter(None, (part.strip() for text in texts for part in text.split(","))):
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise ValueError(f"{option}: expected K=V[,K=V...], got {item!r}")
@@ -208,6 +225,8 @@ def _plan(args: argparse.Namespace) -> int:
     if args.json:
         for plan in outcome.plans:  # each line says the defaults it relied on, as the API's answer does
             print(json.dumps({**plan.as_dict(), "assumed": list(outcome.assumed)}))
+        if not outcome.plans:  # nothing on stdout: one line on stderr says why, as the text output does
+            print("bubblescope plan: no configuration runs and fits in memory", file=sys.stderr)
     else:
         print(render_outcome(outcome))
     return 0 if outcome.plans else 1
@@ -422,26 +441,34 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate one configuration (--config) or search for the fastest that fit (ranked). "
         f"Model presets: {', '.join(MODEL_PRESETS)}; clusters <gpu>-x<count>, e.g. a100-80gb-x64.",
     )
-    plan.add_argument("--model", required=True, help="model preset name or JSON file of model fields")
-    plan.add_argument("--cluster", help="cluster preset (<gpu>-x<count>) or JSON file {gpu, gpus, gpus_per_node}")
+    plan.add_argument(
+        "--model", action=_StoreOnce, required=True, help="model preset name or JSON file of model fields"
+    )
+    plan.add_argument(
+        "--cluster", action=_StoreOnce, help="cluster preset (<gpu>-x<count>) or JSON file {gpu, gpus, gpus_per_node}"
+    )
     plan.add_argument(
         "--gpu",
+        action=_StoreOnce,
         help=f"instead of --cluster: GPU type ({', '.join(gpu.name for gpu in GPU_CATALOG.values())})",
     )
-    plan.add_argument("--gpus", type=int, help="with --gpu: number of GPUs")
-    plan.add_argument("--gpus-per-node", type=int, help="with --gpu (default 8)")
-    plan.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
+    plan.add_argument("--gpus", action=_StoreOnce, type=int, help="with --gpu: number of GPUs")
+    plan.add_argument("--gpus-per-node", action=_StoreOnce, type=int, help="with --gpu (default 8)")
+    plan.add_argument("--global-batch", action=_StoreOnce, type=int, required=True, help="sequences per optimizer step")
     plan.add_argument(
         "--config",
-        help="evaluate this configuration: K=V,... with tp, pp, dp, vpp, mbs, schedule, "
+        action="append",
+        help="evaluate this configuration (may be repeated): K=V,... with tp, pp, dp, vpp, mbs, schedule, "
         f"zero, {_words('recompute')}, sp, flash (default true), {_words('precision')}, "
         f"layers_per_stage (7/8/8/7), first_stage_layers, last_stage_layers, tp_overlap, cp, {_words('cp_comm')}, "
         f"ep, etp (experts' own tp, default tp), {_words('dispatcher')}, capacity_factor, {_words('grad_reduce')}, "
         f"compile (default true), fp8_all_gather, {_words('attention_kernel')}, kv_repeated, overlap_param_gather, "
         f"{_words('projections')}",
     )
-    plan.add_argument("--fix", help="search holding these K=V,... fields")
-    plan.add_argument("--top", type=int, default=10, help="configurations to list when searching (default 10)")
+    plan.add_argument("--fix", action="append", help="search holding these K=V,... fields (may be repeated)")
+    plan.add_argument(
+        "--top", action=_StoreOnce, type=int, default=10, help="configurations to list when searching (default 10)"
+    )
     plan.add_argument(
         "--json", action="store_true", help="one JSON object per configuration per line, with the defaults assumed"
     )
@@ -522,7 +549,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    except BrokenPipeError:  # the reader left (``plan ... | head -1``): what it read is the answer, no traceback
+        _silence_stdout()
+        return 0
     return stop_signal.EXIT if stop_signal.requested() else code  # a SIGTERM whose exit was lost (stop_signal)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of a closed pipe raises nothing (Python's
+    documented way to leave quietly when a pipe's reader has gone)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -125,14 +125,37 @@ EXPERT_DEFAULTS_SAID = {
 MAX_TOP = 1000
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice; which value a reader keeps is not said, so a plan refuses it."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"{key!r} given twice in one object")
+        self.key = key
+
+
+def unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook`` for a plan's documents (the API's body, the model and cluster files
+    the command line reads): the object, refused (``DuplicateKeyError``) where a key comes twice, as ``{"tp": 2, "tp": 4}``."""
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise DuplicateKeyError(key)
+        document[key] = value
+    return document
+
+
 def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, Any]:
     """Validated, canonical configuration fields (aliases such as t, p, d, v, sp accepted)."""
     if not isinstance(raw, Mapping):
         raise PlanInputError(where, "expected an object of configuration fields")
     fields: dict[str, Any] = {}
+    given: dict[str, object] = {}  # each field's key as given: one field under two names (sp, sequence_parallel)
     for key, value in raw.items():
         name = CONFIG_ALIASES.get(str(key).lower(), str(key).lower())
         at = f"{where}.{key}"
+        if name in given:
+            raise PlanInputError(f"{where}.{name}", f"given twice (as {given[name]} and {key}); give it once")
+        given[name] = key
         if name in _INT_FIELDS:
             fields[name] = positive_int(value, at)
         elif name == "zero":
@@ -345,6 +368,8 @@ def _fixed_problems(
     named: dict[str, str] = {}
     pipeline_only = pipeline_fields_without_pipeline(fixed, cfg.pp)
     for field, why in [*structural_problems(model, cluster, cfg, batch), *([pipeline_only] if pipeline_only else [])]:
+        if field == "vpp" and "vpp" not in fixed and "schedule" in fixed:
+            field = "schedule"  # the interleaved schedule held: the virtual stages the search tries are its
         if field in fixed:
             named.setdefault(field, why)
     return named

@@ -559,6 +559,10 @@ def model_from(value: str | Mapping[str, Any], where: str = "model") -> ModelSpe
             values[key] = fields[key]
     if "name" in fields:
         values["name"] = str(fields["name"])
+    if values.get("experts") and not values.get("top_k"):  # no default a user would not have to be told
+        raise PlanInputError(
+            f"{where}.top_k", "a mixture of experts needs top_k: how many experts a token is routed to"
+        )
     spec = ModelSpec(**values)
     if spec.hidden % spec.heads and not spec.head_width:
         raise PlanInputError(

@@ -25,5 +25,5 @@ router = APIRouter(prefix=wire.API_PREFIX, tags=["planner"])
     "`bubblescope plan`; see docs/planner.md.",
 )
 async def post_plan(request: Request) -> PlanOut:
-    body = parse_document(PlanRequestIn, await read_json(request))
+    body = parse_document(PlanRequestIn, await read_json(request, unique_keys=True))
     return await run_in_threadpool(service.plan, body)

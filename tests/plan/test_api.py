@@ -209,6 +209,23 @@ BAD: list[tuple[str, dict[str, Any], list[Any], str]] = [
         "need a pipeline",
     ),
     (
+        "an interleaved schedule held where no virtual stage count splits the layers",
+        {
+            "model": "llama-3.1-405b",
+            "cluster": "h200-x1024",
+            "global_batch": 128,
+            "fixed": {"tp": 8, "pp": 8, "cp": 2, "schedule": "interleaved1f1b"},
+        },
+        ["body", "fixed", "schedule"],
+        "126 layers do not split into 8·",
+    ),
+    (
+        "experts without top_k",
+        {"model": {"preset": "llama-3-8b", "experts": 8}, "cluster": "h100-sxm-x8", "global_batch": 8},
+        ["body", "model", "top_k"],
+        "a mixture of experts needs top_k",
+    ),
+    (
         "config and fixed",
         {"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"tp": 8}, "fixed": {"tp": 8}},
         ["body", "fixed"],
@@ -222,6 +239,19 @@ def test_bad_requests_name_the_field(server: LiveServer, case: tuple[str, dict[s
     _name, body, loc, words = case
     with server.client() as client:
         assert_names(client.post("/api/v1/plan", json=body), 422, loc, words)
+
+
+def test_a_key_given_twice_is_refused_naming_it(server: LiveServer) -> None:
+    """JSON lets an object name a key twice and keeps the last; a plan request that does (``"tp": 2, "tp": 4``) is
+    refused naming the key, not answered for tp 4."""
+    body = '{"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"tp": 2, "tp": 4}}'
+    with server.client() as client:
+        answer = client.post("/api/v1/plan", content=body, headers={"content-type": "application/json"})
+        assert_names(answer, 422, ["body", "tp"], "given twice")
+        once = body.replace('"tp": 2, ', "")
+        assert (
+            client.post("/api/v1/plan", content=once, headers={"content-type": "application/json"}).status_code == 200
+        )
 
 
 def test_a_model_cluster_or_gpu_given_as_fields_is_refused_for_its_fields_alone(server: LiveServer) -> None:

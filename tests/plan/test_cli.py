@@ -124,6 +124,13 @@ def test_a_model_file_with_head_dim_gives_the_qwen3_presets_answer(tmp_path: Pat
         (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--top", "0"], "top: must be at least 1"),
         (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--gpus", "16"], "--gpus and --gpus-per-node go with"),
         (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--config", "tp=2,tp=4"], "--config: tp given twice"),
+        (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--config", "tp=2", "--config", "tp=4"], "tp given twice"),
+        (
+            ["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--config", "tp=2,sp=true,sequence_parallel=false"],
+            "config.sequence_parallel: given twice (as sp and sequence_parallel)",
+        ),
+        (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--fix", "tp=2,t=4"], "fixed.tp: given twice"),
+        (["--model", "gpt-22b", "--model", "gpt-1.7b", "--cluster", "a100-80gb-x8"], "--model given twice"),
         (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--fix", "precision=fp8"], "fixed.precision: A100"),
         (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--config", "vpp=2"], "config.vpp: vpp=2 virtual"),
     ],
@@ -133,3 +140,45 @@ def test_bad_input_names_the_field_and_exits_2(args: list[str], words: str) -> N
     assert done.returncode == 2
     assert words in done.stderr, done.stderr
     assert done.stdout == ""
+
+
+def test_fix_given_twice_holds_both_and_a_model_file_naming_a_field_twice_is_refused(tmp_path: Path) -> None:
+    """``--fix tp=2 --fix pp=2`` holds tp 2 and pp 2 (each flag's fields together, as one ``--fix tp=2,pp=2``); a JSON
+    file that names a field twice (``"seq"`` twice) is refused, not read with its last value."""
+    done = plan(
+        "--model", "llama-3-8b", "--gpu", "H100-SXM", "--gpus", "8", "--global-batch", "64",
+        "--fix", "tp=2", "--fix", "pp=2", "--top", "3", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    configs = [json.loads(line)["config"] for line in done.stdout.splitlines()]
+    assert configs and all((c["tp"], c["pp"]) == (2, 2) for c in configs)
+    model = tmp_path / "model.json"
+    model.write_text('{"preset": "llama-3-8b", "seq": 8192, "seq": 4096}')
+    refused = plan("--model", str(model), "--gpu", "H100-SXM", "--gpus", "8", "--global-batch", "64")
+    assert refused.returncode == 2
+    assert "'seq' given twice in one object" in refused.stderr, refused.stderr
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback_and_json_says_why_nothing_fits() -> None:
+    """``plan ... | head -1``: the pipe's reader leaves after one line, and the command ends quietly (exit 0), not
+    with a BrokenPipeError traceback. With ``--json`` and nothing that fits, stdout stays empty (one object a
+    configuration) and stderr says why (exit 1), as the text output does."""
+    command = [sys.executable, "-m", "bubblescope.cli", "plan", "--model", "llama-3-8b", "--gpu", "H100-SXM"]
+    reader = subprocess.Popen(
+        [*command, "--gpus", "32", "--global-batch", "128", "--top", "200"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        bufsize=0,
+    )
+    assert reader.stdout is not None and reader.stderr is not None
+    assert reader.stdout.read(40)  # the first bytes, then the reader goes
+    reader.stdout.close()
+    assert reader.wait(timeout=120) == 0
+    assert b"Traceback" not in reader.stderr.read()
+    nothing = plan(
+        "--model", "llama-3-8b", "--gpu", "H100-SXM", "--gpus", "8", "--global-batch", "128",
+        "--fix", "recompute=full,mbs=64", "--json",
+    )  # fmt: skip
+    assert nothing.returncode == 1 and nothing.stdout == ""
+    assert "no configuration runs and fits in memory" in nothing.stderr
