@@ -14,7 +14,8 @@ In order, each refusal a 4xx naming the field (docs/limits.md):
 3. In a worker thread, not on the event loop, two documents at a time (the wait for a turn is on
    the event loop, so it holds no worker thread): strict UTF-8 (400), then
    ``json.loads`` (400, and 400 for nesting deeper than the interpreter's recursion limit; a number without
-   a fractional part, ``5.0``, read as the integer it is), then no
+   a fractional part, ``5.0``, read as the integer it is; where the endpoint asks, as ``/plan`` does, 422 for an
+   object that names a key twice), then no
    NUL character and no unpaired surrogate in any string or key (422 naming where: PostgreSQL
    cannot store either).
 """

@@ -135,7 +135,8 @@ class DuplicateKeyError(ValueError):
 
 def unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``json.loads``' ``object_pairs_hook`` for a plan's documents (the API's body, the model and cluster files
-    the command line reads): the object, refused (``DuplicateKeyError``) where a key comes twice, as ``{"tp": 2, "tp": 4}``."""
+    the command line reads): the object, refused (``DuplicateKeyError``) where a key comes twice, as
+    ``{"tp": 2, "tp": 4}``."""
     document: dict[str, Any] = {}
     for key, value in pairs:
         if key in document:
