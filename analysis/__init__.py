@@ -72,8 +72,10 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         render_outcome as render_outcome,
     )
     from bubblescope.analysis.planner.request import (
+        DuplicateKeyError as DuplicateKeyError,
         PlanOutcome as PlanOutcome,
         plan_document as plan_document,
+        unique_json_object as unique_json_object,
     )
     from bubblescope.analysis.planner.specs import (
         CHOICES as CHOICES,
@@ -202,8 +204,10 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
     "pipeline_profile": ("MAX_LAYERS",),
     "planner.render": ("render_outcome",),
     "planner.request": (
+        "DuplicateKeyError",
         "PlanOutcome",
         "plan_document",
+        "unique_json_object",
     ),
     "planner.specs": ("CHOICES", "GPU_CATALOG", "MODEL_PRESETS", "PlanInputError"),
     "prometheus_rules": ("prometheus_rules", "prometheus_rules_table"),

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from bubblescope.analysis.planner.request import DuplicateKeyError, unique_json_object
+from bubblescope.analysis import DuplicateKeyError, unique_json_object
 from bubblescope.backend.errors import ApiError, Loc, busy, from_validation_error
 from bubblescope.backend.settings import SMALL_BODY_BYTES, MiB, ServiceSettings, settings_of
 

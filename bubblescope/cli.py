@@ -154,7 +154,7 @@ def _plan_source(value: str, option: str) -> object:
 
     if not (value.endswith(".json") or Path(value).is_file()):
         return value
-    from bubblescope.analysis.planner.request import unique_json_object
+    from bubblescope.analysis import unique_json_object
 
     try:
         return json.loads(Path(value).read_text(), object_pairs_hook=unique_json_object)
