@@ -69,6 +69,7 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         MAX_LAYERS as MAX_LAYERS,
     )
     from bubblescope.analysis.planner.render import (
+        nothing_fits as nothing_fits,
         render_outcome as render_outcome,
     )
     from bubblescope.analysis.planner.request import (
@@ -202,7 +203,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "TimedSpan",
     ),
     "pipeline_profile": ("MAX_LAYERS",),
-    "planner.render": ("render_outcome",),
+    "planner.render": ("nothing_fits", "render_outcome"),
     "planner.request": (
         "DuplicateKeyError",
         "PlanOutcome",

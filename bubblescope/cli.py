@@ -194,13 +194,15 @@ def _key_values(texts: list[str] | None, option: str) -> dict[str, str] | None:
 def _plan(args: argparse.Namespace) -> int:
     import json
 
-    from bubblescope.analysis import PlanInputError, plan_document, render_outcome
+    from bubblescope.analysis import PlanInputError, nothing_fits, plan_document, render_outcome
 
     try:
         if (args.cluster is None) == (args.gpu is None):
             raise ValueError("cluster: give --cluster NAME|FILE, or --gpu TYPE --gpus N [--gpus-per-node K]")
         if args.cluster is not None and (args.gpus is not None or args.gpus_per_node is not None):
             raise ValueError("cluster: --gpus and --gpus-per-node go with --gpu; a --cluster names its own")
+        if args.gpu is not None and args.gpus is None:
+            raise ValueError(f"cluster: --gpu {args.gpu} needs --gpus N, how many GPUs the job runs on")
         cluster = (
             _plan_source(args.cluster, "--cluster")
             if args.cluster is not None
@@ -226,7 +228,7 @@ def _plan(args: argparse.Namespace) -> int:
         for plan in outcome.plans:  # each line says the defaults it relied on, as the API's answer does
             print(json.dumps({**plan.as_dict(), "assumed": list(outcome.assumed)}))
         if not outcome.plans:  # nothing on stdout: one line on stderr says why, as the text output does
-            print("bubblescope plan: no configuration runs and fits in memory", file=sys.stderr)
+            print(f"bubblescope plan: {nothing_fits(outcome)}", file=sys.stderr)
     else:
         print(render_outcome(outcome))
     return 0 if outcome.plans else 1

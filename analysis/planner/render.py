@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bubblescope.analysis.planner.evaluate import Plan
+from bubblescope.analysis.planner.labels import config_label
 from bubblescope.analysis.planner.memory import GIB
 from bubblescope.analysis.planner.request import PlanOutcome
 
@@ -10,31 +10,6 @@ FP8_MFU_NOTE = (
     "MFU: model FLOPs over the GPUs' dense bf16 peak, as usual; FP8 GEMMs run at up to twice it, so an FP8 plan "
     "can read above 100%"
 )
-
-
-def config_label(plan: Plan) -> str:
-    c = plan.config
-    schedule = c.schedule.name + (f"(v={c.vpp})" if c.vpp > 1 else "")
-    flags = "+sp" if c.sequence_parallel else ""
-    flags += "+flash" if c.flash_attention else ""
-    flags += "+fp8" if c.precision == "fp8" else ""
-    flags += "+tp-overlap" if c.tp_comm_overlap else ""
-    flags += "+eager" if not c.compile else ""
-    flags += "+fp8-all-gather" if c.fp8_all_gather else ""
-    flags += "+overlap-param-gather" if c.overlap_param_gather else ""
-    flags += f"+grad-{c.grad_reduce}" if c.grad_reduce != "fp32" else ""
-    stages = f" layers={'/'.join(map(str, c.layers_per_stage))}" if c.layers_per_stage else ""
-    context = f" cp={c.cp}({c.cp_comm})" if c.cp > 1 else ""
-    context += f" ep={c.ep}" if c.ep > 1 else ""
-    context += f" etp={c.etp}" if c.etp else ""
-    context += f"({c.dispatcher})" if c.ep > 1 and c.dispatcher != "alltoall" else ""
-    flags += f"+{c.attention_kernel}" if c.attention_kernel != "cudnn" else ""
-    flags += "+kv-repeated" if c.kv_repeated else ""
-    flags += f"+{c.projections.replace('_', '-')}-projections" if c.projections != "fused" else ""
-    return (
-        f"t={c.tp}{context} p={c.pp} d={c.dp} mbs={c.mbs} {schedule if c.pp > 1 else 'no-pp'} "
-        f"zero={c.zero} recompute={c.recompute}{flags}{stages}"
-    )
 
 
 def render_outcome(outcome: PlanOutcome) -> str:
@@ -48,7 +23,7 @@ def render_outcome(outcome: PlanOutcome) -> str:
     if any(plan.config.precision == "fp8" for plan in outcome.plans):
         lines.append(FP8_MFU_NOTE)
     if not outcome.plans:
-        lines.append("no configuration runs and fits in memory")
+        lines.append(nothing_fits(outcome))
         return "\n".join(lines)
     if outcome.searched:
         lines.append(f"{'#':>3}  {'step s':>9}  {'MFU':>6}  {'bubble':>6}  {'GiB/GPU':>7}  configuration")
@@ -89,3 +64,8 @@ def render_outcome(outcome: PlanOutcome) -> str:
         + ", ".join(f"{k} {v:.3f}" for k, v in parts.items())
     )
     return "\n".join(lines)
+
+
+def nothing_fits(outcome: PlanOutcome) -> str:
+    """The line an answer without plans prints: nothing runs and fits, and why where the search knows."""
+    return "no configuration runs and fits in memory" + (f": {outcome.why_none}" if outcome.why_none else "")

@@ -14,8 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from bubblescope.analysis.planner.efficiencies import constants_said
+from bubblescope.analysis.planner.empty_answer import why_nothing_runs
 from bubblescope.analysis.planner.evaluate import Plan, evaluate, structural_problems
-from bubblescope.analysis.planner.search import LONG_SEQUENCE, candidates, pipeline_fields_without_pipeline, search
+from bubblescope.analysis.planner.search import (
+    LONG_SEQUENCE,
+    candidates,
+    layouts,
+    pipeline_fields_without_pipeline,
+    search,
+)
 from bubblescope.analysis.planner.specs import (
     CHOICES,
     ClusterSpec,
@@ -32,6 +39,7 @@ from bubblescope.analysis.planner.specs import (
     positive_float,
     positive_int,
 )
+from bubblescope.analysis.planner.step_time import attention_kernel_share
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, INTERLEAVED_1F1B, ScheduleError, lookup
 
 CONFIG_ALIASES = {
@@ -111,6 +119,11 @@ DEFAULTS_SAID = {
     "projections": "projections: fused (Q, K and V in one GEMM and a gated MLP's w1 and w3 in one, as Megatron-LM and"
     " Transformer Engine run them; separate: torchtitan's Llama before fuse_qkv, Hugging Face's)",
 }
+#: The attention kernel's default where FlashAttention-2's forward is priced as cuDNN's (off Hopper).
+ATTENTION_KERNEL_SAID_OFF_HOPPER = (
+    "attention_kernel: cudnn (cuDNN's fused attention, Transformer Engine's; off Hopper flash2, FlashAttention-2, is"
+    " priced alike forward, its backward 2.7× the forward where cuDNN's is 3.1×)"
+)
 #: Defaults said only where they bear on the request: context parallelism (a long sequence, or cp > 1), FP8, experts.
 CONTEXT_DEFAULTS_SAID = {
     "cp_comm": "cp_comm: p2p (ring attention passing key/value blocks, Transformer Engine's; allgather is torch's)",
@@ -123,6 +136,7 @@ EXPERT_DEFAULTS_SAID = {
     "etp": "etp: tp (the experts split as the rest of the layer; torchtitan's expert_parallel_degree means etp 1)",
 }
 MAX_TOP = 1000
+TP_OVERLAP_WITHOUT_TP = "tensor-parallel overlap needs tp > 1: at tp 1 there are no tensor-parallel collectives to hide"
 
 
 class DuplicateKeyError(ValueError):
@@ -208,14 +222,21 @@ def stage_layout(fields: dict[str, Any], layers: int, where: str = "config") -> 
         raise PlanInputError(f"{where}.pp", "first/last_stage_layers need a pipeline: give pp ≥ 2")
     middle_stages = pp - (first is not None) - (last is not None)
     rest = layers - (first or 0) - (last or 0)
+    given = "last_stage_layers" if last is not None else "first_stage_layers"
+    held = " + ".join(f"{name}_stage_layers {count}" for name, count in (("first", first), ("last", last)) if count)
     if middle_stages == 0:
         if rest:
-            raise PlanInputError(
-                f"{where}.last_stage_layers", f"the two stages hold {layers - rest} of {layers} layers"
-            )
+            raise PlanInputError(f"{where}.{given}", f"the two stages hold {layers - rest} of {layers} layers")
         return {**fields, "layers_per_stage": (first, last)}
-    if rest < middle_stages or rest % middle_stages:
-        given = "first_stage_layers" if first is not None else "last_stage_layers"
+    if rest < middle_stages:
+        why = (
+            f"{held}: {layers - rest} layers, more than the model's {layers}"
+            if rest < 0
+            else f"{held}: {rest} of the model's {layers} layers left for {middle_stages} other stages; every stage"
+            " needs at least one"
+        )
+        raise PlanInputError(f"{where}.{given}", why)
+    if rest % middle_stages:
         raise PlanInputError(
             f"{where}.{given}",
             f"the other {rest} layers do not split evenly over the {middle_stages} other stages (Megatron's rule)",
@@ -264,6 +285,7 @@ class PlanOutcome:
     searched: bool
     plans: list[Plan]
     assumed: tuple[str, ...] = ()
+    why_none: str | None = None  # a search that found nothing: why (``empty_answer.why_nothing_runs``)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -295,6 +317,7 @@ class PlanOutcome:
             "global_batch": self.global_batch,
             "assumed": list(self.assumed),
             "plans": [plan.as_dict() for plan in self.plans],
+            **({"why_none": self.why_none} if self.why_none else {}),
         }
 
 
@@ -322,6 +345,8 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
         pipeline_only = pipeline_fields_without_pipeline(fields, config.pp)
         if pipeline_only:
             raise PlanInputError(f"config.{pipeline_only[0]}", pipeline_only[1])
+        if config.tp_comm_overlap and config.tp == 1:
+            raise PlanInputError("config.tp_comm_overlap", TP_OVERLAP_WITHOUT_TP)
         for field_name, message in structural_problems(model, cluster, config, batch):
             raise PlanInputError(f"config.{field_name}", message)
         plans = [evaluate(model, cluster, config, batch)]
@@ -334,6 +359,8 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
     )
     if fp8_gathers:
         raise PlanInputError("fixed.fp8_all_gather", fp8_gathers)
+    if fixed.get("tp_comm_overlap") and fixed.get("tp") == 1:
+        raise PlanInputError("fixed.tp_comm_overlap", TP_OVERLAP_WITHOUT_TP)
     hidden_gather = overlap_param_gather_problem(fixed.get("zero")) if fixed.get("overlap_param_gather") else None
     if hidden_gather:
         raise PlanInputError("fixed.overlap_param_gather", hidden_gather)
@@ -341,7 +368,8 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
     blamed = None if plans or not fixed else fixed_field_refused(model, cluster, batch, fixed)
     if blamed:
         raise PlanInputError(f"fixed.{blamed[0]}", blamed[1])
-    return PlanOutcome(model, cluster, batch, True, plans, _assumed(fixed, cluster, model))
+    why_none = None if plans else why_nothing_runs(model, cluster, batch, fixed)
+    return PlanOutcome(model, cluster, batch, True, plans, _assumed(fixed, cluster, model), why_none)
 
 
 def fixed_field_refused(
@@ -358,6 +386,9 @@ def fixed_field_refused(
         if not blamed:
             return None
     if blamed is None:
+        replicas = [dp * fixed.get("mbs", 1) for *_, dp in layouts(model, cluster, fixed)]
+        if replicas and all(batch % count for count in replicas):
+            return None  # the global batch splits over no layout's replicas: the answer's why_none says so
         blamed = _fixed_problems(model, cluster, config_from(fixed).with_dp(cluster.gpus), batch, fixed)
     return next(iter(blamed.items()), None)
 
@@ -381,6 +412,8 @@ def _assumed(given: Mapping[str, Any], cluster: ClusterSpec, model: ModelSpec) -
     context parallelism's where the sequence is long enough for the search to try it or cp > 1 is given, FP8's with
     precision fp8, the experts' on a mixture of experts."""
     said = dict(DEFAULTS_SAID)
+    if attention_kernel_share(cluster.gpu, "flash2") == 1.0:
+        said["attention_kernel"] = ATTENTION_KERNEL_SAID_OFF_HOPPER
     if given.get("cp", 1) > 1 or (model.seq >= LONG_SEQUENCE and "cp" not in given):
         said |= CONTEXT_DEFAULTS_SAID
     if given.get("precision") == "fp8":

@@ -1,14 +1,15 @@
 """Enumerate configurations, keep the runnable ones, rank them by predicted step time.
 
-The space: t a power of two up to the GPUs of a node dividing the heads; c (context parallel) 1, and for
-sequences of 16k tokens or more every power of two keeping t·c inside a node; p any divisor of gpus/(t·c) up to
-the layers (uneven stages allowed); d the rest; for a mixture of experts, the experts' own tensor parallelism as t
-or 1, and e (expert parallel) any divisor of t·d·c over that degree that divides the experts; micro-batch sizes
-powers of two dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that splits the
-stage's layers evenly, up to 8); ZeRO 0–3 (0, 1 and 3 with pipelining) wherever dp·cp > 1, the ranks it shards over; recompute none, selective, op (torchtitan's
-per-op), full; sequence parallelism whenever t > 1 (same communication volume, less memory); flash attention on and bf16
-unless fixed otherwise. Any field given in ``fixed`` is held at that value (``layers_per_stage`` with its ``pp``;
-interleaved with any v up to 8 and the fewest layers a stage holds).
+The space: t a power of two up to the GPUs of a node dividing the heads; c (context parallel) 1, and for sequences of
+16k tokens or more every power of two keeping t·c inside a node; p any divisor of gpus/(t·c) that splits the layers
+evenly (uneven stages only where the split or p is held); d the rest; for a mixture of experts, the experts' own
+tensor parallelism as t or 1, and e (expert parallel) any divisor of t·d·c over that degree that divides the experts;
+micro-batch sizes powers of two dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that
+splits the stage's layers evenly, up to 8); ZeRO 0–3 (0, 1 and 3 with pipelining) wherever dp·cp > 1, the ranks it
+shards over; recompute none, selective, op (torchtitan's per-op), full; sequence parallelism whenever t > 1 (same
+communication volume, less memory); flash attention on and bf16 unless fixed otherwise. Any field given in ``fixed``
+is held at that value (``layers_per_stage`` with its ``pp``; interleaved with any v up to 8 and the fewest layers a
+stage holds; TP overlap on the layouts with t > 1).
 """
 
 from __future__ import annotations
@@ -57,58 +58,67 @@ def candidates(
     def choose(key: str, values: list[Any]) -> list[Any]:
         return [fix[key]] if key in fix else values
 
+    for tp, cp, pp, dp in layouts(model, cluster, fix):
+        per_replica = global_batch // dp if global_batch % dp == 0 else 0
+        for etp, ep, mbs in (
+            (x, e, b)
+            for x in choose("etp", _expert_tp_degrees(model, tp))
+            for e in choose("ep", _expert_degrees(model, tp * cp * dp // (x or tp)))
+            for b in choose("mbs", [b for b in _powers_of_two(per_replica) if per_replica % b == 0])
+        ):
+            for schedule, vpp in _schedules(model, pp, fix):
+                zeros = [0, 1, 3] if pp > 1 else [0, 1, 2, 3]
+                for zero in choose("zero", zeros if dp * cp > 1 else [0]):  # ZeRO shards over dp·cp
+                    for recompute in choose("recompute", list(RECOMPUTE)):
+                        yield ParallelConfig(
+                            tp,
+                            pp,
+                            dp,
+                            vpp,
+                            mbs,
+                            schedule,
+                            zero,
+                            recompute,
+                            bool(fix.get("sequence_parallel", tp > 1)),
+                            bool(fix.get("flash_attention", True)),
+                            str(fix.get("precision", "bf16")),
+                            tuple(fix.get("layers_per_stage", ())),
+                            bool(fix.get("tp_comm_overlap", False)) and tp > 1,  # where there is TP to hide
+                            cp,
+                            str(fix.get("cp_comm", "p2p")),
+                            ep,
+                            float(fix.get("capacity_factor", 1.0)),
+                            str(fix.get("grad_reduce", "fp32")),
+                            bool(fix.get("compile", True)),
+                            bool(fix.get("fp8_all_gather", False)),
+                            str(fix.get("attention_kernel", "cudnn")),
+                            etp,
+                            str(fix.get("dispatcher", "alltoall")),
+                            bool(fix.get("kv_repeated", False)),
+                            # where the layout gathers its weights once a step (ZeRO 1 or 2)
+                            bool(fix.get("overlap_param_gather", False)) and overlap_param_gather_problem(zero) is None,
+                            str(fix.get("projections", "fused")),
+                        )
+
+
+def layouts(
+    model: ModelSpec, cluster: ClusterSpec, fixed: Mapping[str, Any], uneven: bool = False
+) -> Iterator[tuple[int, int, int, int]]:
+    """The (tp, cp, pp, dp) degrees the search lays the GPUs out in, whatever the batch (``uneven``: also the pp that
+    split the layers unevenly, which it tries only where the split or pp is held)."""
     tps = [t for t in _powers_of_two(min(cluster.gpus_per_node, cluster.gpus)) if model.heads % t == 0]
-    layouts = [(t, c) for t in choose("tp", tps) for c in choose("cp", _context_degrees(model, cluster, t))]
-    for tp, cp in layouts:
-        if cluster.gpus % (tp * cp):
-            continue
-        for pp in choose("pp", [p for p in _divisors(cluster.gpus // (tp * cp)) if _even_stages(model, p, fix)]):
-            if cluster.gpus % (tp * cp * pp):
+    tps = [fixed["tp"]] if "tp" in fixed else tps
+    for tp in tps:
+        for cp in [fixed["cp"]] if "cp" in fixed else _context_degrees(model, cluster, tp):
+            if cluster.gpus % (tp * cp):
                 continue
-            dp = cluster.gpus // (tp * cp * pp)
-            if "dp" in fix and fix["dp"] != dp:
-                continue
-            per_replica = global_batch // dp if global_batch % dp == 0 else 0
-            for etp, ep, mbs in (
-                (x, e, b)
-                for x in choose("etp", _expert_tp_degrees(model, tp))
-                for e in choose("ep", _expert_degrees(model, tp * cp * dp // (x or tp)))
-                for b in choose("mbs", [b for b in _powers_of_two(per_replica) if per_replica % b == 0])
-            ):
-                for schedule, vpp in _schedules(model, pp, fix):
-                    zeros = [0, 1, 3] if pp > 1 else [0, 1, 2, 3]
-                    for zero in choose("zero", zeros if dp * cp > 1 else [0]):  # ZeRO shards over dp·cp
-                        for recompute in choose("recompute", list(RECOMPUTE)):
-                            yield ParallelConfig(
-                                tp,
-                                pp,
-                                dp,
-                                vpp,
-                                mbs,
-                                schedule,
-                                zero,
-                                recompute,
-                                bool(fix.get("sequence_parallel", tp > 1)),
-                                bool(fix.get("flash_attention", True)),
-                                str(fix.get("precision", "bf16")),
-                                tuple(fix.get("layers_per_stage", ())),
-                                bool(fix.get("tp_comm_overlap", False)),
-                                cp,
-                                str(fix.get("cp_comm", "p2p")),
-                                ep,
-                                float(fix.get("capacity_factor", 1.0)),
-                                str(fix.get("grad_reduce", "fp32")),
-                                bool(fix.get("compile", True)),
-                                bool(fix.get("fp8_all_gather", False)),
-                                str(fix.get("attention_kernel", "cudnn")),
-                                etp,
-                                str(fix.get("dispatcher", "alltoall")),
-                                bool(fix.get("kv_repeated", False)),
-                                # where the layout gathers its weights once a step (ZeRO 1 or 2)
-                                bool(fix.get("overlap_param_gather", False))
-                                and overlap_param_gather_problem(zero) is None,
-                                str(fix.get("projections", "fused")),
-                            )
+            pps = [p for p in _divisors(cluster.gpus // (tp * cp)) if uneven or _even_stages(model, p, fixed)]
+            for pp in [fixed["pp"]] if "pp" in fixed else [p for p in pps if p <= model.layers]:
+                if cluster.gpus % (tp * cp * pp):
+                    continue
+                dp = cluster.gpus // (tp * cp * pp)
+                if fixed.get("dp", dp) == dp:
+                    yield tp, cp, pp, dp
 
 
 def _even_stages(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> bool:

@@ -523,6 +523,10 @@ def _gpu_figure(value: Any, where: str) -> float:
     return number
 
 
+#: What a model object must give (or take from its ``preset``); the rest have defaults.
+REQUIRED_MODEL_FIELDS = ("layers", "hidden", "heads", "seq", "vocab")
+
+
 def model_from(value: str | Mapping[str, Any], where: str = "model") -> ModelSpec:
     """A preset name, or a dict of ModelSpec fields (``preset`` may name a base to override)."""
     found = _named_or_fields(MODEL_PRESETS, value, where, "model")
@@ -540,11 +544,13 @@ def model_from(value: str | Mapping[str, Any], where: str = "model") -> ModelSpe
     if "head_dim" in fields:  # the config's own name for it
         values["head_width"] = positive_int(fields["head_dim"], f"{where}.head_dim")
     values.setdefault("name", "custom")
+    missing = [key for key in REQUIRED_MODEL_FIELDS if key not in fields and key not in values]
+    if missing:  # every one at once: a model file is not fixed one round trip a field
+        also = f" (also missing: {', '.join(missing[1:])})" if missing[1:] else ""
+        raise PlanInputError(f"{where}.{missing[0]}", f"field required{also}; or give a preset to start from")
     for key in ints:
         if key in fields:
             values[key] = positive_int(fields[key], f"{where}.{key}")
-        elif key in ("layers", "hidden", "heads", "seq", "vocab") and key not in values:
-            raise PlanInputError(f"{where}.{key}", "field required")
     for key in counts:
         if key in fields:
             values[key] = (

@@ -196,3 +196,8 @@ class PlanOut(BaseModel):
         description="the defaults the request relied on, and the constants its GPU prices with, in words"
     )
     plans: list[PlanItemOut]
+    why_none: str | None = Field(
+        default=None,
+        description="a search that found nothing: why (the global batch no layout splits, the memory the leanest"
+        " layout still needs, or the reason every layout is refused)",
+    )

@@ -133,6 +133,7 @@ def test_a_model_file_with_head_dim_gives_the_qwen3_presets_answer(tmp_path: Pat
         (["--model", "gpt-22b", "--model", "gpt-1.7b", "--cluster", "a100-80gb-x8"], "--model given twice"),
         (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--fix", "precision=fp8"], "fixed.precision: A100"),
         (["--model", "gpt-22b", "--cluster", "a100-80gb-x8", "--config", "vpp=2"], "config.vpp: vpp=2 virtual"),
+        (["--model", "gpt-22b", "--gpu", "H100-SXM"], "cluster: --gpu H100-SXM needs --gpus N"),
     ],
 )
 def test_bad_input_names_the_field_and_exits_2(args: list[str], words: str) -> None:
@@ -181,4 +182,12 @@ def test_a_reader_that_leaves_early_gets_no_traceback_and_json_says_why_nothing_
         "--fix", "recompute=full,mbs=64", "--json",
     )  # fmt: skip
     assert nothing.returncode == 1 and nothing.stdout == ""
-    assert "no configuration runs and fits in memory" in nothing.stderr
+    assert "no configuration runs and fits in memory: the leanest of the" in nothing.stderr, nothing.stderr
+
+
+def test_a_model_file_missing_fields_names_them_all_at_once(tmp_path: Path) -> None:
+    model = tmp_path / "model.json"
+    model.write_text('{"layers": 32, "hidden": 4096}')
+    done = plan("--model", str(model), "--gpu", "H100-SXM", "--gpus", "8", "--global-batch", "8")
+    assert done.returncode == 2
+    assert "model.heads: field required (also missing: seq, vocab)" in done.stderr, done.stderr

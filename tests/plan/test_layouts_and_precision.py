@@ -232,6 +232,17 @@ def test_flash_attention_is_on_unless_asked_off_and_the_answer_says_what_it_assu
         ({"cp": 2, "cp_comm": "ring"}, "config.cp_comm", "expected one of p2p, allgather"),
         ({"tp": 8, "cp": 16}, "config.cp", "does not divide the 64 GPUs"),
         ({"tp": 8, "pp": 4, "last_stage_layers": 3}, "config.last_stage_layers", "do not split evenly"),
+        (
+            {"tp": 8, "pp": 4, "first_stage_layers": 20, "last_stage_layers": 20},
+            "config.last_stage_layers",
+            "first_stage_layers 20 + last_stage_layers 20: 40 layers, more than the model's 32",
+        ),
+        (
+            {"tp": 8, "pp": 4, "first_stage_layers": 31},
+            "config.first_stage_layers",
+            "1 of the model's 32 layers left for 3 other stages; every stage needs at least one",
+        ),
+        ({"tp": 1, "tp_comm_overlap": True}, "config.tp_comm_overlap", "needs tp > 1"),
         ({"zero": 3, "fp8_all_gather": True}, "config.fp8_all_gather", "needs precision fp8"),
         ({"precision": "fp8", "fp8_all_gather": True}, "config.fp8_all_gather", "needs zero ≥ 1"),
         ({"fp8_all_gather": "sometimes"}, "config.fp8_all_gather", "true or false"),
@@ -247,6 +258,34 @@ def test_each_new_knob_out_of_range_is_refused_by_name(config: dict[str, Any], f
     with pytest.raises(PlanInputError) as refused:
         plan_document(body)
     assert refused.value.field == field and words in refused.value.message, (refused.value.field, refused.value)
+
+
+def test_a_search_holding_tp_overlap_sets_it_where_there_is_tp_and_refuses_it_with_tp_1() -> None:
+    """TP overlap hides tensor-parallel collectives: a search holding it turns it on for its t > 1 layouts and runs the
+    t = 1 ones without it (nothing to hide, as SP); held with tp 1 it is refused by name."""
+    body = {"model": "llama-3-8b", "cluster": "h100-sxm-x8", "global_batch": 64, "top": 1000}
+    plans = plan_document({**body, "fixed": {"tp_comm_overlap": True}}).plans
+    assert {plan.config.tp for plan in plans} >= {1, 8}
+    assert all(plan.config.tp_comm_overlap == (plan.config.tp > 1) for plan in plans)
+    with pytest.raises(PlanInputError) as refused:
+        plan_document({**body, "fixed": {"tp": 1, "tp_comm_overlap": True}})
+    assert refused.value.field == "fixed.tp_comm_overlap" and "needs tp > 1" in refused.value.message
+
+
+def test_the_attention_kernel_said_is_the_one_the_gpu_is_priced_with() -> None:
+    """Off Hopper FlashAttention-2's forward is priced as cuDNN's: an A100's answer says that, not Hopper's 0.55."""
+    said = {
+        gpu: next(
+            words
+            for words in plan_document(
+                {"model": "llama-3-8b", "cluster": f"{gpu}-x8", "global_batch": 8, "config": {"tp": 8}}
+            ).assumed
+            if words.startswith("attention_kernel")
+        )
+        for gpu in ("a100-80gb", "h100-sxm", "b200")
+    }
+    assert "0.55 of it on Hopper" in said["h100-sxm"]
+    assert all("off Hopper flash2" in said[gpu] and "0.55" not in said[gpu] for gpu in ("a100-80gb", "b200")), said
 
 
 def test_a_search_holding_fp8_all_gather_needs_fp8_and_keeps_to_zero_stages_that_gather() -> None:

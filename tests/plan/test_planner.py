@@ -4,6 +4,7 @@ step-time structure, search results feasible and ranked, input errors that name 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -200,6 +201,29 @@ def test_search_reports_nothing_when_nothing_fits() -> None:
     assert (
         plan_document({"model": "gpt-1t", "cluster": "a100-40gb-x8", "global_batch": 8, "fixed": {"tp": 8}}).plans == []
     )
+
+
+def test_an_empty_search_says_why_the_batch_the_memory_or_the_refusal() -> None:
+    """An answer with no plan says which of three things stopped every layout: a global batch no layout's replicas
+    split (with a pipeline the search leaves to the user that would split it), the memory the leanest layout still
+    needs, or the reason every layout was refused."""
+    small_batch = {"model": "llama-3.1-405b", "cluster": "h100-sxm-x1024", "global_batch": 8}
+    nothing = plan_document(small_batch)
+    assert nothing.plans == [] and nothing.why_none is not None
+    assert "global batch 8 does not split over the dp of any layout tried" in nothing.why_none, nothing.why_none
+    assert "the fewest replicas, 64," in nothing.why_none and "pp 16 would split it (dp 8)" in nothing.why_none
+    assert nothing.as_dict()["why_none"] == nothing.why_none
+    held = plan_document({**small_batch, "fixed": {"pp": 16}, "top": 1})  # the hint, taken, gives plans
+    assert held.plans and held.plans[0].config.dp == 8 and held.why_none is None
+    assert "why_none" not in held.as_dict()
+
+    too_big = plan_document({"model": "gpt-1t", "cluster": "a100-40gb-x8", "global_batch": 8, "fixed": {"tp": 8}})
+    assert too_big.plans == [] and too_big.why_none is not None
+    needs = re.search(r"needs ([0-9.]+) GiB per GPU, ([0-9.]+) GiB available", too_big.why_none)
+    assert needs, too_big.why_none
+    leanest_said, available = float(needs.group(1)), float(needs.group(2))
+    one = evaluate(too_big.model, too_big.cluster, ParallelConfig(tp=8, mbs=1, recompute="full"), 8)
+    assert one.memory is not None and available < leanest_said <= one.memory.total / 2**30 + 0.05
 
 
 def test_the_search_shards_over_context_parallel_ranks_where_dp_is_1() -> None:

@@ -391,7 +391,7 @@ def test_a_search_holding_overlap_param_gather_sets_it_on_the_layouts_that_gathe
     """``fixed: {overlap_param_gather: true}``: the ZeRO-1/2 layouts the search ranks carry it (and the terminal's
     label says so), the ZeRO-0 and ZeRO-3 ones (nothing gathered once a step) do not, and a search holding it with
     zero 0 or 3 is refused by name."""
-    from bubblescope.analysis.planner.render import config_label
+    from bubblescope.analysis.planner.labels import config_label
 
     body = {"model": "llama-3-8b", "cluster": "h100-sxm-x64", "global_batch": 64, "top": 1000}
     plans = plan_document(body | {"fixed": {"overlap_param_gather": True}}).plans
