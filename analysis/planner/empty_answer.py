@@ -37,28 +37,14 @@ def why_nothing_runs(model: ModelSpec, cluster: ClusterSpec, batch: int, fixed: 
 
 def _batch_unsplit(model: ModelSpec, cluster: ClusterSpec, batch: int, fixed: Mapping[str, Any]) -> str:
     """The search made no configuration: no layout's data-parallel replicas (times a held micro-batch) divide the
-    global batch. Says the fewest replicas tried, and a pipeline that would split it unevenly, which the search
-    leaves to the user."""
+    global batch. Says the fewest replicas tried."""
     mbs = int(fixed.get("mbs", 1))
     per = f"dp·mbs (mbs {mbs})" if "mbs" in fixed else "dp"
     tried = sorted(layouts(model, cluster, fixed), key=lambda layout: layout[3])
     if not tried:
         return f"no tp·cp·pp·dp layout of the held fields fills the {cluster.gpus} GPUs"
     tp, cp, pp, dp = tried[0]
-    text = (
+    return (
         f"global batch {batch} does not split over the {per} of any layout tried; the fewest replicas, {dp}, are "
         f"{cluster.gpus} GPUs over tp {tp} · cp {cp} · pp {pp}"
     )
-    even = set(tried)
-    uneven = [
-        layout
-        for layout in sorted(layouts(model, cluster, fixed, uneven=True), key=lambda layout: layout[2])
-        if layout not in even and batch % (layout[3] * mbs) == 0
-    ]
-    if uneven:
-        tp, cp, pp, dp = uneven[0]
-        text += (
-            f"; pp {pp} would split it (dp {dp}), but {model.layers} layers over {pp} stages is an uneven split, which"
-            f" the search tries only when asked: hold pp={pp} (or layers_per_stage)"
-        )
-    return text

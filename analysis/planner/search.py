@@ -1,15 +1,16 @@
 """Enumerate configurations, keep the runnable ones, rank them by predicted step time.
 
 The space: t a power of two up to the GPUs of a node dividing the heads; c (context parallel) 1, and for sequences of
-16k tokens or more every power of two keeping t·c inside a node; p any divisor of gpus/(t·c) that splits the layers
-evenly (uneven stages only where the split or p is held); d the rest; for a mixture of experts, the experts' own
-tensor parallelism as t or 1, and e (expert parallel) any divisor of t·d·c over that degree that divides the experts;
-micro-batch sizes powers of two dividing the per-replica batch; 1F1B, GPipe and interleaved 1F1B (every v > 1 that
-splits the stage's layers evenly, up to 8); ZeRO 0–3 (0, 1 and 3 with pipelining) wherever dp·cp > 1, the ranks it
-shards over; recompute none, selective, op (torchtitan's per-op), full; sequence parallelism whenever t > 1 (same
-communication volume, less memory); flash attention on and bf16 unless fixed otherwise. Any field given in ``fixed``
-is held at that value (``layers_per_stage`` with its ``pp``; interleaved with any v up to 8 and the fewest layers a
-stage holds; TP overlap on the layouts with t > 1).
+16k tokens or more every power of two keeping t·c inside a node; p any divisor of gpus/(t·c) up to the layers, where
+it does not split them evenly with the middle stages ceil(L/p) layers each and the first and last the rest
+(``two_ended_split``: 126 over 16, 7/8×14/7), said in the plan's layers_per_stage; d the rest; for a mixture of
+experts, the experts' own tensor parallelism as t or 1, and e (expert parallel) any divisor of t·d·c over that degree
+that divides the experts; micro-batch sizes powers of two dividing the per-replica batch; 1F1B, GPipe and interleaved
+1F1B (every v > 1 that splits the stage's layers evenly, up to 8; on uneven stages every v up to the fewest layers a
+stage holds); ZeRO 0–3 (0, 1 and 3 with pipelining) wherever dp·cp > 1, the ranks it shards over; recompute none,
+selective, op (torchtitan's per-op), full; sequence parallelism whenever t > 1 (same communication volume, less
+memory); flash attention on and bf16 unless fixed otherwise. Any field given in ``fixed`` is held at that value
+(``layers_per_stage`` with its ``pp``; TP overlap on the layouts with t > 1).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from bubblescope.analysis.planner.specs import (
     ModelSpec,
     ParallelConfig,
     overlap_param_gather_problem,
+    two_ended_split,
 )
 from bubblescope.analysis.schedules import DEFAULT_SCHEDULE, GPIPE, INTERLEAVED_1F1B, ONE_F_ONE_B, Schedule
 
@@ -59,6 +61,7 @@ def candidates(
         return [fix[key]] if key in fix else values
 
     for tp, cp, pp, dp in layouts(model, cluster, fix):
+        split = tuple(fix.get("layers_per_stage", ())) or (two_ended_split(model.layers, pp) or ())
         per_replica = global_batch // dp if global_batch % dp == 0 else 0
         for etp, ep, mbs in (
             (x, e, b)
@@ -66,7 +69,7 @@ def candidates(
             for e in choose("ep", _expert_degrees(model, tp * cp * dp // (x or tp)))
             for b in choose("mbs", [b for b in _powers_of_two(per_replica) if per_replica % b == 0])
         ):
-            for schedule, vpp in _schedules(model, pp, fix):
+            for schedule, vpp in _schedules(model, pp, fix, split):
                 zeros = [0, 1, 3] if pp > 1 else [0, 1, 2, 3]
                 for zero in choose("zero", zeros if dp * cp > 1 else [0]):  # ZeRO shards over dp·cp
                     for recompute in choose("recompute", list(RECOMPUTE)):
@@ -82,7 +85,7 @@ def candidates(
                             bool(fix.get("sequence_parallel", tp > 1)),
                             bool(fix.get("flash_attention", True)),
                             str(fix.get("precision", "bf16")),
-                            tuple(fix.get("layers_per_stage", ())),
+                            split,
                             bool(fix.get("tp_comm_overlap", False)) and tp > 1,  # where there is TP to hide
                             cp,
                             str(fix.get("cp_comm", "p2p")),
@@ -101,19 +104,16 @@ def candidates(
                         )
 
 
-def layouts(
-    model: ModelSpec, cluster: ClusterSpec, fixed: Mapping[str, Any], uneven: bool = False
-) -> Iterator[tuple[int, int, int, int]]:
-    """The (tp, cp, pp, dp) degrees the search lays the GPUs out in, whatever the batch (``uneven``: also the pp that
-    split the layers unevenly, which it tries only where the split or pp is held)."""
+def layouts(model: ModelSpec, cluster: ClusterSpec, fixed: Mapping[str, Any]) -> Iterator[tuple[int, int, int, int]]:
+    """The (tp, cp, pp, dp) degrees the search lays the GPUs out in, whatever the batch."""
     tps = [t for t in _powers_of_two(min(cluster.gpus_per_node, cluster.gpus)) if model.heads % t == 0]
     tps = [fixed["tp"]] if "tp" in fixed else tps
     for tp in tps:
         for cp in [fixed["cp"]] if "cp" in fixed else _context_degrees(model, cluster, tp):
             if cluster.gpus % (tp * cp):
                 continue
-            pps = [p for p in _divisors(cluster.gpus // (tp * cp)) if uneven or _even_stages(model, p, fixed)]
-            for pp in [fixed["pp"]] if "pp" in fixed else [p for p in pps if p <= model.layers]:
+            pps = [p for p in _divisors(cluster.gpus // (tp * cp)) if _splits(model, p, fixed)]
+            for pp in [fixed["pp"]] if "pp" in fixed else pps:
                 if cluster.gpus % (tp * cp * pp):
                     continue
                 dp = cluster.gpus // (tp * cp * pp)
@@ -121,10 +121,12 @@ def layouts(
                     yield tp, cp, pp, dp
 
 
-def _even_stages(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> bool:
-    """Whether the search tries ``pp`` stages: where they split the layers evenly, or where the user gave the split
-    (uneven stages change the code, so the search never picks them unasked; a held ``pp`` is tried as given)."""
-    return pp <= model.layers and (model.layers % pp == 0 or "layers_per_stage" in fix)
+def _splits(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> bool:
+    """Whether the search tries ``pp`` stages: where they split the layers evenly, where the user gave the split, or
+    where ``two_ended_split`` gives the first and last stages the rest (a held ``pp`` is tried as given)."""
+    if pp > model.layers:
+        return False
+    return model.layers % pp == 0 or "layers_per_stage" in fix or two_ended_split(model.layers, pp) is not None
 
 
 def _expert_tp_degrees(model: ModelSpec, tp: int) -> list[int]:
@@ -147,8 +149,11 @@ def _context_degrees(model: ModelSpec, cluster: ClusterSpec, tp: int) -> list[in
     return [cp for cp in _powers_of_two(fits) if model.seq % (2 * cp) == 0]
 
 
-def _schedules(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> Iterator[tuple[Schedule, int]]:
-    """The schedules tried (``fix``: its ``schedule``, a registry entry), with their stages per rank."""
+def _schedules(
+    model: ModelSpec, pp: int, fix: Mapping[str, Any], split: tuple[int, ...] = ()
+) -> Iterator[tuple[Schedule, int]]:
+    """The schedules tried (``fix``: its ``schedule``, a registry entry), with their stages per rank (``split``: the
+    stages' layers where they are uneven)."""
     if pp == 1:
         if pipeline_fields_without_pipeline(fix, pp) is None:  # a held schedule or vpp runs on pipelines alone
             yield fix.get("schedule", DEFAULT_SCHEDULE), 1
@@ -158,8 +163,8 @@ def _schedules(model: ModelSpec, pp: int, fix: Mapping[str, Any]) -> Iterator[tu
             if fix.get("vpp", schedule.default_stages_per_rank) == schedule.default_stages_per_rank:
                 yield schedule, schedule.default_stages_per_rank
             continue
-        if "layers_per_stage" in fix:  # uneven stages: up to one layer a virtual stage on the fewest
-            vpps = list(range(2, min(MAX_VPP, min(fix["layers_per_stage"])) + 1))
+        if split:  # uneven stages: up to one layer a virtual stage on the fewest
+            vpps = list(range(2, min(MAX_VPP, min(split)) + 1))
         else:
             per_stage = model.layers // pp if model.layers % pp == 0 else 0
             vpps = [v for v in range(2, MAX_VPP + 1) if per_stage and per_stage % v == 0]

@@ -523,6 +523,19 @@ def _gpu_figure(value: Any, where: str) -> float:
     return number
 
 
+def two_ended_split(layers: int, pp: int) -> tuple[int, ...] | None:
+    """The split a search gives ``pp`` stages that do not divide ``layers``: the middle stages ceil(layers/pp) each
+    and the rest shared by the first and the last (the first the fewer), as Megatron's
+    ``--decoder-first/last-pipeline-num-layers`` and torchtitan's first/last-stage-less-layers express it (126 over
+    16: 7, 8 × 14, 7). None where that leaves the first or last stage no layer or more than a middle one."""
+    if not 2 <= pp <= layers or layers % pp == 0:
+        return None
+    middle = -(-layers // pp)
+    rest = layers - middle * (pp - 2)
+    first, last = rest // 2, rest - rest // 2
+    return (first, *[middle] * (pp - 2), last) if first >= 1 and last <= middle else None
+
+
 #: What a model object must give (or take from its ``preset``); the rest have defaults.
 REQUIRED_MODEL_FIELDS = ("layers", "hidden", "heads", "seq", "vocab")
 

@@ -115,13 +115,13 @@ def test_search_is_ranked_and_feasible(server: LiveServer) -> None:
 
 def test_an_empty_search_answers_why(server: LiveServer) -> None:
     """A search that finds nothing is a 200 with no plans and ``why_none``: here the global batch, which no layout of
-    the search splits, and the uneven pipeline that would."""
-    body = {"model": "llama-3.1-405b", "cluster": "h100-sxm-x1024", "global_batch": 8}
+    the search splits (3 sequences; 405B on 1,024 GPUs keeps at least 2 replicas)."""
+    body = {"model": "llama-3.1-405b", "cluster": "h100-sxm-x1024", "global_batch": 3}
     with server.client() as client:
         empty = client.post("/api/v1/plan", json=body)
-        found = client.post("/api/v1/plan", json={**body, "fixed": {"pp": 16}, "top": 1})
+        found = client.post("/api/v1/plan", json={**body, "global_batch": 4, "top": 1})
     assert empty.status_code == 200, empty.text
-    assert empty.json()["plans"] == [] and "pp 16 would split it (dp 8)" in empty.json()["why_none"]
+    assert empty.json()["plans"] == [] and "the fewest replicas, 2, are 1024 GPUs" in empty.json()["why_none"]
     assert found.status_code == 200 and len(found.json()["plans"]) == 1 and found.json()["why_none"] is None
 
 
@@ -221,15 +221,17 @@ BAD: list[tuple[str, dict[str, Any], list[Any], str]] = [
         "need a pipeline",
     ),
     (
+        # 24 stages of Llama 3 8B's 32 layers: no two-ended split (the first and last would hold none), so stages of 1
+        # and 2 layers, which no virtual stage count splits
         "an interleaved schedule held where no virtual stage count splits the layers",
         {
-            "model": "llama-3.1-405b",
-            "cluster": "h200-x1024",
-            "global_batch": 128,
-            "fixed": {"tp": 8, "pp": 8, "cp": 2, "schedule": "interleaved1f1b"},
+            "model": "llama-3-8b",
+            "cluster": "h100-sxm-x24",
+            "global_batch": 48,
+            "fixed": {"pp": 24, "schedule": "interleaved1f1b"},
         },
         ["body", "fixed", "schedule"],
-        "126 layers do not split into 8·",
+        "32 layers do not split into 24·2 equal chunks",
     ),
     (
         "experts without top_k",

@@ -207,15 +207,14 @@ def test_an_empty_search_says_why_the_batch_the_memory_or_the_refusal() -> None:
     """An answer with no plan says which of three things stopped every layout: a global batch no layout's replicas
     split (with a pipeline the search leaves to the user that would split it), the memory the leanest layout still
     needs, or the reason every layout was refused."""
-    small_batch = {"model": "llama-3.1-405b", "cluster": "h100-sxm-x1024", "global_batch": 8}
-    nothing = plan_document(small_batch)
+    odd_batch = {"model": "llama-3.1-405b", "cluster": "h100-sxm-x1024", "global_batch": 3}
+    nothing = plan_document(odd_batch)  # tp 8 · pp 64 leaves 2 replicas, the fewest with pp up to the 126 layers
     assert nothing.plans == [] and nothing.why_none is not None
-    assert "global batch 8 does not split over the dp of any layout tried" in nothing.why_none, nothing.why_none
-    assert "the fewest replicas, 64," in nothing.why_none and "pp 16 would split it (dp 8)" in nothing.why_none
+    assert "global batch 3 does not split over the dp of any layout tried" in nothing.why_none, nothing.why_none
+    assert "the fewest replicas, 2, are 1024 GPUs over tp 8 · cp 1 · pp 64" in nothing.why_none
     assert nothing.as_dict()["why_none"] == nothing.why_none
-    held = plan_document({**small_batch, "fixed": {"pp": 16}, "top": 1})  # the hint, taken, gives plans
-    assert held.plans and held.plans[0].config.dp == 8 and held.why_none is None
-    assert "why_none" not in held.as_dict()
+    even = plan_document({**odd_batch, "global_batch": 4, "top": 1})  # a batch the fewest replicas split runs
+    assert even.plans and even.why_none is None and "why_none" not in even.as_dict()
 
     too_big = plan_document({"model": "gpt-1t", "cluster": "a100-40gb-x8", "global_batch": 8, "fixed": {"tp": 8}})
     assert too_big.plans == [] and too_big.why_none is not None
@@ -394,15 +393,28 @@ def test_equal_steps_rank_the_simpler_configuration_first() -> None:
     assert sorted([plain, faster], key=rank_key)[0] is faster  # a real difference still ranks first
 
 
-def test_the_search_tries_only_pipelines_that_split_the_layers_evenly_unless_the_split_is_given() -> None:
+def test_the_search_splits_layers_unevenly_where_the_stages_do_not_divide_them() -> None:
     """Llama 3 70B (80 layers) on 144 B200s: 144 = 2^4·3^2 GPUs allow 9 stages, which 80 layers do not split evenly;
-    uneven stages are the user's to give, so the search does not try pp 9 (nor 3, 6, 12...) on its own. Given the
-    split (``layers_per_stage``), or pp itself, it does."""
+    the search tries them with the middle stages 9 layers each and the first and last the rest (8 and 9), the split
+    Megatron's first/last-stage flags express, and says it in the plan. Stages that split evenly carry no split."""
     document = {"model": "llama-3-70b", "cluster": {"gpu": "B200", "gpus": 144}, "global_batch": 288, "top": 1000}
     plans = plan_document(document).plans
-    assert plans and all(80 % plan.config.pp == 0 for plan in plans)
-    split = {"pp": 9, "layers_per_stage": [8] + [9] * 8}
-    given = plan_document({**document, "top": 5, "fixed": split}).plans
-    assert given and all(plan.config.layers_per_stage == (8,) + (9,) * 8 for plan in given)
-    held = plan_document({**document, "top": 5, "fixed": {"pp": 9}}).plans
-    assert held and all(plan.config.pp == 9 for plan in held)
+    nine = [plan for plan in plans if plan.config.pp == 9]
+    assert nine and all(plan.config.layers_per_stage == (8,) + (9,) * 8 for plan in nine)
+    assert all(plan.config.layers_per_stage == () for plan in plans if 80 % plan.config.pp == 0)
+    assert {plan.config.pp for plan in plans} >= {1, 2, 3, 9}
+    given = plan_document({**document, "top": 5, "fixed": {"pp": 9, "layers_per_stage": [9] * 8 + [8]}}).plans
+    assert given and all(plan.config.layers_per_stage == (9,) * 8 + (8,) for plan in given)
+
+
+def test_the_search_finds_llama_3_1_405bs_published_layout_on_16k_gpus() -> None:
+    """Llama 3.1 405B (126 layers) on 16,384 H100s at a global batch of 2,048 sequences: Meta trained it with TP 8,
+    PP 16 and DP 128 (the Llama 3 paper, Table 4), 126 layers over 16 stages. The search, which tries that uneven
+    split (7, 8 × 14, 7), ranks a TP 8 × PP 16 × DP 128 layout first, ahead of every even one."""
+    plans = search(MODEL_PRESETS["llama-3.1-405b"], cluster_preset("h100-sxm-x16384"), 2048, top=100_000)
+    best = plans[0].config
+    assert (best.tp, best.pp, best.dp) == (8, 16, 128), best
+    assert best.layers_per_stage == (7,) + (8,) * 14 + (7,)
+    best_even = next(plan for plan in plans if 126 % plan.config.pp == 0)
+    assert plans[0].step is not None and best_even.step is not None
+    assert plans[0].step.total < best_even.step.total
