@@ -76,6 +76,7 @@ if TYPE_CHECKING:  # the names below, each from its home (imported when first as
         DuplicateKeyError as DuplicateKeyError,
         PlanOutcome as PlanOutcome,
         plan_document as plan_document,
+        refuse_repeated_keys as refuse_repeated_keys,
         unique_json_object as unique_json_object,
     )
     from bubblescope.analysis.planner.specs import (
@@ -208,6 +209,7 @@ HOMES: Final[dict[str, tuple[str, ...]]] = {
         "DuplicateKeyError",
         "PlanOutcome",
         "plan_document",
+        "refuse_repeated_keys",
         "unique_json_object",
     ),
     "planner.specs": ("CHOICES", "GPU_CATALOG", "MODEL_PRESETS", "PlanInputError"),

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from bubblescope.analysis import DuplicateKeyError, unique_json_object
+from bubblescope.analysis import DuplicateKeyError, refuse_repeated_keys, unique_json_object
 from bubblescope.backend.errors import ApiError, Loc, busy, from_validation_error
 from bubblescope.backend.settings import SMALL_BODY_BYTES, MiB, ServiceSettings, settings_of
 
@@ -250,8 +250,11 @@ def decode_json(raw: bytes, unique_keys: bool = False) -> Any:
     hook = unique_json_object if unique_keys else None
     try:
         document = json.loads(text, parse_constant=_not_json, parse_float=_finite, object_pairs_hook=hook)
+        if unique_keys:
+            refuse_repeated_keys(document)
     except DuplicateKeyError as error:
-        raise ApiError(422, ["body", error.key], "given twice in one object; give it once", "value_error") from None
+        where = ["body", *error.path, error.key]
+        raise ApiError(422, where, "given twice in one object; give it once", "value_error") from None
     except RecursionError:
         raise ApiError(400, ["body"], "JSON nested too deeply", "json_invalid") from None
     except ValueError as error:

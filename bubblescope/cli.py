@@ -154,10 +154,12 @@ def _plan_source(value: str, option: str) -> object:
 
     if not (value.endswith(".json") or Path(value).is_file()):
         return value
-    from bubblescope.analysis import unique_json_object
+    from bubblescope.analysis import refuse_repeated_keys, unique_json_object
 
     try:
-        return json.loads(Path(value).read_text(), object_pairs_hook=unique_json_object)
+        document = json.loads(Path(value).read_text(), object_pairs_hook=unique_json_object)
+        refuse_repeated_keys(document)
+        return document
     except (OSError, ValueError) as error:
         raise ValueError(f"{option}: cannot read JSON file {value!r}: {error}") from None
 

@@ -183,8 +183,9 @@ def layout_problem(cfg: ParallelConfig, layers: int) -> tuple[str, str] | None:
 
 def schedule_problem(cfg: ParallelConfig, microbatches: int, layers: int) -> tuple[str, str] | None:
     """(config field, why) when the schedule cannot run this pipeline: torch's rules (the registry's),
-    a closed-form bubble to price it with, and the planner's own: equal chunks of layers, and
-    Megatron-LM's micro-batches divisible by p for interleaved 1F1B (where its closed form is exact)."""
+    a closed-form bubble to price it with, and the planner's own: a layer for every virtual stage (chunks need not be
+    equal: the largest prices the fill and drain, ``step_time.chunk_imbalance``), and Megatron-LM's micro-batches
+    divisible by p for interleaved 1F1B (where its closed form is exact)."""
     schedule = cfg.schedule
     if cfg.pp == 1:
         return None
@@ -192,11 +193,17 @@ def schedule_problem(cfg: ParallelConfig, microbatches: int, layers: int) -> tup
     if shape is not None:
         return ("vpp" if shape.field == "stages_per_rank" else "schedule"), shape.message
     if schedule.bubble(cfg.pp, microbatches, cfg.vpp) is None:
+        if schedule.placement == "v" and microbatches < 2 * cfg.pp:
+            return "schedule", (
+                f"{schedule.label} is priced from m ≥ 2p micro-batches ({2 * cfg.pp} for p={cfg.pp}), where its closed "
+                f"form holds; got {microbatches}"
+            )
         return "schedule", f"{schedule.label} has no closed-form bubble for p={cfg.pp}, m={microbatches}"
-    if cfg.vpp > 1 and not cfg.layers_per_stage and layers % (cfg.pp * cfg.vpp):
+    fewest = min(cfg.stage_layers(layers))
+    if 1 < cfg.vpp > fewest and not cfg.layers_per_stage:  # a given split is checked by layout_problem
         return "vpp", (
-            f"{layers} layers do not split into {cfg.pp}·{cfg.vpp} equal chunks; layers_per_stage (or "
-            "first_stage_layers / last_stage_layers) gives the stages uneven layers"
+            f"{layers} layers over {cfg.pp} stages leave a stage {fewest}, fewer than its vpp={cfg.vpp} virtual stages "
+            "(each needs a layer)"
         )
     if schedule is INTERLEAVED_1F1B and microbatches % cfg.pp:
         return "schedule", f"interleaved 1F1B needs micro-batches ({microbatches}) divisible by p={cfg.pp}"
@@ -218,6 +225,8 @@ def evaluate(
     problems = [message for _field, message in structural_problems(model, cluster, cfg, global_batch)]
     if problems:
         return Plan(cfg, None, None, None, tuple(problems))
+    if model.layers % cfg.pp:  # an uneven split not given: priced stage by stage and said, as a given one
+        cfg = replace(cfg, layers_per_stage=cfg.stage_layers(model.layers))
     microbatches = global_batch // (cfg.dp * cfg.mbs)
     memory = memory_per_gpu(model, cluster, cfg, microbatches)
     step = step_time(model, cluster, cfg, global_batch, eff)

@@ -36,16 +36,20 @@ import functools
 import math
 from dataclasses import dataclass
 
-from bubblescope.analysis.planner.specs import GRAD_REDUCE_BYTES, ClusterSpec, ModelSpec, ParallelConfig
+from bubblescope.analysis.planner.specs import (
+    GRAD_REDUCE_BYTES,
+    RESERVE_FRACTION,
+    RESERVE_MIN_GIB,
+    ClusterSpec,
+    ModelSpec,
+    ParallelConfig,
+)
 from bubblescope.analysis.schedule_orders import BACKWARD, BACKWARD_INPUT, FORWARD, Action
 from bubblescope.analysis.schedules import Schedule, ScheduleError
 
 GIB = 1024**3
 BYTES_WEIGHTS, BYTES_OPTIMIZER = 2, 12
 LOSS_BYTES_PER_LOGIT = 12
-#: Kept free of model state and activations: CUDA context, NCCL buffers, allocator fragmentation and
-#: temporary buffers (logits, communication staging). 10 % of the GPU, at least 4 GiB.
-RESERVE_FRACTION, RESERVE_MIN_GIB = 0.10, 4.0
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,7 @@ def memory_per_gpu(
     """Model state and activations per GPU on the worst stage, for ``microbatches`` per step."""
     cfg = config.with_dp(cluster.gpus)
     if cfg.layers_per_stage and cfg.pp > 1:  # the stages differ: the one nearest its limit
-        return max(memory_per_pipeline_rank(model, cluster, cfg, microbatches), key=lambda part: part.total)
+        return _fullest_rank_memory(model, cluster, cfg, microbatches)
     layers = layers_on_stage(model, cfg.pp)
     in_flight = in_flight_microbatch_layers(cfg, microbatches, layers)
     experts = layers * layer_params_on_gpu(model, cfg.tp, cfg.ep, cfg.expert_tp)[1]
@@ -207,6 +211,32 @@ def memory_per_pipeline_rank(
         _rank_memory(model, cluster, cfg, rank, layers, _chunks_held(cfg, microbatches, rank))
         for rank, layers in enumerate(cfg.stage_layers(model.layers))
     ]
+
+
+def _fullest_rank_memory(
+    model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, microbatches: int
+) -> MemoryBreakdown:
+    """``memory_per_pipeline_rank``'s largest, the first such rank, without a breakdown for every rank (a search
+    asks it of 90,000 layouts of up to 64 ranks): a rank holding neither the embedding nor the output layer needs
+    layers · (state a layer + chunks / v · activations a layer) plus what every rank holds, so the fullest of those
+    is found by that product and only it, the first and the last rank are broken down."""
+    stages = cfg.stage_layers(model.layers)
+    ends = {0, _last_rank(cfg)}
+    per_layer, experts_per_layer = layer_params_on_gpu(model, cfg.tp, cfg.ep, cfg.expert_tp)
+    base = _breakdown(model, cluster, cfg, 0.0, 0.0, last_stage=False).total
+    state = _breakdown(model, cluster, cfg, per_layer, 0.0, experts_per_layer, last_stage=False).total - base
+    activation = _breakdown(model, cluster, cfg, 0.0, 1.0, last_stage=False).total - base
+    middle: int | None = None
+    most = -1.0
+    for rank, layers in enumerate(stages):
+        if rank in ends:
+            continue
+        need = layers * (state + _chunks_held(cfg, microbatches, rank) / cfg.vpp * activation)
+        if need > most:
+            middle, most = rank, need
+    ranks = sorted(ends | ({middle} if middle is not None else set()))
+    parts = [_rank_memory(model, cluster, cfg, r, stages[r], _chunks_held(cfg, microbatches, r)) for r in ranks]
+    return max(parts, key=lambda part: part.total)
 
 
 def _rank_memory(

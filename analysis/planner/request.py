@@ -140,23 +140,46 @@ TP_OVERLAP_WITHOUT_TP = "tensor-parallel overlap needs tp > 1: at tp 1 there are
 
 
 class DuplicateKeyError(ValueError):
-    """A JSON object names one key twice; which value a reader keeps is not said, so a plan refuses it."""
+    """A JSON object names one key twice; which value a reader keeps is not said, so a plan refuses it. ``path``: the
+    keys (and list indexes) from the document's top to the object holding it."""
 
-    def __init__(self, key: str) -> None:
-        super().__init__(f"{key!r} given twice in one object")
+    def __init__(self, key: str, path: tuple[str, ...] = ()) -> None:
+        where = f" in {'.'.join(path)}" if path else ""
+        super().__init__(f"{key!r} given twice in one object{where}")
         self.key = key
+        self.path = path
+
+
+class _KeyGivenTwice(dict[str, Any]):
+    """An object the parser met with a key twice (``twice``), kept until the whole document is read, where its path is
+    known (``json.loads`` builds the inner objects first)."""
+
+    twice: str = ""
 
 
 def unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``json.loads``' ``object_pairs_hook`` for a plan's documents (the API's body, the model and cluster files
-    the command line reads): the object, refused (``DuplicateKeyError``) where a key comes twice, as
-    ``{"tp": 2, "tp": 4}``."""
+    the command line reads): the object, marked where a key comes twice, as ``{"tp": 2, "tp": 4}``;
+    ``refuse_repeated_keys`` then refuses the document naming the key and where it sits."""
     document: dict[str, Any] = {}
     for key, value in pairs:
-        if key in document:
-            raise DuplicateKeyError(key)
+        if key in document and not isinstance(document, _KeyGivenTwice):
+            document = _KeyGivenTwice(document)
+            document.twice = key
         document[key] = value
     return document
+
+
+def refuse_repeated_keys(document: Any) -> None:
+    """``DuplicateKeyError`` for the first object in ``document`` (read with ``unique_json_object``) that named a key
+    twice, with the keys leading to it; without recursion, as deep as the parser went."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(document, ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, _KeyGivenTwice):
+            raise DuplicateKeyError(node.twice, path)
+        children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        stack.extend((value, (*path, str(key))) for key, value in reversed(list(children)))
 
 
 def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, Any]:
@@ -340,7 +363,9 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
     if document.get("config") is not None:
         if document.get("fixed") is not None:
             raise PlanInputError("fixed", "give either config (evaluate one) or fixed (search), not both")
-        fields = stage_layout(config_fields(document["config"]), model.layers)
+        given = config_fields(document["config"])
+        split_named = _split_named(given)
+        fields = stage_layout(given, model.layers)
         config = config_from(fields).with_dp(cluster.gpus)
         pipeline_only = pipeline_fields_without_pipeline(fields, config.pp)
         if pipeline_only:
@@ -348,10 +373,12 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
         if config.tp_comm_overlap and config.tp == 1:
             raise PlanInputError("config.tp_comm_overlap", TP_OVERLAP_WITHOUT_TP)
         for field_name, message in structural_problems(model, cluster, config, batch):
-            raise PlanInputError(f"config.{field_name}", message)
+            raise PlanInputError(f"config.{split_named.get(field_name, field_name)}", message)
         plans = [evaluate(model, cluster, config, batch)]
         return PlanOutcome(model, cluster, batch, False, plans, _assumed(fields, cluster, model))
-    fixed = stage_layout(config_fields(document.get("fixed") or {}, "fixed"), model.layers, "fixed")
+    held = config_fields(document.get("fixed") or {}, "fixed")
+    split_named = _split_named(held)
+    fixed = stage_layout(held, model.layers, "fixed")
     if "layers_per_stage" in fixed and "pp" not in fixed:
         raise PlanInputError("fixed.pp", "give pp with layers_per_stage (or first/last_stage_layers)")
     fp8_gathers = (
@@ -367,9 +394,16 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
     plans = search(model, cluster, batch, top, fixed)
     blamed = None if plans or not fixed else fixed_field_refused(model, cluster, batch, fixed)
     if blamed:
-        raise PlanInputError(f"fixed.{blamed[0]}", blamed[1])
+        raise PlanInputError(f"fixed.{split_named.get(blamed[0], blamed[0])}", blamed[1])
     why_none = None if plans else why_nothing_runs(model, cluster, batch, fixed)
     return PlanOutcome(model, cluster, batch, True, plans, _assumed(fixed, cluster, model), why_none)
+
+
+def _split_named(fields: Mapping[str, Any]) -> dict[str, str]:
+    """{"layers_per_stage": the first/last-stage field given} where the split was given that way: a refusal names
+    the field the request holds."""
+    named = [key for key in ("first_stage_layers", "last_stage_layers") if key in fields]
+    return {"layers_per_stage": named[0]} if named else {}
 
 
 def fixed_field_refused(
@@ -386,11 +420,19 @@ def fixed_field_refused(
         if not blamed:
             return None
     if blamed is None:
-        replicas = [dp * fixed.get("mbs", 1) for *_, dp in layouts(model, cluster, fixed)]
-        if replicas and all(batch % count for count in replicas):
-            return None  # the global batch splits over no layout's replicas: the answer's why_none says so
+        dps = [dp for *_, dp in layouts(model, cluster, fixed)]
+        if dps and all(batch % (dp * fixed.get("mbs", 1)) for dp in dps):
+            return _batch_refused_by(fixed, batch)  # else the answer's why_none says no layout splits it
         blamed = _fixed_problems(model, cluster, config_from(fixed).with_dp(cluster.gpus), batch, fixed)
     return next(iter(blamed.items()), None)
+
+
+def _batch_refused_by(fixed: Mapping[str, Any], batch: int) -> tuple[str, str] | None:
+    """(field, why) where a held dp is what leaves the global batch unsplit (a held mbs is named by the configurations
+    made with it); None where no layout's replicas split it whatever is held."""
+    if "dp" not in fixed:
+        return None
+    return "dp", f"global batch {batch} is not divisible by dp = {fixed['dp']} (each replica takes whole sequences)"
 
 
 def _fixed_problems(

@@ -6,9 +6,9 @@ it does not split them evenly with the middle stages ceil(L/p) layers each and t
 (``two_ended_split``: 126 over 16, 7/8×14/7), said in the plan's layers_per_stage; d the rest; for a mixture of
 experts, the experts' own tensor parallelism as t or 1, and e (expert parallel) any divisor of t·d·c over that degree
 that divides the experts; micro-batch sizes powers of two dividing the per-replica batch; 1F1B, GPipe and interleaved
-1F1B (every v > 1 that splits the stage's layers evenly, up to 8; on uneven stages every v up to the fewest layers a
-stage holds); ZeRO 0–3 (0, 1 and 3 with pipelining) wherever dp·cp > 1, the ranks it shards over; recompute none,
-selective, op (torchtitan's per-op), full; sequence parallelism whenever t > 1 (same communication volume, less
+1F1B (every v up to 8 and the fewest layers a stage holds that makes the fullest stage's largest chunk smaller than
+v − 1 does, ``_virtual_stage_counts``: 12 layers a stage, 2, 3, 4, 6; 9, 2, 3, 5); ZeRO 0–3 (0, 1 and 3 with
+pipelining) wherever dp·cp > 1, the ranks it shards over; recompute none, selective, op (torchtitan's per-op), full; sequence parallelism whenever t > 1 (same communication volume, less
 memory); flash attention on and bf16 unless fixed otherwise. Any field given in ``fixed`` is held at that value
 (``layers_per_stage`` with its ``pp``; TP overlap on the layouts with t > 1).
 """
@@ -142,11 +142,12 @@ def _expert_degrees(model: ModelSpec, span: int) -> list[int]:
 
 def _context_degrees(model: ModelSpec, cluster: ClusterSpec, tp: int) -> list[int]:
     """Context-parallel degrees tried: 1, and from a sequence of ``LONG_SEQUENCE`` tokens on, the powers of two
-    that keep tp·cp inside a node and split the sequence into 2·cp equal chunks."""
+    that keep tp·cp inside a node and split the sequence into 2·cp equal chunks (1 whatever the sequence: without
+    context parallelism nothing is split)."""
     if model.seq < LONG_SEQUENCE:
         return [1]
     fits = max(1, cluster.gpus_per_node // tp)
-    return [cp for cp in _powers_of_two(fits) if model.seq % (2 * cp) == 0]
+    return [cp for cp in _powers_of_two(fits) if cp == 1 or model.seq % (2 * cp) == 0]
 
 
 def _schedules(
@@ -163,13 +164,18 @@ def _schedules(
             if fix.get("vpp", schedule.default_stages_per_rank) == schedule.default_stages_per_rank:
                 yield schedule, schedule.default_stages_per_rank
             continue
-        if split:  # uneven stages: up to one layer a virtual stage on the fewest
-            vpps = list(range(2, min(MAX_VPP, min(split)) + 1))
-        else:
-            per_stage = model.layers // pp if model.layers % pp == 0 else 0
-            vpps = [v for v in range(2, MAX_VPP + 1) if per_stage and per_stage % v == 0]
-        for vpp in [fix["vpp"]] if "vpp" in fix else vpps:
+        stages = split or ParallelConfig(pp=pp).stage_layers(model.layers)
+        for vpp in [fix["vpp"]] if "vpp" in fix else _virtual_stage_counts(stages):
             yield schedule, vpp
+
+
+def _virtual_stage_counts(stages: tuple[int, ...]) -> list[int]:
+    """The v > 1 tried on stages of these layers: up to ``MAX_VPP`` and the fewest layers a stage holds (a layer a
+    virtual stage), each where the fullest stage's largest chunk is smaller than at v − 1 (12 layers: 2, 3, 4, 6; 9:
+    2, 3, 5). The fill and drain run at that chunk (``step_time.chunk_imbalance``): a larger v with the same chunk only
+    adds transfers."""
+    fullest = max(stages)
+    return [v for v in range(2, min(MAX_VPP, min(stages)) + 1) if -(-fullest // v) < -(-fullest // (v - 1))]
 
 
 def pipeline_fields_without_pipeline(fields: Mapping[str, Any], pp: int) -> tuple[str, str] | None:

@@ -7,6 +7,7 @@ API can both say which input to fix.
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -103,17 +104,17 @@ class ModelSpec:
     def moe(self) -> bool:
         return self.experts > 0
 
-    @property
+    @functools.cached_property
     def expert_mlp_params(self) -> int:
         """One expert's MLP weights (0 for a dense model)."""
         return (3 if self.gated_mlp else 2) * self.hidden * self.moe_ffn_hidden if self.moe else 0
 
-    @property
+    @functools.cached_property
     def layer_expert_params(self) -> int:
         """A layer's routed experts' weights: what expert parallelism splits (0 for a dense model)."""
         return self.experts * self.expert_mlp_params
 
-    @property
+    @functools.cached_property
     def layer_dense_matmul_params(self) -> int:
         """A layer's GEMM weights every rank of a tensor-parallel group holds a slice of: attention, and the dense
         MLP, or the shared experts and the router."""
@@ -122,34 +123,34 @@ class ModelSpec:
             return attention + self.shared_experts * self.expert_mlp_params + self.hidden * self.experts
         return attention + (3 if self.gated_mlp else 2) * self.hidden * self.ffn_hidden
 
-    @property
+    @functools.cached_property
     def active_params(self) -> int:
         """Parameters one token passes through: all of a dense model; a mixture of experts' ``top_k`` routed
         experts, not all of them (model FLOPs count these)."""
         unused = self.layers * (self.experts - self.top_k) * self.expert_mlp_params
         return self.params - unused
 
-    @property
+    @functools.cached_property
     def head_dim(self) -> int:
         return self.head_width or self.hidden // self.heads
 
-    @property
+    @functools.cached_property
     def q_dim(self) -> int:
         """Width of the queries and of the attention's output: heads · head_dim (hidden, unless ``head_width`` sets
         the heads apart from it)."""
         return self.heads * self.head_dim
 
-    @property
+    @functools.cached_property
     def kv_dim(self) -> int:
         """Width of K (and of V): kv_heads · head_dim; equals hidden without grouped-query attention."""
         return self.kv_heads * self.head_dim
 
-    @property
+    @functools.cached_property
     def layer_matmul_params(self) -> int:
         """Weights of one layer's GEMMs: Q, K, V, output projection and the MLP matrices (every expert's)."""
         return self.layer_dense_matmul_params + self.layer_expert_params
 
-    @property
+    @functools.cached_property
     def layer_params(self) -> int:
         """GEMM weights plus biases and two norms (GPT: 12h² + 13h)."""
         if self.gated_mlp:  # Llama style: no biases, RMSNorm weights only
@@ -157,16 +158,16 @@ class ModelSpec:
         biases = self.q_dim + 2 * self.kv_dim + self.hidden + self.ffn_hidden + self.hidden
         return self.layer_matmul_params + biases + 4 * self.hidden
 
-    @property
+    @functools.cached_property
     def embedding_params(self) -> int:
         return self.vocab * self.hidden + (self.seq * self.hidden if self.learned_positions else 0)
 
-    @property
+    @functools.cached_property
     def output_params(self) -> int:
         """Output-layer weights not shared with the embedding (0 when tied)."""
         return 0 if self.tied_embeddings else self.vocab * self.hidden
 
-    @property
+    @functools.cached_property
     def params(self) -> int:
         return self.layers * self.layer_params + self.embedding_params + self.output_params + 2 * self.hidden
 
@@ -189,6 +190,10 @@ class GpuSpec:
     fp8_tflops: float = 0.0
     source: str = ""
 
+
+#: Kept free of model state and activations: CUDA context, NCCL buffers, allocator fragmentation and
+#: temporary buffers (logits, communication staging). 10 % of the GPU, at least 4 GiB.
+RESERVE_FRACTION, RESERVE_MIN_GIB = 0.10, 4.0
 
 GPUS = Path(__file__).resolve().parent / "data" / "gpus.csv"
 
@@ -506,9 +511,19 @@ def gpu_from(value: str | Mapping[str, Any], where: str) -> GpuSpec:
     fields = dict(found)
     known = {"name", "peak_tflops", "memory_gib", "hbm_gbps", "nvlink_gbps", "network_gbps", "fp8_tflops"}
     _no_extra(fields, known, where)
+    missing = [key for key in sorted(known - {"name", "fp8_tflops"}) if fields.get(key) is None]
+    if missing:  # every one at once, as a model object's
+        also = f" (also missing: {', '.join(missing[1:])})" if missing[1:] else ""
+        raise PlanInputError(f"{where}.{missing[0]}", f"field required{also}")
     numbers = {  # within a GPU's reach: a figure past it would price a step at no time, or at infinite time
         key: _gpu_figure(fields.get(key), f"{where}.{key}") for key in sorted(known - {"name", "fp8_tflops"})
     }
+    if numbers["memory_gib"] <= RESERVE_MIN_GIB:
+        raise PlanInputError(
+            f"{where}.memory_gib",
+            f"more than the {RESERVE_MIN_GIB:g} GiB kept free on every GPU (CUDA context, NCCL buffers, allocator), "
+            f"got {fields['memory_gib']!r}",
+        )
     fp8 = _gpu_figure(fields["fp8_tflops"], f"{where}.fp8_tflops") if fields.get("fp8_tflops") is not None else 0.0
     return GpuSpec(name=str(fields.get("name", "custom")), fp8_tflops=fp8, source="given in the request", **numbers)
 
@@ -525,15 +540,16 @@ def _gpu_figure(value: Any, where: str) -> float:
 
 def two_ended_split(layers: int, pp: int) -> tuple[int, ...] | None:
     """The split a search gives ``pp`` stages that do not divide ``layers``: the middle stages ceil(layers/pp) each
-    and the rest shared by the first and the last (the first the fewer), as Megatron's
+    and the rest shared by the first and the last (the last the fewer: it also runs the output layer and the loss;
+    80 over 3: 27, 27, 26), as Megatron's
     ``--decoder-first/last-pipeline-num-layers`` and torchtitan's first/last-stage-less-layers express it (126 over
     16: 7, 8 × 14, 7). None where that leaves the first or last stage no layer or more than a middle one."""
     if not 2 <= pp <= layers or layers % pp == 0:
         return None
     middle = -(-layers // pp)
     rest = layers - middle * (pp - 2)
-    first, last = rest // 2, rest - rest // 2
-    return (first, *[middle] * (pp - 2), last) if first >= 1 and last <= middle else None
+    first, last = rest - rest // 2, rest // 2
+    return (first, *[middle] * (pp - 2), last) if last >= 1 and first <= middle else None
 
 
 #: What a model object must give (or take from its ``preset``); the rest have defaults.

@@ -31,7 +31,8 @@ also runs the output layer and the loss):
   different nodes.
 
 Step = m·T_stage / (1 − bubble) with the bubble from the schedule's closed form (for 1F1B:
-(m + p − 1)·T_stage), then the exposed part of the data-parallel gradient reduction (in ``grad_reduce``'s type;
+(m + p − 1)·T_stage; where a rank's v chunks of layers are not equal the fill and drain run at its largest chunk,
+``chunk_imbalance``), then the exposed part of the data-parallel gradient reduction (in ``grad_reduce``'s type;
 ZeRO-3's gathers and reductions one layer ahead of each micro-batch's compute: ``zero3_exposed_seconds``; ZeRO-1/2's
 weight gather under the next forward with ``overlap_param_gather``: ``gathered_under_forward``), the tied
 embedding's gradient all-reduce between the first and last stage, and the optimizer step
@@ -660,6 +661,16 @@ def straggler_seconds(step_s: float, ranks: int, eff: Efficiencies) -> float:
     return step_s * eff.rank_jitter * math.sqrt(2 * math.log(ranks)) if ranks > 1 else 0.0
 
 
+def chunk_imbalance(cfg: ParallelConfig, layers: int) -> float:
+    """How much longer the pipeline's fill and drain run than the closed form's equal chunks: a rank's largest chunk
+    over its stage's layers / v, on the fullest stage (8 layers in v = 7 chunks: one of 2, 1.75×; 1 where the chunks
+    are equal). The closed forms' bubble is (p − 1) chunk times at each end."""
+    if cfg.pp == 1 or cfg.schedule.placement == "single":
+        return 1.0
+    fullest = max(cfg.stage_layers(layers))
+    return math.ceil(fullest / cfg.vpp) * cfg.vpp / fullest
+
+
 def slowest_stage(layers_per_stage: tuple[int, ...], layer: _Cost, output: _Cost) -> _Cost:
     """The costliest stage per micro-batch: its layers, plus the output layer and the loss on the last stage."""
     last = len(layers_per_stage) - 1
@@ -685,8 +696,9 @@ def step_time(
     floor = cfg.schedule.bubble(cfg.pp, microbatches, cfg.vpp) if cfg.pp > 1 else None
     if cfg.pp > 1 and floor is None:
         raise ValueError(f"schedule {cfg.schedule.name!r} has no closed-form bubble")
-    bubble = 0.0 if floor is None else floor.fraction
     busy = microbatches * (stage.seconds + p2p)
+    lead = 0.0 if floor is None else floor.fraction / (1.0 - floor.fraction) * chunk_imbalance(cfg, model.layers)
+    bubble = lead / (1.0 + lead)
     held = stage_params(model, cfg.tp, cfg.pp, cfg.layers_per_stage, cfg.ep, cfg.expert_tp)
     experts = stage_expert_params(model, cfg)
     sharded = cfg.zero >= 1  # the optimizer steps a rank's shard: dense over dp·cp ranks, an expert over its replicas
@@ -696,7 +708,7 @@ def step_time(
     # last backward's compute, as it was fitted
     windows = (stage.backward_wall, stage.forward_wall) if cfg.zero == 3 else (stage.backward, stage.forward)
     dp_comm = dp_seconds(model, cluster, cfg, eff, *windows, microbatches)
-    before = busy / (1.0 - bubble) + dp_comm + optimizer
+    before = busy * (1.0 + lead) + dp_comm + optimizer
     return StepTime(
         compute=microbatches * stage.compute,
         recompute=microbatches * stage.recompute,
@@ -704,7 +716,7 @@ def step_time(
         cp_comm=microbatches * stage.context,
         ep_comm=microbatches * stage.experts,
         pp_comm=microbatches * p2p,
-        bubble=busy * bubble / (1.0 - bubble),
+        bubble=busy * lead,
         dp_comm=dp_comm,
         straggler=straggler_seconds(before, cluster.gpus, eff),
         optimizer=optimizer,

@@ -222,7 +222,7 @@ BAD: list[tuple[str, dict[str, Any], list[Any], str]] = [
     ),
     (
         # 24 stages of Llama 3 8B's 32 layers: no two-ended split (the first and last would hold none), so stages of 1
-        # and 2 layers, which no virtual stage count splits
+        # and 2 layers, and a stage of 1 layer holds no two virtual stages
         "an interleaved schedule held where no virtual stage count splits the layers",
         {
             "model": "llama-3-8b",
@@ -231,7 +231,37 @@ BAD: list[tuple[str, dict[str, Any], list[Any], str]] = [
             "fixed": {"pp": 24, "schedule": "interleaved1f1b"},
         },
         ["body", "fixed", "schedule"],
-        "32 layers do not split into 24·2 equal chunks",
+        "32 layers over 24 stages leave a stage 1, fewer than its vpp=2 virtual stages",
+    ),
+    (
+        "a split given as first-stage layers that holds too few",
+        {
+            "model": "llama-3-8b",
+            "cluster": "h100-sxm-x8",
+            "global_batch": 8,
+            "config": {"pp": 2, "vpp": 2, "first_stage_layers": 1},
+        },
+        ["body", "config", "first_stage_layers"],
+        "every stage needs at least vpp=2 layers",
+    ),
+    (
+        "a held dp the global batch does not split over",
+        {"model": "llama-3-8b", "cluster": "h100-sxm-x4096", "global_batch": 2048, "fixed": {"pp": 1, "dp": 4096}},
+        ["body", "fixed", "dp"],
+        "global batch 2048 is not divisible by dp = 4096",
+    ),
+    (
+        "a GPU with no memory past the reserve",
+        {
+            "model": "llama-3-8b",
+            "cluster": {
+                "gpu": {"peak_tflops": 900, "memory_gib": 4, "hbm_gbps": 3000, "nvlink_gbps": 450, "network_gbps": 50},
+                "gpus": 8,
+            },
+            "global_batch": 8,
+        },
+        ["body", "cluster", "fields", "gpu", "fields", "memory_gib"],
+        "more than the 4 GiB kept free on every GPU",
     ),
     (
         "experts without top_k",
@@ -257,15 +287,21 @@ def test_bad_requests_name_the_field(server: LiveServer, case: tuple[str, dict[s
 
 def test_a_key_given_twice_is_refused_naming_it(server: LiveServer) -> None:
     """JSON lets an object name a key twice and keeps the last; a plan request that does (``"tp": 2, "tp": 4``) is
-    refused naming the key, not answered for tp 4."""
+    refused naming the key and the objects leading to it, not answered for tp 4."""
     body = '{"model": "gpt-22b", "cluster": "a100-80gb-x8", "global_batch": 4, "config": {"tp": 2, "tp": 4}}'
     with server.client() as client:
         answer = client.post("/api/v1/plan", content=body, headers={"content-type": "application/json"})
-        assert_names(answer, 422, ["body", "tp"], "given twice")
+        assert_names(answer, 422, ["body", "config", "tp"], "given twice")
         once = body.replace('"tp": 2, ', "")
         assert (
             client.post("/api/v1/plan", content=once, headers={"content-type": "application/json"}).status_code == 200
         )
+        # inside a model object: the path to the object is said, not the key alone
+        nested = (
+            '{"model": {"preset": "llama-3-8b", "seq": 4096, "seq": 8192}, "cluster": "h100-sxm-x8", "global_batch": 8}'
+        )
+        answer = client.post("/api/v1/plan", content=nested, headers={"content-type": "application/json"})
+        assert_names(answer, 422, ["body", "model", "seq"], "given twice")
 
 
 def test_a_model_cluster_or_gpu_given_as_fields_is_refused_for_its_fields_alone(server: LiveServer) -> None:

@@ -191,6 +191,27 @@ def test_uneven_stages_with_virtual_stages_price_the_fullest_rank_under_the_inte
     assert output.seconds > 2 * layer.seconds and plan.step.total < even.step.total
 
 
+def test_unequal_virtual_stages_fill_and_drain_the_pipeline_at_their_largest_chunk() -> None:
+    """GPT-1.7B's 6 layers a rank in v = 4 virtual stages (torchtitan splits them 2, 2, 1, 1; Megatron refuses): the
+    closed form's (p − 1)/(v·m) assumes chunks of 6/4 layers, but the fill and drain wait on the 2-layer chunk, so
+    the lead is (p − 1)·2/(6·m) = 3·2/(6·8) = 1/8 of the busy time, the bubble 1/9 of the step: v = 3's (equal chunks
+    of 2), with more transfers. v = 2's chunks of 3 leave 3/16."""
+    model = model_from("gpt-1.7b")
+    cluster = make_cluster("A100-80GB", 4)
+    plans = {
+        v: evaluate(model, cluster, ParallelConfig(pp=4, vpp=v, mbs=1, schedule=INTERLEAVED_1F1B), 8) for v in (2, 3, 4)
+    }
+    steps = {v: plan.step for v, plan in plans.items()}
+    assert all(step is not None for step in steps.values()), {v: plan.problems for v, plan in plans.items()}
+    four, three, two = steps[4], steps[3], steps[2]
+    assert four is not None and three is not None and two is not None
+    assert four.bubble_fraction == pytest.approx(1 / 9) and three.bubble_fraction == pytest.approx(1 / 9)
+    assert two.bubble_fraction == pytest.approx((3 / 16) / (1 + 3 / 16))
+    busy = four.compute + four.recompute + four.tp_comm + four.pp_comm
+    assert four.bubble == pytest.approx(busy / 8)
+    assert four.pp_comm > three.pp_comm and four.total > three.total
+
+
 def test_a_search_holding_uneven_stages_tries_virtual_stages_up_to_the_fewest_layers_a_stage_holds() -> None:
     """An uneven 405B split held (3 layers on the first rank, 18 on each middle one, 15 on the last): interleaved 1F1B
     is searched too, every v from 2 to 3 (the first rank's 3 layers bound it), and ranks first (a smaller bubble for
@@ -227,7 +248,7 @@ def test_flash_attention_is_on_unless_asked_off_and_the_answer_says_what_it_assu
         ({"first_stage_layers": 4}, "config.pp", "need a pipeline"),
         ({"tp": 8, "pp": 4, "first_stage_layers": 3}, "config.first_stage_layers", "do not split evenly"),
         ({"pp": 2, "first_stage_layers": 3, "layers_per_stage": [3, 29]}, "config.layers_per_stage", "not both"),
-        ({"tp": 8, "pp": 4, "vpp": 3}, "config.vpp", "layers_per_stage"),
+        ({"tp": 8, "pp": 4, "vpp": 9}, "config.vpp", "leave a stage 8, fewer than its vpp=9 virtual stages"),
         ({"cp": 0}, "config.cp", "must be at least 1"),
         ({"cp": 2, "cp_comm": "ring"}, "config.cp_comm", "expected one of p2p, allgather"),
         ({"tp": 8, "cp": 16}, "config.cp", "does not divide the 64 GPUs"),
@@ -407,6 +428,31 @@ def test_a_long_sequence_is_searched_with_context_parallelism() -> None:
     with pytest.raises(PlanInputError) as error:
         plan_document(refused)
     assert error.value.field == "config.cp", error.value
+
+
+def test_a_long_sequence_no_context_degree_splits_is_still_searched_without_context_parallelism() -> None:
+    """An odd 65,535-token sequence splits into 2·cp equal chunks for no cp > 1; the search still tries cp 1 (it
+    found nothing and blamed the layouts). The same sequence one token longer is tried with cp 2 too."""
+    body = {"model": {"preset": "llama-3-8b", "seq": 65535}, "cluster": "h100-sxm-x8", "global_batch": 8, "top": 50}
+    odd = plan_document(body)
+    assert odd.plans and {plan.config.cp for plan in odd.plans} == {1}, odd.why_none
+    even = plan_document({**body, "model": {"preset": "llama-3-8b", "seq": 65536}, "top": 1000})
+    assert {1, 2} <= {plan.config.cp for plan in even.plans}
+
+
+def test_a_gpu_given_by_its_fields_needs_memory_past_the_reserve_and_all_its_figures() -> None:
+    """A GPU of 4 GiB or less has nothing left after the 4 GiB every plan keeps free (it priced "-1.0 GiB
+    available"); a GPU object missing several figures names them all at once."""
+    figures = {"peak_tflops": 900, "hbm_gbps": 3000, "nvlink_gbps": 450, "network_gbps": 50}
+    body: dict[str, Any] = {"model": "llama-3-8b", "global_batch": 8}
+    with pytest.raises(PlanInputError) as error:
+        plan_document({**body, "cluster": {"gpu": {**figures, "memory_gib": 4}, "gpus": 8}})
+    assert error.value.field == "cluster.gpu.memory_gib" and "4 GiB kept free" in error.value.message
+    assert plan_document({**body, "cluster": {"gpu": {**figures, "memory_gib": 4.5}, "gpus": 8}}).why_none
+    with pytest.raises(PlanInputError) as error:
+        plan_document({**body, "cluster": {"gpu": {"peak_tflops": 900}, "gpus": 8}})
+    assert error.value.field == "cluster.gpu.hbm_gbps"
+    assert "also missing: memory_gib, network_gbps, nvlink_gbps" in error.value.message
 
 
 def test_expert_parallelism_splits_the_experts_and_prices_the_all_to_alls() -> None:
