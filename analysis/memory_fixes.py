@@ -213,7 +213,8 @@ def memory_suggestions(
                 title,
                 why,
                 f"memory per GPU {current.memory.total / GIB:.1f} → {plan.memory.total / GIB:.1f} GiB",
-                {k: v for k, v in change.as_dict().items() if current.config.as_dict().get(k) != v},
+                # a field the change leaves to its default (null: the stages' split) is not one to apply
+                {k: v for k, v in change.as_dict().items() if v is not None and current.config.as_dict().get(k) != v},
                 None,
                 torchtitan,
                 megatron,
@@ -250,7 +251,7 @@ def memory_suggestions(
                         plan.config.as_dict(),
                         None,
                         torchtitan_layout(plan.config, model, batch),
-                        megatron_layout(plan.config),
+                        megatron_layout(plan.config, model.layers),
                     )
                 )
     return out
@@ -302,14 +303,24 @@ def acts(config: ParallelConfig, switch: str) -> bool:
     return bool(getattr(config, switch)) and (config.tp > 1 or switch not in TP_ONLY)
 
 
-def megatron_layout(config: ParallelConfig) -> list[str]:
-    """A whole layout in Megatron-LM's flags, every field the planner's search sets (a re-planned layout)."""
+def megatron_layout(config: ParallelConfig, layers: int | None = None) -> list[str]:
+    """A whole layout in Megatron-LM's flags, every field the planner's search sets (a re-planned layout); a line
+    where a rank's layers (its ``layers_per_stage``, else the model's ``layers`` over pp) do not split into its
+    virtual stages evenly, which Megatron refuses."""
+    stages = config.layers_per_stage or (config.stage_layers(layers) if layers else ())
+    unequal = config.vpp > 1 and any(count % config.vpp for count in stages)
     flags = [
         f"--tensor-model-parallel-size {config.tp}",
         f"--pipeline-model-parallel-size {config.pp}",
         f"--micro-batch-size {config.mbs}",
-        # the planner's split is per pipeline rank, as Megatron's first/last-stage flags are (its chunks even)
+        # the planner's split is per pipeline rank, as Megatron's first/last-stage flags are
         *(megatron_layer_split(config.layers_per_stage) if config.layers_per_stage else []),
+        (
+            f"(virtual stages of unequal layers, {'/'.join(map(str, stages))} over v = "
+            f"{config.vpp}: Megatron-LM needs each rank's layers divisible by v; torchtitan runs them)"
+            if unequal
+            else ""
+        ),
         *megatron_pipeline(config.schedule, config.vpp, None),
         *megatron_sharding(config.zero),
         *megatron_recompute(config.recompute),

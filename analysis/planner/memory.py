@@ -185,16 +185,10 @@ def memory_per_gpu(
     first = _breakdown(model, cluster, cfg, params, in_flight, experts, last_stage=cfg.pp == 1)
     if cfg.pp == 1:
         return first
-    last_rank = _last_rank(cfg)  # it holds the output layer and the loss's buffers
+    last_rank = cfg.output_rank  # it holds the output layer and the loss's buffers
     chunks = _chunks_held(cfg, microbatches, last_rank)
     last = _rank_memory(model, cluster, cfg, last_rank, cfg.stage_layers(model.layers)[last_rank], chunks)
     return max(first, last, key=lambda part: part.total)
-
-
-def _last_rank(cfg: ParallelConfig) -> int:
-    """The pipeline rank running the last stage: p − 1, or rank 0 for a V-shaped schedule."""
-    stages = cfg.pp * (1 if cfg.schedule.placement == "single" else cfg.vpp)
-    return cfg.schedule.stage_rank(cfg.pp, stages - 1)
 
 
 def memory_per_pipeline_rank(
@@ -213,6 +207,10 @@ def memory_per_pipeline_rank(
     ]
 
 
+FEW_RANKS = 6
+"""Pipelines of this many ranks or fewer are broken down rank by rank (``bench/planner_search.py``)."""
+
+
 def _fullest_rank_memory(
     model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, microbatches: int
 ) -> MemoryBreakdown:
@@ -221,7 +219,9 @@ def _fullest_rank_memory(
     layers · (state a layer + chunks / v · activations a layer) plus what every rank holds, so the fullest of those
     is found by that product and only it, the first and the last rank are broken down."""
     stages = cfg.stage_layers(model.layers)
-    ends = {0, _last_rank(cfg)}
+    if len(stages) <= FEW_RANKS:  # three breakdowns and the shortcut's own cost no fewer than one a rank
+        return max(memory_per_pipeline_rank(model, cluster, cfg, microbatches), key=lambda part: part.total)
+    ends = {0, cfg.output_rank}
     per_layer, experts_per_layer = layer_params_on_gpu(model, cfg.tp, cfg.ep, cfg.expert_tp)
     base = _breakdown(model, cluster, cfg, 0.0, 0.0, last_stage=False).total
     state = _breakdown(model, cluster, cfg, per_layer, 0.0, experts_per_layer, last_stage=False).total - base
@@ -248,7 +248,7 @@ def _rank_memory(
     per_layer, experts_per_layer = layer_params_on_gpu(model, cfg.tp, cfg.ep, cfg.expert_tp)
     embedding = model.vocab * h / cfg.tp + (model.embedding_params - model.vocab * h)
     output = model.vocab * h / cfg.tp + 2 * h  # the output layer (a tied embedding's copy) and the final norm
-    last = rank == _last_rank(cfg)
+    last = rank == cfg.output_rank
     params = layers * per_layer + (embedding if rank == 0 else 0.0) + (output if last else 0.0)
     in_flight = chunks * layers / cfg.vpp
     return _breakdown(model, cluster, cfg, params, in_flight, layers * experts_per_layer, last_stage=last)

@@ -143,8 +143,8 @@ class DuplicateKeyError(ValueError):
     """A JSON object names one key twice; which value a reader keeps is not said, so a plan refuses it. ``path``: the
     keys (and list indexes) from the document's top to the object holding it."""
 
-    def __init__(self, key: str, path: tuple[str, ...] = ()) -> None:
-        where = f" in {'.'.join(path)}" if path else ""
+    def __init__(self, key: str, path: tuple[str | int, ...] = ()) -> None:
+        where = f" in {'.'.join(map(str, path))}" if path else ""
         super().__init__(f"{key!r} given twice in one object{where}")
         self.key = key
         self.path = path
@@ -159,8 +159,9 @@ class _KeyGivenTwice(dict[str, Any]):
 
 def unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``json.loads``' ``object_pairs_hook`` for a plan's documents (the API's body, the model and cluster files
-    the command line reads): the object, marked where a key comes twice, as ``{"tp": 2, "tp": 4}``;
-    ``refuse_repeated_keys`` then refuses the document naming the key and where it sits."""
+    the command line reads): the object, marked where a key comes twice, as ``{"tp": 2, "tp": 4}``. It refuses
+    nothing itself: a reader must call ``refuse_repeated_keys`` on the whole document, which names the key and where
+    it sits (the path is known only once the parser is done)."""
     document: dict[str, Any] = {}
     for key, value in pairs:
         if key in document and not isinstance(document, _KeyGivenTwice):
@@ -173,13 +174,13 @@ def unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def refuse_repeated_keys(document: Any) -> None:
     """``DuplicateKeyError`` for the first object in ``document`` (read with ``unique_json_object``) that named a key
     twice, with the keys leading to it; without recursion, as deep as the parser went."""
-    stack: list[tuple[Any, tuple[str, ...]]] = [(document, ())]
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(document, ())]
     while stack:
         node, path = stack.pop()
         if isinstance(node, _KeyGivenTwice):
             raise DuplicateKeyError(node.twice, path)
         children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-        stack.extend((value, (*path, str(key))) for key, value in reversed(list(children)))
+        stack.extend((value, (*path, key)) for key, value in reversed(list(children)))
 
 
 def config_fields(raw: Mapping[str, Any], where: str = "config") -> dict[str, Any]:
@@ -402,7 +403,7 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
 def _split_named(fields: Mapping[str, Any]) -> dict[str, str]:
     """{"layers_per_stage": the first/last-stage field given} where the split was given that way: a refusal names
     the field the request holds."""
-    named = [key for key in ("first_stage_layers", "last_stage_layers") if key in fields]
+    named = [key for key in ("last_stage_layers", "first_stage_layers") if key in fields]  # as stage_layout names them
     return {"layers_per_stage": named[0]} if named else {}
 
 
@@ -444,6 +445,8 @@ def _fixed_problems(
     for field, why in [*structural_problems(model, cluster, cfg, batch), *([pipeline_only] if pipeline_only else [])]:
         if field == "vpp" and "vpp" not in fixed and "schedule" in fixed:
             field = "schedule"  # the interleaved schedule held: the virtual stages the search tries are its
+        if field == "mbs" and batch % fixed.get("dp", 1):
+            field = "dp"  # a held dp the batch does not split over, whatever the micro-batch
         if field in fixed:
             named.setdefault(field, why)
     return named

@@ -61,7 +61,7 @@ def candidates(
         return [fix[key]] if key in fix else values
 
     for tp, cp, pp, dp in layouts(model, cluster, fix):
-        split = tuple(fix.get("layers_per_stage", ())) or (two_ended_split(model.layers, pp) or ())
+        split = tuple(fix.get("layers_per_stage", ()))  # else the schedule's own (ParallelConfig.stage_layers)
         per_replica = global_batch // dp if global_batch % dp == 0 else 0
         for etp, ep, mbs in (
             (x, e, b)
@@ -164,7 +164,7 @@ def _schedules(
             if fix.get("vpp", schedule.default_stages_per_rank) == schedule.default_stages_per_rank:
                 yield schedule, schedule.default_stages_per_rank
             continue
-        stages = split or ParallelConfig(pp=pp).stage_layers(model.layers)
+        stages = split or ParallelConfig(pp=pp, schedule=schedule).stage_layers(model.layers)
         for vpp in [fix["vpp"]] if "vpp" in fix else _virtual_stage_counts(stages):
             yield schedule, vpp
 

@@ -353,11 +353,25 @@ class ParallelConfig:
         dp·cp / ep when etp is tp."""
         return self.tp * self.replicas // (self.expert_tp * self.ep)
 
+    @property
+    def output_rank(self) -> int:
+        """The pipeline rank running the last stage, with the output layer and the loss: p − 1, or rank 0 for a
+        V-shaped schedule (ZB-V, DualPipeV: stages r and 2p − 1 − r on rank r)."""
+        stages = self.pp * (1 if self.schedule.placement == "single" else self.vpp)
+        return self.schedule.stage_rank(self.pp, stages - 1)
+
     def stage_layers(self, layers: int) -> tuple[int, ...]:
-        """Each pipeline stage's layers: as given, else as even as ``layers`` allow (the first stages one more)."""
+        """Each pipeline rank's layers: as given; else even where ``pp`` divides ``layers``; else the search's
+        ``two_ended_split`` (or, where that has none, as even as they go, the first ranks one more), the fewer on
+        the rank that also runs the output layer (the last, or the first under a V-shaped schedule)."""
         if self.layers_per_stage:
             return self.layers_per_stage
-        return tuple(layers // self.pp + (1 if stage < layers % self.pp else 0) for stage in range(self.pp))
+        if layers % self.pp == 0:
+            return (layers // self.pp,) * self.pp
+        split = two_ended_split(layers, self.pp) or tuple(
+            layers // self.pp + (1 if stage < layers % self.pp else 0) for stage in range(self.pp)
+        )
+        return split[::-1] if self.output_rank == 0 else split
 
     def as_dict(self) -> dict[str, Any]:
         return {

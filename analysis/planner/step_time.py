@@ -671,9 +671,10 @@ def chunk_imbalance(cfg: ParallelConfig, layers: int) -> float:
     return math.ceil(fullest / cfg.vpp) * cfg.vpp / fullest
 
 
-def slowest_stage(layers_per_stage: tuple[int, ...], layer: _Cost, output: _Cost) -> _Cost:
-    """The costliest stage per micro-batch: its layers, plus the output layer and the loss on the last stage."""
-    last = len(layers_per_stage) - 1
+def slowest_stage(layers_per_stage: tuple[int, ...], layer: _Cost, output: _Cost, output_rank: int = -1) -> _Cost:
+    """The costliest pipeline rank per micro-batch: its layers, plus the output layer and the loss on the rank
+    running the last stage (``output_rank``; -1: the last rank)."""
+    last = output_rank % len(layers_per_stage)
     costs = [layer.scale(n) + (output if i == last else _Cost()) for i, n in enumerate(layers_per_stage)]
     return max(costs, key=lambda cost: cost.seconds)
 
@@ -691,7 +692,7 @@ def step_time(
     cfg = config.with_dp(cluster.gpus)
     microbatches = global_batch // (cfg.dp * cfg.mbs)
     layer, output = layer_cost(model, cluster, cfg, eff), output_layer_cost(model, cluster, cfg, eff)
-    stage = slowest_stage(cfg.stage_layers(model.layers), layer, output)
+    stage = slowest_stage(cfg.stage_layers(model.layers), layer, output, cfg.output_rank)
     p2p = p2p_seconds(model, cluster, cfg, eff)
     floor = cfg.schedule.bubble(cfg.pp, microbatches, cfg.vpp) if cfg.pp > 1 else None
     if cfg.pp > 1 and floor is None:

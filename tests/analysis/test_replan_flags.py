@@ -58,6 +58,14 @@ def test_switches_of_tensor_parallelism_are_said_only_with_it_and_a_schedule_meg
     interleaved = megatron_layout(ParallelConfig(pp=4, vpp=2, schedule=lookup("interleaved1f1b")))
     assert "--num-virtual-stages-per-pipeline-rank 2" in interleaved
     assert not [f for f in megatron_layout(ParallelConfig(pp=4)) if f.startswith("(")]  # 1F1B: Megatron's own
+    # 32 layers over 4 ranks in 3 virtual stages each: chunks of 3, 3, 2, which Megatron refuses and says so
+    unequal = megatron_layout(ParallelConfig(pp=4, vpp=3, schedule=lookup("interleaved1f1b")), 32)
+    assert any(f.startswith("(virtual stages of unequal layers, 8/8/8/8 over v = 3") for f in unequal), unequal
+    assert not [
+        f
+        for f in megatron_layout(ParallelConfig(pp=4, vpp=2, schedule=lookup("interleaved1f1b")), 32)
+        if "unequal" in f
+    ]
 
 
 def test_looped_bfs_is_megatrons_interleaved_schedule_taking_every_micro_batch_a_virtual_stage() -> None:

@@ -251,6 +251,23 @@ BAD: list[tuple[str, dict[str, Any], list[Any], str]] = [
         "global batch 2048 is not divisible by dp = 4096",
     ),
     (
+        "a held dp the global batch does not split over, a micro-batch held too",
+        {"model": "llama-3-8b", "cluster": "h100-sxm-x8", "global_batch": 12, "fixed": {"dp": 8, "mbs": 2}},
+        ["body", "fixed", "dp"],
+        "global batch 12 is not divisible by dp·mbs = 8·2",
+    ),
+    (
+        "first and last stage layers given, the last too few",
+        {
+            "model": "llama-3-8b",
+            "cluster": "h100-sxm-x24",
+            "global_batch": 24,
+            "config": {"pp": 3, "vpp": 2, "first_stage_layers": 15, "last_stage_layers": 1},
+        },
+        ["body", "config", "last_stage_layers"],
+        "every stage needs at least vpp=2 layers",
+    ),
+    (
         "a GPU with no memory past the reserve",
         {
             "model": "llama-3-8b",
@@ -302,6 +319,9 @@ def test_a_key_given_twice_is_refused_naming_it(server: LiveServer) -> None:
         )
         answer = client.post("/api/v1/plan", content=nested, headers={"content-type": "application/json"})
         assert_names(answer, 422, ["body", "model", "seq"], "given twice")
+        listed = '{"model": "llama-3-8b", "cluster": "h100-sxm-x8", "global_batch": 8, "config": {"tp": 2}, "x": [{}, {"a": 1, "a": 2}]}'
+        answer = client.post("/api/v1/plan", content=listed, headers={"content-type": "application/json"})
+        assert_names(answer, 422, ["body", "x", 1, "a"], "given twice")  # a list's index as a number, as pydantic's
 
 
 def test_a_model_cluster_or_gpu_given_as_fields_is_refused_for_its_fields_alone(server: LiveServer) -> None:

@@ -425,6 +425,20 @@ def test_a_pipeline_that_does_not_divide_the_layers_says_its_split_however_it_wa
     assert many.plans and many.plans[0].config.layers_per_stage == (2,) * 16 + (1,) * 48
 
 
+def test_a_v_shaped_schedule_runs_the_output_layer_on_rank_0_and_gives_it_the_fewer_layers() -> None:
+    """ZB-V places stages r and 2p − 1 − r on rank r, so rank 0 runs the output layer and the loss: 80 layers over 3
+    ranks split 26/27/27 under it (27/27/26 under 1F1B), and the split the other way round is the slower, as rank 0
+    then holds a layer more beside the output layer."""
+    body = {"model": "llama-3-70b", "cluster": "h100-sxm-x192", "global_batch": 192}
+    layout = {"tp": 8, "pp": 3, "recompute": "full", "zero": 1}
+    zbv = plan_document({**body, "config": {**layout, "schedule": "zbv"}}).plans[0]
+    one_f_one_b = plan_document({**body, "config": layout}).plans[0]
+    assert zbv.config.layers_per_stage == (26, 27, 27) and one_f_one_b.config.layers_per_stage == (27, 27, 26)
+    flipped = plan_document({**body, "config": {**layout, "schedule": "zbv", "layers_per_stage": [27, 27, 26]}})
+    assert zbv.step is not None and flipped.plans[0].step is not None
+    assert flipped.plans[0].step.total > zbv.step.total
+
+
 def test_the_search_finds_llama_3_1_405bs_published_layout_on_16k_gpus() -> None:
     """Llama 3.1 405B (126 layers) on 16,384 H100s at a global batch of 2,048 sequences: Meta trained it with TP 8,
     PP 16 and DP 128 (the Llama 3 paper, Table 4), 126 layers over 16 stages. The search tries that uneven split
