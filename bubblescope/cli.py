@@ -462,14 +462,16 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--config",
         action="append",
-        help="evaluate this configuration (may be repeated): K=V,... with tp, pp, dp, vpp, mbs, schedule, "
+        help="evaluate this configuration (may be repeated: one configuration, its fields merged): K=V,... with tp, pp, dp, vpp, mbs, schedule, "
         f"zero, {_words('recompute')}, sp, flash (default true), {_words('precision')}, "
         f"layers_per_stage (7/8/8/7), first_stage_layers, last_stage_layers, tp_overlap, cp, {_words('cp_comm')}, "
         f"ep, etp (experts' own tp, default tp), {_words('dispatcher')}, capacity_factor, {_words('grad_reduce')}, "
         f"compile (default true), fp8_all_gather, {_words('attention_kernel')}, kv_repeated, overlap_param_gather, "
         f"{_words('projections')}",
     )
-    plan.add_argument("--fix", action="append", help="search holding these K=V,... fields (may be repeated)")
+    plan.add_argument(
+        "--fix", action="append", help="search holding these K=V,... fields (may be repeated: the fields merged)"
+    )
     plan.add_argument(
         "--top", action=_StoreOnce, type=int, default=10, help="configurations to list when searching (default 10)"
     )

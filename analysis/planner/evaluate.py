@@ -129,9 +129,20 @@ def structural_problems(
         problems.append(
             ("cp", f"sequence {model.seq} does not split into 2·cp = {2 * cfg.cp} equal chunks (causal load balance)")
         )
+    if global_batch % cfg.mbs:
+        problems.append(("mbs", f"global batch {global_batch} is not divisible by mbs = {cfg.mbs}"))
+        return problems
     if cfg.dp < 1 or global_batch % (cfg.dp * cfg.mbs):
         problems.append(("mbs", f"global batch {global_batch} is not divisible by dp·mbs = {cfg.dp}·{cfg.mbs}"))
         return problems
+    if cfg.sequence_parallel and cfg.tp > 1 and model.seq % (cfg.cp * cfg.tp):
+        problems.append(
+            (
+                "sequence_parallel",
+                f"sequence {model.seq} does not split over cp·tp = {cfg.cp}·{cfg.tp} ranks (sequence parallelism "
+                "scatters each rank's share of it over tp)",
+            )
+        )
     for field, words in CHOICES.items():
         value = getattr(cfg, field)
         if value not in words:
@@ -227,6 +238,8 @@ def evaluate(
         return Plan(cfg, None, None, None, tuple(problems))
     if model.layers % cfg.pp:  # an uneven split not given: priced stage by stage and said, as a given one
         cfg = replace(cfg, layers_per_stage=cfg.stage_layers(model.layers))
+    elif len(set(cfg.layers_per_stage)) == 1:  # an even split given: the same layout as none, said as none
+        cfg = replace(cfg, layers_per_stage=())
     microbatches = global_batch // (cfg.dp * cfg.mbs)
     memory = memory_per_gpu(model, cluster, cfg, microbatches)
     step = step_time(model, cluster, cfg, global_batch, eff)

@@ -10,7 +10,7 @@ the space is searched, holding any ``fixed`` fields. Errors are ``PlanInputError
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bubblescope.analysis.planner.efficiencies import constants_said
@@ -242,11 +242,11 @@ def stage_layout(fields: dict[str, Any], layers: int, where: str = "config") -> 
     if first is None and last is None:
         return fields
     pp = fields.get("pp", 1)
+    given = "last_stage_layers" if last is not None else "first_stage_layers"
     if pp < 2:
-        raise PlanInputError(f"{where}.pp", "first/last_stage_layers need a pipeline: give pp ≥ 2")
+        raise PlanInputError(f"{where}.{given}", f"{given} needs a pipeline: give pp ≥ 2 with it")
     middle_stages = pp - (first is not None) - (last is not None)
     rest = layers - (first or 0) - (last or 0)
-    given = "last_stage_layers" if last is not None else "first_stage_layers"
     held = " + ".join(f"{name}_stage_layers {count}" for name, count in (("first", first), ("last", last)) if count)
     if middle_stages == 0:
         if rest:
@@ -368,6 +368,8 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
         split_named = _split_named(given)
         fields = stage_layout(given, model.layers)
         config = config_from(fields).with_dp(cluster.gpus)
+        if "sequence_parallel" not in fields and model.seq % (config.cp * config.tp):
+            config = replace(config, sequence_parallel=False)  # on by default only where the sequence splits over tp
         pipeline_only = pipeline_fields_without_pipeline(fields, config.pp)
         if pipeline_only:
             raise PlanInputError(f"config.{pipeline_only[0]}", pipeline_only[1])
@@ -392,6 +394,8 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
     hidden_gather = overlap_param_gather_problem(fixed.get("zero")) if fixed.get("overlap_param_gather") else None
     if hidden_gather:
         raise PlanInputError("fixed.overlap_param_gather", hidden_gather)
+    if "dp" in fixed and cluster.gpus % fixed["dp"]:
+        raise PlanInputError("fixed.dp", f"dp={fixed['dp']} does not divide the {cluster.gpus} GPUs")
     plans = search(model, cluster, batch, top, fixed)
     blamed = None if plans or not fixed else fixed_field_refused(model, cluster, batch, fixed)
     if blamed:
@@ -424,7 +428,11 @@ def fixed_field_refused(
         dps = [dp for *_, dp in layouts(model, cluster, fixed)]
         if dps and all(batch % (dp * fixed.get("mbs", 1)) for dp in dps):
             return _batch_refused_by(fixed, batch)  # else the answer's why_none says no layout splits it
-        blamed = _fixed_problems(model, cluster, config_from(fixed).with_dp(cluster.gpus), batch, fixed)
+        probe = dict(fixed)
+        pipelines = [p for p in range(2, model.layers + 1) if cluster.gpus % p == 0]
+        if "pp" not in fixed and ("vpp" in fixed or "schedule" in fixed) and pipelines:
+            probe["pp"] = pipelines[0]  # the search picks pp: what the held schedule or vpp meets on a pipeline
+        blamed = _fixed_problems(model, cluster, config_from(probe).with_dp(cluster.gpus), batch, fixed)
     return next(iter(blamed.items()), None)
 
 
@@ -445,6 +453,8 @@ def _fixed_problems(
     for field, why in [*structural_problems(model, cluster, cfg, batch), *([pipeline_only] if pipeline_only else [])]:
         if field == "vpp" and "vpp" not in fixed and "schedule" in fixed:
             field = "schedule"  # the interleaved schedule held: the virtual stages the search tries are its
+        if field == "schedule" and "schedule" not in fixed and "vpp" in fixed:
+            field = "vpp"  # the virtual stages held: the interleaved schedule the search runs them with is theirs
         if field == "mbs" and batch % fixed.get("dp", 1):
             field = "dp"  # a held dp the batch does not split over, whatever the micro-batch
         if field in fixed:

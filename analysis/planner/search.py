@@ -82,7 +82,8 @@ def candidates(
                             schedule,
                             zero,
                             recompute,
-                            bool(fix.get("sequence_parallel", tp > 1)),
+                            # where each rank's share of the sequence splits over tp (Megatron's scatter)
+                            bool(fix.get("sequence_parallel", tp > 1 and model.seq % (cp * tp) == 0)),
                             bool(fix.get("flash_attention", True)),
                             str(fix.get("precision", "bf16")),
                             split,
@@ -164,18 +165,24 @@ def _schedules(
             if fix.get("vpp", schedule.default_stages_per_rank) == schedule.default_stages_per_rank:
                 yield schedule, schedule.default_stages_per_rank
             continue
-        stages = split or ParallelConfig(pp=pp, schedule=schedule).stage_layers(model.layers)
-        for vpp in [fix["vpp"]] if "vpp" in fix else _virtual_stage_counts(stages):
+        for vpp in [fix["vpp"]] if "vpp" in fix else _virtual_stage_counts(model.layers, pp, schedule, split):
             yield schedule, vpp
 
 
-def _virtual_stage_counts(stages: tuple[int, ...]) -> list[int]:
-    """The v > 1 tried on stages of these layers: up to ``MAX_VPP`` and the fewest layers a stage holds (a layer a
-    virtual stage), each where the fullest stage's largest chunk is smaller than at v − 1 (12 layers: 2, 3, 4, 6; 9:
-    2, 3, 5). The fill and drain run at that chunk (``step_time.chunk_imbalance``): a larger v with the same chunk only
-    adds transfers."""
-    fullest = max(stages)
-    return [v for v in range(2, min(MAX_VPP, min(stages)) + 1) if -(-fullest // v) < -(-fullest // (v - 1))]
+def _virtual_stage_counts(layers: int, pp: int, schedule: Schedule, split: tuple[int, ...]) -> list[int]:
+    """The v > 1 tried on ``pp`` ranks (``split``: their layers where given, else each v's own default split,
+    ``ParallelConfig.stage_layers``): up to ``MAX_VPP`` and a layer a virtual stage on the fewest, each where the
+    fullest rank's largest chunk is smaller than at v − 1 (12 layers a rank: 2, 3, 4, 6; 9: 2, 3, 5). The fill and
+    drain run at that chunk (``step_time.chunk_imbalance``): a larger v with the same chunk only adds transfers."""
+    tried: list[int] = []
+    chunk = layers + 1
+    for vpp in range(2, MAX_VPP + 1):
+        stages = split or ParallelConfig(pp=pp, vpp=vpp, schedule=schedule).stage_layers(layers)
+        largest = -(-max(stages) // vpp)
+        if min(stages) >= vpp and largest < chunk:
+            tried.append(vpp)
+            chunk = largest
+    return tried
 
 
 def pipeline_fields_without_pipeline(fields: Mapping[str, Any], pp: int) -> tuple[str, str] | None:
@@ -186,7 +193,7 @@ def pipeline_fields_without_pipeline(fields: Mapping[str, Any], pp: int) -> tupl
     if fields.get("vpp", 1) > 1:
         return "vpp", f"vpp={fields['vpp']} virtual stages need a pipeline: give pp ≥ 2"
     schedule = fields.get("schedule")
-    if schedule is not None and schedule is not DEFAULT_SCHEDULE:
+    if schedule is not None:  # given, 1F1B too: held in a search, it asks for pipelined layouts
         return "schedule", f"{schedule.label} needs a pipeline: give pp ≥ 2 (without one a step accumulates plainly)"
     return None
 

@@ -362,14 +362,18 @@ class ParallelConfig:
 
     def stage_layers(self, layers: int) -> tuple[int, ...]:
         """Each pipeline rank's layers: as given; else even where ``pp`` divides ``layers``; else the search's
-        ``two_ended_split`` (or, where that has none, as even as they go, the first ranks one more), the fewer on
-        the rank that also runs the output layer (the last, or the first under a V-shaped schedule)."""
+        ``two_ended_split`` where it leaves every rank a layer for each of its ``vpp`` virtual stages, or as even as
+        they go (the first ranks one more); either way the fewer on the rank that also runs the output layer (the
+        last, or the first under a V-shaped schedule)."""
         if self.layers_per_stage:
             return self.layers_per_stage
         if layers % self.pp == 0:
             return (layers // self.pp,) * self.pp
-        split = two_ended_split(layers, self.pp) or tuple(
-            layers // self.pp + (1 if stage < layers % self.pp else 0) for stage in range(self.pp)
+        two_ended = two_ended_split(layers, self.pp)
+        split = (
+            two_ended
+            if two_ended and min(two_ended) >= self.vpp
+            else tuple(layers // self.pp + (1 if stage < layers % self.pp else 0) for stage in range(self.pp))
         )
         return split[::-1] if self.output_rank == 0 else split
 
@@ -539,7 +543,9 @@ def gpu_from(value: str | Mapping[str, Any], where: str) -> GpuSpec:
             f"got {fields['memory_gib']!r}",
         )
     fp8 = _gpu_figure(fields["fp8_tflops"], f"{where}.fp8_tflops") if fields.get("fp8_tflops") is not None else 0.0
-    return GpuSpec(name=str(fields.get("name", "custom")), fp8_tflops=fp8, source="given in the request", **numbers)
+    given = str(fields.get("name") or "custom")
+    name = given if given == "custom" else f"{given} (given figures)"  # not to be read as the catalog's part
+    return GpuSpec(name=name, fp8_tflops=fp8, source="given in the request", **numbers)
 
 
 GPU_FIGURE_RANGE = (1e-3, 1e9)

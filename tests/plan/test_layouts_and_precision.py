@@ -245,7 +245,7 @@ def test_flash_attention_is_on_unless_asked_off_and_the_answer_says_what_it_assu
         ({"tp": 8, "pp": 2, "layers_per_stage": [20, 20]}, "config.layers_per_stage", "hold 40 layers, the model 32"),
         ({"tp": 8, "pp": 2, "layers_per_stage": [16, 0]}, "config.layers_per_stage[1]", "must be at least 1"),
         ({"tp": 8, "pp": 2, "vpp": 4, "layers_per_stage": [29, 3]}, "config.layers_per_stage", "at least vpp=4"),
-        ({"first_stage_layers": 4}, "config.pp", "need a pipeline"),
+        ({"first_stage_layers": 4}, "config.first_stage_layers", "needs a pipeline: give pp ≥ 2"),
         ({"tp": 8, "pp": 4, "first_stage_layers": 3}, "config.first_stage_layers", "do not split evenly"),
         ({"pp": 2, "first_stage_layers": 3, "layers_per_stage": [3, 29]}, "config.layers_per_stage", "not both"),
         ({"tp": 8, "pp": 4, "vpp": 9}, "config.vpp", "leave a stage 8, fewer than its vpp=9 virtual stages"),
@@ -449,6 +449,9 @@ def test_a_gpu_given_by_its_fields_needs_memory_past_the_reserve_and_all_its_fig
         plan_document({**body, "cluster": {"gpu": {**figures, "memory_gib": 4}, "gpus": 8}})
     assert error.value.field == "cluster.gpu.memory_gib" and "4 GiB kept free" in error.value.message
     assert plan_document({**body, "cluster": {"gpu": {**figures, "memory_gib": 4.5}, "gpus": 8}}).why_none
+    # named as a catalog part, it is still the request's own figures (priced with the defaults), and said so
+    named = plan_document({**body, "cluster": {"gpu": {**figures, "memory_gib": 80, "name": "H100-SXM"}, "gpus": 8}})
+    assert named.cluster.gpu.name == "H100-SXM (given figures)"
     with pytest.raises(PlanInputError) as error:
         plan_document({**body, "cluster": {"gpu": {"peak_tflops": 900}, "gpus": 8}})
     assert error.value.field == "cluster.gpu.hbm_gbps"

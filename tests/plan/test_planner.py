@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -182,17 +183,21 @@ def test_search_holds_fixed_fields() -> None:
 
 
 def test_a_search_holding_a_pipeline_schedule_lists_pipelines_alone() -> None:
-    """A held schedule other than the default, or virtual stages, runs on a pipeline alone (as ``config`` refuses them
-    at pp 1): the search lists no pp 1 layout, which would read as plain accumulation, and every layout listed runs the
-    schedule held; the default schedule held still lets pp 1 layouts in."""
+    """A held schedule, 1F1B too, or virtual stages, runs on a pipeline alone (as ``config`` refuses them at pp 1):
+    the search lists no pp 1 layout, which would read as plain accumulation, and every layout listed runs the
+    schedule held (holding 1F1B listed pp 1 layouts: a user holding it asks for a pipeline)."""
     model, cluster = MODEL_PRESETS["gpt-22b"], cluster_preset("a100-80gb-x8")
     assert any(p.config.pp == 1 for p in search(model, cluster, 16, top=1000, fixed={}))
-    for fixed in ({"schedule": lookup("gpipe")}, {"schedule": lookup("interleaved1f1b")}, {"vpp": 2}):
+    held = (
+        {"schedule": lookup("gpipe")},
+        {"schedule": lookup("interleaved1f1b")},
+        {"vpp": 2},
+        {"schedule": lookup("1f1b")},
+    )
+    for fixed in held:
         plans = search(model, cluster, 16, top=1000, fixed=fixed)
         assert plans and all(p.config.pp > 1 for p in plans), fixed
         assert all(p.config.schedule is fixed.get("schedule", p.config.schedule) for p in plans)
-    held_default = search(model, cluster, 16, top=1000, fixed={"schedule": lookup("1f1b")})
-    assert any(p.config.pp == 1 for p in held_default)
 
 
 def test_search_reports_nothing_when_nothing_fits() -> None:
@@ -437,6 +442,63 @@ def test_a_v_shaped_schedule_runs_the_output_layer_on_rank_0_and_gives_it_the_fe
     flipped = plan_document({**body, "config": {**layout, "schedule": "zbv", "layers_per_stage": [27, 27, 26]}})
     assert zbv.step is not None and flipped.plans[0].step is not None
     assert flipped.plans[0].step.total > zbv.step.total
+
+
+def test_a_default_uneven_split_leaves_every_rank_a_layer_for_each_virtual_stage() -> None:
+    """32 layers over 12 ranks: the two-ended split (1, 3 × 10, 1) leaves the end ranks one layer, too few for two
+    virtual stages; under ZB-V or interleaved 1F1B the default split is the even one (3 × 8, 2 × 4; ZB-V's output
+    rank 0 among the lighter), and the layouts run where they were refused."""
+    body = {"model": "llama-3-8b", "cluster": "h100-sxm-x96", "global_batch": 384}
+    zbv = plan_document({**body, "config": {"pp": 12, "tp": 1, "mbs": 1, "schedule": "zbv"}}).plans[0]
+    assert zbv.config.layers_per_stage == (2,) * 4 + (3,) * 8 and zbv.step is not None, zbv.problems
+    one_f_one_b = plan_document({**body, "config": {"pp": 12, "tp": 1, "mbs": 1}}).plans[0]
+    assert one_f_one_b.config.layers_per_stage == (1,) + (3,) * 10 + (1,)
+    held = plan_document({**body, "top": 5, "fixed": {"pp": 12, "schedule": "interleaved1f1b"}}).plans
+    assert held and all(plan.config.layers_per_stage == (3,) * 8 + (2,) * 4 for plan in held)
+
+
+def test_refusals_of_held_fields_name_the_field_and_the_reason_that_holds() -> None:
+    """Each names the field the request holds and a reason true of it: a held vpp the held schedule cannot run with
+    (not "give pp ≥ 2", the search picks pp), virtual stages no micro-batch count runs (not "no configuration"), a dp
+    that does not divide the GPUs, a micro-batch the global batch does not split into whatever dp is."""
+    body: dict[str, Any] = {"model": "llama-3-8b", "cluster": "h100-sxm-x32", "global_batch": 96}
+    cases = [
+        ({"vpp": 3, "schedule": "zbv"}, "fixed.vpp", "runs exactly 2 stages per rank, got 3"),
+        ({"dp": 5}, "fixed.dp", "dp=5 does not divide the 32 GPUs"),
+        ({"mbs": 5}, "fixed.mbs", "global batch 96 is not divisible by mbs = 5"),
+    ]
+    for fixed, field, words in cases:
+        with pytest.raises(PlanInputError) as refused:
+            plan_document({**body, "fixed": fixed})
+        assert refused.value.field == field and words in refused.value.message, (fixed, refused.value)
+    with pytest.raises(PlanInputError) as refused:
+        plan_document(
+            {"model": "llama-3-70b", "cluster": "h100-sxm-x48", "global_batch": 8, "fixed": {"pp": 3, "vpp": 4}}
+        )
+    assert refused.value.field == "fixed.vpp" and "divisible by p=3" in refused.value.message
+
+
+def test_a_sequence_that_does_not_split_over_tp_runs_without_sequence_parallelism() -> None:
+    """Sequence parallelism scatters each rank's share of the sequence over tp: 65,535 tokens do not split over 8
+    ranks, so the search's tp > 1 layouts run without it, a configuration asking nothing is evaluated without it,
+    and one asking for it is refused naming it."""
+    model = {"preset": "llama-3-8b", "seq": 65535}
+    plans = plan_document({"model": model, "cluster": "h100-sxm-x8", "global_batch": 8, "top": 100}).plans
+    assert plans and not any(p.config.sequence_parallel for p in plans if p.config.tp > 1)
+    alone = plan_document({"model": model, "cluster": "h100-sxm-x8", "global_batch": 8, "config": {"tp": 8}})
+    assert alone.plans[0].config.sequence_parallel is False
+    with pytest.raises(PlanInputError) as refused:
+        plan_document({"model": model, "cluster": "h100-sxm-x8", "global_batch": 8, "config": {"tp": 8, "sp": True}})
+    assert refused.value.field == "config.sequence_parallel"
+
+
+def test_an_even_split_given_is_the_layout_without_one() -> None:
+    """pp 4 over 32 layers with layers_per_stage 8/8/8/8 is pp 4 alone: the same plan, said the same way."""
+    body = {"model": "llama-3-8b", "cluster": "h100-sxm-x32", "global_batch": 256}
+    alone = plan_document({**body, "config": {"pp": 4, "tp": 8}}).plans[0]
+    given = plan_document({**body, "config": {"pp": 4, "tp": 8, "layers_per_stage": [8, 8, 8, 8]}}).plans[0]
+    assert given.config == alone.config and given.config.layers_per_stage == ()
+    assert given.step is not None and alone.step is not None and given.step.total == alone.step.total
 
 
 def test_the_search_finds_llama_3_1_405bs_published_layout_on_16k_gpus() -> None:
