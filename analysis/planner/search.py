@@ -8,8 +8,9 @@ experts, the experts' own tensor parallelism as t or 1, and e (expert parallel) 
 that divides the experts; micro-batch sizes powers of two dividing the per-replica batch; 1F1B, GPipe and interleaved
 1F1B (every v up to 8 and the fewest layers a stage holds that makes the fullest stage's largest chunk smaller than
 v − 1 does, ``_virtual_stage_counts``: 12 layers a stage, 2, 3, 4, 6; 9, 2, 3, 5); ZeRO 0–3 (0, 1 and 3 with
-pipelining) wherever dp·cp > 1, the ranks it shards over; recompute none, selective, op (torchtitan's per-op), full; sequence parallelism whenever t > 1 (same communication volume, less
-memory); flash attention on and bf16 unless fixed otherwise. Any field given in ``fixed`` is held at that value
+pipelining) wherever dp·cp > 1, the ranks it shards over; recompute none, selective, op (torchtitan's per-op), full;
+sequence parallelism whenever t > 1 and the sequence splits over c·t (same communication volume, less memory);
+flash attention on and bf16 unless fixed otherwise. Any field given in ``fixed`` is held at that value
 (``layers_per_stage`` with its ``pp``; TP overlap on the layouts with t > 1).
 """
 
