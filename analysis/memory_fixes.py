@@ -43,6 +43,7 @@ from bubblescope.analysis.planner.request import (
 )
 from bubblescope.analysis.planner.specs import (
     RECOMPUTE,
+    as_even,
     fp8_all_gather_problem,
     overlap_param_gather_problem,
     positive_int,
@@ -284,18 +285,13 @@ def torchtitan_stages(config: ParallelConfig, layers: int) -> dict[str, Any]:
     name = config.schedule.torchtitan_name
     snippet: dict[str, Any] = {"parallelism.pipeline_parallel_schedule": name} if name else {}
     if config.vpp == 1 and not config.layers_per_stage:
-        return snippet | TORCHTITAN_EVEN  # one stage a rank, the first ones a layer more: as ``stage_layers`` splits
-    chunks = [_as_even(count, config.vpp) for count in config.stage_layers(layers)]
+        return snippet | TORCHTITAN_EVEN  # one stage a rank, none given: torchtitan's own, nothing counted apart
+    chunks = [as_even(count, config.vpp) for count in config.stage_layers(layers)]
     virtual = []
     for stage in range(config.pp * config.vpp):
         rank = config.schedule.stage_rank(config.pp, stage)
         virtual.append(chunks[rank][config.schedule.local_stages(rank, config.pp, config.vpp).index(stage)])
     return snippet | torchtitan_layer_split(virtual)
-
-
-def _as_even(count: int, parts: int) -> list[int]:
-    """``count`` layers over ``parts`` stages as evenly as they go, the first ones a layer more."""
-    return [count // parts + (1 if part < count % parts else 0) for part in range(parts)]
 
 
 def acts(config: ParallelConfig, switch: str) -> bool:

@@ -445,7 +445,7 @@ def torchtitan_pipeline(pp: int | str) -> dict[str, Any]:
 
 #: torchtitan 0.3.0 counts the embedding and the output as a layer each by default
 #: (``pipeline_parallel_first/last_stage_less_layers`` 1), so 4 layers at 2 a stage make 3 stages; counted as none,
-#: its split is the planner's even one (``ParallelConfig.stage_layers``: the first stages one more).
+#: its split is the planner's where the stages divide the layers (``ParallelConfig.stage_layers``).
 TORCHTITAN_EVEN = {
     "parallelism.pipeline_parallel_first_stage_less_layers": 0,
     "parallelism.pipeline_parallel_last_stage_less_layers": 0,

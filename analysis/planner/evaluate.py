@@ -135,7 +135,7 @@ def structural_problems(
     if cfg.dp < 1 or global_batch % (cfg.dp * cfg.mbs):
         problems.append(("mbs", f"global batch {global_batch} is not divisible by dp·mbs = {cfg.dp}·{cfg.mbs}"))
         return problems
-    if cfg.sequence_parallel and cfg.tp > 1 and model.seq % (cfg.cp * cfg.tp):
+    if cfg.sequence_parallel and cfg.tp > 1 and not cfg.splits_sequence(model.seq):
         problems.append(
             (
                 "sequence_parallel",

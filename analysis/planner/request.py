@@ -368,7 +368,7 @@ def plan_document(document: Mapping[str, Any]) -> PlanOutcome:
         split_named = _split_named(given)
         fields = stage_layout(given, model.layers)
         config = config_from(fields).with_dp(cluster.gpus)
-        if "sequence_parallel" not in fields and model.seq % (config.cp * config.tp):
+        if "sequence_parallel" not in fields and not config.splits_sequence(model.seq):
             config = replace(config, sequence_parallel=False)  # on by default only where the sequence splits over tp
         pipeline_only = pipeline_fields_without_pipeline(fields, config.pp)
         if pipeline_only:

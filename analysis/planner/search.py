@@ -64,6 +64,9 @@ def candidates(
     for tp, cp, pp, dp in layouts(model, cluster, fix):
         split = tuple(fix.get("layers_per_stage", ()))  # else the schedule's own (ParallelConfig.stage_layers)
         per_replica = global_batch // dp if global_batch % dp == 0 else 0
+        sequence_parallel = fix.get(
+            "sequence_parallel", tp > 1 and ParallelConfig(tp=tp, cp=cp).splits_sequence(model.seq)
+        )
         for etp, ep, mbs in (
             (x, e, b)
             for x in choose("etp", _expert_tp_degrees(model, tp))
@@ -83,8 +86,7 @@ def candidates(
                             schedule,
                             zero,
                             recompute,
-                            # where each rank's share of the sequence splits over tp (Megatron's scatter)
-                            bool(fix.get("sequence_parallel", tp > 1 and model.seq % (cp * tp) == 0)),
+                            bool(sequence_parallel),  # where each rank's share of the sequence splits over tp
                             bool(fix.get("flash_attention", True)),
                             str(fix.get("precision", "bf16")),
                             split,

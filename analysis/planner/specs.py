@@ -360,6 +360,11 @@ class ParallelConfig:
         stages = self.pp * (1 if self.schedule.placement == "single" else self.vpp)
         return self.schedule.stage_rank(self.pp, stages - 1)
 
+    def splits_sequence(self, seq: int) -> bool:
+        """Whether a ``seq``-token sequence splits over this layout's cp·tp ranks, as sequence parallelism needs
+        (Megatron scatters each context rank's share over tp)."""
+        return seq % (self.cp * self.tp) == 0
+
     def stage_layers(self, layers: int) -> tuple[int, ...]:
         """Each pipeline rank's layers: as given; else even where ``pp`` divides ``layers``; else the search's
         ``two_ended_split`` where it leaves every rank a layer for each of its ``vpp`` virtual stages, or as even as
@@ -370,11 +375,7 @@ class ParallelConfig:
         if layers % self.pp == 0:
             return (layers // self.pp,) * self.pp
         two_ended = two_ended_split(layers, self.pp)
-        split = (
-            two_ended
-            if two_ended and min(two_ended) >= self.vpp
-            else tuple(layers // self.pp + (1 if stage < layers % self.pp else 0) for stage in range(self.pp))
-        )
+        split = two_ended if two_ended and min(two_ended) >= self.vpp else as_even(layers, self.pp)
         return split[::-1] if self.output_rank == 0 else split
 
     def as_dict(self) -> dict[str, Any]:
@@ -556,6 +557,11 @@ def _gpu_figure(value: Any, where: str) -> float:
     if number < GPU_FIGURE_RANGE[0]:
         raise PlanInputError(where, f"at least {GPU_FIGURE_RANGE[0]:g}, got {value!r}")
     return number
+
+
+def as_even(count: int, parts: int) -> tuple[int, ...]:
+    """``count`` layers over ``parts`` stages as evenly as they go, the first ones a layer more."""
+    return tuple(count // parts + (1 if part < count % parts else 0) for part in range(parts))
 
 
 def two_ended_split(layers: int, pp: int) -> tuple[int, ...] | None:

@@ -671,11 +671,10 @@ def chunk_imbalance(cfg: ParallelConfig, layers: int) -> float:
     return math.ceil(fullest / cfg.vpp) * cfg.vpp / fullest
 
 
-def slowest_stage(layers_per_stage: tuple[int, ...], layer: _Cost, output: _Cost, output_rank: int = -1) -> _Cost:
+def slowest_stage(layers_per_stage: tuple[int, ...], layer: _Cost, output: _Cost, output_rank: int) -> _Cost:
     """The costliest pipeline rank per micro-batch: its layers, plus the output layer and the loss on the rank
-    running the last stage (``output_rank``; -1: the last rank)."""
-    last = output_rank % len(layers_per_stage)
-    costs = [layer.scale(n) + (output if i == last else _Cost()) for i, n in enumerate(layers_per_stage)]
+    running the last stage (``ParallelConfig.output_rank``)."""
+    costs = [layer.scale(n) + (output if i == output_rank else _Cost()) for i, n in enumerate(layers_per_stage)]
     return max(costs, key=lambda cost: cost.seconds)
 
 
