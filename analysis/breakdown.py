@@ -7,8 +7,7 @@ Algorithm:
    for gradients; looped schedules send between the same two ranks once per virtual stage). The
    part of the recv before the send started is waiting for the peer to *produce*; the part of a
    send before its recv was posted, when the send outlasted that moment, is waiting for the peer
-   to *consume*; the part of a send after its recv finished moved no data (gloo on a loaded host
-   tells the sender late) and is waiting too. An unmatched recv or send (peer's spans missing) counts wholly as transfer. Spans
+   to *consume*. An unmatched recv or send (peer's spans missing) counts wholly as transfer. Spans
    without stage ids match on ranks alone. In a collective, the part before the last participant
    arrived is a wait (``collective_waits``).
 2. Per rank, over its window: compute C, communication M, overlapped, exposed and idle from
@@ -79,32 +78,25 @@ def matched_recvs(spans: Iterable[TimedSpan]) -> list[MatchedRecv]:
 
 
 def send_waits(spans: Iterable[TimedSpan]) -> dict[int, list[intervals.Interval]]:
-    """Per sending rank, the intervals of its sends spent waiting on the receiver: before the matching recv
-    was posted, where the send lasted past that moment (a send that finished first did not wait for its
-    receiver), and after that recv had finished (the data was there; the sender learned it late)."""
-    recv_span: dict[SendKey, tuple[int, int]] = {}
+    """Per sending rank, the intervals of its sends spent before the matching recv was posted, where the
+    send lasted past that moment (a send that finished first did not wait for its receiver)."""
+    recv_start: dict[SendKey, int] = {}
     sends: list[TimedSpan] = []
     for span in spans:
         if span.peer is None:
             continue
         if span.kind == "recv":
             key = _recv_key(span)
-            for known in (key, (*key[:4], None)):
-                if known not in recv_span or span.start_ns < recv_span[known][0]:
-                    recv_span[known] = (span.start_ns, span.end_ns)
+            _earliest(recv_start, key, span.start_ns)
+            _earliest(recv_start, (*key[:4], None), span.start_ns)
         elif span.kind == "send":
             sends.append(span)
     waits: dict[int, list[intervals.Interval]] = defaultdict(list)
     for send in sends:
         keys = _send_keys(send)
-        matched = next((recv_span[k] for k in reversed(keys) if k in recv_span), None)
-        if matched is None:
-            continue
-        posted, received = matched
-        if send.start_ns < posted <= send.end_ns:
+        posted = next((recv_start[k] for k in reversed(keys) if k in recv_start), None)
+        if posted is not None and send.start_ns < posted <= send.end_ns:
             waits[send.rank].append((send.start_ns, posted))
-        if received < send.end_ns:
-            waits[send.rank].append((max(received, send.start_ns), send.end_ns))
     return waits
 
 

@@ -150,12 +150,30 @@ def test_gpipe_first_stage_waits_at_the_turnaround_and_the_last_does_not(jobs: d
             last = stages - 1
             downstream = duration(last, "forward", m - 1) + duration(last, "backward", 0)
             assert turnaround(0) >= downstream > turnaround(last), (stages, m, detail["step"])
-            waits.append({b["rank"]: b for b in detail["breakdown"]}[0]["dependency_wait_ns"])
-        # Stage 0 waits for the first gradient: dependency wait. On a loaded 2-core machine gloo may
-        # complete stage 0's last activation send long after stage 1 received it, so the wait sits in
-        # the send: breakdown.send_waits counts a send past its finished recv as waiting (before, CI
-        # saw 3 steps of 8 with none; with a CPU burner beside the job, 32 of 32 steps now wait).
-        assert sum(wait > 0 for wait in waits) >= 0.75 * len(waits), (stages, m, waits)
+            wait = {b["rank"]: b for b in detail["breakdown"]}[0]["dependency_wait_ns"]
+            waits.append((wait, late_send_ns(detail, m - 1)))
+        # Stage 0 waits for the first gradient: dependency wait. On a loaded 2-core machine gloo may complete stage
+        # 0's last activation send long after stage 1 received it (seen in CI on 3 steps of 8, and under a CPU
+        # burner: send 14.8-32.1 ms, its recv done at 15.0), so the wait sits in that send and counts as transfer
+        # (the analysis cannot tell such a send from one an imported trace's early recv posting ends before).
+        assert sum(wait > 0 or late > 1_000_000 for wait, late in waits) >= 0.75 * len(waits), (stages, m, waits)
+        assert sum(wait > 0 for wait, _ in waits) >= 0.5 * len(waits), (stages, m, waits)
+
+
+def late_send_ns(detail: dict[str, Any], microbatch: int) -> int:
+    """How long rank 0's activation send of ``microbatch`` lasted past the end of rank 1's recv of it (a late
+    send: more than a millisecond, scheduling jitter aside)."""
+    spans = detail["spans"]
+
+    def ends(rank: int, kind: str) -> list[int]:
+        return [
+            s["end_ns"]
+            for s in spans
+            if s["rank"] == rank and s["kind"] == kind and s["name"] == "fwd" and s["microbatch"] == microbatch
+        ]
+
+    sent, received = ends(0, "send"), ends(1, "recv")
+    return max(0, max(sent) - min(received)) if sent and received else 0
 
 
 @pytest.mark.parametrize("stages,schedule", [(s, sch) for s, sch, _ in MATRIX])
