@@ -77,8 +77,8 @@ def test_both_ranks_of_a_host_slow_is_a_slow_host(server: LiveServer) -> None:
     with server.client() as client:
         view = stragglers_when_complete(client, job.run_key)
         flags = {s["rank"]: s["flagged_steps"] for s in view["rank_scores"]}
-        flags["compute_ms"] = [[round(v / 1e6) for v in row] for row in view["matrices"]["compute"]["values_ns"]]
-        assert len(view["groups"]) == 1, (view["groups"], flags)
+        compute_ms = [[round(v / 1e6) for v in row] for row in view["matrices"]["compute"]["values_ns"]]
+        assert len(view["groups"]) == 1, (view["groups"], flags, compute_ms)
         group = view["groups"][0]
         assert (group["kind"], group["group"], group["ranks"], group["verdict"]) == (
             "slow host",
@@ -86,7 +86,7 @@ def test_both_ranks_of_a_host_slow_is_a_slow_host(server: LiveServer) -> None:
             [2, 3],
             "persistent",
         )
-        assert group["flagged_fraction"] >= 0.8 and 1.4 < group["median_ratio"] < 1.8, (group, flags)
+        assert group["flagged_fraction"] >= 0.8 and 1.4 < group["median_ratio"] < 1.8, (group, flags, compute_ms)
         assert [f["kind"] for f in view["findings"]] == ["slow host"]
         assert view["findings"][0]["message"].startswith("host hB (ranks 2, 3): all its ranks compute 1.")
         narrowed = client.get(f"/api/v1/runs/{job.run_key}/stragglers", params={"from_step": 3, "to_step": 5}).json()
