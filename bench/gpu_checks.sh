@@ -23,7 +23,7 @@ step() { echo; echo "=== $* ($(date +%T))"; }
     python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -3
     python3 -c "from bubblescope.collector import gpu_timing; print('collector from', gpu_timing.__file__)"
     step "GPU tests"
-    timeout 300 python3 -m pytest --noconftest -p no:cacheprovider -q -rs --junitxml="$out/gpu-tests.xml" \
+    timeout 300 python3 -m pytest --noconftest -p no:cacheprovider -o addopts="" -q -rs --junitxml="$out/gpu-tests.xml" \
         tests/collector/test_gpu_timing.py tests/collector/test_gpu_comm_timing.py tests/collector/test_gpu_memory.py \
         tests/collector/test_gpu_timing_fallback.py
     step "overhead on one device, defaults"

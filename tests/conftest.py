@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bubblescope.backend.db import migrate
+from tests.cpu_share import cpu_share, make_lock_folder, remove_lock_folder
 from tests.support import (
     REPO,
     LiveServer,
@@ -21,6 +22,25 @@ from tests.support import (
 )
 
 BACKENDS = ["sqlite", "postgres"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A ``timing`` test runs with no other test beside it (tests/cpu_share.py)."""
+    with cpu_share(alone=item.get_closest_marker("timing") is not None):
+        yield
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without workers)
+        make_lock_folder()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        remove_lock_folder()
+
+
 CHROMIUM = "/usr/bin/chromium"
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 
 def test_wheel_collector_works_without_server_dependencies(tmp_path: Path) -> None:

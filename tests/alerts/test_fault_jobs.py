@@ -23,7 +23,7 @@ import pytest
 from tests.alerts.fault_jobs import STRAGGLER_JOB, alerts, fault_service, finish, launch, wait_for
 from tests.support import LiveServer, register, scrape_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 HOST = socket.gethostname()
 
 

@@ -18,7 +18,7 @@ from tests.alerts.receiver import webhook_receiver
 from tests.alerts.test_alertmanager import notification
 from tests.support import LiveServer, migrated_database, start_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 EXTERNAL_URL = "https://bubblescope.example.org"
 
 

@@ -15,7 +15,7 @@ import pytest
 from tests.alerts.fault_jobs import alerts, finish, launch
 from tests.support import LiveServer, migrated_database, start_server, wait_for_steps
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 SERVE = ["--alert-interval", "1", "--silent-after", "60", "--hung-after", "30", "--regression-for", "5"]
 STEPS = 160
 OUTAGE_S = 12.0

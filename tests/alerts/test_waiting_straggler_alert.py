@@ -15,7 +15,7 @@ from tests.analysis.test_waiting_straggler import HOST_WORK
 from tests.dashboard.test_waiting_straggler import feed
 from tests.support import LiveServer, migrated_database, start_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 RULES_EVERY_S = 1
 
 

@@ -9,7 +9,7 @@ import pytest
 from tests.analysis.replay_support import JobShape, run_and_analyse
 from tests.support import LiveServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 
 @pytest.fixture(scope="module")

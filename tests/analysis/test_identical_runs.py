@@ -18,7 +18,7 @@ import pytest
 from tests.analysis.replay_support import JobShape, run_and_analyse
 from tests.support import LiveServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 CPU_SHAPE = JobShape("1f1b", 4, (2, 2), steps=16)
 STEADY_SHAPE = JobShape("1f1b", 4, (2, 2), hidden=256, steps=16, device_ms=3.0)
 

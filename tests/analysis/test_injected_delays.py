@@ -29,7 +29,7 @@ import pytest
 
 from tests.support import LiveServer, run_torchrun, wait_for_steps
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 MS = 1e6
 P, M = 4, 4  # ranks (one stage each), micro-batches

@@ -25,7 +25,7 @@ from bubblescope.demo_job import DEFAULT_BATCH_SIZE, DEFAULT_HIDDEN
 from tests.analysis.replay_support import JobShape, run_and_analyse
 from tests.support import LiveServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 COMPUTE = ("forward", "backward")
 
 

@@ -13,7 +13,7 @@ import pytest
 from bubblescope.collector.clock import ClockOffset, settled
 from tests.support import LiveServer, run_parallel_job, run_rows, wait_for_steps
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 # rank 1's clock runs 2 s behind rank 0's: beyond any scheduling hiccup of a loaded 2-core machine (at 500 ms, a CI
 # run saw rank 1 start its forward 567 ms after rank 0's send left, so the skew no longer reversed them)
 SKEW_MS = -2000.0

@@ -24,6 +24,8 @@ from tests.collector.jobs import LoopReport, launch, read_report, spooled_ingest
 from tests.collector.misbehaving_server import MisbehavingServer
 from tests.support import LiveServer, count_rows, wait_until
 
+pytestmark = pytest.mark.timing  # the job's shutdown and lifetime against the collector's timeouts
+
 STEPS, BASELINE_STEPS, SWITCH_AT = 500, 250, 100
 # ~0.6 ms of Python a step and a 3 ms sleep (a loop that waits on its device, as training does): the
 # loop lasts ~2.7 s, of which the switch (after ~0.5 s of loop, three failed attempts and a spooled

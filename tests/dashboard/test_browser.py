@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 from tests.dashboard.synthetic import ingest_steps, register_run
 from tests.support import LiveServer, run_pipeline_job, run_torchrun, wait_for_steps
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timing]
 
 
 def test_run_page_shows_one_timeline_row_per_rank(browser: Any, sqlite_server: LiveServer, output_dir: Path) -> None:

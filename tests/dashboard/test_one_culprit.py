@@ -17,7 +17,7 @@ from playwright.sync_api import expect
 from tests.alerts.fault_jobs import fault_service, finish, launch, wait_for
 from tests.support import LiveServer
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timing]
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from bubblescope import wire
 from tests.analysis.test_waiting_straggler import HOST_WORK, rank_spans
 from tests.support import LiveServer, post_gzip
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timing]
 STEPS = range(22)
 
 

@@ -20,6 +20,8 @@ import pytest
 
 from tests.support import LiveServer, wait_for_steps
 
+pytestmark = pytest.mark.timing  # binds the demo's default port, which the README quickstart's demo serves on
+
 JOB = ["--steps", "2", "--hidden", "64", "--microbatches", "2", "--microbatch-size", "4"]
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support import LiveServer, run_pipeline_job, wait_for_steps
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 
 def test_ab_blocks_alternate_abba_and_only_instrumented_steps_are_recorded(

@@ -16,7 +16,7 @@ import pytest
 from bubblescope.demo import DEFAULT_STAGES, usable_cores
 from tests.support import REPO, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 
 def readme_first_command() -> str:

@@ -19,7 +19,7 @@ from bubblescope.tour import STOPS, SYNTHETIC_SLOW_RANK
 from tests.demo.test_first_run import clean_env
 from tests.support import LiveServer, migrated_database, start_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 TOUR_TIMEOUT_S = 900  # about 2 minutes on an idle 2-core machine
 
 

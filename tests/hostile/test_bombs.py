@@ -64,7 +64,10 @@ JSON = {"Content-Type": "application/json"}
 GZIP_JSON = {**JSON, "Content-Encoding": "gzip"}
 DEEP = 100_000
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads memory from /proc (Linux)")
+pytestmark = [
+    pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads memory from /proc (Linux)"),
+    pytest.mark.timing,  # the service's memory and its health probes' latency while it refuses bombs
+]
 
 
 # The bombs ---------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 from bubblescope.analysis.memory_fixes import declared_plan
 from tests.support import LiveServer, migrated_database, run_torchrun, start_server, wait_for_steps
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 STEPS = 6
 
 

@@ -13,7 +13,7 @@ import pytest
 from bubblescope import wire
 from tests.support import LiveServer, run_pipeline_job, wait_for_steps
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 STEPS = 8
 # (stages, schedule, micro-batch counts): 2- and 4-rank jobs, GPipe and 1F1B, two m each.
 MATRIX = [(2, "gpipe", (2, 8)), (2, "1f1b", (2, 8)), (4, "1f1b", (4, 8)), (4, "gpipe", (4, 8))]

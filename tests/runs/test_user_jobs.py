@@ -24,7 +24,7 @@ import pytest
 
 from tests.support import LiveServer, migrated_database, run_torchrun, start_server, wait_for_steps
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 MARGIN = 0.15  # compute against the job's own forward + backward: a loaded CI machine read 25.4% of its 28.9%
 COVERED_MARGIN = 0.15  # compute + exposed communication against the job's own forward + backward: a loaded CI
 # machine read 85.2% of the job's 97.0% for the DDP loop (the rest: host gaps between the hooks and its own clock)

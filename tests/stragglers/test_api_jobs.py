@@ -12,7 +12,7 @@ import pytest
 from bubblescope.analysis.warmup import WARMUP_STEPS
 from tests.support import JobResult, LiveServer, assert_names, register, run_torchrun, wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 RANKS, STEPS = 4, 15
 SCORED = STEPS - WARMUP_STEPS  # a default range leaves the warm-up out (every rank is slow there)
 HOSTS = "--hosts=hA,hA,hB,hB"

@@ -12,7 +12,7 @@ from tests.dashboard.synthetic import gpipe_batch
 from tests.stragglers.test_api_jobs import HOSTS, RANKS, SCORED, run_straggler_job, stragglers_when_complete
 from tests.support import LiveServer, post_gzip
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timing]
 
 
 def test_run_page_shows_the_heatmap_and_names_the_straggler(

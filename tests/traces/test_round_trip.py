@@ -18,7 +18,7 @@ import pytest
 
 from tests.support import LiveServer, run_rows, run_torchrun
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 STEPS = 8  # torch.profiler's schedule: 1 waiting, 1 warming up, 6 recorded (steps 2-7)
 SHARES = ("compute", "exposed communication", "idle")
 WAITS = ("dependency wait", "transfer", "bubble")
