@@ -1,12 +1,16 @@
 """What each published run's GEMMs and fused attention reach on this GPU, beside the planner's constants.
 
-For every calibration row of an H100-class GPU (``calibration.published_rows``), the four linear GEMMs of a layer
-(``step_time.linear_shapes``: QKV, projection, the MLP's two, at the row's micro-batch, sequence share and TP degree)
-are timed forward and backward (input and weight gradients: three products of the same FLOPs), in bf16, and in FP8
-(``torch._scaled_mm``, tensor-wise scales) where the row ran FP8; and causal flash attention (``scaled_dot_product_attention``)
-at the row's heads per GPU, head width and sequence share, forward and forward + backward. Each is printed as the
-fraction of this GPU's peak (the planner's ``GpuSpec`` for ``--gpu``) that the planner's own FLOP count reaches, so it
-reads directly against the fitted ``gemm`` and ``attention`` constants. A grid of GEMM shapes follows, for a shape
+For every calibration row of an H100-class GPU (``calibration.published_rows``), a layer's linear GEMMs as the planner
+prices them (``step_time.linear_shapes``: QKV, projection, the MLP's two, at the row's micro-batch, sequence share and
+TP degree; wq, wk, wv and w1, w3 each its own GEMM where the row runs them apart, ``step_time.projection_shares``: a TP 8
+rank's wk of Llama 3 is 128 columns wide) are timed forward and backward (input and weight gradients: three products
+of the same FLOPs), in bf16, and in FP8 (``torch._scaled_mm``, tensor-wise scales) where the row ran FP8; and causal
+flash attention (``scaled_dot_product_attention``) at the row's heads per GPU, head width and sequence share, forward
+and forward + backward. Each is printed as the fraction of this GPU's peak (the planner's ``GpuSpec`` for ``--gpu``)
+that the planner's own FLOP count reaches, so it reads directly against the fitted ``gemm`` and ``attention``
+constants, and the GEMMs also as measured over planned seconds (``step_time.gemm_seconds``' roofline with this GPU's
+own constants, the backward at twice the forward as ``layer_cost`` charges it): above 1 where the planner prices a
+shape faster than it runs. A grid of GEMM shapes follows, for a shape
 model. Needs a CUDA GPU; the figures go to stdout and, with ``--json``, to a file.
 
     python bench/gpu_kernel_efficiency.py --gpu H200 --json $OUT/kernels.json
@@ -26,8 +30,15 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bubblescope.analysis.planner import calibration
 from bubblescope.analysis.planner.efficiencies import efficiencies_for
-from bubblescope.analysis.planner.specs import ModelSpec, ParallelConfig, make_cluster
-from bubblescope.analysis.planner.step_time import HOPPER, fp8_cast_seconds, linear_shapes
+from bubblescope.analysis.planner.specs import GpuSpec, ModelSpec, ParallelConfig, make_cluster
+from bubblescope.analysis.planner.step_time import (
+    HOPPER,
+    fp8_cast_seconds,
+    gemm_seconds as planned_gemm_seconds,
+    linear_peak_tflops,
+    linear_shapes,
+    projection_shares,
+)
 
 
 def seconds(run: Callable[[], object], budget_s: float = 0.05) -> float:
@@ -88,16 +99,30 @@ def attention_seconds(batch: int, heads: int, seq: int, head_dim: int, backend: 
 
 
 def row_layer(row: dict[str, str]) -> tuple[ModelSpec, ParallelConfig, int, tuple[tuple[int, int, int], ...]]:
-    """A published row's model, configuration, queries a GPU holds (sequence over CP) and its layer's four linear
-    GEMMs (rows, depth, width) at the row's micro-batch."""
+    """A published row's model, configuration, queries a GPU holds (sequence over CP) and its layer's linear GEMMs
+    (rows, depth, width) at the row's micro-batch, as the planner prices them: ``linear_shapes``' four, each split
+    into the projections the row runs apart (``projection_shares``)."""
     model, cfg = calibration.row_model(row), calibration.row_config(row)
     local = model.seq // cfg.cp
-    shapes = tuple((int(r), int(k), int(n)) for r, k, n, _ in linear_shapes(model, cfg, cfg.mbs * local))
+    shares = projection_shares(model, cfg)
+    shapes = tuple(
+        (int(r), int(k), round(n * share))
+        for index, (r, k, n, _) in enumerate(linear_shapes(model, cfg, cfg.mbs * local))
+        for share in shares.get(index, (1.0,))
+    )
     return model, cfg, local, shapes
 
 
-def row_figures(row: dict[str, str], peak_bf16: float, peak_fp8: float) -> dict[str, object]:
+def planned_layer_seconds(shapes: tuple[tuple[int, int, int], ...], gpu: GpuSpec, precision: str) -> float:
+    """What the planner charges for these GEMMs on ``gpu`` with its own constants: each forward on the roofline
+    (``step_time.gemm_seconds``), its backward twice that (``layer_cost``)."""
+    eff, peak = efficiencies_for(gpu), linear_peak_tflops(gpu, precision)
+    return sum(3.0 * planned_gemm_seconds(r, n, k, gpu, eff, peak_tflops=peak) for r, k, n in shapes)
+
+
+def row_figures(row: dict[str, str], gpu: GpuSpec) -> dict[str, object]:
     model, cfg, local, shapes = row_layer(row)
+    peak_bf16, peak_fp8 = gpu.peak_tflops, gpu.fp8_tflops
     fp8 = cfg.precision == "fp8"
     flops = sum(6.0 * r * k * n for r, k, n in shapes)
     bf16_s = sum(layer_gemms(r, k, n, False) for r, k, n in shapes)
@@ -106,9 +131,12 @@ def row_figures(row: dict[str, str], peak_bf16: float, peak_fp8: float) -> dict[
         "gpu": row["gpu"],
         "shapes": shapes,
         "gemm_bf16": flops / bf16_s / (peak_bf16 * 1e12),
+        "gemm_bf16_over_planned": bf16_s / planned_layer_seconds(shapes, gpu, "bf16"),
     }
     if fp8:
-        figures["gemm_fp8"] = flops / sum(layer_gemms(r, k, n, True) for r, k, n in shapes) / (peak_fp8 * 1e12)
+        fp8_s = sum(layer_gemms(r, k, n, True) for r, k, n in shapes)
+        figures["gemm_fp8"] = flops / fp8_s / (peak_fp8 * 1e12)
+        figures["gemm_fp8_over_planned"] = fp8_s / planned_layer_seconds(shapes, gpu, "fp8")
     heads = model.heads // cfg.tp
     attention_flops = 2.0 * local * local * model.head_dim * heads * cfg.mbs  # the planner's causal count, forward
     for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
@@ -154,7 +182,7 @@ def fp8_layer_seconds(m: int, k: int, n: int) -> tuple[float, float]:
 
 
 def fp8_layers(rows: list[dict[str, str]], gpu_name: str, budget_s: float, skip: int = 0) -> list[dict[str, object]]:
-    """Each distinct FP8 torchtitan layer: its four linears in bf16 and in torchao FP8, beside the FP8 GEMMs alone
+    """Each distinct FP8 torchtitan layer: its linears (``row_layer``) in bf16 and in torchao FP8, beside the FP8 GEMMs alone
     (``torch._scaled_mm``) and what the planner charges for the casts (``step_time.fp8_cast_seconds``) on this GPU."""
     import time
 
@@ -226,18 +254,22 @@ def main() -> None:
         return
     results = []
     print(
-        f"{'row':52} {'gpu':12} {'fit gemm':>8} {'bf16':>6} {'fp8':>6} {'fit attn':>8} {'flash f/fb':>11} {'cudnn f/fb':>11}"
+        f"{'row':52} {'gpu':12} {'fit gemm':>8} {'bf16':>6} {'fp8':>6} {'/plan':>11} {'fit attn':>8} "
+        f"{'flash f/fb':>11} {'cudnn f/fb':>11}"
     )
     for row in rows:
-        fig = row_figures(row, gpu.peak_tflops, gpu.fp8_tflops)
+        fig = row_figures(row, gpu)
         fit = efficiencies_for(row["gpu"])
         fig["fit_gemm"], fig["fit_attention"] = fit.gemm, fit.attention
         results.append(fig)
 
         fp8 = f"{fig['gemm_fp8']:.2f}" if "gemm_fp8" in fig else "-"
+        planned = "/".join(
+            f"{fig[key]:.2f}" for key in ("gemm_bf16_over_planned", "gemm_fp8_over_planned") if key in fig
+        )
         print(
             f"{row['model'][:52]:52} {row['gpu'][:12]:12} {fit.gemm:8.2f} {fig['gemm_bf16']:6.2f} {fp8:>6} "
-            f"{fit.attention:8.2f} {pair(fig, 'attention_flash'):>11} {pair(fig, 'attention_cudnn'):>11}",
+            f"{planned:>11} {fit.attention:8.2f} {pair(fig, 'attention_flash'):>11} {pair(fig, 'attention_cudnn'):>11}",
             flush=True,
         )
     layers = fp8_layers(rows, args.gpu, args.fp8_layers) if args.fp8_layers else []
