@@ -224,11 +224,13 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     rerun_passes = {"full": 1.0, "op": 0.5 if cfg.sequence_parallel else 1.0}.get(cfg.recompute, 0.0)
     # overlapped, a pass's TP collectives run under that pass's linear GEMMs (forward 1×, backward 2× the GEMM time)
     hidden_under = eff.tp_overlap * (3 * dense + rerun_gemms) if cfg.tp_comm_overlap else 0
-    comm = max(0.0, (2 + rerun_passes) * tp_pass - hidden_under)
+    unpipelined = unpipelined_reduce_scatter_seconds(model, cluster, cfg, eff, tokens)
+    comm = unpipelined + max(0.0, (2 + rerun_passes) * tp_pass - unpipelined - hidden_under)
     context = cp_seconds(model, cluster, cfg, eff, attention, attention_backward)
     experts = ep_seconds(model, cluster, cfg, eff)
-    # one of the 2 + rerun passes that move a layer's collectives is the forward
-    forward_comm = (comm + context + experts) / (2 + rerun_passes)
+    # one of the 2 + rerun passes that move a layer's collectives is the forward; the unpipelined reduce-scatters are
+    # the backward's
+    forward_comm = (comm - unpipelined + context + experts) / (2 + rerun_passes)
     if cfg.recompute == "full":
         return _Cost(forward + backward, forward, comm, context, experts, forward, forward_comm)
     if cfg.recompute == "selective":
@@ -239,6 +241,22 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
         rerun = rerun_gemms + casts + elementwise + unfused
         return _Cost(forward + backward, rerun, comm, context, experts, forward, forward_comm)
     return _Cost(forward + backward, 0.0, comm, context, experts, forward, forward_comm)
+
+
+def unpipelined_reduce_scatter_seconds(
+    model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff: Efficiencies, tokens: float
+) -> float:
+    """The backward's reduce-scatters TP overlap cannot hide, per micro-batch: torch's async TP pipelines a
+    reduce-scatter with the one matmul that produces its input (``_find_producer_matmul`` in
+    ``torch/_inductor/fx_passes/micro_pipeline_tp.py``), and the input gradient of projections run apart
+    (``projection_shares``: wq, wk and wv, a dense MLP's w1 and w3) is the sum of their matmuls, so the sequence-parallel
+    reduce-scatter of that gradient, one bf16 activation, runs whole after them. 0 without TP overlap or sequence
+    parallelism, or with fused projections (one GEMM's gradient, which Megatron's TP overlap hides as well)."""
+    if not (cfg.tp_comm_overlap and cfg.sequence_parallel) or cfg.tp == 1:
+        return 0.0
+    inputs = [index for index in projection_shares(model, cfg) if index == 0 or not model.moe]
+    one = ring_seconds(2.0 * tokens * model.hidden, cfg.tp, *_tp_bandwidth(cluster, cfg.tp, eff), eff, passes=1)
+    return len(inputs) * one
 
 
 def mlp_tp_seconds(

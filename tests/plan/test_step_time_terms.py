@@ -14,7 +14,12 @@ from bubblescope.analysis.planner.efficiencies import DEFAULT_EFFICIENCIES
 from bubblescope.analysis.planner.memory import activation_bytes_per_layer, layer_params_on_gpu, stage_params
 from bubblescope.analysis.planner.request import plan_document
 from bubblescope.analysis.planner.specs import ClusterSpec, PlanInputError
-from bubblescope.analysis.planner.step_time import StepTime, layer_cost, output_layer_cost
+from bubblescope.analysis.planner.step_time import (
+    StepTime,
+    layer_cost,
+    output_layer_cost,
+    unpipelined_reduce_scatter_seconds,
+)
 
 LLAMA_8B = model_from("llama-3-8b")
 _SLOW_NIC = {"name": "h100", "peak_tflops": 989, "memory_gib": 80, "hbm_gbps": 3350, "nvlink_gbps": 450}
@@ -457,3 +462,24 @@ def test_projections_apart_run_as_their_own_gemms_and_the_backward_sums_the_inpu
     sums = passes * 2 * tokens * h / hbm
     assert apart.backward - fused.backward == pytest.approx(2 * more + sums, rel=1e-6)
     assert apart.comm == fused.comm  # the same collectives
+
+
+def test_async_tp_leaves_the_summed_projections_backward_reduce_scatters_exposed() -> None:
+    """torch's async TP pipelines a reduce-scatter only with the one matmul that produces its input; with wq, wk, wv and
+    w1, w3 apart, the backward's gradients of the attention's and the MLP's inputs are sums of matmuls, so two bf16
+    reduce-scatters of the activation a layer run whole. By hand on Llama 3 8B, TP 8, a micro-batch of 12 × 8,192
+    tokens: 2 × [latency + 7/8 · 2·tokens·h / NVLink]; none with fused projections, none without TP overlap; the layer's
+    exposed TP time is at least that, however much overlap the GEMMs offer."""
+    cluster, eff = make_cluster("H100-SXM", 64), replace(DEFAULT_EFFICIENCIES, tp_overlap=1.0)
+    tokens = 12 * 8192
+    apart = ParallelConfig(
+        tp=8, mbs=12, sequence_parallel=True, tp_comm_overlap=True, projections="separate", recompute="op"
+    ).with_dp(64)
+    one = _ring_pass(2.0 * tokens * LLAMA_8B.hidden, 8, cluster.gpu.nvlink_gbps, eff.nvlink)
+    assert unpipelined_reduce_scatter_seconds(LLAMA_8B, cluster, apart, eff, tokens) == pytest.approx(2 * one)
+    fused_qkv = replace(apart, projections="fused_qkv")  # Q, K, V one GEMM: only the MLP's input stays exposed
+    assert unpipelined_reduce_scatter_seconds(LLAMA_8B, cluster, fused_qkv, eff, tokens) == pytest.approx(one)
+    for hidden in (replace(apart, projections="fused"), replace(apart, tp_comm_overlap=False)):
+        assert unpipelined_reduce_scatter_seconds(LLAMA_8B, cluster, hidden, eff, tokens) == 0.0
+    assert layer_cost(LLAMA_8B, cluster, apart, eff).comm == pytest.approx(2 * one)
+    assert layer_cost(LLAMA_8B, cluster, replace(apart, projections="fused"), eff).comm == 0.0
