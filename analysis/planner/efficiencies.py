@@ -46,7 +46,9 @@ class Efficiencies:
       state, writes the state back and the bf16 copy of the weight.
     tp_overlap 0.8: with tensor-parallel communication overlap, the share of a layer's linear GEMM time under
       which its TP collectives can run (the chunked all-gather/reduce-scatter pipelines with the GEMMs it
-      feeds; the first chunk and the GEMM-less gaps stay exposed). Not fitted on the A100 rows: none overlapped.
+      feeds; the first chunk and the GEMM-less gaps stay exposed), but for the backward reduce-scatters of projections
+      run apart, which torch's async TP cannot pipeline (``step_time.unpipelined_reduce_scatter_seconds``). Not
+      fitted on the A100 rows: none overlapped.
 
     Scale terms (not fitted: no published row isolates them; docs/planner.md):
     hop_latency_s 5 µs: each step of a collective's tree over the network (NCCL's tree at scale: log2(n) steps a

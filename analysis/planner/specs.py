@@ -269,7 +269,8 @@ class ParallelConfig:
     ``layers_per_stage``: each pipeline stage's layers, first to last (empty: as even as the layers allow, the
     first stages one more); the embedding sits on the first stage, the output layer and the loss on the last.
     ``tp_comm_overlap``: tensor-parallel communication split into chunks that run under the layer's GEMMs
-    (Megatron's ``--tp-comm-overlap``, torchtitan's async TP); off, every TP collective is exposed.
+    (Megatron's ``--tp-comm-overlap``, torchtitan's async TP), but for the backward reduce-scatters of projections run
+    apart, which torch's async TP cannot pipeline with a matmul; off, every TP collective is exposed.
     ``cp``: context parallelism, each sequence split over ``cp`` ranks (``dp`` 0 is then gpus / (tp·cp·pp));
     ``cp_comm`` how attention sees the other ranks' keys and values: ``p2p`` (ring attention, Megatron's default:
     each block passed on while the previous one is attended, so the transfer hides under attention) or

@@ -21,7 +21,8 @@ also runs the output layer and the loss):
 * **Tensor parallelism** — per layer, two all-reduces forward and two backward (with sequence
   parallelism, all-gather + reduce-scatter pairs of the same volume), ring cost
   2(t−1)/t·bytes / (bandwidth·efficiency) + latency, over NVLink inside a node, else the network.
-  Exposed in full unless ``tp_comm_overlap``: then up to ``tp_overlap`` of the layer's linear GEMM time hides them.
+  Exposed in full unless ``tp_comm_overlap``: then up to ``tp_overlap`` of the layer's linear GEMM time hides them,
+  but for the backward reduce-scatters of projections run apart (``unpipelined_reduce_scatter_seconds``).
 * **Recompute** — full: the whole forward again (with its all-reduces); selective: the attention
   scores, softmax, dropout and attention·V again; op (torchtitan's per-op checkpointing): the matmuls it does not
   keep (wk, wo, w3; ``op_recomputed_gemm_seconds``) with their FP8 casts, every element-wise op, and the TP
@@ -224,13 +225,17 @@ def layer_cost(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, eff:
     rerun_passes = {"full": 1.0, "op": 0.5 if cfg.sequence_parallel else 1.0}.get(cfg.recompute, 0.0)
     # overlapped, a pass's TP collectives run under that pass's linear GEMMs (forward 1×, backward 2× the GEMM time)
     hidden_under = eff.tp_overlap * (3 * dense + rerun_gemms) if cfg.tp_comm_overlap else 0
+    # (the GEMMs whose input gradients feed the unpipelined reduce-scatters still count: an approximation)
     unpipelined = unpipelined_reduce_scatter_seconds(model, cluster, cfg, eff, tokens)
-    comm = unpipelined + max(0.0, (2 + rerun_passes) * tp_pass - unpipelined - hidden_under)
+    collectives = (2 + rerun_passes) * tp_pass
+    comm = unpipelined + max(0.0, collectives - unpipelined - hidden_under)
     context = cp_seconds(model, cluster, cfg, eff, attention, attention_backward)
     experts = ep_seconds(model, cluster, cfg, eff)
-    # one of the 2 + rerun passes that move a layer's collectives is the forward; the unpipelined reduce-scatters are
-    # the backward's
-    forward_comm = (comm - unpipelined + context + experts) / (2 + rerun_passes)
+    # the forward's share of the exposed collectives: its pass's volume among those that could hide (the unpipelined
+    # reduce-scatters are the backward's); one of the 2 + rerun passes of CP's and EP's transfers
+    pipelined = collectives - unpipelined
+    forward_tp = (comm - unpipelined) * tp_pass / pipelined if pipelined > 0 else 0.0
+    forward_comm = forward_tp + (context + experts) / (2 + rerun_passes)
     if cfg.recompute == "full":
         return _Cost(forward + backward, forward, comm, context, experts, forward, forward_comm)
     if cfg.recompute == "selective":

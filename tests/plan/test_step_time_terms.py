@@ -483,3 +483,21 @@ def test_async_tp_leaves_the_summed_projections_backward_reduce_scatters_exposed
         assert unpipelined_reduce_scatter_seconds(LLAMA_8B, cluster, hidden, eff, tokens) == 0.0
     assert layer_cost(LLAMA_8B, cluster, apart, eff).comm == pytest.approx(2 * one)
     assert layer_cost(LLAMA_8B, cluster, replace(apart, projections="fused"), eff).comm == 0.0
+    no_sp = replace(apart, sequence_parallel=False)  # async TP pipelines only all-gathers and reduce-scatters
+    assert unpipelined_reduce_scatter_seconds(LLAMA_8B, cluster, no_sp, eff, tokens) == 0.0
+    mixtral = model_from("mixtral-8x7b")  # a mixture of experts: the attention's input alone
+    moe_one = _ring_pass(2.0 * tokens * mixtral.hidden, 8, cluster.gpu.nvlink_gbps, eff.nvlink)
+    assert unpipelined_reduce_scatter_seconds(mixtral, cluster, apart, eff, tokens) == pytest.approx(moe_one)
+
+
+def test_with_nothing_hidden_async_tp_exposes_what_vanilla_tp_does_and_its_forward_share() -> None:
+    """At ``tp_overlap`` 0 the unpipelined reduce-scatters are counted once among the layer's collectives, and the
+    forward's share of the exposed TP time is still its own pass's collectives (the unpipelined ones are the
+    backward's): both as vanilla TP prices them."""
+    cluster, eff = make_cluster("H100-SXM", 64), replace(DEFAULT_EFFICIENCIES, tp_overlap=0.0)
+    vanilla = ParallelConfig(tp=8, mbs=12, sequence_parallel=True, projections="separate", recompute="op").with_dp(64)
+    plain = layer_cost(LLAMA_8B, cluster, vanilla, eff)
+    overlapped = layer_cost(LLAMA_8B, cluster, replace(vanilla, tp_comm_overlap=True), eff)
+    assert overlapped.comm == pytest.approx(plain.comm)
+    assert overlapped.forward_comm == pytest.approx(plain.forward_comm)
+    assert plain.forward_comm == pytest.approx(plain.comm / 2.5)  # forward, backward, the rerun's two all-gathers
