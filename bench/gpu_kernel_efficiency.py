@@ -35,9 +35,8 @@ from bubblescope.analysis.planner.step_time import (
     HOPPER,
     fp8_cast_seconds,
     gemm_seconds as planned_gemm_seconds,
+    linear_gemms,
     linear_peak_tflops,
-    linear_shapes,
-    projection_shares,
 )
 
 
@@ -100,16 +99,11 @@ def attention_seconds(batch: int, heads: int, seq: int, head_dim: int, backend: 
 
 def row_layer(row: dict[str, str]) -> tuple[ModelSpec, ParallelConfig, int, tuple[tuple[int, int, int], ...]]:
     """A published row's model, configuration, queries a GPU holds (sequence over CP) and its layer's linear GEMMs
-    (rows, depth, width) at the row's micro-batch, as the planner prices them: ``linear_shapes``' four, each split
-    into the projections the row runs apart (``projection_shares``)."""
+    (rows, depth, width) at the row's micro-batch, as the planner prices them (``step_time.linear_gemms``)."""
     model, cfg = calibration.row_model(row), calibration.row_config(row)
     local = model.seq // cfg.cp
-    shares = projection_shares(model, cfg)
-    shapes = tuple(
-        (int(r), int(k), round(n * share))
-        for index, (r, k, n, _) in enumerate(linear_shapes(model, cfg, cfg.mbs * local))
-        for share in shares.get(index, (1.0,))
-    )
+    gemms = linear_gemms(model, cfg, cfg.mbs * local)
+    shapes = tuple((int(r), int(k), round(n)) for parts in gemms for r, k, n in parts)
     return model, cfg, local, shapes
 
 

@@ -257,7 +257,7 @@ def unpipelined_reduce_scatter_seconds(
     (``projection_shares``: wq, wk and wv, a dense MLP's w1 and w3) is the sum of their matmuls, so the sequence-parallel
     reduce-scatter of that gradient, one bf16 activation, runs whole after them. 0 without TP overlap or sequence
     parallelism, or with fused projections (one GEMM's gradient, which Megatron's TP overlap hides as well)."""
-    if not (cfg.tp_comm_overlap and cfg.sequence_parallel) or cfg.tp == 1:
+    if not (cfg.tp_comm_overlap and cfg.sequence_parallel):
         return 0.0
     inputs = [index for index in projection_shares(model, cfg) if index == 0 or not model.moe]
     one = ring_seconds(2.0 * tokens * model.hidden, cfg.tp, *_tp_bandwidth(cluster, cfg.tp, eff), eff, passes=1)
@@ -329,10 +329,19 @@ def linear_gemm_seconds(
     parts apart (``projection_shares``), each reading the whole input. A narrow one sits on the roofline's memory side:
     a TP 8 rank's wk of Llama 3 is 128 columns wide."""
     peak = linear_peak_tflops(gpu, cfg.precision)
+    return [
+        [gemm_seconds(rows, width, depth, gpu, eff, peak_tflops=peak) for rows, depth, width in parts]
+        for parts in linear_gemms(model, cfg, tokens)
+    ]
+
+
+def linear_gemms(model: ModelSpec, cfg: ParallelConfig, tokens: float) -> list[list[tuple[float, float, float]]]:
+    """(rows, depth, width) of each GEMM a layer's linear layers run on one GPU: ``linear_shapes``' four, each as the
+    GEMMs it runs as, one or its parts apart (``projection_shares``)."""
     shares = projection_shares(model, cfg)
     return [
-        [gemm_seconds(rows, n * share, depth, gpu, eff, peak_tflops=peak) for share in shares.get(index, (1.0,))]
-        for index, (rows, depth, n, _) in enumerate(linear_shapes(model, cfg, tokens))
+        [(rows, depth, width * share) for share in shares.get(index, (1.0,))]
+        for index, (rows, depth, width, _) in enumerate(linear_shapes(model, cfg, tokens))
     ]
 
 
